@@ -1,0 +1,31 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -n 2 -q
+
+demo: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

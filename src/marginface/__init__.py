@@ -1,0 +1,55 @@
+"""marginface: margin-based softmax losses for embedding learning.
+
+Margins (``marginface.margins``) turn cosines into logits; executors (``marginface.executors``)
+compute the cosines and reduce them to a loss; heads (:class:`MarginSoftmaxLoss` and the named
+losses) own the class centers and wire one margin to one executor.
+
+>>> import torch, marginface
+>>> loss_fn = marginface.create_loss("arcface", num_classes=10, embedding_dim=3)
+>>> loss = loss_fn(torch.randn(8, 3), torch.randint(0, 10, (8,)))
+>>> loss.shape
+torch.Size([])
+"""
+
+from . import functional, margins
+from .head import MarginSoftmaxLoss
+from .losses import (
+    AdaCosLoss,
+    AdaFaceLoss,
+    AMSoftmaxLoss,
+    ArcFaceLoss,
+    CombinedMarginLoss,
+    CosFaceLoss,
+    CurricularFaceLoss,
+    ElasticFaceLoss,
+    MagFaceLoss,
+    NormFaceLoss,
+    SphereFaceLoss,
+    SubCenterArcFaceLoss,
+)
+from .registry import create_loss, get_loss_class, list_losses, register_loss
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AMSoftmaxLoss",
+    "AdaCosLoss",
+    "AdaFaceLoss",
+    "ArcFaceLoss",
+    "CombinedMarginLoss",
+    "CosFaceLoss",
+    "CurricularFaceLoss",
+    "ElasticFaceLoss",
+    "MagFaceLoss",
+    "MarginSoftmaxLoss",
+    "NormFaceLoss",
+    "SphereFaceLoss",
+    "SubCenterArcFaceLoss",
+    "__version__",
+    "create_loss",
+    "functional",
+    "get_loss_class",
+    "list_losses",
+    "margins",
+    "register_loss",
+]

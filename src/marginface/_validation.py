@@ -1,0 +1,143 @@
+"""Argument checks shared by the public API.
+
+Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (right kind, bad value)
+with a message that names the argument and shows the offending value, so a mistake is reported
+at the API boundary rather than as a NaN or an index error from deep inside torch.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import torch
+
+__all__ = [
+    "check_choice",
+    "check_embeddings",
+    "check_int",
+    "check_labels",
+    "check_real",
+]
+
+
+def check_real(
+    name: str,
+    value: object,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    below: float | None = None,
+    at_most: float | None = None,
+) -> float:
+    """Return ``value`` as a finite float, or raise naming ``name``.
+
+    Args:
+        name: the argument's name, as the user wrote it.
+        value: the value to check (``bool`` is rejected even though it is an ``int``).
+        positive: require ``value > 0``.
+        nonnegative: require ``value >= 0``.
+        below: require ``value < below``.
+        at_most: require ``value <= at_most``.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if positive and result <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if nonnegative and result < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    if below is not None and result >= below:
+        raise ValueError(f"{name} must be < {below:g}, got {value!r}")
+    if at_most is not None and result > at_most:
+        raise ValueError(f"{name} must be <= {at_most:g}, got {value!r}")
+    return result
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an int, or raise naming ``name`` (floats and bools are rejected)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    result = int(value)
+    if minimum is not None and result < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return result
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise listing the valid ones."""
+    if not isinstance(value, str) or value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {valid}, got {value!r}")
+    return value
+
+
+def check_embeddings(embeddings: object, embedding_dim: int | None = None) -> torch.Tensor:
+    """Check a batch of embeddings: a finite floating tensor of shape ``(N, D)`` with ``N >= 1``.
+
+    Args:
+        embeddings: the candidate tensor.
+        embedding_dim: the expected ``D``, or ``None`` to accept any.
+
+    Returns:
+        ``embeddings`` unchanged.
+    """
+    if not isinstance(embeddings, torch.Tensor):
+        raise TypeError(f"embeddings must be a torch.Tensor, got {type(embeddings).__name__}")
+    if not embeddings.is_floating_point():
+        raise TypeError(f"embeddings must have a floating dtype, got {embeddings.dtype}")
+    if embeddings.dim() != 2:
+        raise ValueError(
+            f"embeddings must have shape (N, D), got {tuple(embeddings.shape)} "
+            f"({embeddings.dim()} dimensions)"
+        )
+    if embeddings.shape[0] == 0:
+        raise ValueError("embeddings is an empty batch (N = 0); a loss needs at least one sample")
+    if embedding_dim is not None and embeddings.shape[1] != embedding_dim:
+        raise ValueError(
+            f"embeddings must have D = embedding_dim = {embedding_dim} columns, "
+            f"got shape {tuple(embeddings.shape)}"
+        )
+    if not bool(torch.isfinite(embeddings).all()):
+        bad = int((~torch.isfinite(embeddings)).any(dim=1).sum())
+        raise ValueError(f"embeddings contain non-finite values (NaN or inf) in {bad} row(s)")
+    return embeddings
+
+
+def check_labels(
+    labels: object, batch_size: int, num_classes: int, *, allow_missing: bool = False
+) -> torch.Tensor:
+    """Check class labels: an integer tensor of shape ``(N,)`` with values in ``[0, num_classes)``.
+
+    Args:
+        labels: the candidate tensor.
+        batch_size: the expected ``N`` (rows of the embeddings or cosines).
+        num_classes: ``C``; every label must be ``< C``.
+        allow_missing: also accept ``-1``, meaning "this row's class is not among these C" (the
+            convention of class-sharded executors).
+
+    Returns:
+        ``labels`` unchanged.
+    """
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"labels must be a torch.Tensor, got {type(labels).__name__}")
+    if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
+        raise TypeError(f"labels must have an integer dtype (e.g. torch.long), got {labels.dtype}")
+    if labels.dim() != 1:
+        raise ValueError(f"labels must have shape (N,), got {tuple(labels.shape)}")
+    if labels.shape[0] != batch_size:
+        raise ValueError(
+            f"labels must have one entry per row: expected N = {batch_size}, got {labels.shape[0]}"
+        )
+    low = -1 if allow_missing else 0
+    if labels.numel() > 0:
+        smallest, largest = int(labels.min()), int(labels.max())
+        if smallest < low or largest >= num_classes:
+            bad = smallest if smallest < low else largest
+            raise ValueError(
+                f"labels must lie in [{low}, {num_classes - 1}] for num_classes = {num_classes}, "
+                f"got {bad}"
+            )
+    return labels

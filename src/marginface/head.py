@@ -1,0 +1,122 @@
+"""The head: an ``nn.Module`` that owns the class centers and wires one margin to one executor."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ._validation import check_choice, check_embeddings, check_int, check_labels
+from .executors.dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
+from .margins.base import Margin
+
+__all__ = ["IMPLEMENTATIONS", "REDUCTIONS", "MarginSoftmaxLoss"]
+
+REDUCTIONS = ("mean", "sum", "none")
+IMPLEMENTATIONS = ("dense",)
+
+
+class MarginSoftmaxLoss(nn.Module):
+    r"""Margin-based softmax cross-entropy with learnable class centers.
+
+    .. math::
+        L = \frac1N\sum_i -\log\frac{e^{\text{logit}_{i,y_i}}}{\sum_j e^{\text{logit}_{ij}}},\qquad
+        \text{logit} = \text{margin}\Big(\frac{x_i^\top w_j}{\|x_i\|\|w_j\|},\ y_i\Big)
+
+    Args:
+        num_classes: ``C >= 2``.
+        embedding_dim: ``D >= 1``.
+        margin: the :class:`~marginface.margins.Margin` that turns cosines into logits.
+        sub_centers: ``K >= 1`` centers per class, cosine max-pooled over them. Default: 1.
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``Tensor[N]``).
+        impl: the executor. ``"dense"`` materializes the ``N×C`` logits.
+        device, dtype: where and how the class centers are created.
+
+    Attributes:
+        weight: ``Parameter[C·K, D]``, the class centers (class-major for sub-centers),
+            initialized ``N(0, 0.01²)`` (insightface); only their direction matters.
+        margin: the margin module (its buffers are part of this module's ``state_dict``).
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_dim: int,
+        margin: Margin,
+        *,
+        sub_centers: int = 1,
+        reduction: str = "mean",
+        impl: str = "dense",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_classes = check_int("num_classes", num_classes, minimum=2)
+        self.embedding_dim = check_int("embedding_dim", embedding_dim, minimum=1)
+        self.sub_centers = check_int("sub_centers", sub_centers, minimum=1)
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.impl = check_choice("impl", impl, IMPLEMENTATIONS)
+        if not isinstance(margin, Margin):
+            raise TypeError(f"margin must be a marginface Margin, got {type(margin).__name__}")
+        if dtype is not None and not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        self.margin = margin
+        self.weight = nn.Parameter(
+            torch.empty(num_classes * sub_centers, embedding_dim, device=device, dtype=dtype)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Re-draw the class centers from ``N(0, 0.01²)``."""
+        nn.init.normal_(self.weight, std=0.01)
+
+    def cosine(self, embeddings: Tensor) -> Tensor:
+        """Cosines to every class center, ``Tensor[N, D] -> Tensor[N, C]`` (sub-centers pooled).
+
+        Computed in float32 (float64 for float64 inputs) with autocast disabled.
+        """
+        check_embeddings(embeddings, self.embedding_dim)
+        dtype = compute_dtype(embeddings, self.weight)
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            return normalized_cosine(embeddings.to(dtype), self.weight.to(dtype), self.sub_centers)
+
+    def logits(self, embeddings: Tensor, labels: Tensor | None = None) -> Tensor:
+        """Scaled logits ``Tensor[N, C]``.
+
+        With ``labels``: margin-adjusted, as the loss sees them (in training mode this advances
+        stateful margins, like :meth:`forward`). Without: plain ``s·cos θ`` for inference
+        (seed 004's eval branch), with the margin's current scale.
+        """
+        cosine = self.cosine(embeddings)
+        norms = torch.linalg.vector_norm(embeddings.to(cosine.dtype), dim=1)
+        if labels is None:
+            return cosine * self.margin.scale_for(norms)
+        check_labels(labels, embeddings.shape[0], self.num_classes)
+        return self.margin.apply(cosine, labels, norms if self.margin.requires_norms else None)
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """The loss.
+
+        Args:
+            embeddings: ``Tensor[N, D]`` (any floating dtype; the math runs in fp32 or fp64).
+            labels: ``Tensor[N]`` of int64 class indices in ``[0, C)``.
+
+        Returns:
+            A 0-dim tensor (``"mean"``, ``"sum"``) or ``Tensor[N]`` (``"none"``).
+        """
+        check_embeddings(embeddings, self.embedding_dim)
+        check_labels(labels, embeddings.shape[0], self.num_classes)
+        per_sample = dense_margin_cross_entropy(
+            embeddings, self.weight, labels, self.margin, sub_centers=self.sub_centers
+        )
+        if self.reduction == "mean":
+            return per_sample.mean()
+        if self.reduction == "sum":
+            return per_sample.sum()
+        return per_sample
+
+    def extra_repr(self) -> str:
+        extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""
+        return (
+            f"num_classes={self.num_classes}, embedding_dim={self.embedding_dim}{extra}, "
+            f"reduction={self.reduction!r}, impl={self.impl!r}"
+        )

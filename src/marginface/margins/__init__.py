@@ -1,0 +1,33 @@
+"""Margins: small objects that turn cosines into logits, ``(cosine, labels[, norms]) -> logits``.
+
+They never own class centers; see :mod:`marginface.margins.base` for the interface.
+"""
+
+from .adacos import AdaCosMargin
+from .adaface import AdaFaceMargin
+from .arcface import ANGLE_POLICIES, ArcFaceMargin
+from .base import GRADIENT_MODES, Context, Margin
+from .combined import CombinedMargin
+from .cosface import CosFaceMargin
+from .curricularface import CurricularFaceMargin
+from .elasticface import ElasticFaceMargin
+from .magface import MagFaceMargin
+from .normface import NormFaceMargin
+from .sphereface import SphereFaceMargin
+
+__all__ = [
+    "ANGLE_POLICIES",
+    "GRADIENT_MODES",
+    "AdaCosMargin",
+    "AdaFaceMargin",
+    "ArcFaceMargin",
+    "CombinedMargin",
+    "Context",
+    "CosFaceMargin",
+    "CurricularFaceMargin",
+    "ElasticFaceMargin",
+    "MagFaceMargin",
+    "Margin",
+    "NormFaceMargin",
+    "SphereFaceMargin",
+]

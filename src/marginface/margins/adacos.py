@@ -1,0 +1,126 @@
+"""AdaCos: no margin, an adaptive scale chosen from the batch's statistics."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .._validation import check_int
+from .base import Context, Margin
+
+__all__ = ["MIN_SCALE", "AdaCosMargin", "adacos_dynamic_scale", "adacos_fixed_scale"]
+
+MIN_SCALE = 1.0
+"""Floor of AdaCos's scale. The paper's dynamic formula gives ``s <= 0`` when ``B_avg <= 1``
+(possible with few classes once the non-target cosines are very negative), which would flip the
+logits' order; we never let the scale fall below this."""
+
+
+def adacos_fixed_scale(num_classes: int) -> float:
+    r"""AdaCos's fixed scale :math:`\tilde s = \sqrt{2}\,\log(C - 1)` (Zhang et al., 2019, Eq. 13).
+
+    Args:
+        num_classes: ``C >= 2``. For ``C = 2`` the formula gives 0; the scale is floored at
+            :data:`MIN_SCALE`.
+    """
+    return max(math.sqrt(2.0) * math.log(num_classes - 1), MIN_SCALE)
+
+
+def adacos_dynamic_scale(log_b_avg: Tensor, theta_median: Tensor) -> Tensor:
+    r"""AdaCos's dynamic scale :math:`s = \log B_{avg} / \cos(\min(\pi/4, \theta_{med}))`.
+
+    Args:
+        log_b_avg: 0-dim, ``log((1/N) Σ_i Σ_{j≠y_i} exp(s_old · cos θ_ij))``.
+        theta_median: 0-dim, the median target angle in radians.
+
+    Returns:
+        0-dim tensor, the new scale (no gradient), floored at :data:`MIN_SCALE`.
+    """
+    capped = torch.clamp(theta_median, max=math.pi / 4)
+    return (log_b_avg / torch.cos(capped)).clamp_min(MIN_SCALE)
+
+
+class AdaCosMargin(Margin):
+    r"""AdaCos (Zhang et al., 2019): ``logit_j = s·cos θ_j`` with ``s`` fixed or adapted per batch.
+
+    Dynamic mode (training only, before the logits are formed, as in the paper's Algorithm 1):
+
+    .. math::
+        B_{avg} = \frac1N\sum_i\sum_{j\ne y_i} e^{s\cos\theta_{ij}},\qquad
+        s \leftarrow \frac{\log B_{avg}}{\cos\big(\min(\tfrac{\pi}{4}, \theta_{med})\big)}
+
+    ``s`` starts at the fixed scale ``√2·log(C - 1)`` and is a buffer, saved in ``state_dict``;
+    it carries no gradient. ``B_avg`` is computed as a log-sum-exp, so it cannot overflow.
+
+    Args:
+        num_classes: ``C >= 2``, needed for the initial scale.
+        dynamic: adapt the scale per batch (default True); False keeps the fixed scale.
+    """
+
+    stateful = True
+
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        dynamic: bool = True,
+        gradient: str = "exact",
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(gradient=gradient)
+        self.num_classes = check_int("num_classes", num_classes, minimum=2)
+        self.dynamic = bool(dynamic)
+        initial = adacos_fixed_scale(self.num_classes)
+        self.register_buffer("scale", torch.tensor(initial, device=device))
+
+    def scale_for(self, norms: Tensor | None) -> Tensor:
+        return self.scale.detach()
+
+    def prepare(
+        self,
+        cos_target: Tensor,
+        labels: Tensor,
+        norms: Tensor | None,
+        cosine: Tensor | None = None,
+    ) -> Context:
+        if self.training and self.dynamic:
+            if cosine is None:
+                raise ValueError(
+                    "AdaCos with dynamic=True needs the full cosine matrix; this executor "
+                    "must call update_scale() with its own statistics"
+                )
+            has_target = labels >= 0  # (N,)
+            with torch.no_grad():
+                logits = self.scale * cosine.detach()  # (N, C)
+                index = labels.clamp_min(0).unsqueeze(1)  # (N, 1)
+                logits = logits.scatter(
+                    1,
+                    index,
+                    torch.where(  # drop the targets
+                        has_target.unsqueeze(1), float("-inf"), logits.gather(1, index)
+                    ),
+                )
+                log_b_avg = torch.logsumexp(logits.flatten(), dim=0) - math.log(cosine.shape[0])
+                self.update_scale(log_b_avg, cos_target[has_target])
+        return {"scale": self.scale.detach()}
+
+    def update_scale(self, log_b_avg: Tensor, target_cosines: Tensor) -> None:
+        """Set the scale from ``log B_avg`` and the batch's target cosines ``Tensor[M]``.
+
+        Exposed so that executors that never hold the full cosine matrix (chunked, sharded) can
+        accumulate ``log B_avg`` themselves.
+        """
+        if target_cosines.numel() == 0:
+            return
+        with torch.no_grad():
+            theta_median = torch.median(torch.arccos(target_cosines.clamp(-1.0, 1.0)))
+            new_scale = adacos_dynamic_scale(log_b_avg, theta_median)
+            self.scale.copy_(new_scale.to(self.scale))
+
+    def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
+        return cos_target
+
+    def extra_repr(self) -> str:
+        return f"num_classes={self.num_classes}, dynamic={self.dynamic}"

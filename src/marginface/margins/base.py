@@ -1,0 +1,175 @@
+"""The margin interface: a small object that turns cosines into logits.
+
+A margin never owns class centers. It sees the cosines between normalized embeddings and
+normalized class centers, the labels, and (for the losses that need them) the embeddings' norms,
+and returns the scaled logits that go into softmax cross-entropy. That is what lets one margin
+drive a dense head, a chunked/fused executor and a class-sharded head alike.
+
+Every margin is written through three hooks, each a page of the paper at most:
+
+* :meth:`Margin.prepare` -- per-row context (the scale, thresholds, sampled margins) from the
+  target cosines and norms; updates the margin's running state, in training mode only.
+* :meth:`Margin.target_cosine` -- the margin-adjusted target cosine ``f(cos θ_y)``, unscaled.
+* :meth:`Margin.nontarget_cosine` -- the non-target cosines, elementwise given the row context
+  (identity for every loss except CurricularFace).
+
+and the logits are ``scale · f(cos θ_y)`` at the target and ``scale · g(cos θ_j)`` elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from .._validation import check_choice, check_labels
+
+__all__ = ["GRADIENT_MODES", "Context", "Margin"]
+
+Context = dict[str, "Tensor | float"]
+"""Per-row quantities computed once per batch by :meth:`Margin.prepare`.
+
+Always holds ``"scale"``: a float, a 0-dim tensor or a ``Tensor[N, 1]``. Margins add their own
+keys (CurricularFace's ``"threshold"``, MagFace's ``"margin"``, ...), each a float or a tensor with
+one row per sample.
+"""
+
+GRADIENT_MODES = ("exact", "straight_through")
+
+
+class Margin(nn.Module):
+    """Base class of the margins: ``(cosine[N, C], labels[N], norms[N] | None) -> logits[N, C]``.
+
+    Args:
+        gradient: ``"exact"`` (default): gradients are the true derivatives of the formula,
+            finite everywhere (see :mod:`marginface.margins._angles`). ``"straight_through"``:
+            the target's margin is treated as a constant shift, so ``∂logit_y/∂cos θ_y = scale``
+            as for plain NormFace (insightface's behaviour, where the margin is applied in place
+            under ``no_grad``). Non-target logits always get their exact gradient.
+
+    Labels of ``-1`` mark rows whose class is not among these ``C`` columns (a class-sharded
+    executor's convention): such rows get no margin at all.
+    """
+
+    requires_norms: bool = False
+    """Whether :meth:`forward` needs the embeddings' L2 norms ``norms[N]``."""
+
+    stateful: ClassVar[bool] = False
+    """Whether the margin updates buffers in training mode (CurricularFace's t, AdaCos's s...)."""
+
+    def __init__(self, *, gradient: str = "exact") -> None:
+        super().__init__()
+        self.gradient = check_choice("gradient", gradient, GRADIENT_MODES)
+
+    # ------------------------------------------------------------------ hooks
+    def scale_for(self, norms: Tensor | None) -> Tensor | float:
+        """The logit scale ``s``: a float, a 0-dim tensor, or ``Tensor[N, 1]`` (per row)."""
+        raise NotImplementedError
+
+    def prepare(
+        self,
+        cos_target: Tensor,
+        labels: Tensor,
+        norms: Tensor | None,
+        cosine: Tensor | None = None,
+    ) -> Context:
+        """Per-row context for this batch; may update buffers (training mode only).
+
+        Args:
+            cos_target: ``Tensor[N]``, ``cos θ_y`` clamped to [-1, 1] (any value where the
+                label is -1).
+            labels: ``Tensor[N]`` of int64 class indices into these C columns, -1 for none.
+            norms: ``Tensor[N]`` embedding norms, or None.
+            cosine: the full ``Tensor[N, C]`` where the executor has it, else None.
+        """
+        return {"scale": self.scale_for(norms)}
+
+    def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
+        """The margin-adjusted target cosine ``f(cos θ_y)``: ``Tensor[N] -> Tensor[N]``."""
+        raise NotImplementedError
+
+    def nontarget_cosine(self, cosine: Tensor, context: Context) -> Tensor:
+        """Non-target cosines ``g(cos θ_j)``, elementwise given the row context. Default: identity.
+
+        Args:
+            cosine: ``Tensor[N, c]`` (all classes, or one chunk of them).
+        """
+        return cosine
+
+    def regularizer(self, norms: Tensor | None) -> Tensor | None:
+        """Per-sample term added to the cross-entropy (MagFace's ``λ_g·g(a)``), or None."""
+        return None
+
+    # ------------------------------------------------------------ composition
+    def adjusted_target_cosine(
+        self, cos_target: Tensor, norms: Tensor | None, context: Context
+    ) -> Tensor:
+        """:meth:`target_cosine` with this margin's gradient mode applied: ``Tensor[N]``."""
+        adjusted = self.target_cosine(cos_target, norms, context)
+        if self.gradient == "straight_through":
+            adjusted = cos_target + (adjusted - cos_target).detach()
+        return adjusted
+
+    def apply(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
+        """:meth:`forward` without argument checks (for executors that checked already)."""
+        has_target = labels >= 0  # (N,)
+        index = labels.clamp_min(0).unsqueeze(1)  # (N, 1)
+        cos_target = cosine.gather(1, index).squeeze(1).clamp(-1.0, 1.0)  # (N,)
+        context = self.prepare(cos_target, labels, norms, cosine)
+        target = self.adjusted_target_cosine(cos_target, norms, context)  # (N,)
+        others = self.nontarget_cosine(cosine, context)  # (N, C)
+        target = torch.where(has_target, target, others.gather(1, index).squeeze(1))
+        scale = context["scale"]
+        logits = others * scale  # (N, C), a fresh tensor: safe to write into
+        row_scale = scale.reshape(-1) if isinstance(scale, Tensor) and scale.dim() == 2 else scale
+        logits.scatter_(1, index, (target * row_scale).unsqueeze(1).to(logits.dtype))
+        return logits
+
+    def forward(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
+        """Margin-adjusted, scaled logits.
+
+        Args:
+            cosine: ``Tensor[N, C]``, cosines between normalized embeddings and class centers.
+            labels: ``Tensor[N]`` of int64 in ``[0, C)``, or -1 for "no target among these C".
+            norms: ``Tensor[N]``, the embeddings' L2 norms (required when
+                :attr:`requires_norms`).
+
+        Returns:
+            ``Tensor[N, C]`` logits for softmax cross-entropy.
+        """
+        check_cosine(cosine)
+        check_labels(labels, cosine.shape[0], cosine.shape[1], allow_missing=True)
+        check_norms(norms, cosine.shape[0], required=self.requires_norms)
+        return self.apply(cosine, labels, norms)
+
+    def extra_repr(self) -> str:
+        return f"gradient={self.gradient!r}" if self.gradient != "exact" else ""
+
+
+def check_cosine(cosine: object) -> Tensor:
+    """Check a cosine matrix: a finite floating ``Tensor[N, C]`` with ``N >= 1``."""
+    if not isinstance(cosine, Tensor):
+        raise TypeError(f"cosine must be a torch.Tensor, got {type(cosine).__name__}")
+    if not cosine.is_floating_point():
+        raise TypeError(f"cosine must have a floating dtype, got {cosine.dtype}")
+    if cosine.dim() != 2:
+        raise ValueError(f"cosine must have shape (N, C), got {tuple(cosine.shape)}")
+    if cosine.shape[0] == 0:
+        raise ValueError("cosine is an empty batch (N = 0)")
+    if not bool(torch.isfinite(cosine).all()):
+        raise ValueError("cosine contains non-finite values (NaN or inf)")
+    return cosine
+
+
+def check_norms(norms: object, batch_size: int, *, required: bool) -> Tensor | None:
+    """Check embedding norms: None (if not required) or a floating ``Tensor[N]``."""
+    if norms is None:
+        if required:
+            raise ValueError("norms is required by this margin (it depends on the feature norm)")
+        return None
+    if not isinstance(norms, Tensor) or not norms.is_floating_point():
+        raise TypeError(f"norms must be a floating torch.Tensor of shape (N,), got {norms!r}")
+    if tuple(norms.shape) != (batch_size,):
+        raise ValueError(f"norms must have shape ({batch_size},), got {tuple(norms.shape)}")
+    return norms

@@ -1,0 +1,106 @@
+"""CurricularFace: ArcFace's positive plus adaptive re-weighting of hard negatives."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .._validation import check_choice, check_real
+from ._angles import cos_add
+from .arcface import ANGLE_POLICIES, additive_angular_margin
+from .base import Context, Margin
+
+__all__ = ["CurricularFaceMargin", "curricular_negative"]
+
+
+def curricular_negative(cosine: Tensor, threshold: Tensor, t: Tensor | float) -> Tensor:
+    r"""CurricularFace's non-target modulation, elementwise.
+
+    .. math:: N(t, \cos\theta_j) = \begin{cases}
+        \cos\theta_j\,(t + \cos\theta_j) & \cos\theta_j > \cos(\theta_y + m) \text{ (hard)}\\
+        \cos\theta_j & \text{otherwise}\end{cases}
+
+    Args:
+        cosine: ``Tensor[N, c]`` of ``cos θ_j``.
+        threshold: ``Tensor[N, 1]``, ``cos(θ_y + m)`` per row (no gradient).
+        t: the adaptive parameter (no gradient).
+
+    Returns:
+        ``Tensor[N, c]``; derivative ``t + 2cos θ_j`` on hard negatives, 1 elsewhere.
+    """
+    hard = cosine > threshold  # (N, c)
+    return torch.where(hard, cosine * (t + cosine), cosine)
+
+
+class CurricularFaceMargin(Margin):
+    r"""CurricularFace (Huang et al., 2020).
+
+    .. math::
+        \text{logit}_y = s\cos(\theta_y + m),\qquad
+        \text{logit}_j = s\,N(t, \cos\theta_j),\qquad
+        t \leftarrow \alpha\,t + (1 - \alpha)\,\overline{\cos\theta_y}
+
+    where ``N`` is :func:`curricular_negative`, the mean is over the batch's target cosines, and
+    ``t`` is updated (before use, as in the authors' code) in training mode only. ``t`` starts at 0
+    and is a buffer, saved in ``state_dict``.
+
+    Args:
+        margin: ``m`` in radians, ``0 <= m < π``. Default: 0.5 (paper).
+        scale: ``s > 0``. Default: 64.0 (paper).
+        momentum: ``α`` in ``[0, 1]``. Default: 0.99 (paper).
+        policy: the positive's behaviour where ``θ_y + m > π``. Default: ``"linear"`` (paper's
+            code).
+        gradient: ``"exact"`` (default) or ``"straight_through"`` (target only). ``t`` and the
+            hard-negative mask carry no gradient, as in the paper.
+    """
+
+    stateful = True
+
+    def __init__(
+        self,
+        margin: float = 0.5,
+        scale: float = 64.0,
+        *,
+        momentum: float = 0.99,
+        policy: str = "linear",
+        gradient: str = "exact",
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(gradient=gradient)
+        self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
+        self.scale = check_real("scale", scale, positive=True)
+        self.momentum = check_real("momentum", momentum, nonnegative=True, at_most=1.0)
+        self.policy = check_choice("policy", policy, ANGLE_POLICIES)
+        self.register_buffer("t", torch.zeros((), device=device))
+
+    def scale_for(self, norms: Tensor | None) -> float:
+        return self.scale
+
+    def prepare(
+        self,
+        cos_target: Tensor,
+        labels: Tensor,
+        norms: Tensor | None,
+        cosine: Tensor | None = None,
+    ) -> Context:
+        has_target = labels >= 0  # (N,)
+        with torch.no_grad():
+            if self.training and bool(has_target.any()):
+                mean_target = cos_target[has_target].mean()
+                self.t.mul_(self.momentum).add_((1.0 - self.momentum) * mean_target.to(self.t))
+            threshold = cos_add(cos_target, self.margin)  # cos(θ_y + m), (N,)
+            threshold = torch.where(has_target, threshold, torch.full_like(threshold, 2.0))
+        return {"scale": self.scale, "threshold": threshold.unsqueeze(1), "t": self.t.detach()}
+
+    def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
+        return additive_angular_margin(cos_target, self.margin, self.policy)
+
+    def nontarget_cosine(self, cosine: Tensor, context: Context) -> Tensor:
+        threshold = context["threshold"]
+        assert isinstance(threshold, Tensor)
+        return curricular_negative(cosine, threshold.to(cosine.dtype), context["t"])
+
+    def extra_repr(self) -> str:
+        return f"margin={self.margin}, scale={self.scale}, momentum={self.momentum}"
