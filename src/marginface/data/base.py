@@ -1,0 +1,102 @@
+"""The containers every dataset loader returns.
+
+Images are held in memory as NumPy arrays: every dataset the pipeline ships with (digits,
+MNIST, Fashion-MNIST, Omniglot background sets, ORL, Extended Yale B, LFW at reduced size)
+fits comfortably in memory on a 24 GiB machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["DatasetBundle", "ImageSet", "PairSet"]
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """Images with integer identity labels.
+
+    Attributes:
+        images: ``float32[N, C, H, W]`` in [0, 1].
+        labels: ``int64[N]`` in ``[0, num_classes)``, contiguous within this set.
+        class_names: the name of each label, ``len == num_classes``.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    class_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.images.ndim != 4:
+            raise ValueError(f"images must have shape (N, C, H, W), got {self.images.shape}")
+        if self.labels.shape != (self.images.shape[0],):
+            raise ValueError(
+                f"labels must have shape ({self.images.shape[0]},), got {self.labels.shape}"
+            )
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        """``max(label) + 1`` (or ``len(class_names)`` when given)."""
+        if self.class_names:
+            return len(self.class_names)
+        return int(self.labels.max()) + 1 if len(self) else 0
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)``."""
+        c, h, w = self.images.shape[1:]
+        return int(c), int(h), int(w)
+
+
+@dataclass(frozen=True)
+class PairSet:
+    """Verification pairs over the images of an :class:`ImageSet`.
+
+    Attributes:
+        index: ``int64[P, 2]``, row indices into the image set.
+        same: ``bool[P]``, True for a genuine (same identity) pair.
+        fold: ``int64[P]``, the cross-validation fold of each pair (all 0 if there are none).
+    """
+
+    index: np.ndarray
+    same: np.ndarray
+    fold: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        if self.index.ndim != 2 or self.index.shape[1] != 2:
+            raise ValueError(f"index must have shape (P, 2), got {self.index.shape}")
+        if self.same.shape != (self.index.shape[0],):
+            raise ValueError(
+                f"same must have shape ({self.index.shape[0]},), got {self.same.shape}"
+            )
+        if self.fold.size == 0:
+            object.__setattr__(self, "fold", np.zeros(self.index.shape[0], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+
+@dataclass(frozen=True)
+class DatasetBundle:
+    """What a loader returns: a training set and an evaluation set.
+
+    Attributes:
+        name: the dataset's registry name (``"digits"``, ``"mnist"``, ...).
+        train: the images to train on.
+        test: the images to evaluate on. ``open_set`` says whether its identities are disjoint
+            from ``train``'s (then closed-set accuracy is meaningless and only pairs/retrieval
+            apply).
+        pairs: verification pairs over ``test``, or None (then the pipeline may sample pairs).
+        open_set: see ``test``.
+    """
+
+    name: str
+    train: ImageSet
+    test: ImageSet
+    pairs: PairSet | None = None
+    open_set: bool = False
