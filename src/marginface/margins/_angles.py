@@ -3,8 +3,9 @@
 The derivative of ``θ = arccos(c)`` is ``-1/sqrt(1 - c²)``, infinite at ``c = ±1``. Every
 margin in this package that needs θ or ``sin θ`` goes through these helpers, which compute the
 true value and the true derivative everywhere except in the band ``1 - c² < SIN2_FLOOR``, where
-``sin θ`` in the derivative is held at ``sqrt(SIN2_FLOOR)``. For fp32 inputs that band is narrower than the spacing
-of representable cosines next to 1, so in practice it only affects ``c`` exactly ``±1``.
+``sin θ`` in the derivative is held at ``sqrt(SIN2_FLOOR)``. For fp32 inputs that band is
+narrower than the spacing of representable cosines next to 1, so in practice it only affects
+``c`` exactly ``±1``.
 """
 
 from __future__ import annotations
