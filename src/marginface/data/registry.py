@@ -1,0 +1,36 @@
+"""Name → dataset loader: ``load_dataset("digits")``, ``list_datasets()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .base import DatasetBundle
+from .digits import load_digits
+
+__all__ = ["list_datasets", "load_dataset", "register_dataset"]
+
+_LOADERS: dict[str, Callable[..., DatasetBundle]] = {"digits": load_digits}
+
+
+def register_dataset(name: str, loader: Callable[..., DatasetBundle]) -> None:
+    """Register ``loader(**options) -> DatasetBundle`` under ``name``."""
+    if name in _LOADERS:
+        raise ValueError(f"a dataset named {name!r} is already registered")
+    _LOADERS[name] = loader
+
+
+def list_datasets() -> list[str]:
+    """Registered dataset names, sorted."""
+    return sorted(_LOADERS)
+
+
+def load_dataset(name: str, **options: Any) -> DatasetBundle:
+    """Load a registered dataset; ``ValueError`` listing the valid names for an unknown one.
+
+    Options are the loader's keyword arguments (``data_dir``, ``seed``, ...); a loader rejects
+    options it does not know with ``TypeError``.
+    """
+    if not isinstance(name, str) or name not in _LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(list_datasets())}")
+    return _LOADERS[name](**options)
