@@ -1,0 +1,190 @@
+"""Each margin against an independent re-statement of its paper / reference code."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from marginface.margins import (
+    AdaCosMargin,
+    AdaFaceMargin,
+    CurricularFaceMargin,
+    ElasticFaceMargin,
+    MagFaceMargin,
+    SphereFaceMargin,
+)
+from marginface.margins.elasticface import assign_elastic_plus
+from marginface.margins.sphereface import chebyshev_cos_multiple, sphereface_psi
+
+
+def _batch(n: int = 8, c: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.rand(n, c, generator=g, dtype=torch.float64) * 1.8 - 0.9,
+        torch.randint(0, c, (n,), generator=g),
+    )
+
+
+def reference_arcface_target(c: np.ndarray, m: np.ndarray | float) -> np.ndarray:
+    """insightface's formula: cos(θ+m) above cos(π-m), else cos θ - m·sin m."""
+    theta = np.arccos(np.clip(c, -1, 1))
+    return np.where(c > np.cos(np.pi - m), np.cos(theta + m), c - m * np.sin(m))
+
+
+def test_curricularface_against_authors_code() -> None:
+    cosine, labels = _batch()
+    margin = CurricularFaceMargin(0.5, 64.0)
+    margin.t.fill_(0.3)
+    logits = margin.train()(cosine, labels).numpy()
+    # reference: the authors' forward, re-stated in numpy
+    c = cosine.numpy().copy()
+    rows = np.arange(len(c))
+    target = c[rows, labels.numpy()][:, None]
+    cos_theta_m = np.cos(np.arccos(target) + 0.5)
+    t = 0.01 * target.mean() + 0.99 * 0.3  # updated before use
+    hard = c > cos_theta_m
+    out = np.where(hard, c * (t + c), c)
+    out[rows, labels.numpy()] = reference_arcface_target(target[:, 0], 0.5)
+    # t is a float32 buffer: agreement to float32 precision
+    np.testing.assert_allclose(logits, 64.0 * out, rtol=1e-6, atol=1e-6)
+    assert math.isclose(float(margin.t), t, rel_tol=1e-6)
+
+
+def test_adacos_dynamic_scale_against_paper() -> None:
+    cosine, labels = _batch(16, 10)
+    margin = AdaCosMargin(10).train()
+    s0 = math.sqrt(2) * math.log(9)
+    assert math.isclose(float(margin.scale), s0, rel_tol=1e-6)
+    logits = margin(cosine, labels).numpy()
+    c = cosine.numpy()
+    onehot = np.zeros_like(c, dtype=bool)
+    onehot[np.arange(16), labels.numpy()] = True
+    b_avg = np.exp(np.float32(s0) * c)[~onehot].sum() / 16
+    theta_med = np.median(np.arccos(c[onehot]))  # torch.median takes the lower middle value
+    theta_med_torch = float(torch.median(torch.arccos(torch.from_numpy(c[onehot]))))
+    assert theta_med_torch <= theta_med + 1e-12
+    s = math.log(b_avg) / math.cos(min(math.pi / 4, theta_med_torch))
+    assert math.isclose(float(margin.scale), s, rel_tol=1e-5)
+    np.testing.assert_allclose(logits, np.float32(s) * c, rtol=1e-6)
+
+
+def test_adacos_fixed_scale_does_not_move() -> None:
+    cosine, labels = _batch(16, 10)
+    margin = AdaCosMargin(10, dynamic=False).train()
+    margin(cosine, labels)
+    assert math.isclose(float(margin.scale), math.sqrt(2) * math.log(9), rel_tol=1e-6)
+
+
+def test_magface_against_paper() -> None:
+    cosine, labels = _batch()
+    norms = torch.tensor([5.0, 10.0, 30.0, 60.0, 90.0, 110.0, 150.0, 45.0], dtype=torch.float64)
+    margin = MagFaceMargin(64.0)
+    logits = margin(cosine, labels, norms).numpy()
+    a = np.clip(norms.numpy(), 10, 110)
+    m = (0.8 - 0.45) / 100 * (a - 10) + 0.45
+    c = cosine.numpy()
+    rows = np.arange(8)
+    expected = c.copy()
+    expected[rows, labels.numpy()] = reference_arcface_target(c[rows, labels.numpy()], m)
+    np.testing.assert_allclose(logits, 64 * expected, rtol=1e-10, atol=1e-10)
+    reg = margin.regularizer(norms).numpy()
+    np.testing.assert_allclose(reg, 35.0 * (1 / a + a / 110**2), rtol=1e-12)
+
+
+def test_adaface_against_authors_code() -> None:
+    cosine, labels = _batch()
+    norms = torch.tensor([5.0, 10.0, 18.0, 22.0, 30.0, 50.0, 150.0, 0.0], dtype=torch.float64)
+    margin = AdaFaceMargin(0.4, 64.0).train()
+    logits = margin(cosine, labels, norms).numpy()
+    safe = np.clip(norms.numpy(), 0.001, 100)
+    mean = 0.01 * safe.mean() + 0.99 * 20.0
+    std = 0.01 * safe.std(ddof=1) + 0.99 * 100.0
+    z = np.clip((safe - mean) / (std + 1e-3) * 0.333, -1, 1)
+    c = np.clip(cosine.numpy(), -1 + 1e-3, 1 - 1e-3)
+    rows, y = np.arange(8), labels.numpy()
+    theta = np.arccos(c[rows, y])
+    theta_m = np.clip(theta - 0.4 * z, 1e-3, np.pi - 1e-3)
+    expected = cosine.numpy().copy()
+    expected[rows, y] = np.cos(theta_m) - (0.4 * z + 0.4)
+    np.testing.assert_allclose(logits, 64 * expected, rtol=1e-5, atol=1e-5)
+    assert math.isclose(float(margin.batch_mean), mean, rel_tol=1e-6)
+    assert math.isclose(float(margin.batch_std), std, rel_tol=1e-6)
+
+
+def test_elasticface_draws_are_seeded_and_distributed() -> None:
+    cosine, labels = _batch(4000, 5)
+    a = ElasticFaceMargin("arc", 0.5, 64.0, std=0.05, seed=7).train()
+    b = ElasticFaceMargin("arc", 0.5, 64.0, std=0.05, seed=7).train()
+    torch.testing.assert_close(a(cosine, labels), b(cosine, labels))
+    drawn = a.draw(cosine[:, 0])
+    assert abs(float(drawn.mean()) - 0.5) < 0.005 and abs(float(drawn.std()) - 0.05) < 0.005
+    a.eval()
+    assert torch.all(a.draw(cosine[:, 0]) == 0.5)
+
+
+@pytest.mark.parametrize("kind", ["arc", "cos"])
+def test_elasticface_target_uses_the_drawn_margin(kind: str) -> None:
+    cosine, labels = _batch()
+    margin = ElasticFaceMargin(kind, None, 64.0, seed=3).train()
+    gen = torch.Generator().manual_seed(3)
+    m = torch.normal(margin.margin, 0.05, size=(8,), generator=gen).double().numpy()
+    logits = margin(cosine, labels).numpy()
+    rows, y = np.arange(8), labels.numpy()
+    target = cosine.numpy()[rows, y]
+    ref = reference_arcface_target(target, m) if kind == "arc" else target - m
+    np.testing.assert_allclose(logits[rows, y], 64 * ref, rtol=1e-10, atol=1e-10)
+
+
+def test_elasticface_plus_assignment() -> None:
+    margins = torch.tensor([0.6, 0.4, 0.5, 0.45])
+    cos_target = torch.tensor([0.1, 0.9, 0.5, 0.7])
+    assigned = assign_elastic_plus(margins, cos_target)
+    # easiest sample (0.9) gets the smallest margin, hardest (0.1) the largest
+    torch.testing.assert_close(assigned, torch.tensor([0.6, 0.4, 0.5, 0.45]))
+    shuffled = assign_elastic_plus(torch.tensor([0.45, 0.6, 0.4, 0.5]), cos_target)
+    torch.testing.assert_close(shuffled, torch.tensor([0.6, 0.4, 0.5, 0.45]))
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5])
+def test_chebyshev_is_cos_multiple(m: int) -> None:
+    theta = torch.linspace(0, math.pi, 101, dtype=torch.float64)
+    torch.testing.assert_close(chebyshev_cos_multiple(theta.cos(), m), (m * theta).cos())
+
+
+def test_sphereface_psi_pieces() -> None:
+    m = 4
+    theta = torch.tensor([0.1, 1.0, 2.0, 3.0], dtype=torch.float64)
+    k = torch.floor(m * theta / math.pi)
+    expected = (-1.0) ** k * torch.cos(m * theta) - 2 * k
+    torch.testing.assert_close(sphereface_psi(theta.cos(), m), expected)
+
+
+def test_sphereface_annealing_and_feature_norm_scale() -> None:
+    cosine, labels = _batch()
+    norms = torch.linspace(1, 8, 8, dtype=torch.float64)
+    margin = SphereFaceMargin(4).train()
+    logits = margin(cosine, labels, norms)  # iteration 1
+    lam = max(5.0, 1000.0 / (1 + 0.12 * 1))
+    assert math.isclose(margin.current_lambda, lam)
+    rows = torch.arange(8)
+    c = cosine[rows, labels]
+    target = (lam * c + sphereface_psi(c, 4)) / (1 + lam)
+    torch.testing.assert_close(logits[rows, labels], norms * target)
+    other = torch.ones_like(cosine, dtype=torch.bool)
+    other[rows, labels] = False
+    torch.testing.assert_close(logits[other], (norms[:, None] * cosine)[other])
+    for _ in range(5000):
+        margin.iteration += 1
+    assert margin.current_lambda == 5.0
+
+
+def test_sphereface_normalized_variant_has_fixed_scale() -> None:
+    margin = SphereFaceMargin(4, scale=30.0, lambda_base=0.0, lambda_min=0.0)
+    assert not margin.requires_norms
+    cosine, labels = _batch()
+    rows = torch.arange(8)
+    logits = margin(cosine, labels)
+    torch.testing.assert_close(logits[rows, labels], 30 * sphereface_psi(cosine[rows, labels], 4))
