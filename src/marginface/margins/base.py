@@ -112,18 +112,25 @@ class Margin(nn.Module):
         return adjusted
 
     def apply(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
-        """:meth:`forward` without argument checks (for executors that checked already)."""
+        """:meth:`forward` without argument checks (for executors that checked already).
+
+        The target logit is written as a correction added at the label's column
+        (``scatter_add_``), whose backward passes the gradient through unchanged instead of
+        copying the ``N×C`` matrix as an overwrite would.
+        """
         has_target = labels >= 0  # (N,)
         index = labels.clamp_min(0).unsqueeze(1)  # (N, 1)
-        cos_target = cosine.gather(1, index).squeeze(1).clamp(-1.0, 1.0)  # (N,)
+        raw_target = cosine.gather(1, index)  # (N, 1), unclamped
+        cos_target = raw_target.squeeze(1).clamp(-1.0, 1.0)  # (N,)
         context = self.prepare(cos_target, labels, norms, cosine)
         target = self.adjusted_target_cosine(cos_target, norms, context)  # (N,)
-        others = self.nontarget_cosine(cosine, context)  # (N, C)
-        target = torch.where(has_target, target, others.gather(1, index).squeeze(1))
         scale = context["scale"]
-        logits = others * scale  # (N, C), a fresh tensor: safe to write into
+        logits = self.nontarget_cosine(cosine, context) * scale  # (N, C), a fresh tensor
+        # what the non-target rule put at the label's column (elementwise, so computable alone)
+        placed = self.nontarget_cosine(raw_target, context).squeeze(1)  # (N,)
         row_scale = scale.reshape(-1) if isinstance(scale, Tensor) and scale.dim() == 2 else scale
-        logits.scatter_(1, index, (target * row_scale).unsqueeze(1).to(logits.dtype))
+        correction = torch.where(has_target, (target - placed) * row_scale, 0.0)  # (N,)
+        logits.scatter_add_(1, index, correction.unsqueeze(1).to(logits.dtype))
         return logits
 
     def forward(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
