@@ -7,10 +7,15 @@ from typing import Any
 
 from .base import DatasetBundle
 from .digits import load_digits
+from .mnist import load_fashion_mnist, load_mnist
 
 __all__ = ["list_datasets", "load_dataset", "register_dataset"]
 
-_LOADERS: dict[str, Callable[..., DatasetBundle]] = {"digits": load_digits}
+_LOADERS: dict[str, Callable[..., DatasetBundle]] = {
+    "digits": load_digits,
+    "mnist": load_mnist,
+    "fashion-mnist": load_fashion_mnist,
+}
 
 
 def register_dataset(name: str, loader: Callable[..., DatasetBundle]) -> None:
