@@ -7,6 +7,7 @@ from typing import Any
 
 from .base import DatasetBundle
 from .digits import load_digits
+from .lfw import load_lfw
 from .mnist import load_fashion_mnist, load_mnist
 
 __all__ = ["list_datasets", "load_dataset", "register_dataset"]
@@ -15,6 +16,7 @@ _LOADERS: dict[str, Callable[..., DatasetBundle]] = {
     "digits": load_digits,
     "mnist": load_mnist,
     "fashion-mnist": load_fashion_mnist,
+    "lfw": load_lfw,
 }
 
 
