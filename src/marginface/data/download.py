@@ -192,7 +192,11 @@ def _missing_message(
 ) -> str:
     lines = [f"dataset {dataset!r}: these files are missing:"]
     for remote in missing:
-        source = f" (from {remote.urls[0]})" if remote.urls else ""
+        source = (
+            f" (from {remote.urls[0]})"
+            if remote.urls
+            else " (no public mirror with a checksum is known: get it from its publisher)"
+        )
         lines.append(f"  {remote.name}{source}")
     lines.append(
         f"Put them in {folder / dataset}, or in a folder <DIR>/{dataset}/ and pass "
@@ -251,9 +255,7 @@ def ensure_files(
     for remote in missing:
         if not remote.urls:
             raise DataFilesMissingError(
-                _missing_message(
-                    dataset, missing, folder, f"no public mirror with a checksum for {remote.name}"
-                )
+                _missing_message(dataset, missing, folder, f"{remote.name} cannot be downloaded")
             )
         try:
             found[remote.name] = download_file(remote, folder / dataset, timeout=timeout)

@@ -60,7 +60,9 @@ def decode_image(
         crop: side of a centred square crop, in pixels of the original image, applied before
             resizing (clipped to the image). None: no crop.
         size: output side (square) or ``(height, width)``; resampled with Pillow's area-averaging
-            ``BOX`` filter when shrinking and bilinear when enlarging. None: keep.
+            ``BOX`` filter when shrinking and bilinear when enlarging. A square ``size`` on a
+            non-square image first centre-crops it to a square of its shorter side (no
+            distortion). None: keep.
 
     Raises:
         ValueError: the bytes are not an image Pillow can decode (the message names ``source``
@@ -79,6 +81,11 @@ def decode_image(
         side_w, side_h = min(crop, width), min(crop, height)
         left, top = (width - side_w) // 2, (height - side_h) // 2
         image = image.crop((left, top, left + side_w, top + side_h))
+    if isinstance(size, int) and image.size[0] != image.size[1]:
+        width, height = image.size
+        side = min(width, height)
+        left, top = (width - side) // 2, (height - side) // 2
+        image = image.crop((left, top, left + side, top + side))
     if size is not None:
         height, width = (size, size) if isinstance(size, int) else size
         shrinking = width <= image.size[0] and height <= image.size[1]

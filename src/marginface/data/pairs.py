@@ -16,9 +16,11 @@ def sample_pairs(
 
     Genuine pairs: an identity with at least two images drawn uniformly, then two distinct
     images of it. Impostor pairs: two distinct identities drawn uniformly, one image of each.
-    Duplicate pairs (in either order) are redrawn; when an identity set cannot supply enough
-    distinct pairs, fewer are returned. Folds are assigned round-robin within the genuine and
-    within the impostor pairs, so each fold is balanced (as LFW's View 2). Folds are *not*
+    Duplicate pairs (in either order) are redrawn. The result is always balanced:
+    ``num_pairs // 2`` of each kind, or fewer of both when the identities cannot supply that many
+    distinct genuine pairs (``sum_k n_k (n_k - 1) / 2`` for identities with ``n_k`` images).
+    Folds are assigned round-robin within the genuine and within the impostor pairs, so each fold
+    is balanced (as LFW's View 2). Folds are *not*
     identity-disjoint: with a threshold as the only fitted quantity this does not leak.
 
     Args:
@@ -70,7 +72,7 @@ def sample_pairs(
         return [ordered[i] for i in rng.permutation(len(ordered))]
 
     genuine_pairs = draw(half, True, max_genuine)
-    impostor_pairs = draw(num_pairs - half, False, len(labels) * len(labels))
+    impostor_pairs = draw(len(genuine_pairs), False, len(labels) * len(labels))
     rows, same, fold = [], [], []
     for k in range(num_folds):
         for pairs, is_same in ((genuine_pairs, True), (impostor_pairs, False)):

@@ -24,6 +24,7 @@ __all__ = [
     "SPLITS",
     "build_bundle",
     "check_limit",
+    "check_split_options",
     "check_test_fraction",
     "closed_set_split",
     "limit_indices",
@@ -52,6 +53,14 @@ def check_limit(limit: object) -> int | None:
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit!r}")
     return int(limit)
+
+
+def check_split_options(split: object, test_fraction: object, limit: object) -> None:
+    """Validate :func:`build_bundle`'s options up front (before any slow decoding)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
+    check_test_fraction(test_fraction)
+    check_limit(limit)
 
 
 def closed_set_split(
@@ -123,8 +132,7 @@ def build_bundle(
         limit: cap on training images.
         num_pairs: verification pairs sampled over an open-set test set.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
+    check_split_options(split, test_fraction, limit)
     test_fraction = check_test_fraction(test_fraction)
     limit = check_limit(limit)
     if split == "closed":
