@@ -34,6 +34,7 @@ from .locations import DATA_ENV, find_file, resolve_data_dir
 __all__ = [
     "ChecksumError",
     "DataFilesMissingError",
+    "DownloadError",
     "RemoteFile",
     "download_file",
     "ensure_files",
@@ -47,6 +48,10 @@ _CHUNK_BYTES = 1 << 20
 
 class ChecksumError(ValueError):
     """A downloaded file's digest differs from the published one (the file has been removed)."""
+
+
+class DownloadError(OSError):
+    """No URL of a file could be read (refused, unreachable, 404, truncated)."""
 
 
 class DataFilesMissingError(FileNotFoundError):
@@ -156,13 +161,24 @@ def download_file(
     Raises:
         ChecksumError: a URL served bytes with the wrong digest (and no other URL served the
             right ones).
-        OSError: no URL could be read (``urllib.error.URLError`` for refused / unreachable /
-            404, ``PermissionError`` for an unwritable folder); the message lists each attempt.
+        DownloadError: no URL could be read (refused, unreachable, 404, truncated body); the
+            message lists each attempt.
+        PermissionError: the folder is not writable.
     """
     if not remote.urls:
         raise OSError(f"no download URL is known for {remote.name}")
     target_folder = Path(folder)
+    created = not target_folder.exists()
     target_folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return _download_into(remote, target_folder, timeout)
+    except BaseException:
+        if created and not any(target_folder.iterdir()):
+            target_folder.rmdir()
+        raise
+
+
+def _download_into(remote: RemoteFile, target_folder: Path, timeout: float) -> Path:
     failures: list[str] = []
     checksum_failure: ChecksumError | None = None
     for url in remote.urls:
@@ -177,14 +193,16 @@ def download_file(
             raise
         except (OSError, ValueError, http.client.HTTPException) as error:
             # URLError / HTTPError (refused, 404), timeouts, truncated bodies, malformed URLs
-            failures.append(f"{url}: {error}")
+            reason = error if isinstance(error, urllib.error.HTTPError) else None
+            reason = reason or getattr(error, "reason", None) or error
+            failures.append(f"{url}: {reason}")
             continue
         destination = target_folder / remote.name
         os.replace(temp, destination)
         return destination
     if checksum_failure is not None:
         raise ChecksumError("; ".join(failures))
-    raise urllib.error.URLError("; ".join(failures))
+    raise DownloadError("; ".join(failures))
 
 
 def _missing_message(
