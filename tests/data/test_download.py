@@ -154,3 +154,13 @@ def test_env_data_dir_is_used(tmp_path, monkeypatch):
 def test_remote_file_needs_a_digest_with_urls():
     with pytest.raises(ValueError, match="no sha256 or md5"):
         RemoteFile("a", urls=("http://127.0.0.1/a",))
+
+
+def test_default_folder_is_the_cache(local_mirror, served_labels, tmp_path, monkeypatch):
+    monkeypatch.delenv("MARGINFACE_DATA", raising=False)
+    monkeypatch.delenv("MARGINFACE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    remote = RemoteFile(LABELS, urls=("http://unused.invalid/x",), sha256=LABELS_SHA256)
+    found = ensure_files("mnist", [remote], None, mirrors=[local_mirror.url])
+    assert found[LABELS] == tmp_path / "xdg" / "marginface" / "mnist" / LABELS
+    assert file_digest(found[LABELS]) == LABELS_SHA256

@@ -154,3 +154,14 @@ def test_face_archives_missing_or_corrupt(tmp_path, name):
         load_dataset(name, data_dir=tmp_path)
     with pytest.raises(ValueError, match="split"):
         load_dataset(name, data_dir=tmp_path, split="random")
+
+
+def test_orl_extracted_folder_matches_tar(shared_file, shared_data, tmp_path):
+    import tarfile
+
+    with tarfile.open(shared_file("orl", "att_faces.tar")) as tar:
+        tar.extractall(tmp_path / "orl", filter="data")
+    from_folder = load_dataset("orl", data_dir=tmp_path, image_size=16)
+    from_tar = load_dataset("orl", data_dir=shared_data, image_size=16)
+    np.testing.assert_array_equal(from_folder.train.images, from_tar.train.images)
+    np.testing.assert_array_equal(from_folder.test.labels, from_tar.test.labels)
