@@ -166,7 +166,7 @@ def download_file(
         PermissionError: the folder is not writable.
     """
     if not remote.urls:
-        raise OSError(f"no download URL is known for {remote.name}")
+        raise DownloadError(f"no download URL is known for {remote.name}")
     target_folder = Path(folder)
     created = not target_folder.exists()
     target_folder.mkdir(parents=True, exist_ok=True)
@@ -193,8 +193,8 @@ def _download_into(remote: RemoteFile, target_folder: Path, timeout: float) -> P
             raise
         except (OSError, ValueError, http.client.HTTPException) as error:
             # URLError / HTTPError (refused, 404), timeouts, truncated bodies, malformed URLs
-            reason = error if isinstance(error, urllib.error.HTTPError) else None
-            reason = reason or getattr(error, "reason", None) or error
+            http_error = isinstance(error, urllib.error.HTTPError)
+            reason = error if http_error else getattr(error, "reason", error)
             failures.append(f"{url}: {reason}")
             continue
         destination = target_folder / remote.name
