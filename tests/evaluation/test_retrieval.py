@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from marginface.evaluation import retrieval_metrics
+from marginface.evaluation.retrieval import _top_neighbours
 
 
 def brute_force(embeddings: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
@@ -42,6 +43,26 @@ def test_matches_brute_force(seed: int) -> None:
     assert result["precision_at_1"] == pytest.approx(p1, abs=1e-12)
     assert result["map_at_r"] == pytest.approx(map_r, abs=1e-12)
     assert result["num_queries"] == 79
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ties_are_broken_by_index_like_brute_force(seed: int) -> None:
+    # axis vectors ±e_i: every cosine is exactly -1, 0 or 1, so ties are everywhere
+    rng = np.random.default_rng(seed)
+    embeddings = np.concatenate([np.eye(3), -np.eye(3)])[rng.integers(0, 6, size=60)]
+    labels = rng.integers(0, 3, size=60)
+    result = retrieval_metrics(embeddings, labels, chunk_size=16)
+    p1, map_r = brute_force(embeddings, labels)
+    assert result["precision_at_1"] == pytest.approx(p1, abs=1e-12)
+    assert result["map_at_r"] == pytest.approx(map_r, abs=1e-12)
+
+
+def test_top_neighbours_equals_stable_sort() -> None:
+    generator = torch.Generator().manual_seed(0)
+    sims = torch.randint(0, 4, (50, 40), generator=generator).double()  # many ties
+    for k in (1, 5, 39, 40):
+        expected = torch.sort(sims, dim=1, descending=True, stable=True).indices[:, :k]
+        torch.testing.assert_close(_top_neighbours(sims, k), expected)
 
 
 def test_chunk_size_and_tensor_input_do_not_change_the_result() -> None:

@@ -12,6 +12,33 @@ from .closed_set import _normalize
 __all__ = ["retrieval_metrics"]
 
 
+def _top_neighbours(sims: torch.Tensor, k: int) -> torch.Tensor:
+    """Column indices of the ``k`` largest entries of each row, by decreasing value and, among
+    equal values, increasing index: the first ``k`` of a stable descending sort.
+
+    ``torch.topk`` (fast) picks the candidates; rows where a tie straddles the k-th place (topk
+    may have kept a later index) fall back to the full stable sort.
+
+    Args:
+        sims: ``Tensor[B, N]``; k: ``1 <= k <= N``.
+
+    Returns:
+        ``int64[B, k]``.
+    """
+    values, index = torch.topk(sims, k, dim=1)  # (B, k), unspecified order among ties
+    by_index = torch.argsort(index, dim=1)
+    index, values = index.gather(1, by_index), values.gather(1, by_index)
+    by_value = torch.sort(values, dim=1, descending=True, stable=True).indices
+    index = index.gather(1, by_value)  # (B, k)
+    kth = values.amin(dim=1, keepdim=True)  # (B, 1)
+    straddles = (sims == kth).sum(dim=1) > (values == kth).sum(dim=1)  # (B,)
+    if bool(straddles.any()):
+        rows = torch.nonzero(straddles).squeeze(1)
+        full = torch.sort(sims[rows], dim=1, descending=True, stable=True).indices[:, :k]
+        index[rows] = full
+    return index
+
+
 def retrieval_metrics(
     embeddings: ArrayLike, labels: ArrayLike, *, chunk_size: int = 1024
 ) -> dict[str, float | int]:
@@ -53,7 +80,7 @@ def retrieval_metrics(
         sims[torch.arange(rows.numel()), rows] = -torch.inf  # leave the query out
         r = r_all[rows]  # (B,)
         max_r = int(r.max())
-        ranked = torch.sort(sims, dim=1, descending=True, stable=True).indices[:, :max_r]
+        ranked = _top_neighbours(sims, max_r)  # (B, max_r)
         relevant = (y[ranked] == y[rows].unsqueeze(1)).double()  # (B, max_r)
         precision_sum += float(relevant[:, 0].sum())
         ranks = torch.arange(1, max_r + 1, dtype=torch.float64)  # (max_r,)
