@@ -136,9 +136,13 @@ def test_default_folds_are_ten_stratified_blocks() -> None:
     scores, same = random_pairs(3, n=600)
     result = verification_metrics(scores, same)
     assert result.fold_accuracies.shape == (10,)
-    ordered = (np.arange(600) // 60) % 10
-    explicit = verification_metrics(scores, same, ordered)
-    assert 0.5 < result.accuracy <= 1.0 and 0.5 < explicit.accuracy <= 1.0
+    folds = np.empty(600, dtype=np.int64)
+    for kind in (True, False):  # the k-th of n pairs of a kind goes to fold floor(10 k / n)
+        where = np.flatnonzero(same == kind)
+        folds[where] = [10 * k // len(where) for k in range(len(where))]
+    explicit = verification_metrics(scores, same, folds)
+    np.testing.assert_array_equal(result.fold_accuracies, explicit.fold_accuracies)
+    assert result.threshold == explicit.threshold
 
 
 def test_separable_pairs_are_perfect() -> None:
