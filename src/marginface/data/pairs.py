@@ -37,8 +37,12 @@ def sample_pairs(
             identity with two images.
     """
     labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise TypeError(
+            f"labels must have an integer dtype and shape (N,), got {labels.dtype} {labels.shape}"
+        )
     if isinstance(num_pairs, bool) or not isinstance(num_pairs, (int, np.integer)):
-        raise TypeError(f"num_pairs must be an int, got {num_pairs!r}")
+        raise TypeError(f"num_pairs must be an integer, got {num_pairs!r}")
     if num_pairs < 2:
         raise ValueError(f"num_pairs must be >= 2, got {num_pairs}")
     if num_folds < 1:

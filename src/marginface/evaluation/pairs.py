@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from ..data.base import PairSet
+from ..data.pairs import sample_pairs as _sample_pairs
 from ._arrays import ArrayLike, as_embeddings, as_int_vector, to_numpy
 from .closed_set import _normalize
 
 __all__ = ["NUM_FOLDS", "pair_scores", "sample_pairs"]
+
+# one implementation of pair sampling, shared with the dataset loaders
+sample_pairs = _sample_pairs
 
 NUM_FOLDS = 10
 """Cross-validation folds of the LFW protocol, used by :func:`sample_pairs`."""
@@ -90,38 +93,3 @@ def _impostor_pairs(labels: np.ndarray, count: int, rng: np.random.Generator) ->
                 if len(result) == count:
                     break
     return np.asarray(result, dtype=np.int64).reshape(count, 2)
-
-
-def sample_pairs(labels: ArrayLike, num_pairs: int, seed: int = 0) -> PairSet:
-    """Random verification pairs, half genuine and half impostor, in 10 folds.
-
-    Genuine pairs are drawn uniformly without repetition among all unordered same-label pairs,
-    impostor pairs likewise among different-label pairs (``num_pairs // 2`` genuine, the rest
-    impostor). Each kind is dealt round-robin into :data:`NUM_FOLDS` folds after shuffling, so
-    every fold is balanced. Folds are *not* identity-disjoint (unlike LFW's ``pairs.txt``).
-
-    Args:
-        labels: ``int[N]`` identity labels of the evaluation images.
-        num_pairs: ``P >= 2``.
-        seed: seed of the draw. Default: 0.
-
-    Returns:
-        A :class:`~marginface.data.PairSet` with ``index int64[P, 2]`` into ``labels``' rows,
-        ``same bool[P]`` (genuine first, then impostor) and ``fold int64[P]`` in ``0..9``.
-    """
-    y = as_int_vector("labels", labels)
-    count = check_int("num_pairs", num_pairs, minimum=2)
-    seed = check_int("seed", seed)
-    rng = np.random.default_rng(seed)
-    num_genuine = count // 2
-    genuine = _genuine_pairs(y, num_genuine, rng)
-    impostor = _impostor_pairs(y, count - num_genuine, rng)
-    folds = []
-    for block in (genuine, impostor):
-        fold = np.arange(block.shape[0], dtype=np.int64) % NUM_FOLDS
-        folds.append(rng.permutation(fold))
-    return PairSet(
-        index=np.concatenate([genuine, impostor]).astype(np.int64),
-        same=np.concatenate([np.ones(num_genuine, bool), np.zeros(count - num_genuine, bool)]),
-        fold=np.concatenate(folds),
-    )
