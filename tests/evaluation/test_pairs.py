@@ -58,7 +58,7 @@ def test_sampled_pairs_are_balanced_distinct_and_labelled(num_pairs: int) -> Non
     np.testing.assert_array_equal(labels[a] == labels[b], pairs.same)
     assert (a != b).all()
     keys = {(min(x, y), max(x, y)) for x, y in pairs.index.tolist()}
-    assert len(keys) == num_pairs
+    assert len(keys) == len(pairs)
     assert set(pairs.fold.tolist()) <= set(range(10))
     for kind in (True, False):
         counts = np.bincount(pairs.fold[pairs.same == kind], minlength=10)
