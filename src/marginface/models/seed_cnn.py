@@ -22,14 +22,15 @@ class SeedCNN(nn.Module):
     Args:
         embedding_dim: ``D >= 1``, 2 or 3 to plot the embeddings. Default: 3.
         in_channels: image channels. Default: 1.
-        image_size: input height = width in pixels (28 for MNIST, 8 for digits). Default: 28.
+        image_size: input side in pixels (28 for MNIST, 8 for digits), or ``(H, W)``.
+            Default: 28.
         widths: the three conv widths. Default: (32, 64, 128) (seed).
         padding: zero padding added around the input first. Default: 2 (seed: 28 → 32).
         dropout: dropout probability before the dense layer. Default: 0.5 (seed).
         batch_norm: BatchNorm after each conv and on the embedding. Default: False (seed).
         device, dtype: where the parameters are created.
 
-    The flattened size is ``widths[-1] · (⌊⌊⌊(image_size + 2·padding)/2⌋/2⌋/2⌋)²``.
+    The flattened size is ``widths[-1] · ⌊(H + 2·padding)/8⌋ · ⌊(W + 2·padding)/8⌋``.
     """
 
     def __init__(
@@ -37,7 +38,7 @@ class SeedCNN(nn.Module):
         embedding_dim: int = 3,
         *,
         in_channels: int = 1,
-        image_size: int = 28,
+        image_size: int | tuple[int, int] = 28,
         widths: tuple[int, int, int] = (32, 64, 128),
         padding: int = 2,
         dropout: float = 0.5,
@@ -48,15 +49,19 @@ class SeedCNN(nn.Module):
         super().__init__()
         self.embedding_dim = check_int("embedding_dim", embedding_dim, minimum=1)
         check_int("in_channels", in_channels, minimum=1)
-        check_int("image_size", image_size, minimum=1)
+        sides = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        if len(sides) != 2:
+            raise ValueError(f"image_size must be an int or (H, W), got {image_size!r}")
+        for side in sides:
+            check_int("image_size", side, minimum=1)
         check_int("padding", padding, minimum=0)
         check_real("dropout", dropout, nonnegative=True, below=1.0)
         if len(widths) != 3:
             raise ValueError(f"widths must hold three conv widths, got {widths!r}")
-        side = image_size + 2 * padding
+        out_h, out_w = (side + 2 * padding for side in sides)
         for _ in range(3):
-            side //= 2
-        if side < 1:
+            out_h, out_w = out_h // 2, out_w // 2
+        if min(out_h, out_w) < 1:
             raise ValueError(
                 f"image_size={image_size} with padding={padding} is too small for three 2×2 "
                 "poolings (need image_size + 2·padding >= 8)"
@@ -76,7 +81,7 @@ class SeedCNN(nn.Module):
             previous = width
         self.features = nn.Sequential(*layers)
         self.dropout = nn.Dropout(dropout)
-        self.fc = nn.Linear(previous * side * side, embedding_dim, **dd)
+        self.fc = nn.Linear(previous * out_h * out_w, embedding_dim, **dd)
         self.bn = nn.BatchNorm1d(embedding_dim, **dd) if batch_norm else nn.Identity()
         self.in_channels = in_channels
         self.image_size = image_size
