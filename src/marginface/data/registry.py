@@ -7,10 +7,25 @@ from typing import Any
 
 from .base import DatasetBundle
 from .digits import load_digits
+from .folder import load_folder
+from .lfw import load_lfw
+from .mnist import load_fashion_mnist, load_mnist
+from .omniglot import load_omniglot
+from .orl import load_orl
+from .yaleb import load_yaleb
 
 __all__ = ["list_datasets", "load_dataset", "register_dataset"]
 
-_LOADERS: dict[str, Callable[..., DatasetBundle]] = {"digits": load_digits}
+_LOADERS: dict[str, Callable[..., DatasetBundle]] = {
+    "digits": load_digits,
+    "mnist": load_mnist,
+    "fashion-mnist": load_fashion_mnist,
+    "omniglot": load_omniglot,
+    "folder": load_folder,
+    "lfw": load_lfw,
+    "orl": load_orl,
+    "yaleb": load_yaleb,
+}
 
 
 def register_dataset(name: str, loader: Callable[..., DatasetBundle]) -> None:
