@@ -1,0 +1,43 @@
+"""Evaluation metrics: closed-set accuracy, verification on pairs, open-set retrieval.
+
+Every function accepts torch tensors (any device; detached) or NumPy arrays and returns plain
+Python floats or NumPy arrays.
+
+* :func:`closed_set_accuracy` -- argmax of cosines to the class centers (the seed's SoftmaxHead).
+* :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
+* :func:`verification_metrics` -- LFW 10-fold accuracy, ROC AUC, EER, TAR at FAR.
+* :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
+"""
+
+from .closed_set import closed_set_accuracy, cosine_to_centers
+from .pairs import NUM_FOLDS, pair_scores, sample_pairs
+from .retrieval import retrieval_metrics
+from .verification import (
+    DEFAULT_FAR_TARGETS,
+    VerificationMetrics,
+    best_threshold,
+    equal_error_rate,
+    kfold_accuracy,
+    roc_auc,
+    roc_curve,
+    tar_at_far,
+    verification_metrics,
+)
+
+__all__ = [
+    "DEFAULT_FAR_TARGETS",
+    "NUM_FOLDS",
+    "VerificationMetrics",
+    "best_threshold",
+    "closed_set_accuracy",
+    "cosine_to_centers",
+    "equal_error_rate",
+    "kfold_accuracy",
+    "pair_scores",
+    "retrieval_metrics",
+    "roc_auc",
+    "roc_curve",
+    "sample_pairs",
+    "tar_at_far",
+    "verification_metrics",
+]

@@ -1,0 +1,121 @@
+"""Training curves from the trainer's per-epoch log (the rows of its CSV)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._figure import new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["history_column", "plot_state_curve", "plot_training_curves"]
+
+
+def _check_history(history: Sequence[Mapping[str, object]]) -> None:
+    if isinstance(history, Mapping | str) or not isinstance(history, Sequence) or not history:
+        raise ValueError(f"history must be a non-empty list of per-epoch dicts, got {history!r}")
+    for i, row in enumerate(history):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"history[{i}] must be a dict, got {type(row).__name__}")
+
+
+def _as_float(value: object) -> float:
+    """A CSV cell or number as a float; empty or missing cells are NaN."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"history holds a non-numeric value {value!r}") from None
+
+
+def history_column(history: Sequence[Mapping[str, object]], key: str) -> tuple[np.ndarray, ...]:
+    """``(epochs, values)`` for one column, rows without it (or with an empty cell) skipped.
+
+    Epochs come from each row's ``"epoch"`` and default to the 1-based row number.
+    """
+    _check_history(history)
+    epochs, values = [], []
+    for i, row in enumerate(history, start=1):
+        value = _as_float(row.get(key))
+        if math.isnan(value):
+            continue
+        epoch = _as_float(row.get("epoch", i))
+        epochs.append(i if math.isnan(epoch) else epoch)
+        values.append(value)
+    return np.asarray(epochs, dtype=np.float64), np.asarray(values, dtype=np.float64)
+
+
+def _keys(history: Sequence[Mapping[str, object]]) -> list[str]:
+    return sorted({str(k) for row in history for k in row})
+
+
+def plot_training_curves(history: Sequence[Mapping[str, object]]) -> Figure:
+    """Loss and validation loss (left panel) and accuracy (right panel) per epoch.
+
+    Args:
+        history: the trainer's per-epoch rows (e.g. ``csv.DictReader`` output; strings are
+            converted): ``"epoch"`` and any of ``"loss"``, ``"val_loss"``, ``"accuracy"``.
+            Missing or empty cells are skipped.
+
+    Returns:
+        The figure: one line per column present (at least one must be).
+    """
+    _check_history(history)
+    columns = {key: history_column(history, key) for key in ("loss", "val_loss", "accuracy")}
+    present = {key: value for key, value in columns.items() if value[1].size}
+    if not present:
+        raise ValueError(
+            "history has none of the columns loss, val_loss, accuracy; "
+            f"its columns are: {', '.join(_keys(history))}"
+        )
+    figure = new_figure(11.0, 4.0)
+    loss_ax, accuracy_ax = figure.subplots(1, 2)
+    for key, label in (("loss", "training loss"), ("val_loss", "validation loss")):
+        if key in present:
+            loss_ax.plot(*present[key], marker=".", label=label)
+    loss_ax.set_title("Loss")
+    loss_ax.set_ylabel("loss")
+    if "accuracy" in present:
+        accuracy_ax.plot(*present["accuracy"], marker=".", color="tab:green", label="accuracy")
+    accuracy_ax.set_title("Accuracy")
+    accuracy_ax.set_ylabel("accuracy")
+    for ax in (loss_ax, accuracy_ax):
+        ax.set_xlabel("epoch")
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize="small")
+    return figure
+
+
+def plot_state_curve(history: Sequence[Mapping[str, object]], key: str) -> Figure:
+    """One column of the log against the epoch, e.g. CurricularFace's ``"t"`` or AdaCos's
+    ``"s"``.
+
+    Args:
+        history: the trainer's per-epoch rows, as for :func:`plot_training_curves`.
+        key: the column; ``ValueError`` listing the columns if no row has a value for it.
+
+    Returns:
+        The figure with one line.
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a string, got {key!r}")
+    epochs, values = history_column(history, key)
+    if not values.size:
+        raise ValueError(
+            f"history has no values for key {key!r}; its columns are: {', '.join(_keys(history))}"
+        )
+    figure = new_figure(6.0, 4.0)
+    ax = figure.add_subplot()
+    ax.plot(epochs, values, marker=".", label=key)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(key)
+    ax.set_title(f"{key} over training")
+    ax.grid(True, alpha=0.3)
+    return figure
