@@ -2,6 +2,7 @@
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .embeddings import extract_embeddings
+from .evaluate import Evaluation, evaluate_run, write_evaluation
 from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
 from .optim import build_optimizer, build_scheduler, lr_factor
 from .run import (
@@ -19,6 +20,7 @@ __all__ = [
     "RESUMABLE_KEYS",
     "CSVLogger",
     "CheckpointError",
+    "Evaluation",
     "LoadedRun",
     "OutputExistsError",
     "TensorBoardLogger",
@@ -27,6 +29,7 @@ __all__ = [
     "build_model_and_loss",
     "build_optimizer",
     "build_scheduler",
+    "evaluate_run",
     "extract_embeddings",
     "load_bundle",
     "load_checkpoint",
@@ -38,4 +41,5 @@ __all__ = [
     "resolve_device",
     "save_checkpoint",
     "train",
+    "write_evaluation",
 ]

@@ -211,8 +211,9 @@ class Trainer:
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
             ):
                 embeddings = self.model(images)  # (B, D)
-            loss = self.loss(embeddings.float(), labels)
-            value = float(loss.detach())
+            finite = bool(torch.isfinite(embeddings).all())
+            loss = self.loss(embeddings.float(), labels) if finite else None
+            value = float(loss.detach()) if finite else math.nan
             if not math.isfinite(value):
                 raise TrainingDivergedError(
                     f"loss became {value} at epoch {epoch + 1}, step {step + 1}; the last good "
