@@ -1,8 +1,9 @@
 """Training: the loop, optimizers and schedules, checkpoints, logs, embedding extraction."""
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
 from .embeddings import extract_embeddings
-from .evaluate import Evaluation, evaluate_run, write_evaluation
+from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
 from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
 from .optim import build_optimizer, build_scheduler, lr_factor
 from .run import (
@@ -17,9 +18,12 @@ from .run import (
 from .trainer import RESUMABLE_KEYS, Trainer, TrainingDivergedError, train
 
 __all__ = [
+    "EVALUATION_NAME",
     "RESUMABLE_KEYS",
+    "TABLE_COLUMNS",
     "CSVLogger",
     "CheckpointError",
+    "Comparison",
     "Evaluation",
     "LoadedRun",
     "OutputExistsError",
@@ -29,6 +33,8 @@ __all__ = [
     "build_model_and_loss",
     "build_optimizer",
     "build_scheduler",
+    "compare_losses",
+    "draw_run_pictures",
     "evaluate_run",
     "extract_embeddings",
     "load_bundle",
