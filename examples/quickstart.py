@@ -9,8 +9,9 @@ from marginface.train import evaluate_run, train
 config = TrainConfig(
     dataset="digits",
     model="seed-cnn-bn",
+    model_options={"dropout": 0.1},
     loss="curricularface",
-    epochs=15,
+    epochs=20,
     batch_size=64,
     lr=3e-3,
     schedule="cosine",
