@@ -164,3 +164,11 @@ def test_fp16_on_cpu_is_refused(tmp_path):
 def test_bf16_autocast_and_grad_clip_train(tmp_path):
     trainer = train(quick(amp="bf16", grad_clip=1.0, epochs=1), tmp_path / "run")
     assert math.isfinite(trainer.history[0]["loss"])
+
+
+def test_overwrite_never_deletes_an_unrelated_folder(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    with pytest.raises(OutputExistsError, match="refusing to delete"):
+        train(quick(epochs=1), tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"

@@ -46,8 +46,13 @@ class Comparison:
 
 def _prepare(out_dir: Path, *, overwrite: bool, replace_own: bool) -> None:
     if out_dir.is_dir() and any(out_dir.iterdir()):
-        if overwrite or (replace_own and (out_dir / MARKER).is_file()):
+        if (overwrite or replace_own) and (out_dir / MARKER).is_file():
             shutil.rmtree(out_dir)
+        elif overwrite:
+            raise OutputExistsError(
+                f"{out_dir} is not empty and was not written by marginface compare/demo; "
+                "refusing to delete it"
+            )
         else:
             raise OutputExistsError(
                 f"output directory {out_dir} already exists; pass --overwrite to replace it"
@@ -118,8 +123,9 @@ def compare_losses(
         losses: registered loss names (validated before anything is trained).
         base: the shared configuration; its ``loss`` is replaced by each name.
         loss_options: per-loss keyword arguments, merged over ``base.loss_options``.
-        overwrite: replace an existing ``out_dir``; ``replace_own``: replace it only if a
-            previous compare/demo wrote it (the demo's default).
+        overwrite: replace an existing ``out_dir`` written by a previous compare/demo (an
+            unrelated folder is never deleted); ``replace_own``: the same without asking (the
+            demo's default).
         progress: tqdm bars while training.
         on_row: called with each loss's table row as soon as it is measured.
 

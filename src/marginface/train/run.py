@@ -59,7 +59,8 @@ def resolve_device(name: str) -> torch.device:
 
 def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Path:
     """Create ``run_dir``; refuse (:class:`OutputExistsError`) if it exists and is not empty,
-    unless ``resume`` (keep it) or ``overwrite`` (empty it first)."""
+    unless ``resume`` (keep it) or ``overwrite`` (delete it first, only if it holds a run's
+    ``config.toml`` or ``checkpoint.pt``: never an unrelated folder)."""
     if resume and overwrite:
         raise ValueError("resume and overwrite are mutually exclusive")
     run_dir = Path(run_dir)
@@ -67,6 +68,11 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
         raise OutputExistsError(f"output path {run_dir} exists and is not a directory")
     if run_dir.is_dir() and any(run_dir.iterdir()):
         if overwrite:
+            if not any((run_dir / name).exists() for name in (CONFIG_NAME, CHECKPOINT_NAME)):
+                raise OutputExistsError(
+                    f"{run_dir} is not empty and does not look like a marginface run (no "
+                    f"{CONFIG_NAME} or {CHECKPOINT_NAME}); refusing to delete it"
+                )
             shutil.rmtree(run_dir)
         elif resume:
             if not (run_dir / CHECKPOINT_NAME).is_file():
