@@ -1,38 +1,26 @@
-"""Train a 3-D embedding on scikit-learn's digits with a few margin losses (library API only).
-
-    python examples/quickstart.py
+"""The library API in a few lines: train CurricularFace on digits with a 3-D embedding,
+evaluate it, and draw the sphere. Run: ``python examples/quickstart.py`` (writes runs/quickstart).
 """
 
-from __future__ import annotations
+from marginface.config import TrainConfig
+from marginface.plots import plot_embeddings, save_figure
+from marginface.train import evaluate_run, train
 
-import torch
-from torch import nn
-
-import marginface
-from marginface.data import load_dataset
-
-
-def train(loss_name: str, epochs: int = 30, seed: int = 0) -> float:
-    torch.manual_seed(seed)
-    data = load_dataset("digits", seed=seed)
-    x_train = torch.from_numpy(data.train.images).flatten(1)
-    y_train = torch.from_numpy(data.train.labels)
-    x_test = torch.from_numpy(data.test.images).flatten(1)
-    y_test = torch.from_numpy(data.test.labels)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 3))
-    loss_fn = marginface.create_loss(loss_name, num_classes=10, embedding_dim=3, scale=16.0)
-    optimizer = torch.optim.AdamW([*model.parameters(), *loss_fn.parameters()], lr=3e-3)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(y_train)).split(128):
-            loss = loss_fn(model(x_train[batch]), y_train[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    with torch.no_grad():
-        predicted = loss_fn.cosine(model(x_test)).argmax(dim=1)
-    return float((predicted == y_test).float().mean())
-
-
-if __name__ == "__main__":
-    for name in ("normface", "cosface", "arcface", "curricularface"):
-        print(f"{name:>15}: test accuracy {train(name):.3f} (3-D embedding, digits)")
+config = TrainConfig(
+    dataset="digits",
+    model="seed-cnn-bn",
+    model_options={"dropout": 0.1},
+    loss="curricularface",
+    epochs=20,
+    batch_size=64,
+    lr=3e-3,
+    schedule="cosine",
+    threads=1,
+)
+trainer = train(config, "runs/quickstart", overwrite=True)  # history.csv, checkpoint.pt
+result = evaluate_run("runs/quickstart")  # accuracy, verification, P@1
+print({k: round(v, 4) for k, v in result.metrics.items() if k in ("accuracy", "auc", "eer")})
+save_figure(
+    plot_embeddings(result.embeddings, result.labels, title="CurricularFace"),
+    "runs/quickstart/sphere.png",
+)

@@ -1,0 +1,8 @@
+"""``python -m marginface``: the command line (see :mod:`marginface.cli`)."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Typed training configuration: defaults ← TOML file ← command-line overrides.
+
+Unknown keys are errors that name the valid ones (nanoGPT's habit); the resolved configuration
+is written next to the run as ``config.toml`` (timm's habit) so that ``evaluate``, ``plot``,
+``export`` and ``--resume`` rebuild exactly the same model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = [
+    "AMP_MODES",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "TrainConfig",
+    "config_from_dict",
+    "dump_toml",
+    "load_config",
+    "save_config",
+]
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULES = ("constant", "cosine", "step")
+AMP_MODES = ("none", "bf16", "fp16")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on. Defaults: the seeds' experiment scaled to digits.
+
+    Data:
+        dataset: a registered dataset name (``marginface.data.list_datasets()``). Default: digits.
+        data_dir: where the dataset's files are (else ``MARGINFACE_DATA``, else the cache).
+        image_size: resize images to this side in pixels (None: the dataset's own size).
+        limit: cap on the number of training images (quick runs), or None.
+        dataset_options: extra keyword arguments of the loader (``fold`` for LFW, ...).
+    Model:
+        model: a registered backbone (``marginface.models.list_models()``). Default: seed-cnn.
+        embedding_dim: ``D``; 2 or 3 to plot. Default: 3.
+        model_options: extra keyword arguments of the backbone (``dropout``, ``widths``...).
+    Loss:
+        loss: a registered loss (``marginface.list_losses()``). Default: curricularface.
+        loss_options: its keyword arguments (``scale``, ``margin``...). Default: ``scale=30``.
+    Optimization:
+        epochs, batch_size: Defaults 20, 128.
+        optimizer: ``adam``, ``adamw`` or ``sgd``. Default: adam (seed).
+        lr: peak learning rate. Default: 1e-3 (Keras Adam's default).
+        weight_decay: decoupled for adamw, L2 for adam/sgd. Default: 0.
+        momentum: SGD momentum (Nesterov off). Default: 0.9.
+        schedule: ``constant``, ``cosine`` (to 0 at the end) or ``step`` (× ``gamma`` every
+            ``step_epochs``), applied per step. Default: constant (seed).
+        warmup_epochs: linear warm-up from 0, in epochs (may be fractional). Default: 0.
+        step_epochs, gamma: the step schedule. Defaults: 10, 0.1.
+        grad_clip: clip the global gradient L2 norm to this, or None (default).
+    Execution:
+        device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda``, ``cuda:1``...
+        amp: ``none``, ``bf16`` (CPU or CUDA autocast) or ``fp16`` (CUDA, with a grad scaler).
+        channels_last: NHWC memory format for the backbone (faster convolutions on CPU).
+        threads: ``torch.set_num_threads`` for the run, or None (torch's default).
+        seed: seeds initialization, shuffling and dropout. Default: 0.
+        eval_batch_size: batch size of embedding extraction. Default: 1024.
+        flip: average each embedding with that of the horizontally flipped image at evaluation.
+        tensorboard: also write TensorBoard scalars (needs the ``tensorboard`` package).
+    """
+
+    dataset: str = "digits"
+    data_dir: str | None = None
+    image_size: int | None = None
+    limit: int | None = None
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    model: str = "seed-cnn"
+    embedding_dim: int = 3
+    model_options: dict[str, Any] = field(default_factory=dict)
+    loss: str = "curricularface"
+    loss_options: dict[str, Any] = field(default_factory=lambda: {"scale": 30.0})
+    epochs: int = 20
+    batch_size: int = 128
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    schedule: str = "constant"
+    warmup_epochs: float = 0.0
+    step_epochs: int = 10
+    gamma: float = 0.1
+    grad_clip: float | None = None
+    device: str = "auto"
+    amp: str = "none"
+    channels_last: bool = True
+    threads: int | None = None
+    seed: int = 0
+    eval_batch_size: int = 1024
+    flip: bool = False
+    tensorboard: bool = False
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        for name in ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("image_size", "limit", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or unset, got {value!r}")
+        for name, choices in (
+            ("optimizer", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+            ("amp", AMP_MODES),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
+        for name in ("lr", "weight_decay", "momentum", "warmup_epochs", "gamma"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be > 0 or unset, got {self.grad_clip!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (deep copy) of every field."""
+        return dataclasses.asdict(self)
+
+
+def _field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def _allowed_types(annotation: Any) -> tuple[type, ...]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(annotation) for t in _allowed_types(arg))
+    if origin is not None:
+        return (origin,)
+    if annotation is type(None):
+        return (type(None),)
+    return (annotation,)
+
+
+def _check_types(config: TrainConfig) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    for name in _field_names():
+        value = getattr(config, name)
+        allowed = _allowed_types(hints[name])
+        if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+            setattr(config, name, value)
+        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+        if not ok:
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+            raise TypeError(f"config key {name!r} must be {names}, got {value!r}")
+
+
+def config_from_dict(values: dict[str, Any], *, source: str = "config") -> TrainConfig:
+    """Build a :class:`TrainConfig` from a dict; unknown keys raise ``ValueError`` naming the
+    valid ones, badly typed values ``TypeError`` naming the key."""
+    unknown = sorted(set(values) - set(_field_names()))
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) in {source}: {', '.join(unknown)}; valid keys: "
+            f"{', '.join(_field_names())}"
+        )
+    return TrainConfig(**values)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """Defaults, then the TOML file at ``path`` (if any), then ``overrides`` (None values are
+    ignored: "not given on the command line")."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        try:
+            with path.open("rb") as handle:
+                values = tomllib.load(handle)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"config file {path} is not valid TOML: {error}") from error
+        config_from_dict(values, source=str(path))  # report bad keys against the file
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    return config_from_dict(values, source=str(path) if path else "config")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+def dump_toml(values: dict[str, Any]) -> str:
+    """Serialize a flat dict with one level of sub-tables to TOML (None values are omitted)."""
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, table in tables:
+        lines.append(f"\n[{key}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def save_config(config: TrainConfig, path: str | Path) -> Path:
+    """Write the resolved configuration as TOML, atomically. Returns the path."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dump_toml(config.to_dict()), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,51 @@
+"""Training: the loop, optimizers and schedules, checkpoints, logs, embedding extraction."""
+
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
+from .embeddings import extract_embeddings
+from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
+from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
+from .optim import build_optimizer, build_scheduler, lr_factor
+from .run import (
+    LoadedRun,
+    OutputExistsError,
+    build_model_and_loss,
+    load_bundle,
+    load_run,
+    prepare_run_dir,
+    resolve_device,
+)
+from .trainer import RESUMABLE_KEYS, Trainer, TrainingDivergedError, train
+
+__all__ = [
+    "EVALUATION_NAME",
+    "RESUMABLE_KEYS",
+    "TABLE_COLUMNS",
+    "CSVLogger",
+    "CheckpointError",
+    "Comparison",
+    "Evaluation",
+    "LoadedRun",
+    "OutputExistsError",
+    "TensorBoardLogger",
+    "Trainer",
+    "TrainingDivergedError",
+    "build_model_and_loss",
+    "build_optimizer",
+    "build_scheduler",
+    "compare_losses",
+    "draw_run_pictures",
+    "evaluate_run",
+    "extract_embeddings",
+    "load_bundle",
+    "load_checkpoint",
+    "load_run",
+    "lr_factor",
+    "margin_state",
+    "prepare_run_dir",
+    "read_history",
+    "resolve_device",
+    "save_checkpoint",
+    "train",
+    "write_evaluation",
+]

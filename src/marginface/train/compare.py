@@ -1,0 +1,171 @@
+"""Train several losses on the same data with the same backbone and budget, evaluate each,
+draw the pictures and write one HTML report (what ``marginface compare`` and ``demo`` run)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import TrainConfig
+from ..registry import get_loss_class
+from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
+from .run import OutputExistsError, load_bundle
+from .trainer import Trainer
+
+__all__ = ["TABLE_COLUMNS", "Comparison", "compare_losses", "draw_run_pictures"]
+
+TABLE_COLUMNS = (
+    "loss",
+    "accuracy",
+    "verification_accuracy",
+    "auc",
+    "eer",
+    "tar@far=1e-03",
+    "precision_at_1",
+    "map_at_r",
+    "epochs",
+    "train_seconds",
+)
+
+MARKER = ".marginface-compare"
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`compare_losses`: one table row per loss and the report's path."""
+
+    rows: list[dict[str, Any]]
+    report: Path
+    images: dict[str, Path]
+
+
+def _prepare(out_dir: Path, *, overwrite: bool, replace_own: bool) -> None:
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if (overwrite or replace_own) and (out_dir / MARKER).is_file():
+            shutil.rmtree(out_dir)
+        elif overwrite:
+            raise OutputExistsError(
+                f"{out_dir} is not empty and was not written by marginface compare/demo; "
+                "refusing to delete it"
+            )
+        else:
+            raise OutputExistsError(
+                f"output directory {out_dir} already exists; pass --overwrite to replace it"
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MARKER).write_text("written by marginface compare/demo\n", encoding="utf-8")
+
+
+def draw_run_pictures(
+    runs: dict[str, tuple[list[dict[str, Any]], Evaluation, Any]], out_dir: Path
+) -> dict[str, Path]:
+    """Draw the comparison's pictures into ``out_dir`` and return ``{caption: png_path}``.
+
+    Args:
+        runs: ``{loss_name: (history, evaluation, loss_module)}``.
+    """
+    from ..plots import (
+        plot_embedding_grid,
+        plot_margin_curves,
+        plot_roc,
+        plot_state_curve,
+        plot_training_curves,
+        save_figure,
+    )
+
+    images: dict[str, Path] = {}
+    dims = {evaluation.embeddings.shape[1] for _, evaluation, _ in runs.values()}
+    if dims <= {2, 3}:
+        panels = {name: (ev.embeddings, ev.labels) for name, (_, ev, _) in runs.items()}
+        images["Test embeddings"] = save_figure(
+            plot_embedding_grid(panels), out_dir / "embeddings.png"
+        )
+    margins = {name: loss.margin for name, (_, _, loss) in runs.items()}
+    images["Margin curves (target logit / s against θ)"] = save_figure(
+        plot_margin_curves(margins), out_dir / "margin_curves.png"
+    )
+    curves = {name: (ev.fpr, ev.tpr) for name, (_, ev, _) in runs.items() if len(ev.fpr)}
+    if curves:
+        images["ROC of test pairs"] = save_figure(plot_roc(curves), out_dir / "roc.png")
+    for name, (history, _, loss) in runs.items():
+        images[f"Training curves: {name}"] = save_figure(
+            plot_training_curves(history), out_dir / f"training_{name}.png"
+        )
+        for key, buffer in loss.margin.named_buffers():
+            if buffer.numel() == 1 and key in history[0]:
+                images[f"{name}: {key} over training"] = save_figure(
+                    plot_state_curve(history, key), out_dir / f"state_{name}_{key}.png"
+                )
+    return images
+
+
+def compare_losses(
+    losses: Sequence[str],
+    base: TrainConfig,
+    out_dir: str | Path,
+    *,
+    loss_options: dict[str, dict[str, Any]] | None = None,
+    overwrite: bool = False,
+    replace_own: bool = False,
+    progress: bool = False,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    title: str = "marginface comparison",
+    notes: Sequence[str] = (),
+) -> Comparison:
+    """Train ``base`` once per loss into ``out_dir/<loss>``, evaluate, and report.
+
+    Args:
+        losses: registered loss names (validated before anything is trained).
+        base: the shared configuration; its ``loss`` is replaced by each name.
+        loss_options: per-loss keyword arguments, merged over ``base.loss_options``.
+        overwrite: replace an existing ``out_dir`` written by a previous compare/demo (an
+            unrelated folder is never deleted); ``replace_own``: the same without asking (the
+            demo's default).
+        progress: tqdm bars while training.
+        on_row: called with each loss's table row as soon as it is measured.
+
+    Returns:
+        :class:`Comparison`; the report is ``out_dir/report.html``.
+    """
+    if not losses:
+        raise ValueError("losses must name at least one registered loss")
+    for name in losses:
+        get_loss_class(name)  # ValueError listing the valid names
+    out_dir = Path(out_dir)
+    _prepare(out_dir, overwrite=overwrite, replace_own=replace_own)
+    bundle = load_bundle(base)
+    runs: dict[str, tuple[list[dict[str, Any]], Evaluation, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    for name in losses:
+        options = {**base.loss_options, **(loss_options or {}).get(name, {})}
+        config = dataclasses.replace(base, loss=name, loss_options=options)
+        run_dir = out_dir / name
+        began = time.perf_counter()
+        trainer = Trainer(config, run_dir, bundle=bundle, progress=progress)
+        history = trainer.fit()
+        seconds = time.perf_counter() - began
+        evaluation = evaluate_run(run_dir, device=config.device, bundle=bundle)
+        write_evaluation(evaluation, run_dir / EVALUATION_NAME)
+        row = {"loss": name, **evaluation.metrics, "epochs": len(history)}
+        row["train_seconds"] = seconds
+        rows.append(row)
+        runs[name] = (history, evaluation, trainer.loss)
+        if on_row is not None:
+            on_row(row)
+    images = draw_run_pictures(runs, out_dir)
+    from ..report import write_report
+
+    report = write_report(
+        out_dir / "report.html",
+        title=title,
+        rows=rows,
+        columns=TABLE_COLUMNS,
+        images=images,
+        notes=notes,
+    )
+    return Comparison(rows, report, images)

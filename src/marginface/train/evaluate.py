@@ -1,0 +1,113 @@
+"""Evaluate a trained run: closed-set accuracy, pair verification and open-set retrieval."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data import DatasetBundle
+from ..evaluation import (
+    closed_set_accuracy,
+    pair_scores,
+    retrieval_metrics,
+    sample_pairs,
+    verification_metrics,
+)
+from .embeddings import extract_embeddings
+from .run import load_bundle, load_run, resolve_device
+
+__all__ = ["EVALUATION_NAME", "Evaluation", "evaluate_run", "write_evaluation"]
+
+EVALUATION_NAME = "evaluation.json"
+
+
+@dataclass
+class Evaluation:
+    """What :func:`evaluate_run` measured.
+
+    Attributes:
+        metrics: scalar metrics by name: ``accuracy`` (closed-set, NaN for open-set data),
+            ``verification_accuracy`` (10-fold), ``verification_accuracy_std``, ``auc``,
+            ``eer``, ``tar@far=1e-03``..., ``precision_at_1``, ``map_at_r``, ``pairs``.
+        embeddings: ``float32[N, D]`` of the test images (flip-averaged if asked).
+        labels: ``int64[N]``.
+        fpr, tpr: the ROC curve of the pairs.
+    """
+
+    metrics: dict[str, float]
+    embeddings: np.ndarray
+    labels: np.ndarray
+    fpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    device: str = "auto",
+    flip: bool | None = None,
+    bundle: DatasetBundle | None = None,
+    num_pairs: int = 6000,
+    seed: int = 0,
+) -> Evaluation:
+    """Evaluate the checkpoint in ``run_dir`` on its dataset's test set.
+
+    Args:
+        device: ``auto`` (CUDA when present), ``cpu``, ``cuda``...
+        flip: flip-averaged embeddings; None (default): the run's ``flip`` setting.
+        bundle: the dataset if already loaded (else reloaded from the run's configuration).
+        num_pairs: pairs sampled (balanced, 10 folds) when the dataset brings none. Default: 6000.
+        seed: seed of that sampling.
+    """
+    run = load_run(run_dir, device=resolve_device(device))
+    config = run.config
+    if bundle is None:
+        bundle = load_bundle(config)
+    test = bundle.test
+    dev = next(run.model.parameters()).device
+    embeddings = extract_embeddings(
+        run.model,
+        test.images,
+        batch_size=config.eval_batch_size,
+        device=dev,
+        flip=config.flip if flip is None else flip,
+    ).numpy()
+    labels = np.asarray(test.labels)
+    metrics: dict[str, float] = {"accuracy": math.nan}
+    if not bundle.open_set:
+        centers = run.loss.weight.detach().float().cpu()
+        metrics["accuracy"] = closed_set_accuracy(
+            embeddings, labels, centers, sub_centers=getattr(run.loss, "sub_centers", 1)
+        )
+    pairs = bundle.pairs
+    if pairs is None:
+        pairs = sample_pairs(labels, min(num_pairs, len(labels) * (len(labels) - 1) // 2), seed)
+    scores = pair_scores(embeddings, pairs.index)
+    verification = verification_metrics(scores, pairs.same, folds=pairs.fold)
+    for key, value in verification.as_dict().items():
+        name = "verification_accuracy" if key == "accuracy" else key
+        if name == "accuracy_std":
+            name = "verification_accuracy_std"
+        metrics[name] = math.nan if value is None else float(value)
+    metrics["pairs"] = float(len(pairs))
+    metrics.update({k: float(v) for k, v in retrieval_metrics(embeddings, labels).items()})
+    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr)
+
+
+def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:
+    """Write ``evaluation.metrics`` as JSON (NaN as null), atomically."""
+    path = Path(path)
+    clean: dict[str, Any] = {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+        for k, v in evaluation.metrics.items()
+    }
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,174 @@
+"""Run directories and the model/loss pair a configuration describes.
+
+A run directory holds ``config.toml`` (the resolved configuration), ``history.csv`` (one row per
+epoch), ``checkpoint.pt`` (the last completed epoch, written atomically) and, optionally,
+``tensorboard/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import TrainConfig, config_from_dict
+from ..data import DatasetBundle, ImageSet, load_dataset
+from ..models import create_model
+from ..registry import create_loss
+from .checkpoint import CheckpointError, load_checkpoint
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "CONFIG_NAME",
+    "HISTORY_NAME",
+    "LoadedRun",
+    "OutputExistsError",
+    "build_model_and_loss",
+    "load_bundle",
+    "load_run",
+    "prepare_run_dir",
+    "resolve_device",
+]
+
+CONFIG_NAME = "config.toml"
+HISTORY_NAME = "history.csv"
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class OutputExistsError(FileExistsError):
+    """The run directory exists and neither resume nor overwrite was asked for."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``
+    (``ValueError`` if it names CUDA and none is present)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available")
+    return device
+
+
+def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Path:
+    """Create ``run_dir``; refuse (:class:`OutputExistsError`) if it exists and is not empty,
+    unless ``resume`` (keep it) or ``overwrite`` (delete it first, only if it holds a run's
+    ``config.toml`` or ``checkpoint.pt``: never an unrelated folder)."""
+    if resume and overwrite:
+        raise ValueError("resume and overwrite are mutually exclusive")
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise OutputExistsError(f"output path {run_dir} exists and is not a directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        if overwrite:
+            if not any((run_dir / name).exists() for name in (CONFIG_NAME, CHECKPOINT_NAME)):
+                raise OutputExistsError(
+                    f"{run_dir} is not empty and does not look like a marginface run (no "
+                    f"{CONFIG_NAME} or {CHECKPOINT_NAME}); refusing to delete it"
+                )
+            shutil.rmtree(run_dir)
+        elif resume:
+            if not (run_dir / CHECKPOINT_NAME).is_file():
+                raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
+            return run_dir
+        else:
+            raise OutputExistsError(
+                f"output directory {run_dir} already exists; pass --resume to continue it or "
+                "--overwrite to replace it"
+            )
+    elif resume:
+        raise CheckpointError(f"cannot resume: {run_dir} has no run (no {CHECKPOINT_NAME})")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _limit(images: ImageSet, limit: int | None, seed: int) -> ImageSet:
+    if limit is None or limit >= len(images):
+        return images
+    rng = torch.Generator().manual_seed(seed)
+    keep = torch.randperm(len(images), generator=rng)[:limit].sort().values.numpy()
+    return ImageSet(images.images[keep], images.labels[keep], images.class_names)
+
+
+def load_bundle(config: TrainConfig) -> DatasetBundle:
+    """Load ``config.dataset`` with its options; ``config.limit`` keeps a seeded random subset
+    of the training images."""
+    options: dict[str, Any] = {"seed": config.seed, **config.dataset_options}
+    if config.data_dir is not None:
+        options["data_dir"] = config.data_dir
+    if config.image_size is not None:
+        options["image_size"] = config.image_size
+    bundle = load_dataset(config.dataset, **options)
+    train = _limit(bundle.train, config.limit, config.seed)
+    if train is bundle.train:
+        return bundle
+    return DatasetBundle(bundle.name, train, bundle.test, bundle.pairs, bundle.open_set)
+
+
+def build_model_and_loss(
+    config: TrainConfig,
+    *,
+    in_channels: int,
+    image_size: int | tuple[int, int],
+    num_classes: int,
+    device: torch.device | str = "cpu",
+) -> tuple[nn.Module, nn.Module]:
+    """The backbone and the loss (with its class centers) the configuration describes."""
+    model = create_model(
+        config.model,
+        embedding_dim=config.embedding_dim,
+        in_channels=in_channels,
+        image_size=image_size,
+        **config.model_options,
+    )
+    loss = create_loss(config.loss, num_classes, config.embedding_dim, **config.loss_options)
+    return model.to(device), loss.to(device)
+
+
+@dataclass
+class LoadedRun:
+    """A trained run: its configuration, backbone and loss (eval mode), and metadata."""
+
+    config: TrainConfig
+    model: nn.Module
+    loss: nn.Module
+    meta: dict[str, Any]
+    epoch: int
+    run_dir: Path
+
+
+def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedRun:
+    """Rebuild the model and loss of ``run_dir`` from its checkpoint.
+
+    Raises :class:`CheckpointError` when the checkpoint is missing, corrupt, or does not fit
+    the configuration it claims.
+    """
+    run_dir = Path(run_dir)
+    state = load_checkpoint(run_dir / CHECKPOINT_NAME)
+    config = config_from_dict(state["config"], source=f"{run_dir / CHECKPOINT_NAME}")
+    meta = state["meta"]
+    model, loss = build_model_and_loss(
+        config,
+        in_channels=meta["in_channels"],
+        image_size=tuple(meta["image_size"])
+        if isinstance(meta["image_size"], list)
+        else meta["image_size"],
+        num_classes=meta["num_classes"],
+    )
+    try:
+        model.load_state_dict(state["model"])
+        loss.load_state_dict(state["loss"])
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"checkpoint in {run_dir} does not match its configuration: {error}"
+        ) from error
+    model.to(device).eval()
+    loss.to(device).eval()
+    return LoadedRun(config, model, loss, meta, int(state["epoch"]), run_dir)

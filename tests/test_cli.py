@@ -1,0 +1,131 @@
+"""The ``marginface`` command line: every subcommand's --help, train/evaluate/plot/export on a
+tiny digits run, config errors, refusal to overwrite, compare's report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marginface.cli import build_parser, main
+from marginface.train import read_history
+
+COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export")
+TINY = ["--limit", "200", "--epochs", "2", "--batch-size", "64", "--threads", "1"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: marginface " + command in capsys.readouterr().out
+
+
+def test_python_dash_m_entry_point():
+    src = Path(__file__).resolve().parents[1] / "src"
+    result = subprocess.run(
+        [sys.executable, "-m", "marginface", "--help"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(src), "PATH": ""},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for command in COMMANDS:
+        assert command in result.stdout
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("cli") / "run"
+    code = main(
+        [
+            "--quiet",
+            "train",
+            *TINY,
+            "--loss",
+            "arcface",
+            "--loss-option",
+            "scale=16",
+            "--out",
+            str(run),
+        ]
+    )
+    assert code == 0
+    return run
+
+
+def test_train_writes_run_with_resolved_config(trained):
+    text = (trained / "config.toml").read_text()
+    assert 'loss = "arcface"' in text
+    assert "scale = 16" in text
+    assert [r["epoch"] for r in read_history(trained / "history.csv")] == [1, 2]
+
+
+def test_train_refuses_existing_output_then_resumes(trained, capsys):
+    before = (trained / "checkpoint.pt").read_bytes()
+    assert main(["--quiet", "train", *TINY, "--loss", "arcface", "--out", str(trained)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert (trained / "checkpoint.pt").read_bytes() == before
+
+
+def test_unknown_config_key_and_loss_are_clear_errors(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text("epochz = 2\n")
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "epochz" in err and "valid keys" in err and "epochs" in err
+    assert main(["train", *TINY, "--loss", "bogus", "--out", str(tmp_path / "r2")]) == 2
+    assert "valid names" in capsys.readouterr().err
+    assert main(["train", *TINY, "--set", "nope=1", "--out", str(tmp_path / "r3")]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert not (tmp_path / "r2" / "checkpoint.pt").exists()
+
+
+def test_evaluate_prints_and_writes_metrics(trained, capsys):
+    assert main(["evaluate", str(trained), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "verification_accuracy" in out and "map_at_r" in out
+    metrics = json.loads((trained / "evaluation.json").read_text())
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+
+
+def test_evaluate_missing_run_is_a_clear_error(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nothing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_plot_writes_pictures(trained, tmp_path):
+    assert main(["--quiet", "plot", str(trained), "--out", str(tmp_path / "p")]) == 0
+    names = {p.name for p in (tmp_path / "p").iterdir()}
+    assert {"embeddings.png", "margin_curves.png", "roc.png", "training_arcface.png"} <= names
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_export_torchscript_is_verified_and_loadable(trained, tmp_path):
+    import torch
+
+    assert main(["--quiet", "export", str(trained), "--out", str(tmp_path)]) == 0
+    loaded = torch.jit.load(str(tmp_path / "model.ts"))
+    assert loaded(torch.rand(2, 1, 8, 8)).shape == (2, 3)
+
+
+def test_compare_writes_report_and_prints_table(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    code = main(["--quiet", "compare", "--losses", "normface,cosface", *TINY, "--out", str(out)])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "normface" in table and "cosface" in table and "verification_accuracy" in table
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 4
+    assert "<table>" in html
+    assert main(["--quiet", "compare", "--losses", "normface", *TINY, "--out", str(out)]) == 2
+
+
+def test_demo_parser_needs_no_arguments():
+    args = build_parser().parse_args(["demo"])
+    assert args.out == Path("runs/demo") and args.epochs is None

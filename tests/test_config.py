@@ -1,0 +1,57 @@
+"""Typed config: defaults, TOML, overrides, unknown keys, round trip."""
+
+from __future__ import annotations
+
+import pytest
+import tomllib
+
+from marginface.config import TrainConfig, config_from_dict, dump_toml, load_config, save_config
+
+
+def test_toml_then_overrides(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('loss = "arcface"\nepochs = 7\n[loss_options]\nscale = 16.0\n')
+    config = load_config(path, {"epochs": 9, "lr": None})
+    assert config.loss == "arcface"
+    assert config.epochs == 9  # override wins
+    assert config.lr == 1e-3  # None means "not given"
+    assert config.loss_options == {"scale": 16.0}
+
+
+def test_unknown_key_names_the_valid_ones(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("epoch = 3\n")
+    with pytest.raises(
+        ValueError, match=r"unknown key\(s\) in .*c.toml: epoch; valid keys:.*epochs"
+    ):
+        load_config(path)
+    with pytest.raises(ValueError, match=r"unknown key.*lossy"):
+        load_config(None, {"lossy": "x"})
+
+
+def test_bad_types_and_values_name_the_key():
+    with pytest.raises(TypeError, match="'epochs' must be int"):
+        config_from_dict({"epochs": "3"})
+    with pytest.raises(TypeError, match="'channels_last' must be bool"):
+        config_from_dict({"channels_last": 1})
+    with pytest.raises(ValueError, match="optimizer must be one of adam, adamw, sgd"):
+        TrainConfig(optimizer="lamb")
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        TrainConfig(batch_size=0)
+    assert TrainConfig(lr=1).lr == 1.0  # an int where a float is expected is fine
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("epochs = = 3")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(FileNotFoundError):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_saved_config_round_trips(tmp_path):
+    config = TrainConfig(loss="cosface", loss_options={"margin": 0.2}, grad_clip=5.0, limit=10)
+    path = save_config(config, tmp_path / "config.toml")
+    assert config_from_dict(tomllib.loads(path.read_text())) == config
+    assert "grad_clip = 5.0" in dump_toml(config.to_dict())
