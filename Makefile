@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/marginface demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
