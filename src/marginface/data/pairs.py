@@ -10,7 +10,7 @@ __all__ = ["sample_pairs"]
 
 
 def sample_pairs(
-    labels: np.ndarray, num_pairs: int, *, seed: int = 0, num_folds: int = 10
+    labels: np.ndarray, num_pairs: int, seed: int = 0, *, num_folds: int = 10
 ) -> PairSet:
     """Draw ``num_pairs`` distinct pairs, half genuine and half impostor, in ``num_folds`` folds.
 
