@@ -12,8 +12,10 @@ Methods, all on the same inputs (N×D embeddings, C×D class centers, ArcFace s 
 Times are medians over ``--repeats`` rounds; within a round the methods run one after another
 (interleaved), so a slow spell of a shared machine hits all of them alike. Ratios are to the
 floors measured in the same run. Peak memory is measured in a fresh subprocess per method
-(``ru_maxrss`` after one forward + backward minus ``ru_maxrss`` after setup), reported as
-"extra" beyond the inputs, and for the losses also beyond the weight's gradient.
+(after a warm-up step, the peak resident set during one forward + backward minus the resident
+set before it). Each step first drops the previous step's gradients, so this "extra" is what a
+training step needs beyond the inputs, the weight and the weight's gradient (for the bare
+GEMMs: their ``N×C`` products).
 
 Example (the command recorded in docs/benchmarks_fused.md)::
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import resource
 import statistics
 import subprocess
 import sys
@@ -125,16 +126,28 @@ def time_methods(
     return {m: statistics.median(v) for m, v in samples.items()}
 
 
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+def _status_bytes(field: str) -> int:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in bytes (Linux)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def probe_memory(method: str, n: int, d: int, c: int, dtype: torch.dtype, chunk: int | None) -> int:
-    """Extra peak bytes of one forward + backward beyond the state after setup (this process)."""
+    """Extra peak bytes of one forward + backward beyond the resident set after setup.
+
+    After one warm-up step, resets the kernel's peak-RSS mark
+    (``echo 5 > /proc/self/clear_refs``), so setup's temporaries do not mask the step's peak.
+    """
     step = make_step(method, n, d, c, dtype, chunk)
-    before = _peak_rss_bytes()
+    step()  # warm-up: lazy initialization (thread pools, GEMM kernels) is not the step's cost
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    before = _status_bytes("VmRSS")
     step()
-    return _peak_rss_bytes() - before
+    return _status_bytes("VmHWM") - before
 
 
 def memory_in_subprocess(
@@ -190,33 +203,26 @@ def main(argv: list[str] | None = None) -> None:
                     )
                     results.append({"C": c, "dtype": name, "chunk": chunk, **t})
     else:
-        header = (
-            "| C | dtype | method | median s | / gemm3 | / gemm4 | extra peak MB | beyond ∂W MB |"
-        )
+        header = "| C | dtype | method | median s | / gemm3 | / gemm4 | extra peak MB |"
         print(header)
-        print("|" + "---|" * 8)
+        print("|" + "---|" * 7)
         for c in args.classes:
             for name in args.dtypes:
                 dtype = DTYPES[name]
                 times = time_methods(methods, n, d, c, dtype, args.repeats, args.chunk_size)
-                weight_mb = c * d * torch.tensor([], dtype=dtype).element_size() / 2**20
                 for method in methods:
                     row = {"C": c, "dtype": name, "method": method, "seconds": times[method]}
                     mem = "-"
-                    beyond = "-"
                     if args.memory:
                         extra = memory_in_subprocess(method, n, d, c, name, args.chunk_size)
                         if extra is not None:
                             row["extra_mb"] = extra / 2**20
                             mem = f"{extra / 2**20:.0f}"
-                            if not method.startswith("gemm"):
-                                row["beyond_grad_mb"] = extra / 2**20 - weight_mb
-                                beyond = f"{row['beyond_grad_mb']:.0f}"
                     r3 = times[method] / times["gemm3"] if "gemm3" in times else float("nan")
                     r4 = times[method] / times["gemm4"] if "gemm4" in times else float("nan")
                     print(
                         f"| {c} | {name} | {method} | {times[method]:.3f} | {r3:.2f} | {r4:.2f} "
-                        f"| {mem} | {beyond} |",
+                        f"| {mem} |",
                         flush=True,
                     )
                     results.append(row)

@@ -147,11 +147,15 @@ class _Chunks:
         With ``shift`` (``Tensor[N]``, K = 1 only), returns ``rows @ ŵᵀ - shift`` in one pass.
         """
         accumulate = self.inv_norms.dtype
-        raw = torch.mm(rows, self.weight_rows(start, stop).t()).to(accumulate)  # (N, c·K)
+        raw = torch.mm(rows, self.weight_rows(start, stop).t())  # (N, c·K), GEMM dtype
         inv_norms = self.inv_norms[start * self.k : stop * self.k]  # (c·K,)
+        same = raw.dtype == accumulate  # else a half GEMM: promote while scaling, one pass
         if shift is not None and self.k == 1:
-            return torch.addcmul(shift.neg().unsqueeze(1), raw, inv_norms, out=raw), None
-        raw.mul_(inv_norms)
+            offset = shift.neg().unsqueeze(1)  # (N, 1)
+            if same:
+                return torch.addcmul(offset, raw, inv_norms, out=raw), None
+            return torch.addcmul(offset, raw, inv_norms), None
+        raw = raw.mul_(inv_norms) if same else torch.mul(raw, inv_norms)
         if shift is not None:
             raw = raw.view(raw.shape[0], stop - start, self.k)  # (N, c, K)
             values, index = raw.max(dim=2)
@@ -333,14 +337,16 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                     g_cos.shape[0], -1
                 )  # (N, c·K)
             lo, hi = start * k, stop * k
-            g_dot = g_cos.mul_(inv_norms[lo:hi]).to(chunks.gemm)  # (N, c·K), ∂L/∂(x̂·w)
             centers = chunks.weight_rows(start, stop)  # (c·K, D)
             if chunks.gemm == accumulate:
+                g_dot = g_cos.mul_(inv_norms[lo:hi])  # (N, c·K), ∂L/∂(x̂·w)
                 grad_x_hat.addmm_(g_dot, centers)
-            else:
+            else:  # scale and round to the GEMM dtype in one pass
+                g_dot = torch.empty(g_cos.shape, dtype=chunks.gemm, device=g_cos.device)
+                torch.mul(g_cos, inv_norms[lo:hi], out=g_dot)
                 grad_x_hat += torch.mm(g_dot, centers).to(accumulate)
             if grad_weight is not None:
-                if grad_weight.dtype == accumulate == chunks.gemm:  # write in place
+                if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
                     partial = torch.mm(g_dot.t(), chunks.x_gemm, out=grad_weight[lo:hi])
                 else:
                     partial = torch.mm(g_dot.t(), chunks.x_gemm).to(accumulate)  # (c·K, D)
@@ -352,7 +358,9 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             outputs.append(row_scale)
             seeds.append(grad_scale)
         inputs = [cos_leaf] + ([norms_leaf] if norms_leaf is not None else [])
-        grads = torch.autograd.grad(outputs, inputs, seeds, allow_unused=True)
+        # retain_graph: the small graph is kept so that backward can run again (e.g. gradcheck,
+        # or retain_graph=True upstream); it holds only N-vectors.
+        grads = torch.autograd.grad(outputs, inputs, seeds, allow_unused=True, retain_graph=True)
         grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(lse)
         coefficient = (grad_cos * inv_norms[target_rows]).unsqueeze(1)  # (N, 1)
         centers = weight[target_rows].to(accumulate)  # (N, D)
@@ -394,7 +402,7 @@ def _project_into(
     """Write ``∂L/∂w`` of rows ``lo:hi`` given ``partial = r·Σ_i G_ij x̂_i`` (which may already
     be the gradient's own rows ``lo:hi``, then updated in place):
     ``∂L/∂w_j = partial_j - r_j²(w_j·partial_j)·w_j`` (the Jacobian of ``w/‖w‖``)."""
-    rows = weight[lo:hi].to(partial.dtype)  # (c·K, D)
+    rows = weight[lo:hi].to(partial.dtype)  # (c·K, D); a bf16 weight is projected in bf16
     coefficient = _projection_coefficient(rows, inv_norms[lo:hi], partial)  # (c·K,)
     partial.addcmul_(rows, coefficient.unsqueeze(1), value=-1.0)
     if partial.data_ptr() != grad_weight[lo:hi].data_ptr():
