@@ -19,10 +19,11 @@ __all__ = ["AUTO_CHUNKED_MIN_LOGITS", "IMPLEMENTATIONS", "REDUCTIONS", "MarginSo
 REDUCTIONS = ("mean", "sum", "none")
 IMPLEMENTATIONS = ("dense", "chunked", "auto")
 
-AUTO_CHUNKED_MIN_LOGITS = 1 << 22
+AUTO_CHUNKED_MIN_LOGITS = 1 << 24
 """``impl="auto"`` runs chunked once a batch's logit matrix has at least this many entries
-(``N·C >= 4M``, 16 MB in fp32, e.g. N = 512 and C >= 8192), on any device; below it the dense
-path is as fast and simpler."""
+(``N·C >= 16M``, 64 MB in fp32, e.g. N = 512 and C >= 32768), on any device. Measured on a
+2-core CPU (``benchmarks/bench_fused.py``, N = D = 512): at C = 10k fp32 the dense path was
+faster, at C = 100k the chunked one (and it needs ~14 MB instead of ~780 MB)."""
 
 
 class MarginSoftmaxLoss(nn.Module):
@@ -41,7 +42,7 @@ class MarginSoftmaxLoss(nn.Module):
         impl: the executor. ``"dense"`` (default) materializes the ``N×C`` logits;
             ``"chunked"`` never does (:mod:`marginface.executors.chunked`; raises
             ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks chunked per
-            batch once ``N·C >= AUTO_CHUNKED_MIN_LOGITS`` and the margin can run chunked, else
+            batch once ``N·C >= AUTO_CHUNKED_MIN_LOGITS`` (16M) and the margin can run chunked, else
             dense.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None
             (:data:`~marginface.executors.chunked.DEFAULT_CHUNK_SIZE`).
