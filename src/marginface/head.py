@@ -6,13 +6,24 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import check_choice, check_embeddings, check_int, check_labels
+from .executors.chunked import (
+    DEFAULT_CHUNK_SIZE,
+    check_chunkable,
+    chunked_margin_cross_entropy,
+)
 from .executors.dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
 from .margins.base import Margin
 
-__all__ = ["IMPLEMENTATIONS", "REDUCTIONS", "MarginSoftmaxLoss"]
+__all__ = ["AUTO_CHUNKED_MIN_LOGITS", "IMPLEMENTATIONS", "REDUCTIONS", "MarginSoftmaxLoss"]
 
 REDUCTIONS = ("mean", "sum", "none")
-IMPLEMENTATIONS = ("dense",)
+IMPLEMENTATIONS = ("dense", "chunked", "auto")
+
+AUTO_CHUNKED_MIN_LOGITS = 1 << 24
+"""``impl="auto"`` runs chunked once a batch's logit matrix has at least this many entries
+(``N·C >= 16M``, 64 MB in fp32, e.g. N = 512 and C >= 32768), on any device. Measured on a
+2-core CPU (``benchmarks/bench_fused.py``, N = D = 512): at C = 10k fp32 the dense path was
+faster, at C = 100k the chunked one (and it needs ~14 MB instead of ~780 MB)."""
 
 
 class MarginSoftmaxLoss(nn.Module):
@@ -28,7 +39,13 @@ class MarginSoftmaxLoss(nn.Module):
         margin: the :class:`~marginface.margins.Margin` that turns cosines into logits.
         sub_centers: ``K >= 1`` centers per class, cosine max-pooled over them. Default: 1.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``Tensor[N]``).
-        impl: the executor. ``"dense"`` materializes the ``N×C`` logits.
+        impl: the executor. ``"dense"`` (default) materializes the ``N×C`` logits;
+            ``"chunked"`` never does (:mod:`marginface.executors.chunked`; raises
+            ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks chunked per
+            batch once ``N·C >= AUTO_CHUNKED_MIN_LOGITS`` (16M) and the margin can run chunked, else
+            dense.
+        chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None
+            (:data:`~marginface.executors.chunked.DEFAULT_CHUNK_SIZE`).
         device, dtype: where and how the class centers are created.
 
     Attributes:
@@ -46,6 +63,7 @@ class MarginSoftmaxLoss(nn.Module):
         sub_centers: int = 1,
         reduction: str = "mean",
         impl: str = "dense",
+        chunk_size: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -59,6 +77,13 @@ class MarginSoftmaxLoss(nn.Module):
             raise TypeError(f"margin must be a marginface Margin, got {type(margin).__name__}")
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        if impl == "chunked":
+            check_chunkable(margin)
+        self.chunk_size = (
+            DEFAULT_CHUNK_SIZE
+            if chunk_size is None
+            else check_int("chunk_size", chunk_size, minimum=1)
+        )
         self.margin = margin
         self.weight = nn.Parameter(
             torch.empty(num_classes * sub_centers, embedding_dim, device=device, dtype=dtype)
@@ -105,18 +130,41 @@ class MarginSoftmaxLoss(nn.Module):
         """
         check_embeddings(embeddings, self.embedding_dim)
         check_labels(labels, embeddings.shape[0], self.num_classes)
-        per_sample = dense_margin_cross_entropy(
-            embeddings, self.weight, labels, self.margin, sub_centers=self.sub_centers
-        )
+        if self.executor(embeddings.shape[0]) == "chunked":
+            per_sample = chunked_margin_cross_entropy(
+                embeddings,
+                self.weight,
+                labels,
+                self.margin,
+                sub_centers=self.sub_centers,
+                chunk_size=self.chunk_size,
+            )
+        else:
+            per_sample = dense_margin_cross_entropy(
+                embeddings, self.weight, labels, self.margin, sub_centers=self.sub_centers
+            )
         if self.reduction == "mean":
             return per_sample.mean()
         if self.reduction == "sum":
             return per_sample.sum()
         return per_sample
 
+    def executor(self, batch_size: int) -> str:
+        """The executor a batch of ``batch_size`` rows runs on: ``"dense"`` or ``"chunked"``."""
+        if self.impl != "auto":
+            return self.impl
+        if batch_size * self.num_classes < AUTO_CHUNKED_MIN_LOGITS:
+            return "dense"
+        try:
+            check_chunkable(self.margin)
+        except ValueError:
+            return "dense"
+        return "chunked"
+
     def extra_repr(self) -> str:
         extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""
         return (
             f"num_classes={self.num_classes}, embedding_dim={self.embedding_dim}{extra}, "
             f"reduction={self.reduction!r}, impl={self.impl!r}"
+            + (f", chunk_size={self.chunk_size}" if self.impl != "dense" else "")
         )

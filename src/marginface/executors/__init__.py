@@ -3,8 +3,20 @@
 An executor takes embeddings ``[N, D]``, class centers ``[C·K, D]``, labels ``[N]`` and a
 :class:`~marginface.margins.Margin`, and returns the per-sample loss ``[N]``. Every margin runs
 on every executor.
+
+* :mod:`~marginface.executors.dense`: materialize the ``N×C`` cosines (the reference).
+* :mod:`~marginface.executors.chunked`: visit the classes in chunks with an online
+  log-sum-exp; never holds ``N×C``.
 """
 
+from .chunked import DEFAULT_CHUNK_SIZE, check_chunkable, chunked_margin_cross_entropy
 from .dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
 
-__all__ = ["compute_dtype", "dense_margin_cross_entropy", "normalized_cosine"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "check_chunkable",
+    "chunked_margin_cross_entropy",
+    "compute_dtype",
+    "dense_margin_cross_entropy",
+    "normalized_cosine",
+]
