@@ -1,0 +1,539 @@
+"""Triton kernels for the chunked executor's per-chunk work: the ``N×C`` logits stay on chip.
+
+Importing this module imports :mod:`triton`; :mod:`marginface.executors.chunked` imports it only
+when it is about to use it (tensors on CUDA and triton installed, or ``kernels="triton"``), so
+marginface imports and runs without triton. Kernels are decorated at import time: to run them on
+the CPU through Triton's interpreter, ``TRITON_INTERPRET=1`` must be in the environment *before
+this module is first imported*.
+
+The kernels see only what is elementwise per entry ``(i, j)`` of the logit matrix; everything of
+size ``N`` (the target cosine, the margin's target rule, its context, the stateful updates) stays
+in PyTorch in :mod:`~marginface.executors.chunked`. Per entry, with ``x̂_i`` the normalized
+embedding, ``w_{jk}`` the raw centers and ``r_{jk} = 1/max(‖w_{jk}‖, eps)``:
+
+.. math::
+    c_{ij} = \\max_k r_{jk}\\,\\hat x_i\\cdot w_{jk},\\qquad
+    z_{ij} = s_i\\,g_i(c_{ij}),\\qquad
+    g_i(c) = \\begin{cases} c\\,(t_i + c) & c > \\tau_i \\text{ (CurricularFace only)}\\\\
+    c & \\text{otherwise}\\end{cases}
+
+with the target column ``j = y_i`` excluded. The forward reduces ``z`` to per-row partial
+statistics ``(max, Σexp)`` per chunk (merged exactly in PyTorch, as in
+:mod:`~marginface.executors._online_softmax`); the backward recomputes ``z`` tile by tile,
+``p_ij = exp(z_ij - LSE_i)`` and ``∂L/∂c_ij = γ_i p_ij s_i g_i'(c_ij)`` (``γ`` the upstream
+gradient), routed to the winning sub-center, and accumulates ``∂x̂`` and ``∂W``. All dot
+products accumulate in float32 (``tl.dot`` with IEEE precision for float32 inputs, no TF32); the
+inputs may be float32, bfloat16 or float16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = [
+    "Blocks",
+    "NonTargetRule",
+    "default_blocks",
+    "embedding_gradient",
+    "nontarget_statistics",
+    "weight_gradient",
+]
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""Dtypes the kernels multiply in (the GEMM dtype of the chunked executor)."""
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Tile sizes: rows ``n``, classes ``c`` and embedding dimensions ``d`` per tile, each a
+    power of two ``>= 16`` (``tl.dot``'s minimum)."""
+
+    n: int = 64
+    c: int = 64
+    d: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("n", "c", "d"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"Blocks.{name} must be a power of two >= 16, got {value}")
+
+
+def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
+    """Tiles no larger than the problem: each side ``next_power_of_2`` of the size, in
+    ``[16, 64]`` (``[16, 32]`` for ``d``)."""
+
+    def fit(size: int, top: int) -> int:
+        return max(16, min(top, triton.next_power_of_2(max(size, 1))))
+
+    return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
+
+
+@dataclass(frozen=True)
+class NonTargetRule:
+    """The margin's non-target rule ``g_i``: the identity, or CurricularFace's
+    (:func:`~marginface.margins.curricularface.curricular_negative`) with per-row
+    ``threshold`` ``τ_i`` and ``t_i`` (``Tensor[N]`` float32 each, no gradient)."""
+
+    threshold: Tensor | None = None
+    t: Tensor | None = None
+
+    @property
+    def curricular(self) -> bool:
+        """Whether the rule is CurricularFace's (else the identity)."""
+        return self.threshold is not None
+
+
+# --------------------------------------------------------------------------- device functions
+@triton.jit
+def _cosine_tile(
+    x_ptr,
+    w_ptr,
+    inv_norm_ptr,
+    rows,
+    cols,
+    row_ok,
+    col_ok,
+    dim,
+    stride_x,
+    stride_w,
+    K: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Cosines ``[BLOCK_N, BLOCK_C]`` (float32), max-pooled over the K sub-centers, and the
+    winning sub-center (first maximum, as ``Tensor.max``)."""
+    best_cos = tl.full((BLOCK_N, BLOCK_C), float("-inf"), tl.float32)
+    best = tl.zeros((BLOCK_N, BLOCK_C), tl.int32)
+    for k in tl.static_range(K):
+        centers = cols.to(tl.int64) * K + k
+        acc = tl.zeros((BLOCK_N, BLOCK_C), tl.float32)
+        for d0 in range(0, dim, BLOCK_D):
+            dims = d0 + tl.arange(0, BLOCK_D)
+            d_ok = dims < dim
+            x = tl.load(
+                x_ptr + rows[:, None].to(tl.int64) * stride_x + dims[None, :],
+                mask=row_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            w = tl.load(
+                w_ptr + centers[:, None] * stride_w + dims[None, :],
+                mask=col_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
+        inv_norm = tl.load(inv_norm_ptr + centers, mask=col_ok, other=0.0)
+        cos = acc * inv_norm[None, :]
+        better = cos > best_cos
+        best = tl.where(better, k, best)
+        best_cos = tl.where(better, cos, best_cos)
+    return best_cos, best
+
+
+@triton.jit
+def _nontarget(cos, threshold, t, CURRICULAR: tl.constexpr):
+    """``(g(c), g'(c))`` elementwise: CurricularFace's hard-negative rule or the identity."""
+    if CURRICULAR:
+        hard = cos > threshold[:, None]
+        value = tl.where(hard, cos * (t[:, None] + cos), cos)
+        slope = tl.where(hard, t[:, None] + 2.0 * cos, 1.0)
+    else:
+        value = cos
+        slope = tl.full(cos.shape, 1.0, tl.float32)
+    return value, slope
+
+
+@triton.jit
+def _row_inputs(label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR: tl.constexpr):
+    """Per-row label, scale and (for CurricularFace) threshold and t of a block of rows."""
+    label = tl.load(label_ptr + rows, mask=row_ok, other=-1)
+    scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
+    if CURRICULAR:
+        threshold = tl.load(threshold_ptr + rows, mask=row_ok, other=2.0)
+        t = tl.load(t_ptr + rows, mask=row_ok, other=0.0)
+    else:
+        threshold = scale
+        t = scale
+    return label, scale, threshold, t
+
+
+@triton.jit
+def _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR: tl.constexpr):
+    """``∂L/∂c`` of a tile (0 where not ``keep``) and its rows' ``Σ_j (∂L/∂z_ij) g(c_ij)``
+    (the gradient reaching a per-row scale)."""
+    value, slope = _nontarget(cos, threshold, t, CURRICULAR)
+    prob = tl.exp(value * scale[:, None] - lse[:, None])
+    grad_logit = tl.where(keep, prob * grad[:, None], 0.0)
+    grad_scale = tl.sum(grad_logit * tl.where(keep, value, 0.0), axis=1)
+    return grad_logit * scale[:, None] * slope, grad_scale
+
+
+# --------------------------------------------------------------------------------- kernels
+@triton.jit
+def _statistics_kernel(
+    x_ptr,
+    w_ptr,
+    inv_norm_ptr,
+    label_ptr,
+    scale_ptr,
+    threshold_ptr,
+    t_ptr,
+    max_ptr,
+    sum_ptr,
+    rows_total,
+    classes,
+    dim,
+    chunk,
+    stride_x,
+    stride_w,
+    K: tl.constexpr,
+    CURRICULAR: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Program ``(row block, chunk)``: the chunk's ``(max, Σexp)`` of the non-target logits."""
+    pid_n = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < rows_total
+    label, scale, threshold, t = _row_inputs(
+        label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR
+    )
+    row_max = tl.full((BLOCK_N,), float("-inf"), tl.float32)
+    exp_sum = tl.zeros((BLOCK_N,), tl.float32)
+    lo = pid_c * chunk
+    hi = tl.minimum(lo + chunk, classes)
+    for c0 in range(lo, hi, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        col_ok = cols < hi
+        cos, _ = _cosine_tile(
+            x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
+            K, PRECISION, BLOCK_N, BLOCK_C, BLOCK_D,
+        )  # fmt: skip
+        value, _ = _nontarget(cos, threshold, t, CURRICULAR)
+        keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
+        logit = tl.where(keep, value * scale[:, None], float("-inf"))
+        new_max = tl.maximum(row_max, tl.max(logit, axis=1))
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        exp_sum = exp_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(logit - shift[:, None]), 1)
+        row_max = new_max
+    out = pid_c.to(tl.int64) * rows_total + rows
+    tl.store(max_ptr + out, row_max, mask=row_ok)
+    tl.store(sum_ptr + out, exp_sum, mask=row_ok)
+
+
+@triton.jit
+def _embedding_gradient_kernel(
+    x_ptr,
+    w_ptr,
+    inv_norm_ptr,
+    label_ptr,
+    scale_ptr,
+    threshold_ptr,
+    t_ptr,
+    lse_ptr,
+    grad_ptr,
+    grad_x_ptr,
+    grad_scale_ptr,
+    rows_total,
+    classes,
+    dim,
+    chunk,
+    stride_x,
+    stride_w,
+    K: tl.constexpr,
+    CURRICULAR: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Program ``(row block, chunk)``: the chunk's share of ``∂L/∂x̂`` (into its own slice
+    ``[chunk, rows, :]`` of a float32 buffer, so no atomics) and of ``∂L/∂s``."""
+    pid_n = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < rows_total
+    label, scale, threshold, t = _row_inputs(
+        label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR
+    )
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
+    grad_scale = tl.zeros((BLOCK_N,), tl.float32)
+    base = grad_x_ptr + pid_c.to(tl.int64) * rows_total * dim
+    lo = pid_c * chunk
+    hi = tl.minimum(lo + chunk, classes)
+    for c0 in range(lo, hi, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        col_ok = cols < hi
+        cos, best = _cosine_tile(
+            x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
+            K, PRECISION, BLOCK_N, BLOCK_C, BLOCK_D,
+        )  # fmt: skip
+        keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
+        grad_cos, partial = _cosine_gradient(
+            cos, keep, scale, threshold, t, lse, grad, CURRICULAR
+        )
+        grad_scale += partial
+        for k in tl.static_range(K):
+            centers = cols.to(tl.int64) * K + k
+            inv_norm = tl.load(inv_norm_ptr + centers, mask=col_ok, other=0.0)
+            grad_dot = tl.where(best == k, grad_cos, 0.0) * inv_norm[None, :]
+            grad_dot = grad_dot.to(w_ptr.dtype.element_ty)
+            for d0 in range(0, dim, BLOCK_D):
+                dims = d0 + tl.arange(0, BLOCK_D)
+                d_ok = dims < dim
+                w = tl.load(
+                    w_ptr + centers[:, None] * stride_w + dims[None, :],
+                    mask=col_ok[:, None] & d_ok[None, :],
+                    other=0.0,
+                )
+                out = base + rows[:, None].to(tl.int64) * dim + dims[None, :]
+                out_ok = row_ok[:, None] & d_ok[None, :]
+                acc = tl.load(out, mask=out_ok, other=0.0)
+                acc = tl.dot(grad_dot, w, acc, input_precision=PRECISION)
+                tl.store(out, acc, mask=out_ok)
+    tl.store(grad_scale_ptr + pid_c.to(tl.int64) * rows_total + rows, grad_scale, mask=row_ok)
+
+
+@triton.jit
+def _weight_gradient_kernel(
+    x_ptr,
+    w_ptr,
+    inv_norm_ptr,
+    label_ptr,
+    scale_ptr,
+    threshold_ptr,
+    t_ptr,
+    lse_ptr,
+    grad_ptr,
+    out_ptr,
+    rows_total,
+    lo,
+    hi,
+    dim,
+    stride_x,
+    stride_w,
+    K: tl.constexpr,
+    CURRICULAR: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Program ``class tile`` of the chunk ``[lo, hi)``: ``r_{jk} Σ_i (∂L/∂c_ijk) x̂_i`` for its
+    rows of ``out`` (float32 ``[(hi - lo)·K, dim]``, contiguous; owned, so no atomics)."""
+    pid = tl.program_id(0)
+    cols = lo + pid * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < hi
+    for n0 in range(0, rows_total, BLOCK_N):
+        rows = n0 + tl.arange(0, BLOCK_N)
+        row_ok = rows < rows_total
+        label, scale, threshold, t = _row_inputs(
+            label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR
+        )
+        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+        grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
+        cos, best = _cosine_tile(
+            x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
+            K, PRECISION, BLOCK_N, BLOCK_C, BLOCK_D,
+        )  # fmt: skip
+        keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
+        grad_cos, _ = _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR)
+        for k in tl.static_range(K):
+            centers = cols.to(tl.int64) * K + k
+            inv_norm = tl.load(inv_norm_ptr + centers, mask=col_ok, other=0.0)
+            grad_dot = tl.where(best == k, grad_cos, 0.0) * inv_norm[None, :]
+            grad_dot = grad_dot.to(x_ptr.dtype.element_ty)
+            local = centers - lo * K
+            for d0 in range(0, dim, BLOCK_D):
+                dims = d0 + tl.arange(0, BLOCK_D)
+                d_ok = dims < dim
+                x = tl.load(
+                    x_ptr + rows[:, None].to(tl.int64) * stride_x + dims[None, :],
+                    mask=row_ok[:, None] & d_ok[None, :],
+                    other=0.0,
+                )
+                out = out_ptr + local[:, None] * dim + dims[None, :]
+                out_ok = col_ok[:, None] & d_ok[None, :]
+                acc = tl.load(out, mask=out_ok, other=0.0)
+                acc = tl.dot(tl.trans(grad_dot), x, acc, input_precision=PRECISION)
+                tl.store(out, acc, mask=out_ok)
+
+
+# ------------------------------------------------------------------------------- launchers
+def _precision(dtype: torch.dtype) -> str:
+    """IEEE float32 products for float32 inputs (the PyTorch path does not use TF32 either)."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _rule_tensors(rule: NonTargetRule, scale: Tensor) -> tuple[Tensor, Tensor]:
+    if rule.threshold is None or rule.t is None:
+        return scale, scale  # unused by the identity rule
+    return rule.threshold.contiguous(), rule.t.contiguous()
+
+
+def _check(x_hat: Tensor, weight: Tensor, sub_centers: int) -> None:
+    if x_hat.dtype not in SUPPORTED_DTYPES or weight.dtype != x_hat.dtype:
+        raise TypeError(
+            f"the Triton kernels need x_hat and weight in one of {SUPPORTED_DTYPES}, got "
+            f"{x_hat.dtype} and {weight.dtype}"
+        )
+    if x_hat.stride(1) != 1 or weight.stride(1) != 1:
+        raise ValueError("the Triton kernels need x_hat and weight with unit stride along D")
+    if weight.shape[0] % sub_centers:
+        raise ValueError(f"weight rows {weight.shape[0]} not a multiple of K = {sub_centers}")
+
+
+def nontarget_statistics(
+    x_hat: Tensor,
+    weight: Tensor,
+    inv_norms: Tensor,
+    labels: Tensor,
+    scale: Tensor,
+    rule: NonTargetRule,
+    *,
+    sub_centers: int,
+    chunk_size: int,
+    blocks: Blocks | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per-row ``(max, Σexp)`` of the non-target logits ``z_ij = s_i g_i(c_ij)``, ``j ≠ y_i``.
+
+    One program per (block of rows, chunk of ``chunk_size`` classes); the chunks' statistics are
+    merged exactly in PyTorch (``O(N·C/chunk_size)`` floats).
+
+    Args:
+        x_hat: ``Tensor[N, D]`` normalized embeddings, in the GEMM dtype (float32/bf16/fp16).
+        weight: ``Tensor[C·K, D]`` raw centers, same dtype as ``x_hat``.
+        inv_norms: ``Tensor[C·K]`` float32, ``1/max(‖w‖, eps)``.
+        labels: ``Tensor[N]`` int64 in ``[0, C)``.
+        scale: ``Tensor[N]`` float32 per-row scale ``s_i``.
+        rule: the non-target rule.
+        sub_centers: ``K``.
+        chunk_size: classes per program.
+        blocks: tile sizes; default :func:`default_blocks`.
+
+    Returns:
+        ``(max, Σexp)``, ``Tensor[N]`` float32 each, as
+        :func:`~marginface.executors._online_softmax.merge_statistics` would give.
+    """
+    _check(x_hat, weight, sub_centers)
+    n, dim = x_hat.shape
+    classes = weight.shape[0] // sub_centers
+    blocks = blocks or default_blocks(n, min(chunk_size, classes), dim)
+    chunks = triton.cdiv(classes, chunk_size)
+    row_max = torch.empty(chunks, n, dtype=torch.float32, device=x_hat.device)
+    exp_sum = torch.empty_like(row_max)
+    threshold, t = _rule_tensors(rule, scale)
+    grid = (triton.cdiv(n, blocks.n), chunks)
+    _statistics_kernel[grid](
+        x_hat, weight, inv_norms, labels, scale, threshold, t, row_max, exp_sum,
+        n, classes, dim, chunk_size, x_hat.stride(0), weight.stride(0),
+        K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+    )  # fmt: skip
+    merged_max = row_max.amax(dim=0)  # (N,)
+    shift = torch.where(torch.isfinite(merged_max), merged_max, torch.zeros_like(merged_max))
+    return merged_max, (exp_sum * torch.exp(row_max - shift)).sum(dim=0)
+
+
+def embedding_gradient(
+    x_hat: Tensor,
+    weight: Tensor,
+    inv_norms: Tensor,
+    labels: Tensor,
+    scale: Tensor,
+    rule: NonTargetRule,
+    lse: Tensor,
+    grad: Tensor,
+    *,
+    sub_centers: int,
+    chunk_size: int,
+    blocks: Blocks | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The non-target part of ``∂L/∂x̂`` and of ``∂L/∂s`` (per-row scale).
+
+    .. math:: \\frac{\\partial L}{\\partial \\hat x_i} = \\sum_{j\\ne y_i}
+              \\gamma_i p_{ij} s_i g_i'(c_{ij})\\, r_{jk^*} w_{jk^*},\\qquad
+              \\frac{\\partial L}{\\partial s_i} = \\sum_{j\\ne y_i} \\gamma_i p_{ij} g_i(c_{ij})
+
+    with ``p_ij = exp(z_ij - LSE_i)`` and ``k*`` the winning sub-center. Arguments as
+    :func:`nontarget_statistics`, plus ``lse``, ``grad``: ``Tensor[N]`` float32 (``LSE_i``
+    including the target, and the upstream gradient ``γ_i``). Uses a float32 buffer
+    ``[C/chunk_size, N, D]`` (one slice per chunk, summed at the end: no atomics).
+
+    Returns:
+        ``(Tensor[N, D], Tensor[N])``, float32.
+    """
+    _check(x_hat, weight, sub_centers)
+    n, dim = x_hat.shape
+    classes = weight.shape[0] // sub_centers
+    blocks = blocks or default_blocks(n, min(chunk_size, classes), dim)
+    chunks = triton.cdiv(classes, chunk_size)
+    grad_x = torch.zeros(chunks, n, dim, dtype=torch.float32, device=x_hat.device)
+    grad_scale = torch.empty(chunks, n, dtype=torch.float32, device=x_hat.device)
+    threshold, t = _rule_tensors(rule, scale)
+    grid = (triton.cdiv(n, blocks.n), chunks)
+    _embedding_gradient_kernel[grid](
+        x_hat, weight, inv_norms, labels, scale, threshold, t, lse, grad, grad_x, grad_scale,
+        n, classes, dim, chunk_size, x_hat.stride(0), weight.stride(0),
+        K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+    )  # fmt: skip
+    return grad_x.sum(dim=0), grad_scale.sum(dim=0)
+
+
+def weight_gradient(
+    x_hat: Tensor,
+    weight: Tensor,
+    inv_norms: Tensor,
+    labels: Tensor,
+    scale: Tensor,
+    rule: NonTargetRule,
+    lse: Tensor,
+    grad: Tensor,
+    *,
+    sub_centers: int,
+    start: int,
+    stop: int,
+    out: Tensor | None = None,
+    blocks: Blocks | None = None,
+) -> Tensor:
+    """The non-target part of ``r_{jk}·Σ_i (∂L/∂c_ijk) x̂_i`` for the classes ``[start, stop)``
+    (the weight gradient before the projection through ``w/‖w‖``).
+
+    Arguments as :func:`embedding_gradient`. ``out``: a contiguous float32
+    ``Tensor[(stop - start)·K, D]`` to accumulate into (zeroed here), e.g. the rows of the
+    weight's own gradient; default a new one.
+
+    Returns:
+        ``out``, float32 ``[(stop - start)·K, D]``.
+    """
+    _check(x_hat, weight, sub_centers)
+    n, dim = x_hat.shape
+    rows = (stop - start) * sub_centers
+    if out is None:
+        out = torch.zeros(rows, dim, dtype=torch.float32, device=x_hat.device)
+    else:
+        if out.dtype != torch.float32 or not out.is_contiguous() or out.shape != (rows, dim):
+            raise ValueError(f"out must be a contiguous float32 tensor of shape ({rows}, {dim})")
+        out.zero_()
+    blocks = blocks or default_blocks(n, stop - start, dim)
+    threshold, t = _rule_tensors(rule, scale)
+    grid = (triton.cdiv(stop - start, blocks.c),)
+    _weight_gradient_kernel[grid](
+        x_hat, weight, inv_norms, labels, scale, threshold, t, lse, grad, out,
+        n, start, stop, dim, x_hat.stride(0), weight.stride(0),
+        K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+    )  # fmt: skip
+    return out
