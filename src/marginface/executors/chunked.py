@@ -18,20 +18,28 @@ exactly, through the margin's own hooks, *before* it enters the log-sum-exp:
 The backward recomputes each chunk's cosines (a fourth GEMM; nothing of size ``N×C`` is saved)
 and writes each chunk's weight gradient, through ``w/‖w‖``, straight into the weight's gradient.
 Extra memory is ``O(N·chunk + chunk·D)`` beyond the weight and its gradient.
+
+The per-chunk work (GEMM, non-target rule, online log-sum-exp, and the backward's recomputation)
+runs either as PyTorch ops (``kernels="torch"``, the reference) or as the Triton kernels of
+:mod:`~marginface.executors.triton_kernels` (``kernels="triton"``), which keep each tile of logits
+on chip; ``"auto"`` (default) takes Triton for CUDA tensors when triton imports. The N-sized
+target math is the same PyTorch code either way.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .._validation import check_int
+from .._validation import check_choice, check_int
 from ..margins.adacos import AdaCosMargin
 from ..margins.base import Context, Margin
+from ..margins.curricularface import CurricularFaceMargin
 from ._online_softmax import (
     add_shifted_slice,
     empty_statistics,
@@ -43,9 +51,12 @@ from .dense import NORMALIZE_EPS, compute_dtype
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
+    "KERNELS",
+    "KERNELS_ENV",
     "check_chunkable",
     "chunked_margin_cross_entropy",
     "gemm_dtype",
+    "triton_available",
 ]
 
 DEFAULT_CHUNK_SIZE = 8192
@@ -54,6 +65,75 @@ DEFAULT_CHUNK_SIZE = 8192
 at 16 MB for N = 512."""
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+KERNELS = ("auto", "torch", "triton")
+"""Who runs the per-chunk work: ``"torch"`` (PyTorch ops, any device, the reference),
+``"triton"`` (:mod:`~marginface.executors.triton_kernels`; on CPU tensors only under Triton's
+interpreter), ``"auto"`` (Triton for CUDA tensors when triton imports and the case is supported,
+else PyTorch)."""
+
+KERNELS_ENV = "MARGINFACE_KERNELS"
+"""Environment variable read (at each call) when ``kernels`` is not given: one of
+:data:`KERNELS`; unset means ``"auto"``."""
+
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""GEMM dtypes the Triton kernels run in (float64 runs on PyTorch)."""
+
+
+def triton_available() -> bool:
+    """Whether :mod:`triton` imports (it is optional: ``pip install triton``)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _resolve_kernels(kernels: str | None, x: Tensor, weight: Tensor, gemm: torch.dtype) -> bool:
+    """Whether this call runs the Triton kernels (before the non-target rule is known)."""
+    if kernels is None:
+        kernels = os.environ.get(KERNELS_ENV, "auto") or "auto"
+        if kernels not in KERNELS:
+            raise ValueError(f"{KERNELS_ENV} must be one of {KERNELS}, got {kernels!r}")
+    if kernels == "torch":
+        return False
+    supported = gemm in TRITON_DTYPES and weight.dtype == gemm and weight.stride(1) == 1
+    if kernels == "auto":
+        return x.device.type == "cuda" and supported and triton_available()
+    if not triton_available():
+        raise ValueError("kernels='triton' needs triton installed (pip install triton)")
+    if not supported:
+        raise ValueError(
+            f"kernels='triton' supports GEMM dtypes {TRITON_DTYPES} with a weight of that dtype "
+            f"and unit stride along D, got weight {weight.dtype} (stride {weight.stride()}) and "
+            f"GEMM dtype {gemm}; use kernels='torch'"
+        )
+    if x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "kernels='triton' on CPU tensors runs only under Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before marginface.executors.triton_kernels is first imported"
+        )
+    return True
+
+
+def _triton_rule(margin: Margin, context: Context, rows: int, like: Tensor) -> Any:
+    """The margin's non-target rule as a
+    :class:`~marginface.executors.triton_kernels.NonTargetRule`, or None if the kernels do not
+    know it (only the identity and CurricularFace's rule are compiled in)."""
+    from .triton_kernels import NonTargetRule
+
+    method = type(margin).nontarget_cosine
+    if method is Margin.nontarget_cosine:
+        return NonTargetRule()
+    if method is CurricularFaceMargin.nontarget_cosine:
+        threshold, t = context["threshold"], context["t"]
+        threshold = torch.as_tensor(threshold, dtype=torch.float32, device=like.device)
+        t = torch.as_tensor(t, dtype=torch.float32, device=like.device)
+        return NonTargetRule(
+            threshold=threshold.reshape(-1).expand(rows).contiguous(),
+            t=t.reshape(-1).expand(rows).contiguous(),
+        )
+    return None
 
 
 def gemm_dtype(embeddings: Tensor, weight: Tensor) -> torch.dtype:
@@ -200,10 +280,33 @@ class _Chunks:
         return stats
 
 
-def _adacos_log_b_avg(chunks: _Chunks, scale: Tensor) -> Tensor:
+def _triton_statistics(chunks: _Chunks, scale_rows: Tensor, rule: Any) -> tuple[Tensor, Tensor]:
+    """:meth:`_Chunks.statistics` by the Triton kernel: ``(max, Σexp)``, ``Tensor[N]`` each."""
+    from .triton_kernels import nontarget_statistics
+
+    return nontarget_statistics(
+        chunks.x_gemm,
+        chunks.weight,
+        chunks.inv_norms,
+        chunks.labels,
+        scale_rows,
+        rule,
+        sub_centers=chunks.k,
+        chunk_size=chunks.chunk_size,
+    )
+
+
+def _adacos_log_b_avg(chunks: _Chunks, scale: Tensor, use_triton: bool) -> Tensor:
     """AdaCos's ``log B_avg = log((1/N) Σ_i Σ_{j≠y_i} e^{s·cos θ_ij})`` from chunked sums."""
-    scaled = (chunks.x_hat * scale.to(chunks.x_hat.dtype)).to(chunks.gemm)  # (N, D)
-    row_max, exp_sum = chunks.statistics(scaled)
+    if use_triton:
+        from .triton_kernels import NonTargetRule
+
+        n = chunks.x_hat.shape[0]
+        scale_rows = _row_scale(scale, n, chunks.x_hat).contiguous()
+        row_max, exp_sum = _triton_statistics(chunks, scale_rows, NonTargetRule())
+    else:
+        scaled = (chunks.x_hat * scale.to(chunks.x_hat.dtype)).to(chunks.gemm)  # (N, D)
+        row_max, exp_sum = chunks.statistics(scaled)
     per_row = row_max + torch.log(exp_sum)  # (N,)
     return torch.logsumexp(per_row, dim=0) - math.log(per_row.shape[0])
 
@@ -221,7 +324,9 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         sub_centers: int,
         chunk_size: int,
         gemm: torch.dtype,
+        kernels: str | None,
     ) -> Tensor:
+        use_triton = _resolve_kernels(kernels, x, weight, gemm)
         accumulate = x.dtype
         n = x.shape[0]
         k = sub_centers
@@ -245,7 +350,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             cos_target = cos_leaf.clamp(-1.0, 1.0)
             if isinstance(margin, AdaCosMargin) and margin.training and margin.dynamic:
                 with torch.no_grad():
-                    log_b_avg = _adacos_log_b_avg(chunks, margin.scale.detach())
+                    log_b_avg = _adacos_log_b_avg(chunks, margin.scale.detach(), use_triton)
                 margin.update_scale(log_b_avg, cos_target.detach())
                 context: Context = {"scale": margin.scale_for(norms_leaf)}
             else:
@@ -266,9 +371,19 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
         scale_rows = row_scale.detach()  # (N,)
         fold = identity and not row_scale.requires_grad
+        rule = _triton_rule(margin, frozen, n, x_hat) if use_triton else None
+        if use_triton and rule is None:
+            if kernels == "triton" or os.environ.get(KERNELS_ENV) == "triton":
+                raise ValueError(
+                    f"margin {type(margin).__name__}'s nontarget_cosine has no Triton kernel "
+                    "(only the identity and CurricularFace's rule); use kernels='torch'"
+                )
+            use_triton = False
 
         with torch.no_grad():
-            if fold:  # logits = (s·x̂) @ ŵᵀ: the scale rides in the GEMM
+            if use_triton:
+                stats = _triton_statistics(chunks, scale_rows.contiguous(), rule)
+            elif fold:  # logits = (s·x̂) @ ŵᵀ: the scale rides in the GEMM
                 stats = chunks.statistics((x_hat * scale_rows.unsqueeze(1)).to(gemm))
             else:
 
@@ -282,6 +397,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         ctx.chunks = chunks
         ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale)
         ctx.margin, ctx.frozen, ctx.fold, ctx.identity = margin, frozen, fold, identity
+        ctx.rule = rule  # the Triton kernels' non-target rule, None on the PyTorch path
         return lse - target_logit.detach()
 
     @staticmethod
@@ -307,7 +423,12 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             negative = bool((factor < 0).any())
             scaled_rows = (x_hat * scale.unsqueeze(1)).to(chunks.gemm)  # (N, D)
 
-        for start, stop in chunks.ranges():
+        if ctx.rule is not None:
+            _triton_backward(chunks, ctx.rule, scale, lse, grad, grad_x_hat, grad_scale)
+            if grad_weight is not None:
+                _triton_weight_gradient(chunks, ctx.rule, scale, lse, grad, grad_weight, weight)
+
+        for start, stop in chunks.ranges() if ctx.rule is None else ():
             slot_rows, slot_cols = chunks.target_slots(start, stop)
             if ctx.fold:
                 logits, best = chunks.cosine(start, stop, scaled_rows, argmax=True, shift=shift)
@@ -380,7 +501,73 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         )
         if norms_leaf is not None and len(grads) > 1 and grads[1] is not None:
             grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
-        return grad_x, grad_weight, None, None, None, None, None
+        return grad_x, grad_weight, None, None, None, None, None, None
+
+
+def _triton_backward(
+    chunks: _Chunks,
+    rule: Any,
+    scale: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_scale: Tensor | None,
+) -> None:
+    """Add the non-target part of ``∂L/∂x̂`` (and of ``∂L/∂s`` if wanted) by the Triton kernel."""
+    from .triton_kernels import embedding_gradient
+
+    part_x, part_scale = embedding_gradient(
+        chunks.x_gemm,
+        chunks.weight,
+        chunks.inv_norms,
+        chunks.labels,
+        scale.contiguous(),
+        rule,
+        lse.contiguous(),
+        grad.contiguous(),
+        sub_centers=chunks.k,
+        chunk_size=chunks.chunk_size,
+    )
+    grad_x_hat += part_x.to(grad_x_hat.dtype)
+    if grad_scale is not None:
+        grad_scale += part_scale.to(grad_scale.dtype)
+
+
+def _triton_weight_gradient(
+    chunks: _Chunks,
+    rule: Any,
+    scale: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    grad_weight: Tensor,
+    weight: Tensor,
+) -> None:
+    """Write the non-target part of ``∂L/∂W`` chunk by chunk (Triton kernel, then the projection
+    through ``w/‖w‖``): float32 rows of ``grad_weight`` are accumulated in place, other dtypes
+    through one float32 chunk."""
+    from .triton_kernels import weight_gradient
+
+    k = chunks.k
+    scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
+    for start, stop in chunks.ranges():
+        lo, hi = start * k, stop * k
+        rows = grad_weight[lo:hi]
+        in_place = rows.dtype == torch.float32 and rows.is_contiguous()
+        partial = weight_gradient(
+            chunks.x_gemm,
+            chunks.weight,
+            chunks.inv_norms,
+            chunks.labels,
+            scale,
+            rule,
+            lse,
+            grad,
+            sub_centers=k,
+            start=start,
+            stop=stop,
+            out=rows if in_place else None,
+        )  # (c·K, D), float32
+        _project_into(grad_weight, lo, hi, partial, weight, chunks.inv_norms)
 
 
 def _row_dot(a: Tensor, b: Tensor) -> Tensor:
@@ -427,6 +614,7 @@ def chunked_margin_cross_entropy(
     *,
     sub_centers: int = 1,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    kernels: str | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy, never materializing the ``N×C`` logits.
 
@@ -445,6 +633,11 @@ def chunked_margin_cross_entropy(
         margin: the margin; see :func:`check_chunkable` for which run chunked.
         sub_centers: ``K >= 1``. Chunks hold whole classes (``chunk_size·K`` weight rows).
         chunk_size: classes per chunk, ``>= 1``. Default: :data:`DEFAULT_CHUNK_SIZE`.
+        kernels: who runs the per-chunk work, one of :data:`KERNELS`. Default: None, read
+            from the environment variable :data:`KERNELS_ENV` (``MARGINFACE_KERNELS``; unset
+            means ``"auto"``: Triton for CUDA tensors when triton imports, for the identity and
+            CurricularFace non-target rules and float32/bf16/fp16 GEMMs; else PyTorch).
+            ``"triton"`` raises ``ValueError`` where the kernels cannot run.
 
     Returns:
         ``Tensor[N]``, float32 (or float64).
@@ -452,6 +645,8 @@ def chunked_margin_cross_entropy(
     check_chunkable(margin)
     chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     sub_centers = check_int("sub_centers", sub_centers, minimum=1)
+    if kernels is not None:
+        kernels = check_choice("kernels", kernels, KERNELS)
     if weight.dim() != 2 or weight.shape[0] % sub_centers:
         raise ValueError(
             f"weight must have shape (C·K, D) with K = sub_centers = {sub_centers}, "
@@ -462,7 +657,7 @@ def chunked_margin_cross_entropy(
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
         loss = _ChunkedMarginCrossEntropy.apply(
-            x, weight, labels, margin, sub_centers, chunk_size, gemm
+            x, weight, labels, margin, sub_centers, chunk_size, gemm, kernels
         )
         norms = torch.linalg.vector_norm(x, dim=1) if margin.requires_norms else None  # (N,)
         extra = margin.regularizer(norms)

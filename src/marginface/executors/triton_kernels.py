@@ -26,6 +26,9 @@ products accumulate in float32 (``tl.dot`` with IEEE precision for float32 input
 inputs may be float32, bfloat16 or float16.
 """
 
+# Compile-time (tl.constexpr) kernel arguments are UPPER_CASE, Triton's convention.
+# ruff: noqa: N803
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +43,7 @@ __all__ = [
     "NonTargetRule",
     "default_blocks",
     "embedding_gradient",
+    "interpreted",
     "nontarget_statistics",
     "weight_gradient",
 ]
@@ -104,6 +108,7 @@ def _cosine_tile(
     stride_w,
     K: tl.constexpr,
     PRECISION: tl.constexpr,
+    DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -128,6 +133,9 @@ def _cosine_tile(
                 mask=col_ok[:, None] & d_ok[None, :],
                 other=0.0,
             )
+            if DOT_UPCAST:  # Triton's interpreter cannot multiply bf16 (see _dot_upcast)
+                x = x.to(tl.float32)
+                w = w.to(tl.float32)
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
         inv_norm = tl.load(inv_norm_ptr + centers, mask=col_ok, other=0.0)
         cos = acc * inv_norm[None, :]
@@ -196,6 +204,7 @@ def _statistics_kernel(
     K: tl.constexpr,
     CURRICULAR: tl.constexpr,
     PRECISION: tl.constexpr,
+    DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -217,7 +226,7 @@ def _statistics_kernel(
         col_ok = cols < hi
         cos, _ = _cosine_tile(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
-            K, PRECISION, BLOCK_N, BLOCK_C, BLOCK_D,
+            K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         value, _ = _nontarget(cos, threshold, t, CURRICULAR)
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
@@ -253,6 +262,7 @@ def _embedding_gradient_kernel(
     K: tl.constexpr,
     CURRICULAR: tl.constexpr,
     PRECISION: tl.constexpr,
+    DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -277,12 +287,10 @@ def _embedding_gradient_kernel(
         col_ok = cols < hi
         cos, best = _cosine_tile(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
-            K, PRECISION, BLOCK_N, BLOCK_C, BLOCK_D,
+            K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
-        grad_cos, partial = _cosine_gradient(
-            cos, keep, scale, threshold, t, lse, grad, CURRICULAR
-        )
+        grad_cos, partial = _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR)
         grad_scale += partial
         for k in tl.static_range(K):
             centers = cols.to(tl.int64) * K + k
@@ -300,7 +308,10 @@ def _embedding_gradient_kernel(
                 out = base + rows[:, None].to(tl.int64) * dim + dims[None, :]
                 out_ok = row_ok[:, None] & d_ok[None, :]
                 acc = tl.load(out, mask=out_ok, other=0.0)
-                acc = tl.dot(grad_dot, w, acc, input_precision=PRECISION)
+                if DOT_UPCAST:
+                    acc = tl.dot(grad_dot.to(tl.float32), w.to(tl.float32), acc)
+                else:
+                    acc = tl.dot(grad_dot, w, acc, input_precision=PRECISION)
                 tl.store(out, acc, mask=out_ok)
     tl.store(grad_scale_ptr + pid_c.to(tl.int64) * rows_total + rows, grad_scale, mask=row_ok)
 
@@ -326,6 +337,7 @@ def _weight_gradient_kernel(
     K: tl.constexpr,
     CURRICULAR: tl.constexpr,
     PRECISION: tl.constexpr,
+    DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -345,7 +357,7 @@ def _weight_gradient_kernel(
         grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
         cos, best = _cosine_tile(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
-            K, PRECISION, BLOCK_N, BLOCK_C, BLOCK_D,
+            K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
         grad_cos, _ = _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR)
@@ -366,7 +378,10 @@ def _weight_gradient_kernel(
                 out = out_ptr + local[:, None] * dim + dims[None, :]
                 out_ok = col_ok[:, None] & d_ok[None, :]
                 acc = tl.load(out, mask=out_ok, other=0.0)
-                acc = tl.dot(tl.trans(grad_dot), x, acc, input_precision=PRECISION)
+                if DOT_UPCAST:
+                    acc = tl.dot(tl.trans(grad_dot.to(tl.float32)), x.to(tl.float32), acc)
+                else:
+                    acc = tl.dot(tl.trans(grad_dot), x, acc, input_precision=PRECISION)
                 tl.store(out, acc, mask=out_ok)
 
 
@@ -376,10 +391,31 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _rule_tensors(rule: NonTargetRule, scale: Tensor) -> tuple[Tensor, Tensor]:
+def interpreted() -> bool:
+    """Whether the kernels were built for Triton's CPU interpreter (``TRITON_INTERPRET=1`` at
+    the import of this module)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_statistics_kernel, InterpretedFunction)
+
+
+def _dot_upcast(dtype: torch.dtype) -> bool:
+    """Whether ``tl.dot`` operands are upcast to float32 inside the kernels: only for half
+    inputs under the interpreter, whose ``tl.dot`` multiplies bf16 bit patterns as integers
+    (triton-lang/triton#11584, "not supported yet"). Exact: a product of two bf16/fp16 numbers
+    is exact in float32, and the GPU's ``tl.dot`` accumulates in float32 too."""
+    return dtype != torch.float32 and interpreted()
+
+
+def _row_vectors(
+    labels: Tensor, scale: Tensor, rule: NonTargetRule
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The per-row inputs, contiguous: labels, scale, threshold and t (the identity rule reads
+    no threshold or t; the scale stands in for them)."""
+    labels, scale = labels.contiguous(), scale.contiguous()
     if rule.threshold is None or rule.t is None:
-        return scale, scale  # unused by the identity rule
-    return rule.threshold.contiguous(), rule.t.contiguous()
+        return labels, scale, scale, scale
+    return labels, scale, rule.threshold.contiguous(), rule.t.contiguous()
 
 
 def _check(x_hat: Tensor, weight: Tensor, sub_centers: int) -> None:
@@ -433,12 +469,13 @@ def nontarget_statistics(
     chunks = triton.cdiv(classes, chunk_size)
     row_max = torch.empty(chunks, n, dtype=torch.float32, device=x_hat.device)
     exp_sum = torch.empty_like(row_max)
-    threshold, t = _rule_tensors(rule, scale)
+    labels, scale, threshold, t = _row_vectors(labels, scale, rule)
     grid = (triton.cdiv(n, blocks.n), chunks)
     _statistics_kernel[grid](
         x_hat, weight, inv_norms, labels, scale, threshold, t, row_max, exp_sum,
         n, classes, dim, chunk_size, x_hat.stride(0), weight.stride(0),
         K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
     )  # fmt: skip
     merged_max = row_max.amax(dim=0)  # (N,)
@@ -481,12 +518,13 @@ def embedding_gradient(
     chunks = triton.cdiv(classes, chunk_size)
     grad_x = torch.zeros(chunks, n, dim, dtype=torch.float32, device=x_hat.device)
     grad_scale = torch.empty(chunks, n, dtype=torch.float32, device=x_hat.device)
-    threshold, t = _rule_tensors(rule, scale)
+    labels, scale, threshold, t = _row_vectors(labels, scale, rule)
     grid = (triton.cdiv(n, blocks.n), chunks)
     _embedding_gradient_kernel[grid](
         x_hat, weight, inv_norms, labels, scale, threshold, t, lse, grad, grad_x, grad_scale,
         n, classes, dim, chunk_size, x_hat.stride(0), weight.stride(0),
         K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
     )  # fmt: skip
     return grad_x.sum(dim=0), grad_scale.sum(dim=0)
@@ -528,12 +566,13 @@ def weight_gradient(
             raise ValueError(f"out must be a contiguous float32 tensor of shape ({rows}, {dim})")
         out.zero_()
     blocks = blocks or default_blocks(n, stop - start, dim)
-    threshold, t = _rule_tensors(rule, scale)
+    labels, scale, threshold, t = _row_vectors(labels, scale, rule)
     grid = (triton.cdiv(stop - start, blocks.c),)
     _weight_gradient_kernel[grid](
         x_hat, weight, inv_norms, labels, scale, threshold, t, lse, grad, out,
         n, start, stop, dim, x_hat.stride(0), weight.stride(0),
         K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
     )  # fmt: skip
     return out
