@@ -7,6 +7,7 @@ import torch
 
 import marginface
 from marginface import head as head_module
+from marginface.executors import chunked as chunked_module
 from marginface.executors.chunked import check_chunkable, chunked_margin_cross_entropy
 from marginface.executors.dense import dense_margin_cross_entropy
 from marginface.margins import ArcFaceMargin, Margin
@@ -265,6 +266,20 @@ def test_invalid_arguments_are_named() -> None:
         chunked_margin_cross_entropy(
             torch.randn(2, 3), torch.randn(6, 3), torch.tensor([0, 1]), margin, sub_centers=4
         )
+
+
+def test_invalid_kernels_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = (torch.randn(2, 3), torch.randn(6, 3), torch.tensor([0, 1]), ArcFaceMargin())
+    with pytest.raises(ValueError, match="kernels must be one of 'auto', 'torch', 'triton'"):
+        chunked_margin_cross_entropy(*args, kernels="fast")
+    monkeypatch.setenv("MARGINFACE_KERNELS", "fast")
+    with pytest.raises(ValueError, match=r"MARGINFACE_KERNELS must be one of .*got 'fast'"):
+        chunked_margin_cross_entropy(*args)
+    monkeypatch.setenv("MARGINFACE_KERNELS", "torch")
+    assert torch.isfinite(chunked_margin_cross_entropy(*args)).all()
+    monkeypatch.setattr(chunked_module, "triton_available", lambda: False)
+    with pytest.raises(ValueError, match="kernels='triton' needs triton installed"):
+        chunked_margin_cross_entropy(*args, kernels="triton")
 
 
 def test_repr_names_the_executor() -> None:

@@ -1,0 +1,271 @@
+"""The Triton kernels of the chunked executor equal the dense path (loss, ∂x, ∂W).
+
+Without a GPU the kernels run on the CPU under Triton's interpreter: ``TRITON_INTERPRET=1`` must
+be in the environment before triton is imported (its language library and our kernels are
+decorated then); ``conftest.py`` sets it. With CUDA, the same tests run the compiled kernels on
+the GPU. Skipped when triton is not installed.
+Shapes are tiny: the interpreter runs every tile op through numpy.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+from collections import Counter
+from types import ModuleType
+
+import pytest
+import torch
+
+import marginface
+from marginface.executors.chunked import KERNELS_ENV, chunked_margin_cross_entropy
+from marginface.executors.dense import dense_margin_cross_entropy
+from marginface.margins import ArcFaceMargin, CosFaceMargin, Margin
+
+pytest.importorskip("triton")
+
+MODULE = "marginface.executors.triton_kernels"
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+N, D, C, CHUNK = 6, 8, 37, 16
+OPTIONS: dict[str, dict] = {"elasticface": {"seed": 0}}
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+"""Relative error ``max|a - e| / max|e|`` against the dense path, which multiplies in float32
+(bf16: the chunk GEMMs see bf16-rounded x̂ and W, ~3 significant digits; observed ~1e-3)."""
+
+
+@pytest.fixture(scope="module")
+def kernels() -> ModuleType:
+    """The kernel module: compiled on CUDA, else built for the interpreter (which
+    ``conftest.py`` turns on before triton is imported)."""
+    module = importlib.import_module(MODULE)
+    if DEVICE.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("no CUDA and TRITON_INTERPRET is not 1: the kernels cannot run here")
+        from triton.language import standard
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if not isinstance(standard.zeros, InterpretedFunction) or not module.interpreted():
+            pytest.fail(
+                "triton (or the kernel module) was imported before TRITON_INTERPRET=1 was set; "
+                "see tests/executors/conftest.py"
+            )
+    return module
+
+
+@pytest.fixture
+def launches(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Counts the calls of each kernel launcher (so a test can tell the kernels did run)."""
+    counts: Counter = Counter()
+    for name in ("nontarget_statistics", "embedding_gradient", "weight_gradient"):
+        original = getattr(kernels, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(kernels, name, counted)
+    return counts
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``max|a - e| / max|e|`` in float64 (0 if both are zero)."""
+    actual, expected = actual.detach().double(), expected.detach().double()
+    scale = expected.abs().max()
+    difference = (actual - expected).abs().max()
+    return float(difference / scale) if scale > 0 else float(difference)
+
+
+def make_case(name: str, dtype: torch.dtype, seed: int = 0, **options):
+    """A registered loss's margin, sub-centers, a weight in ``dtype``, a batch and labels in the
+    first and last chunk."""
+    loss = marginface.create_loss(name, C, D, **{**OPTIONS.get(name, {}), **options})
+    k = getattr(loss, "sub_centers", 1)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(N, D, generator=generator) * 8
+    weight = torch.randn(C * k, D, generator=generator)
+    labels = torch.randint(0, C, (N,), generator=generator)
+    labels[0], labels[1] = 0, C - 1
+    upstream = torch.rand(N, generator=generator)
+    to = {"device": DEVICE}
+    return (
+        loss.margin.to(DEVICE),
+        k,
+        x.to(dtype=dtype, **to),
+        weight.to(dtype=dtype, **to),
+        labels.to(**to),
+        upstream.to(**to),
+    )
+
+
+def run(impl: str, margin: Margin, k: int, x, weight, labels, upstream, chunk_size: int = CHUNK):
+    """Loss and gradients ``(loss, ∂x, ∂W)`` of one executor on copies of the inputs."""
+    x = x.clone().requires_grad_(True)
+    weight = weight.clone().requires_grad_(True)
+    if impl == "dense":
+        loss = dense_margin_cross_entropy(x, weight, labels, margin, sub_centers=k)
+    else:
+        loss = chunked_margin_cross_entropy(
+            x, weight, labels, margin, sub_centers=k, chunk_size=chunk_size, kernels=impl
+        )
+    (loss * upstream).sum().backward()
+    return loss.detach(), x.grad, weight.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["arcface", "cosface", "curricularface", "subcenter-arcface"])
+def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None:
+    margin, k, x, weight, labels, upstream = make_case(name, dtype)
+    dense_margin, triton_margin = margin, copy.deepcopy(margin)
+    for step in range(2):  # CurricularFace: the second step runs on the updated t
+        expected = run("dense", dense_margin, k, x, weight, labels, upstream)
+        actual = run("triton", triton_margin, k, x, weight, labels, upstream)
+        assert actual[0].dtype == torch.float32
+        assert actual[1].dtype == actual[2].dtype == dtype
+        for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+            assert torch.isfinite(a).all(), what
+            error = relative_error(a, e)
+            assert error <= TOLERANCE[dtype], (step, what, error)
+        for key, buffer in dense_margin.state_dict().items():
+            other = triton_margin.state_dict()[key]
+            assert relative_error(other, buffer) <= TOLERANCE[torch.float32], key
+    assert launches == {"nontarget_statistics": 2, "embedding_gradient": 2, "weight_gradient": 6}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(set(marginface.list_losses()) - {"arcface", "cosface", "curricularface"})
+)
+def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
+    """Per-row scales with a gradient (SphereFace's feature-norm scale), AdaCos's extra pass,
+    norm-dependent targets (MagFace, AdaFace): all in PyTorch around the same kernels."""
+    margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
+    dense_margin, triton_margin = margin, copy.deepcopy(margin)
+    expected = run("dense", dense_margin, k, x, weight, labels, upstream)
+    actual = run("triton", triton_margin, k, x, weight, labels, upstream)
+    for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+        assert relative_error(a, e) <= TOLERANCE[torch.float32], (what, relative_error(a, e))
+    assert launches["embedding_gradient"] == 1
+
+
+def test_kernels_over_several_tiles_match_reference(kernels: ModuleType) -> None:
+    """The launchers directly, with 16-wide tiles over 2 row blocks, 2 chunks of 2 class tiles
+    and 3 blocks of D, sub-centers and CurricularFace's rule, against autograd on the dense
+    formula."""
+    n, dim, classes, k, chunk = 20, 40, 37, 2, 20
+    blocks = kernels.Blocks(n=16, c=16, d=16)
+    generator = torch.Generator().manual_seed(1)
+    x_hat = torch.nn.functional.normalize(torch.randn(n, dim, generator=generator), dim=1)
+    weight = torch.randn(classes * k, dim, generator=generator)
+    inv_norms = 1.0 / weight.norm(dim=1)
+    labels = torch.randint(0, classes, (n,), generator=generator)
+    scale = 10.0 + 20.0 * torch.rand(n, generator=generator)
+    threshold = 0.3 * torch.rand(n, generator=generator)
+    t = torch.full((n,), 0.25)
+    grad = torch.rand(n, generator=generator)
+    x_hat, weight, inv_norms, labels, scale, threshold, t, grad = (
+        v.to(DEVICE) for v in (x_hat, weight, inv_norms, labels, scale, threshold, t, grad)
+    )
+    rule = kernels.NonTargetRule(threshold=threshold, t=t)
+
+    # Reference: the non-target log-sum-exp, and its gradients by autograd.
+    x_leaf = x_hat.clone().requires_grad_(True)
+    w_leaf = weight.clone().requires_grad_(True)
+    s_leaf = scale.clone().requires_grad_(True)
+    cos = (x_leaf @ (w_leaf * inv_norms.unsqueeze(1)).t()).view(n, classes, k).amax(dim=2)
+    hard = cos > threshold.unsqueeze(1)
+    logits = torch.where(hard, cos * (t.unsqueeze(1) + cos), cos) * s_leaf.unsqueeze(1)
+    logits = logits.masked_fill(torch.nn.functional.one_hot(labels, classes).bool(), -torch.inf)
+    lse = torch.logsumexp(logits, dim=1)
+    (lse * grad).sum().backward()
+
+    common = {"sub_centers": k, "blocks": blocks}
+    row_max, exp_sum = kernels.nontarget_statistics(
+        x_hat, weight, inv_norms, labels, scale, rule, chunk_size=chunk, **common
+    )
+    assert relative_error(row_max + torch.log(exp_sum), lse) <= 1e-6
+    detached = lse.detach()
+    grad_x, grad_scale = kernels.embedding_gradient(
+        x_hat, weight, inv_norms, labels, scale, rule, detached, grad, chunk_size=chunk, **common
+    )
+    assert relative_error(grad_x, x_leaf.grad) <= 1e-5
+    assert relative_error(grad_scale, s_leaf.grad) <= 1e-5
+    # ∂W: the kernel gives r·Σ_i G_ij x̂_i; autograd's ∂/∂w at fixed r is exactly that.
+    parts = [
+        kernels.weight_gradient(
+            x_hat,
+            weight,
+            inv_norms,
+            labels,
+            scale,
+            rule,
+            detached,
+            grad,
+            start=start,
+            stop=min(start + chunk, classes),
+            **common,
+        )
+        for start in range(0, classes, chunk)
+    ]
+    assert relative_error(torch.cat(parts), w_leaf.grad) <= 1e-5
+
+
+def test_auto_runs_torch_on_cpu_and_triton_on_cuda(launches: Counter) -> None:
+    margin, k, x, weight, labels, upstream = make_case("arcface", torch.float32)
+    run("auto", margin, k, x, weight, labels, upstream)
+    assert launches["nontarget_statistics"] == (1 if DEVICE.type == "cuda" else 0)
+
+
+def test_environment_variable_forces_the_kernels(
+    launches: Counter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    margin, k, x, weight, labels, upstream = make_case("cosface", torch.float32)
+    monkeypatch.setenv(KERNELS_ENV, "triton")
+    run(None, margin, k, x, weight, labels, upstream)
+    assert launches["nontarget_statistics"] == 1
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    run(None, margin, k, x, weight, labels, upstream)
+    assert launches["nontarget_statistics"] == 1
+    monkeypatch.setenv(KERNELS_ENV, "fast")
+    with pytest.raises(ValueError, match=r"MARGINFACE_KERNELS must be one of .*'fast'"):
+        run(None, margin, k, x, weight, labels, upstream)
+
+
+class _ShiftedNegatives(CosFaceMargin):
+    """A margin with its own non-target rule, which the kernels do not know."""
+
+    def nontarget_cosine(self, cosine, context):
+        return cosine - 0.1
+
+
+def test_unknown_nontarget_rule_raises_for_triton_and_falls_back_for_auto(
+    launches: Counter,
+) -> None:
+    _, k, x, weight, labels, upstream = make_case("cosface", torch.float32)
+    margin = _ShiftedNegatives().to(DEVICE)
+    with pytest.raises(ValueError, match=r"_ShiftedNegatives's nontarget_cosine has no Triton"):
+        run("triton", margin, k, x, weight, labels, upstream)
+    expected = run("dense", margin, k, x, weight, labels, upstream)
+    actual = run("auto", margin, k, x, weight, labels, upstream)
+    assert relative_error(actual[0], expected[0]) <= 1e-5
+    assert launches["embedding_gradient"] == 0
+
+
+def test_float64_raises_for_triton(kernels: ModuleType) -> None:
+    margin, k, x, weight, labels, upstream = make_case("arcface", torch.float64)
+    with pytest.raises(ValueError, match=r"kernels='triton' supports GEMM dtypes"):
+        run("triton", margin, k, x, weight, labels, upstream)
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="the interpreter check is for CPU tensors")
+def test_cpu_without_interpreter_raises(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    _, k, x, weight, labels, upstream = make_case("arcface", torch.float32)
+    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1"):
+        run("triton", ArcFaceMargin(), k, x, weight, labels, upstream)
+
+
+def test_blocks_must_be_powers_of_two(kernels: ModuleType) -> None:
+    with pytest.raises(ValueError, match=r"Blocks.c must be a power of two >= 16, got 24"):
+        kernels.Blocks(n=16, c=24, d=16)
+    with pytest.raises(ValueError, match=r"Blocks.n must be a power of two >= 16, got 8"):
+        kernels.Blocks(n=8)
