@@ -29,9 +29,12 @@ MODULE = "marginface.executors.triton_kernels"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 N, D, C, CHUNK = 6, 8, 37, 16
 OPTIONS: dict[str, dict] = {"elasticface": {"seed": 0}}
-TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
-"""Relative error ``max|a - e| / max|e|`` against the dense path, which multiplies in float32
-(bf16: the chunk GEMMs see bf16-rounded x̂ and W, ~3 significant digits; observed ~1e-3)."""
+TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 5e-2)}
+"""Relative error ``max|a - e| / max|e|`` (loss, gradients) against the dense path, which
+multiplies in float32. bf16: the chunk GEMMs see bf16-rounded x̂ and W (~3 significant digits),
+and with sub-centers a rounding can flip the winning sub-center, which moves a whole gradient
+row (observed: loss ~1e-3, gradients up to 2.7e-2 for Sub-center ArcFace; the PyTorch chunked
+path is 5.4e-2 off on the same case)."""
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +118,8 @@ def run(impl: str, margin: Margin, k: int, x, weight, labels, upstream, chunk_si
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["arcface", "cosface", "curricularface", "subcenter-arcface"])
 def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None:
-    margin, k, x, weight, labels, upstream = make_case(name, dtype)
+    options = {"sub_centers": 2} if name == "subcenter-arcface" else {}
+    margin, k, x, weight, labels, upstream = make_case(name, dtype, **options)
     dense_margin, triton_margin = margin, copy.deepcopy(margin)
     for step in range(2):  # CurricularFace: the second step runs on the updated t
         expected = run("dense", dense_margin, k, x, weight, labels, upstream)
@@ -125,10 +129,10 @@ def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None
         for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
             assert torch.isfinite(a).all(), what
             error = relative_error(a, e)
-            assert error <= TOLERANCE[dtype], (step, what, error)
+            assert error <= TOLERANCE[dtype][what != "loss"], (step, what, error)
         for key, buffer in dense_margin.state_dict().items():
             other = triton_margin.state_dict()[key]
-            assert relative_error(other, buffer) <= TOLERANCE[torch.float32], key
+            assert relative_error(other, buffer) <= 1e-5, key
     assert launches == {"nontarget_statistics": 2, "embedding_gradient": 2, "weight_gradient": 6}
 
 
@@ -143,7 +147,7 @@ def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     expected = run("dense", dense_margin, k, x, weight, labels, upstream)
     actual = run("triton", triton_margin, k, x, weight, labels, upstream)
     for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
-        assert relative_error(a, e) <= TOLERANCE[torch.float32], (what, relative_error(a, e))
+        assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
     assert launches["embedding_gradient"] == 1
 
 
