@@ -129,3 +129,15 @@ def test_compare_writes_report_and_prints_table(tmp_path, capsys):
 def test_demo_parser_needs_no_arguments():
     args = build_parser().parse_args(["demo"])
     assert args.out == Path("runs/demo") and args.epochs is None
+
+
+def test_quiet_and_verbose_are_accepted_after_the_subcommand() -> None:
+    from marginface.cli import build_parser
+
+    parser = build_parser()
+    after = parser.parse_args(["train", "--epochs", "1", "--quiet"])
+    before = parser.parse_args(["--quiet", "train", "--epochs", "1"])
+    neither = parser.parse_args(["train", "--epochs", "1"])
+    assert after.quiet and before.quiet and not neither.quiet
+    assert parser.parse_args(["evaluate", "run", "-v"]).verbose
+    assert not parser.parse_args(["evaluate", "run"]).verbose

@@ -271,10 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars or chatter")
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    # the same two flags after the subcommand (``marginface train ... --quiet``); SUPPRESS keeps
+    # a flag given before the subcommand from being reset by the subcommand's default
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
-        "demo",
+        parents=[common],
+        name="demo",
         help="digits, four losses, 3-D sphere pictures and report (no arguments needed)",
         description="Train NormFace, CosFace, ArcFace and CurricularFace on scikit-learn's digits "
         "with a 3-D embedding; write runs/demo/report.html and print the metrics table.",
@@ -284,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
     demo.set_defaults(func=cmd_demo)
 
-    train = sub.add_parser("train", help="train one model", description="Train one model.")
+    train = sub.add_parser(
+        parents=[common], name="train", help="train one model", description="Train one model."
+    )
     _add_train_options(train)
     train.add_argument("--out", type=Path, help="run folder (default runs/<dataset>-<loss>)")
     mode = train.add_mutually_exclusive_group()
@@ -293,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     evaluate = sub.add_parser(
-        "evaluate",
+        parents=[common],
+        name="evaluate",
         help="metrics of a trained run",
         description="Closed-set accuracy, 10-fold pair verification (accuracy, AUC, EER, "
         "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json.",
@@ -304,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=cmd_evaluate)
 
     compare = sub.add_parser(
-        "compare",
+        parents=[common],
+        name="compare",
         help="train several losses with the same budget and report",
         description="Train each loss with the same configuration, evaluate, and write "
         "report.html with pictures and a metrics table.",
@@ -318,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=cmd_compare)
 
     plot = sub.add_parser(
-        "plot",
+        parents=[common],
+        name="plot",
         help="pictures of a trained run",
         description="Embeddings (circle/sphere), margin curve, ROC, training and state curves.",
     )
@@ -328,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
 
     export = sub.add_parser(
-        "export",
+        parents=[common],
+        name="export",
         help="export the embedding model (TorchScript, ONNX), verified",
         description="Export the run's backbone; the exported model's outputs are checked "
         "against PyTorch's on a batch. ONNX needs the marginface[onnx] extra.",
