@@ -172,3 +172,23 @@ def test_overwrite_never_deletes_an_unrelated_folder(tmp_path):
     with pytest.raises(OutputExistsError, match="refusing to delete"):
         train(quick(epochs=1), tmp_path / "mine", overwrite=True)
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
+
+
+def test_evaluation_with_pairs_of_a_single_fold(tmp_path):
+    """LFW with one test fold: every pair has the same fold id; evaluation must still work."""
+    import dataclasses
+
+    import numpy as np
+
+    from marginface.data import PairSet, load_dataset
+    from marginface.data.pairs import sample_pairs
+
+    train(quick(epochs=1), tmp_path / "run")
+    bundle = load_dataset("digits")
+    sampled = sample_pairs(bundle.test.labels, 400, seed=0)
+    one_fold = PairSet(sampled.index, sampled.same, np.full(len(sampled), 3, dtype=np.int64))
+    result = evaluate_run(
+        tmp_path / "run", device="cpu", bundle=dataclasses.replace(bundle, pairs=one_fold)
+    )
+    assert 0.0 <= result.metrics["verification_accuracy"] <= 1.0
+    assert result.metrics["pairs"] == 400
