@@ -1,0 +1,106 @@
+"""A 3×3 convolution fused with the 2×2 max-pool and ReLU after it, for the seed CNN's first layer.
+
+``relu(max_pool2d(conv2d(x, w, b, padding=p), 2))`` computed without the full-resolution map:
+pooled pixel ``(i, j)`` is the max of the convolution at the four offsets ``(2i + a, 2j + b)``,
+``a, b ∈ {0, 1}``, which all read the 4×4 input patch at ``(2i, 2j)``. So one matmul of the
+patches ``[N·Ho·Wo, C·16]`` with the four kernels embedded in 4×4 windows ``[C·16, 4·O]``
+gives the four candidates; their max (first one on ties, as ``max_pool2d``), plus the bias, then
+ReLU, is the layer's output. Row chunks keep the candidates ``[rows, 4·O]`` in cache: on the
+seed's first layer (C = 1, O = 32, 32×32 padded map, batch 1024) the 134 MB fp32 map that
+``conv2d`` writes, ``max_pool2d`` reads and its backward zero-fills, never exists.
+
+Backward: only the weight and bias gradients (the input is an image batch, it needs none);
+the output gradient is routed to the winning offset (stored as uint8) and multiplied by the
+patches, ``dW_big = Pᵀ · G_big``; autograd folds ``dW_big`` back onto the 3×3 kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+__all__ = ["conv3x3_maxpool2_relu"]
+
+_CHUNK_ROWS = 8192
+"""Pooled pixels per chunk: 8192 × 4·32 fp32 candidates = 4 MiB, within the L2 + L3 share."""
+
+
+def _patches(images: Tensor, padding: int) -> Tensor:
+    """4×4 input patches at stride 2: ``[N, C, H, W] -> [N·Ho·Wo, C·16]`` (a contiguous copy),
+    ``Ho = ⌊(H + 2·padding - 2) / 2⌋`` (likewise ``Wo``), the pooled output size."""
+    padded = F.pad(images, (padding,) * 4)  # (N, C, H + 2p, W + 2p)
+    windows = padded.unfold(2, 4, 2).unfold(3, 4, 2)  # (N, C, Ho, Wo, 4, 4)
+    n, c, ho, wo = windows.shape[:4]
+    return windows.permute(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * 16)
+
+
+def _offset_kernels(weight: Tensor) -> Tensor:
+    """``[O, C, 3, 3] -> [C·16, 4·O]``: the kernel placed at the four 2×2 pool offsets of a 4×4
+    window (row-major offsets, as ``max_pool2d`` scans its window); column ``k·O + o``."""
+    out_channels = weight.shape[0]
+    placed = [F.pad(weight, (b, 1 - b, a, 1 - a)) for a in (0, 1) for b in (0, 1)]  # (O, C, 4, 4)
+    return torch.stack(placed).reshape(4 * out_channels, -1).t()
+
+
+class _ConvMaxPoolReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, patches: Tensor, kernels: Tensor, bias: Tensor) -> Tensor:
+        rows = patches.shape[0]
+        out_channels = bias.shape[0]
+        output = patches.new_empty(rows, out_channels)
+        winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
+        for start in range(0, rows, _CHUNK_ROWS):
+            stop = min(start + _CHUNK_ROWS, rows)
+            candidates = (patches[start:stop] @ kernels).view(stop - start, 4, out_channels)
+            best, index = candidates.max(dim=1)  # first maximum on ties, as max_pool2d
+            torch.add(best, bias, out=output[start:stop]).clamp_(min=0)
+            winner[start:stop] = index
+        ctx.save_for_backward(patches, output, winner)
+        ctx.out_channels = out_channels
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor, Tensor]:
+        patches, output, winner = ctx.saved_tensors
+        out_channels = ctx.out_channels
+        grad = grad_output.masked_fill(output <= 0, 0)  # ReLU  (rows, O)
+        grad_kernels = patches.new_zeros(patches.shape[1], 4 * out_channels)
+        rows = patches.shape[0]
+        for start in range(0, rows, _CHUNK_ROWS):
+            stop = min(start + _CHUNK_ROWS, rows)
+            spread = grad.new_zeros(stop - start, 4, out_channels)
+            spread.scatter_(1, winner[start:stop].long().unsqueeze(1), grad[start:stop, None])
+            grad_kernels.addmm_(patches[start:stop].t(), spread.view(stop - start, -1))
+        return None, grad_kernels, grad.sum(0)
+
+
+def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding: int) -> Tensor:
+    """``relu(max_pool2d(conv2d(images, weight, bias, padding=padding), 2))``, fused.
+
+    Args:
+        images: ``Tensor[N, C, H, W]``; no gradient is computed for it (it must not require one).
+        weight: ``Tensor[O, C, 3, 3]``, the convolution kernel.
+        bias: ``Tensor[O]``.
+        padding: zeros added on each side before the convolution.
+
+    Returns:
+        ``Tensor[N, O, Ho, Wo]`` in channels-last memory layout, ``Ho = ⌊(H + 2·padding - 2)/2⌋``.
+        Equal to the unfused layers up to float rounding (the sums run in another order); the
+        gradients of ``weight`` and ``bias`` likewise. A NaN candidate need not propagate as in
+        ``max_pool2d``.
+    """
+    if images.requires_grad:
+        raise ValueError(
+            "conv3x3_maxpool2_relu computes no input gradient; images must not require grad"
+        )
+    if weight.shape[-2:] != (3, 3) or weight.shape[1] != images.shape[1]:
+        raise ValueError(
+            f"weight must be [O, {images.shape[1]}, 3, 3] for these images, got "
+            f"{tuple(weight.shape)}"
+        )
+    n, _, height, width = images.shape
+    patches = _patches(images.to(weight.dtype), padding)
+    out_h, out_w = (height + 2 * padding - 2) // 2, (width + 2 * padding - 2) // 2
+    output = _ConvMaxPoolReLU.apply(patches, _offset_kernels(weight), bias)  # (N·Ho·Wo, O)
+    return output.view(n, out_h, out_w, -1).permute(0, 3, 1, 2)
