@@ -22,8 +22,9 @@ from torch.nn import functional as F
 
 __all__ = ["conv3x3_maxpool2_relu"]
 
-_CHUNK_ROWS = 8192
-"""Pooled pixels per chunk: 8192 × 4·32 fp32 candidates = 4 MiB, within the L2 + L3 share."""
+_CHUNK_ROWS = 2048
+"""Pooled pixels per chunk: 2048 × 4·32 fp32 candidates = 1 MiB, within a core's L2 (measured
+2.4× faster than 8192 rows on the matmul that writes them)."""
 
 
 def _patches(images: Tensor, padding: int) -> Tensor:
@@ -43,6 +44,12 @@ def _offset_kernels(weight: Tensor) -> Tensor:
     return torch.stack(placed).reshape(4 * out_channels, -1).t()
 
 
+def _as_pool_windows(rows: Tensor, out_channels: int) -> Tensor:
+    """``[n, 4·O]`` (offset-major) -> ``[n, O, 2, 2]`` channels-last view: each pooled pixel's
+    four candidates as the 2×2 window ``max_pool2d`` scans (flat index ``2a + b``)."""
+    return rows.view(-1, 2, 2, out_channels).permute(0, 3, 1, 2)
+
+
 class _ConvMaxPoolReLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, patches: Tensor, kernels: Tensor, bias: Tensor) -> Tensor:
@@ -50,28 +57,42 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
         out_channels = bias.shape[0]
         output = patches.new_empty(rows, out_channels)
         winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
-        for start in range(0, rows, _CHUNK_ROWS):
-            stop = min(start + _CHUNK_ROWS, rows)
-            candidates = (patches[start:stop] @ kernels).view(stop - start, 4, out_channels)
-            best, index = candidates.max(dim=1)  # first maximum on ties, as max_pool2d
-            torch.add(best, bias, out=output[start:stop]).clamp_(min=0)
-            winner[start:stop] = index
-        ctx.save_for_backward(patches, output, winner)
-        ctx.out_channels = out_channels
+        ctx.autocast_dtype = (
+            torch.get_autocast_dtype(patches.device.type)
+            if torch.is_autocast_enabled(patches.device.type)
+            else None
+        )
+        with torch.autocast(patches.device.type, enabled=False):  # the matmul is cheap in fp32
+            for start in range(0, rows, _CHUNK_ROWS):
+                stop = min(start + _CHUNK_ROWS, rows)
+                candidates = _as_pool_windows(patches[start:stop] @ kernels, out_channels)
+                # max_pool2d itself: its tie-breaking (first in scan order) and NaN handling
+                best, index = F.max_pool2d(candidates, 2, return_indices=True)  # (n, O, 1, 1)
+                torch.add(best.view(-1, out_channels), bias, out=output[start:stop]).clamp_(min=0)
+                winner[start:stop] = index.view(-1, out_channels)
+        # Under autocast the reference conv's weight gradient multiplies bf16/fp16 operands: so
+        # does ours (the products; the sum over chunks accumulates in the weight's dtype).
+        low = ctx.autocast_dtype is not None and ctx.autocast_dtype != patches.dtype
+        ctx.save_for_backward(patches.to(ctx.autocast_dtype) if low else patches, output, winner)
+        ctx.weight_dtype = kernels.dtype
         return output
 
     @staticmethod
     def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor, Tensor]:
         patches, output, winner = ctx.saved_tensors
-        out_channels = ctx.out_channels
-        grad = grad_output.masked_fill(output <= 0, 0)  # ReLU  (rows, O)
-        grad_kernels = patches.new_zeros(patches.shape[1], 4 * out_channels)
-        rows = patches.shape[0]
+        rows, out_channels = output.shape
+        grad = grad_output.to(output.dtype).masked_fill(output <= 0, 0)  # ReLU  (rows, O)
+        grad_kernels = output.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
+        low = grad.to(patches.dtype)
         for start in range(0, rows, _CHUNK_ROWS):
             stop = min(start + _CHUNK_ROWS, rows)
-            spread = grad.new_zeros(stop - start, 4, out_channels)
-            spread.scatter_(1, winner[start:stop].long().unsqueeze(1), grad[start:stop, None])
-            grad_kernels.addmm_(patches[start:stop].t(), spread.view(stop - start, -1))
+            spread = low.new_zeros(stop - start, 4, out_channels)  # d(candidates)
+            spread.scatter_(1, winner[start:stop, None].long(), low[start:stop, None])
+            spread = spread.view(stop - start, -1)
+            if patches.dtype == grad_kernels.dtype:
+                grad_kernels.addmm_(patches[start:stop].t(), spread)
+            else:
+                grad_kernels += patches[start:stop].t() @ spread
         return None, grad_kernels, grad.sum(0)
 
 
