@@ -125,3 +125,24 @@ def test_fast_dropout_at_one_half_matches_dropout_statistics():
     assert set(
         torch.unique(fast_dropout(torch.ones(1000, dtype=torch.float64), 0.25, True)).tolist()
     ) == {0.0, 4 / 3}
+
+
+def test_fused_block_under_bf16_autocast_is_as_accurate_as_the_autocast_reference():
+    torch.manual_seed(0)
+    images = torch.rand(4, 1, 28, 28)
+    weight = torch.randn(8, 1, 3, 3, requires_grad=True)
+    bias = torch.randn(8, requires_grad=True)
+    exact = reference_block(images, weight, bias, 3)  # fp32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = reference_block(images, weight, bias, 3)
+        got = conv3x3_maxpool2_relu(images, weight, bias, 3)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), exact, atol=0.05, rtol=0.01)
+    upstream = torch.randn_like(exact)
+    truth = torch.autograd.grad(exact, (weight, bias), upstream)
+    want = torch.autograd.grad(expected, (weight, bias), upstream.bfloat16())
+    have = torch.autograd.grad(got, (weight, bias), upstream.bfloat16())
+    for ours, theirs, true in zip(have, want, truth, strict=True):
+        assert ours.dtype == torch.float32
+        # bf16 rounding moves some pooling winners: compare errors against the fp32 gradient
+        assert (ours - true).norm() <= 1.5 * (theirs - true).norm() + 1e-3 * true.norm()

@@ -55,13 +55,14 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
     def forward(ctx, patches: Tensor, kernels: Tensor, bias: Tensor) -> Tensor:
         rows = patches.shape[0]
         out_channels = bias.shape[0]
-        output = patches.new_empty(rows, out_channels)
-        winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
         ctx.autocast_dtype = (
             torch.get_autocast_dtype(patches.device.type)
             if torch.is_autocast_enabled(patches.device.type)
             else None
         )
+        # under autocast the output has the autocast dtype, as a conv's would (saves a cast)
+        output = patches.new_empty(rows, out_channels, dtype=ctx.autocast_dtype or bias.dtype)
+        winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
         with torch.autocast(patches.device.type, enabled=False):  # the matmul is cheap in fp32
             for start in range(0, rows, _CHUNK_ROWS):
                 stop = min(start + _CHUNK_ROWS, rows)
@@ -81,7 +82,7 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
     def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor, Tensor]:
         patches, output, winner = ctx.saved_tensors
         rows, out_channels = output.shape
-        grad = grad_output.to(output.dtype).masked_fill(output <= 0, 0)  # ReLU  (rows, O)
+        grad = grad_output.masked_fill(output <= 0, 0)  # ReLU  (rows, O)
         grad_kernels = output.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
         low = grad.to(patches.dtype)
         for start in range(0, rows, _CHUNK_ROWS):
@@ -93,7 +94,7 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
                 grad_kernels.addmm_(patches[start:stop].t(), spread)
             else:
                 grad_kernels += patches[start:stop].t() @ spread
-        return None, grad_kernels, grad.sum(0)
+        return None, grad_kernels, grad.sum(0, dtype=ctx.weight_dtype)
 
 
 def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding: int) -> Tensor:
