@@ -4,14 +4,15 @@
 pooled pixel ``(i, j)`` is the max of the convolution at the four offsets ``(2i + a, 2j + b)``,
 ``a, b ∈ {0, 1}``, which all read the 4×4 input patch at ``(2i, 2j)``. So one matmul of the
 patches ``[N·Ho·Wo, C·16]`` with the four kernels embedded in 4×4 windows ``[C·16, 4·O]``
-gives the four candidates; their max (first one on ties, as ``max_pool2d``), plus the bias, then
-ReLU, is the layer's output. Row chunks keep the candidates ``[rows, 4·O]`` in cache: on the
-seed's first layer (C = 1, O = 32, 32×32 padded map, batch 1024) the 134 MB fp32 map that
-``conv2d`` writes, ``max_pool2d`` reads and its backward zero-fills, never exists.
+(plus a ones column times the bias) gives the four candidates; their max (``max_pool2d`` on
+them: its tie-breaking and NaN handling), then ReLU, is the layer's output. Row chunks keep
+the candidates ``[rows, 4·O]`` in cache: on the seed's first layer (C = 1, O = 32, 32×32
+padded map, batch 1024) the 134 MB fp32 map that ``conv2d`` writes, ``max_pool2d`` reads and
+its backward zero-fills, never exists.
 
 Backward: only the weight and bias gradients (the input is an image batch, it needs none);
-the output gradient is routed to the winning offset (stored as uint8) and multiplied by the
-patches, ``dW_big = Pᵀ · G_big``; autograd folds ``dW_big`` back onto the 3×3 kernel.
+the output gradient is routed to the winning offset and multiplied by the patches,
+``dW_big = Pᵀ · G_big``; autograd folds ``dW_big`` back onto the 3×3 kernel and the bias.
 """
 
 from __future__ import annotations
@@ -28,20 +29,26 @@ _CHUNK_ROWS = 2048
 
 
 def _patches(images: Tensor, padding: int) -> Tensor:
-    """4×4 input patches at stride 2: ``[N, C, H, W] -> [N·Ho·Wo, C·16]`` (a contiguous copy),
-    ``Ho = ⌊(H + 2·padding - 2) / 2⌋`` (likewise ``Wo``), the pooled output size."""
+    """4×4 input patches at stride 2 and a ones column (for the bias):
+    ``[N, C, H, W] -> [N·Ho·Wo, C·16 + 1]``, ``Ho = ⌊(H + 2·padding - 2) / 2⌋`` (likewise
+    ``Wo``), the pooled output size."""
     padded = F.pad(images, (padding,) * 4)  # (N, C, H + 2p, W + 2p)
     windows = padded.unfold(2, 4, 2).unfold(3, 4, 2)  # (N, C, Ho, Wo, 4, 4)
     n, c, ho, wo = windows.shape[:4]
-    return windows.permute(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * 16)
+    patches = images.new_empty(n, ho, wo, c * 16 + 1)
+    patches[..., :-1].view(n, ho, wo, c, 4, 4).copy_(windows.permute(0, 2, 3, 1, 4, 5))
+    patches[..., -1] = 1
+    return patches.view(n * ho * wo, c * 16 + 1)
 
 
-def _offset_kernels(weight: Tensor) -> Tensor:
-    """``[O, C, 3, 3] -> [C·16, 4·O]``: the kernel placed at the four 2×2 pool offsets of a 4×4
-    window (row-major offsets, as ``max_pool2d`` scans its window); column ``k·O + o``."""
+def _offset_kernels(weight: Tensor, bias: Tensor) -> Tensor:
+    """``[O, C, 3, 3], [O] -> [C·16 + 1, 4·O]``: the kernel placed at the four 2×2 pool offsets
+    of a 4×4 window (row-major offsets, as ``max_pool2d`` scans its window), column
+    ``k·O + o``; the last row is the bias (times the patches' ones column)."""
     out_channels = weight.shape[0]
     placed = [F.pad(weight, (b, 1 - b, a, 1 - a)) for a in (0, 1) for b in (0, 1)]  # (O, C, 4, 4)
-    return torch.stack(placed).reshape(4 * out_channels, -1).t()
+    kernels = torch.stack(placed).reshape(4 * out_channels, -1).t()  # (C·16, 4·O)
+    return torch.cat([kernels, bias.repeat(4)[None]])
 
 
 def _as_pool_windows(rows: Tensor, out_channels: int) -> Tensor:
@@ -52,49 +59,46 @@ def _as_pool_windows(rows: Tensor, out_channels: int) -> Tensor:
 
 class _ConvMaxPoolReLU(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, patches: Tensor, kernels: Tensor, bias: Tensor) -> Tensor:
+    def forward(ctx, patches: Tensor, kernels: Tensor) -> Tensor:
         rows = patches.shape[0]
-        out_channels = bias.shape[0]
-        ctx.autocast_dtype = (
-            torch.get_autocast_dtype(patches.device.type)
-            if torch.is_autocast_enabled(patches.device.type)
-            else None
+        out_channels = kernels.shape[1] // 4
+        device = patches.device.type
+        autocast_dtype = (
+            torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         )
         # under autocast the output has the autocast dtype, as a conv's would (saves a cast)
-        output = patches.new_empty(rows, out_channels, dtype=ctx.autocast_dtype or bias.dtype)
-        winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
-        with torch.autocast(patches.device.type, enabled=False):  # the matmul is cheap in fp32
+        output = patches.new_empty(rows, out_channels, dtype=autocast_dtype or kernels.dtype)
+        winner = torch.empty(rows, out_channels, dtype=torch.int64, device=patches.device)
+        with torch.autocast(device, enabled=False):  # the matmul is cheap in fp32
             for start in range(0, rows, _CHUNK_ROWS):
                 stop = min(start + _CHUNK_ROWS, rows)
                 candidates = _as_pool_windows(patches[start:stop] @ kernels, out_channels)
-                # max_pool2d itself: its tie-breaking (first in scan order) and NaN handling
                 best, index = F.max_pool2d(candidates, 2, return_indices=True)  # (n, O, 1, 1)
-                torch.add(best.view(-1, out_channels), bias, out=output[start:stop]).clamp_(min=0)
+                output[start:stop] = best.view(-1, out_channels).clamp_(min=0)
                 winner[start:stop] = index.view(-1, out_channels)
         # Under autocast the reference conv's weight gradient multiplies bf16/fp16 operands: so
         # does ours (the products; the sum over chunks accumulates in the weight's dtype).
-        low = ctx.autocast_dtype is not None and ctx.autocast_dtype != patches.dtype
-        ctx.save_for_backward(patches.to(ctx.autocast_dtype) if low else patches, output, winner)
+        low = autocast_dtype is not None and autocast_dtype != patches.dtype
+        ctx.save_for_backward(patches.to(autocast_dtype) if low else patches, output, winner)
         ctx.weight_dtype = kernels.dtype
         return output
 
     @staticmethod
-    def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor, Tensor]:
+    def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor]:
         patches, output, winner = ctx.saved_tensors
         rows, out_channels = output.shape
-        grad = grad_output.masked_fill(output <= 0, 0)  # ReLU  (rows, O)
-        grad_kernels = output.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
-        low = grad.to(patches.dtype)
+        grad = grad_output.masked_fill(output <= 0, 0).to(patches.dtype)  # ReLU  (rows, O)
+        grad_kernels = grad.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
         for start in range(0, rows, _CHUNK_ROWS):
             stop = min(start + _CHUNK_ROWS, rows)
-            spread = low.new_zeros(stop - start, 4, out_channels)  # d(candidates)
-            spread.scatter_(1, winner[start:stop, None].long(), low[start:stop, None])
+            spread = grad.new_zeros(stop - start, 4, out_channels)  # d(candidates)
+            spread.scatter_(1, winner[start:stop, None], grad[start:stop, None])
             spread = spread.view(stop - start, -1)
             if patches.dtype == grad_kernels.dtype:
                 grad_kernels.addmm_(patches[start:stop].t(), spread)
             else:
                 grad_kernels += patches[start:stop].t() @ spread
-        return None, grad_kernels, grad.sum(0, dtype=ctx.weight_dtype)
+        return None, grad_kernels
 
 
 def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding: int) -> Tensor:
@@ -124,5 +128,5 @@ def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding:
     n, _, height, width = images.shape
     patches = _patches(images.to(weight.dtype), padding)
     out_h, out_w = (height + 2 * padding - 2) // 2, (width + 2 * padding - 2) // 2
-    output = _ConvMaxPoolReLU.apply(patches, _offset_kernels(weight), bias)  # (N·Ho·Wo, O)
+    output = _ConvMaxPoolReLU.apply(patches, _offset_kernels(weight, bias))  # (N·Ho·Wo, O)
     return output.view(n, out_h, out_w, -1).permute(0, 3, 1, 2)
