@@ -87,7 +87,8 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
     def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor]:
         patches, output, winner = ctx.saved_tensors
         rows, out_channels = output.shape
-        grad = grad_output.masked_fill(output <= 0, 0).to(patches.dtype)  # ReLU  (rows, O)
+        grad = torch.ops.aten.threshold_backward(grad_output, output, 0)  # ReLU  (rows, O)
+        grad = grad.to(patches.dtype)
         grad_kernels = grad.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
         for start in range(0, rows, _CHUNK_ROWS):
             stop = min(start + _CHUNK_ROWS, rows)
