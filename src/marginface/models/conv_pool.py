@@ -66,16 +66,24 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
         autocast_dtype = (
             torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         )
-        # under autocast the output has the autocast dtype, as a conv's would (saves a cast)
-        output = patches.new_empty(rows, out_channels, dtype=autocast_dtype or kernels.dtype)
+        output = patches.new_empty(rows, out_channels, dtype=kernels.dtype)
         winner = torch.empty(rows, out_channels, dtype=torch.int64, device=patches.device)
         with torch.autocast(device, enabled=False):  # the matmul is cheap in fp32
             for start in range(0, rows, _CHUNK_ROWS):
                 stop = min(start + _CHUNK_ROWS, rows)
                 candidates = _as_pool_windows(patches[start:stop] @ kernels, out_channels)
-                best, index = F.max_pool2d(candidates, 2, return_indices=True)  # (n, O, 1, 1)
-                output[start:stop] = best.view(-1, out_channels).clamp_(min=0)
-                winner[start:stop] = index.view(-1, out_channels)
+                # max_pool2d itself, writing into the output rows: [n, O] is [n, O, 1, 1]
+                torch.ops.aten.max_pool2d_with_indices.out(
+                    candidates,
+                    [2, 2],
+                    [2, 2],
+                    [0, 0],
+                    [1, 1],
+                    False,
+                    out=output[start:stop].view(-1, out_channels, 1, 1),
+                    indices=winner[start:stop].view(-1, out_channels, 1, 1),
+                )
+        output.clamp_(min=0)
         # Under autocast the reference conv's weight gradient multiplies bf16/fp16 operands: so
         # does ours (the products; the sum over chunks accumulates in the weight's dtype).
         low = autocast_dtype is not None and autocast_dtype != patches.dtype
@@ -112,7 +120,9 @@ def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding:
         padding: zeros added on each side before the convolution.
 
     Returns:
-        ``Tensor[N, O, Ho, Wo]`` in channels-last memory layout, ``Ho = ⌊(H + 2·padding - 2)/2⌋``.
+        ``Tensor[N, O, Ho, Wo]`` in channels-last memory layout, ``Ho = ⌊(H + 2·padding - 2)/2⌋``,
+        in the weight's dtype (fp32 also under autocast: the next conv casts it; the weight
+        gradient's products then use the autocast dtype, as the reference conv's do).
         Equal to the unfused layers up to float rounding (the sums run in another order); the
         gradients of ``weight`` and ``bias`` likewise. A NaN candidate need not propagate as in
         ``max_pool2d``.
