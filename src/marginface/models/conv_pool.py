@@ -67,11 +67,17 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
             torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         )
         output = patches.new_empty(rows, out_channels, dtype=kernels.dtype)
-        winner = torch.empty(rows, out_channels, dtype=torch.int64, device=patches.device)
+        # The winning offsets, 0-3, as uint8 (the fp32 output's quarter): this layer is bound by
+        # memory traffic (~5-10 GB/s per core here), so each full-size pass counts.
+        winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
+        index = torch.empty(
+            _CHUNK_ROWS, out_channels, 1, 1, dtype=torch.int64, device=patches.device
+        )
         with torch.autocast(device, enabled=False):  # the matmul is cheap in fp32
             for start in range(0, rows, _CHUNK_ROWS):
                 stop = min(start + _CHUNK_ROWS, rows)
                 candidates = _as_pool_windows(patches[start:stop] @ kernels, out_channels)
+                best = output[start:stop]
                 # max_pool2d itself, writing into the output rows: [n, O] is [n, O, 1, 1]
                 torch.ops.aten.max_pool2d_with_indices.out(
                     candidates,
@@ -80,10 +86,11 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
                     [0, 0],
                     [1, 1],
                     False,
-                    out=output[start:stop].view(-1, out_channels, 1, 1),
-                    indices=winner[start:stop].view(-1, out_channels, 1, 1),
+                    out=best.view(-1, out_channels, 1, 1),
+                    indices=index[: stop - start],
                 )
-        output.clamp_(min=0)
+                best.clamp_(min=0)
+                winner[start:stop] = index[: stop - start].view(-1, out_channels)
         # Under autocast the reference conv's weight gradient multiplies bf16/fp16 operands: so
         # does ours (the products; the sum over chunks accumulates in the weight's dtype).
         low = autocast_dtype is not None and autocast_dtype != patches.dtype
@@ -95,13 +102,15 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
     def backward(ctx, grad_output: Tensor) -> tuple[None, Tensor]:
         patches, output, winner = ctx.saved_tensors
         rows, out_channels = output.shape
-        grad = torch.ops.aten.threshold_backward(grad_output, output, 0)  # ReLU  (rows, O)
-        grad = grad.to(patches.dtype)
-        grad_kernels = grad.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
+        grad_kernels = patches.new_zeros(patches.shape[1], 4 * out_channels, dtype=ctx.weight_dtype)
         for start in range(0, rows, _CHUNK_ROWS):
             stop = min(start + _CHUNK_ROWS, rows)
-            spread = grad.new_zeros(stop - start, 4, out_channels)  # d(candidates)
-            spread.scatter_(1, winner[start:stop, None], grad[start:stop, None])
+            # ReLU, then the gradient at the winning offset: d(candidates)  (n, 4, O)
+            grad = torch.ops.aten.threshold_backward(
+                grad_output[start:stop], output[start:stop], 0
+            ).to(patches.dtype)
+            spread = grad.new_zeros(stop - start, 4, out_channels)
+            spread.scatter_(1, winner[start:stop, None].long(), grad[:, None])
             spread = spread.view(stop - start, -1)
             if patches.dtype == grad_kernels.dtype:
                 grad_kernels.addmm_(patches[start:stop].t(), spread)
