@@ -147,3 +147,18 @@ def test_fused_block_under_bf16_autocast_is_as_accurate_as_the_autocast_referenc
         assert ours.dtype == torch.float32
         # bf16 rounding moves some pooling winners: compare errors against the fp32 gradient
         assert (ours - true).norm() <= 1.5 * (theirs - true).norm() + 1e-3 * true.norm()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_fused_seed_cnn_traces_and_scripts_through_the_plain_layers():
+    torch.manual_seed(0)
+    model = SeedCNN(3).eval()
+    images = torch.rand(3, 1, 28, 28)
+    with torch.no_grad():
+        expected = model(images)
+        traced = torch.jit.trace(model, (images,), check_trace=False)
+        scripted = torch.jit.script(model)
+        other = torch.rand(5, 1, 28, 28)  # another batch size: no frozen Python loop
+        torch.testing.assert_close(traced(images), expected)
+        torch.testing.assert_close(traced(other), model(other))
+        torch.testing.assert_close(scripted(images), expected)

@@ -24,6 +24,13 @@ from .dropout import fast_dropout
 __all__ = ["SeedCNN"]
 
 
+def _exporting() -> bool:
+    """Tracing, scripting or compiling: the plain layers (the fused path is Python code)."""
+    if torch.jit.is_scripting():
+        return True
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
 class SeedCNN(nn.Module):
     """The seeds' three-block CNN: ``Tensor[N, C, H, W] -> Tensor[N, embedding_dim]``.
 
@@ -37,7 +44,8 @@ class SeedCNN(nn.Module):
         dropout: dropout probability before the dense layer. Default: 0.5 (seed).
         batch_norm: BatchNorm after each conv and on the embedding. Default: False (seed).
         fused: fast path without BatchNorm: fused first block and bit-mask dropout (see the
-            module docstring); used when the images do not require grad. Default: True.
+            module docstring); used when the images do not require grad and the model is not
+            being traced, scripted or compiled (export). Default: True.
         device, dtype: where the parameters are created.
 
     The flattened size is ``widths[-1] · ⌊(H + 2·padding)/8⌋ · ⌊(W + 2·padding)/8⌋``.
@@ -99,6 +107,7 @@ class SeedCNN(nn.Module):
         self.padding = padding
         self.fused = bool(fused) and not batch_norm
 
+    @torch.jit.unused
     def _forward_fused(self, images: Tensor) -> Tensor:
         conv1 = self.features[0]
         x = conv3x3_maxpool2_relu(images, conv1.weight, conv1.bias, 1 + self.padding)
@@ -108,7 +117,7 @@ class SeedCNN(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings ``Tensor[N, D]`` (not normalized) of images ``Tensor[N, C, H, W]``."""
-        if self.fused and not images.requires_grad:
+        if self.fused and not images.requires_grad and not _exporting():
             return self._forward_fused(images)
         x = self.features(images)  # (N, 128, s, s)
         x = self.dropout(torch.flatten(x, 1))  # (N, 128·s²)
