@@ -108,7 +108,7 @@ class SeedCNN(nn.Module):
         self.fused = bool(fused) and not batch_norm
 
     @torch.jit.unused
-    def _forward_fused(self, images: Tensor) -> Tensor:
+    def _forward_fused(self, images):  # unannotated: TorchScript skips it (jit.unused)
         conv1 = self.features[0]
         x = conv3x3_maxpool2_relu(images, conv1.weight, conv1.bias, 1 + self.padding)
         x = self.features[3:](x)  # (N, 128, s, s)
