@@ -136,13 +136,12 @@ def test_fused_block_under_bf16_autocast_is_as_accurate_as_the_autocast_referenc
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = reference_block(images, weight, bias, 3)
         got = conv3x3_maxpool2_relu(images, weight, bias, 3)
-    assert expected.dtype == torch.bfloat16
-    assert got.dtype == torch.float32  # computed in fp32; the next conv casts it
+    assert got.dtype == expected.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), exact, atol=0.05, rtol=0.01)
     upstream = torch.randn_like(exact)
     truth = torch.autograd.grad(exact, (weight, bias), upstream)
     want = torch.autograd.grad(expected, (weight, bias), upstream.bfloat16())
-    have = torch.autograd.grad(got, (weight, bias), upstream.bfloat16().float())
+    have = torch.autograd.grad(got, (weight, bias), upstream.bfloat16())
     for ours, theirs, true in zip(have, want, truth, strict=True):
         assert ours.dtype == torch.float32
         # bf16 rounding moves some pooling winners: compare errors against the fp32 gradient

@@ -66,7 +66,10 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
         autocast_dtype = (
             torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         )
-        output = patches.new_empty(rows, out_channels, dtype=kernels.dtype)
+        # under autocast the output has the autocast dtype, as a conv's would (saves the next
+        # conv a full-size cast); the candidates and their max are fp32 either way
+        output = patches.new_empty(rows, out_channels, dtype=autocast_dtype or kernels.dtype)
+        pooled = patches.new_empty(_CHUNK_ROWS, out_channels, dtype=kernels.dtype)
         # The winning offsets, 0-3, as uint8 (the fp32 output's quarter): this layer is bound by
         # memory traffic (~5-10 GB/s per core here), so each full-size pass counts.
         winner = torch.empty(rows, out_channels, dtype=torch.uint8, device=patches.device)
@@ -77,7 +80,9 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
             for start in range(0, rows, _CHUNK_ROWS):
                 stop = min(start + _CHUNK_ROWS, rows)
                 candidates = _as_pool_windows(patches[start:stop] @ kernels, out_channels)
-                best = output[start:stop]
+                best = (
+                    pooled[: stop - start] if output.dtype != pooled.dtype else output[start:stop]
+                )
                 # max_pool2d itself, writing into the output rows: [n, O] is [n, O, 1, 1]
                 torch.ops.aten.max_pool2d_with_indices.out(
                     candidates,
@@ -90,6 +95,8 @@ class _ConvMaxPoolReLU(torch.autograd.Function):
                     indices=index[: stop - start],
                 )
                 best.clamp_(min=0)
+                if best.data_ptr() != output[start:stop].data_ptr():
+                    output[start:stop] = best
                 winner[start:stop] = index[: stop - start].view(-1, out_channels)
         # Under autocast the reference conv's weight gradient multiplies bf16/fp16 operands: so
         # does ours (the products; the sum over chunks accumulates in the weight's dtype).
@@ -130,8 +137,9 @@ def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding:
 
     Returns:
         ``Tensor[N, O, Ho, Wo]`` in channels-last memory layout, ``Ho = ⌊(H + 2·padding - 2)/2⌋``,
-        in the weight's dtype (fp32 also under autocast: the next conv casts it; the weight
-        gradient's products then use the autocast dtype, as the reference conv's do).
+        in the autocast dtype under autocast (computed in fp32, then rounded), else the
+        weight's; under autocast the weight gradient's products use the autocast dtype too, as
+        the reference conv's do.
         Equal to the unfused layers up to float rounding (the sums run in another order); the
         gradients of ``weight`` and ``bias`` likewise. A NaN candidate need not propagate as in
         ``max_pool2d``.
