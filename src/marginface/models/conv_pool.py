@@ -140,9 +140,9 @@ def conv3x3_maxpool2_relu(images: Tensor, weight: Tensor, bias: Tensor, padding:
         in the autocast dtype under autocast (computed in fp32, then rounded), else the
         weight's; under autocast the weight gradient's products use the autocast dtype too, as
         the reference conv's do.
-        Equal to the unfused layers up to float rounding (the sums run in another order); the
-        gradients of ``weight`` and ``bias`` likewise. A NaN candidate need not propagate as in
-        ``max_pool2d``.
+        Equal to the unfused layers up to float rounding (the sums run in another order; pooling
+        ties and NaNs are resolved by ``max_pool2d`` itself); the gradients of ``weight`` and
+        ``bias`` likewise. Written for CPUs (a Python loop over row chunks).
     """
     if images.requires_grad:
         raise ValueError(

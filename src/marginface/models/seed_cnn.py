@@ -44,8 +44,8 @@ class SeedCNN(nn.Module):
         dropout: dropout probability before the dense layer. Default: 0.5 (seed).
         batch_norm: BatchNorm after each conv and on the embedding. Default: False (seed).
         fused: fast path without BatchNorm: fused first block and bit-mask dropout (see the
-            module docstring); used when the images do not require grad and the model is not
-            being traced, scripted or compiled (export). Default: True.
+            module docstring); used for CPU images that do not require grad, when the model is
+            not being traced, scripted or compiled (export). Default: True.
         device, dtype: where the parameters are created.
 
     The flattened size is ``widths[-1] · ⌊(H + 2·padding)/8⌋ · ⌊(W + 2·padding)/8⌋``.
@@ -117,7 +117,12 @@ class SeedCNN(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings ``Tensor[N, D]`` (not normalized) of images ``Tensor[N, C, H, W]``."""
-        if self.fused and not images.requires_grad and not _exporting():
+        if (
+            self.fused
+            and images.device.type == "cpu"
+            and not images.requires_grad
+            and not _exporting()
+        ):
             return self._forward_fused(images)
         x = self.features(images)  # (N, 128, s, s)
         x = self.dropout(torch.flatten(x, 1))  # (N, 128·s²)
