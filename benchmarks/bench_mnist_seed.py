@@ -84,7 +84,8 @@ def main() -> None:
         raise SystemExit(f"MNIST not found under {args.data_dir}/mnist (pass --data-dir)")
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"torch {torch.__version__}, threads {args.threads or torch.get_num_threads()}"
+        f"torch {torch.__version__}, threads {args.threads or torch.get_num_threads()}, "
+        f"load average {os.getloadavg()[0]:.2f} (time only below ~1.5)"
     )
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
@@ -115,7 +116,7 @@ def main() -> None:
             f"summary recipe={args.recipe} amp={args.amp} seed={seed}: median train "
             f"{statistics.median(seconds):.1f} s/epoch over {len(seconds)} epochs; final "
             f"accuracy {history[-1]['accuracy']:.4f}, best {best:.4f}; first epoch >= 99.4%: "
-            f"{first}",
+            f"{first}; load average {os.getloadavg()[0]:.2f}",
             flush=True,
         )
 

@@ -1,8 +1,11 @@
 """Training-step time of the seeds' CNN at MNIST size (batch 1024, 28×28, 3-D CurricularFace):
-memory format and autocast variants, each as a ratio to plain fp32 NCHW measured in the same run.
+memory format, autocast and fused (``SeedCNN(fused=True)``: fused first block, bit-mask dropout)
+variants, each as a ratio to plain fp32 NCHW and the fused ones also to their unfused twin,
+all measured in the same run (variants interleaved round by round, medians per variant).
 
-Usage: ``python benchmarks/bench_seed_cnn_step.py [--steps 6] [--threads N]``. Prints the
-median seconds per step of each variant and the implied seconds per MNIST epoch (59 steps).
+Usage: ``python benchmarks/bench_seed_cnn_step.py [--steps 6] [--rounds 1] [--threads N]
+[--only NAME ...]``. Prints the median seconds per step of each variant and the implied seconds
+per MNIST epoch (59 steps), and the 1-minute load average (time only below ~1.5).
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ import torch
 import marginface
 from marginface.models import SeedCNN
 
-VARIANTS = {
-    "fp32 NCHW": (False, False),
-    "fp32 channels_last": (True, False),
-    "bf16 autocast NCHW": (False, True),
-    "bf16 autocast channels_last": (True, True),
+VARIANTS = {  # name: (channels_last, bf16, fused)
+    "fp32 NCHW": (False, False, False),
+    "fp32 channels_last": (True, False, False),
+    "bf16 autocast NCHW": (False, True, False),
+    "bf16 autocast channels_last": (True, True, False),
+    "fused fp32 channels_last": (True, False, True),
+    "fused bf16 autocast channels_last": (True, True, True),
 }
 
 
-def step_times(channels_last: bool, bf16: bool, steps: int) -> list[float]:
+def step_times(channels_last: bool, bf16: bool, fused: bool, steps: int) -> list[float]:
     torch.manual_seed(0)
-    model = SeedCNN(3, image_size=28)
+    model = SeedCNN(3, image_size=28, fused=fused)
     loss_fn = marginface.create_loss("curricularface", 10, 3, scale=30.0)
     params = list(model.parameters()) + list(loss_fn.parameters())
     optimizer = torch.optim.Adam(params, lr=1e-3)
@@ -51,22 +56,35 @@ def step_times(channels_last: bool, bf16: bool, steps: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per variant and round")
+    parser.add_argument("--rounds", type=int, default=1, help="passes over all variants")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--only", nargs="+", choices=sorted(VARIANTS), default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    print(f"{os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    baseline = None
-    for name, (channels_last, bf16) in VARIANTS.items():
-        median = statistics.median(step_times(channels_last, bf16, args.steps))
-        baseline = baseline or median
-        print(
-            f"{name:30s} {median:6.3f} s/step  ~{median * 59:6.1f} s/epoch  "
-            f"speed-up x{baseline / median:4.2f}",
-            flush=True,
+    print(
+        f"{os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    names = args.only or list(VARIANTS)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.rounds):
+        for name in names:
+            times[name] += step_times(*VARIANTS[name], args.steps)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    baseline = medians[names[0]]
+    for name, median in medians.items():
+        line = (
+            f"{name:34s} {median:6.3f} s/step  ~{median * 59:6.1f} s/epoch  "
+            f"x{baseline / median:4.2f} vs {names[0]}"
         )
+        twin = name.removeprefix("fused ")
+        if twin != name and twin in medians:
+            line += f"  x{medians[twin] / median:4.2f} vs {twin}"
+        print(line, flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,12 @@ Seed 000 (Keras): ``ZeroPadding2D(2) → [Conv2D(c, 3, same) → ReLU → MaxPoo
 c = 32, 64, 128 → Flatten → Dropout(0.5) → Dense(embedding_dim)``, with an L2 penalty of 1e-5
 on the conv kernels (here: the optimizer's weight decay instead). ``batch_norm=True`` inserts a
 BatchNorm after each convolution (and after the dense layer), the variant our best recipe uses.
+
+Speed (``fused=True``, the default, without BatchNorm): the first block runs as one fused
+conv + max-pool + ReLU (:func:`~marginface.models.conv_pool.conv3x3_maxpool2_relu`, no
+full-resolution map) and dropout at p = 0.5 draws its mask from random bits
+(:func:`~marginface.models.dropout.fast_dropout`). Same parameters, same state_dict keys, same
+outputs and gradients up to float rounding (dropout: same distribution, another random stream).
 """
 
 from __future__ import annotations
@@ -12,8 +18,17 @@ import torch
 from torch import Tensor, nn
 
 from .._validation import check_int, check_real
+from .conv_pool import conv3x3_maxpool2_relu
+from .dropout import fast_dropout
 
 __all__ = ["SeedCNN"]
+
+
+def _exporting() -> bool:
+    """Tracing, scripting or compiling: the plain layers (the fused path is Python code)."""
+    if torch.jit.is_scripting():
+        return True
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
 class SeedCNN(nn.Module):
@@ -28,6 +43,9 @@ class SeedCNN(nn.Module):
         padding: zero padding added around the input first. Default: 2 (seed: 28 → 32).
         dropout: dropout probability before the dense layer. Default: 0.5 (seed).
         batch_norm: BatchNorm after each conv and on the embedding. Default: False (seed).
+        fused: fast path without BatchNorm: fused first block and bit-mask dropout (see the
+            module docstring); used for CPU images that do not require grad, when the model is
+            not being traced, scripted or compiled (export). Default: True.
         device, dtype: where the parameters are created.
 
     The flattened size is ``widths[-1] · ⌊(H + 2·padding)/8⌋ · ⌊(W + 2·padding)/8⌋``.
@@ -43,6 +61,7 @@ class SeedCNN(nn.Module):
         padding: int = 2,
         dropout: float = 0.5,
         batch_norm: bool = False,
+        fused: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -85,9 +104,26 @@ class SeedCNN(nn.Module):
         self.bn = nn.BatchNorm1d(embedding_dim, **dd) if batch_norm else nn.Identity()
         self.in_channels = in_channels
         self.image_size = image_size
+        self.padding = padding
+        self.fused = bool(fused) and not batch_norm
+
+    @torch.jit.unused
+    def _forward_fused(self, images):  # unannotated: TorchScript skips it (jit.unused)
+        conv1 = self.features[0]
+        x = conv3x3_maxpool2_relu(images, conv1.weight, conv1.bias, 1 + self.padding)
+        x = self.features[3:](x)  # (N, 128, s, s)
+        x = fast_dropout(torch.flatten(x, 1), self.dropout.p, self.training)  # (N, 128·s²)
+        return self.fc(x)  # (N, D)
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings ``Tensor[N, D]`` (not normalized) of images ``Tensor[N, C, H, W]``."""
+        if (
+            self.fused
+            and images.device.type == "cpu"
+            and not images.requires_grad
+            and not _exporting()
+        ):
+            return self._forward_fused(images)
         x = self.features(images)  # (N, 128, s, s)
         x = self.dropout(torch.flatten(x, 1))  # (N, 128·s²)
         return self.bn(self.fc(x))  # (N, D)
