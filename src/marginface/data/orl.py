@@ -90,13 +90,48 @@ def load_orl(
         A :class:`DatasetBundle` of ``float32[N, 1, H, W]``, class names ``"s1"``..``"s40"``
         ordered by name.
     """
+    return load_face_tar(
+        "orl",
+        ORL_ARCHIVE,
+        _ORL_MEMBER,
+        data_dir=data_dir,
+        download=download,
+        image_size=image_size,
+        seed=seed,
+        limit=limit,
+        split=split,
+        test_fraction=test_fraction,
+        num_pairs=num_pairs,
+    )
+
+
+def load_face_tar(
+    name: str,
+    archive: RemoteFile,
+    member: re.Pattern[str],
+    *,
+    data_dir: str | os.PathLike[str] | None,
+    download: bool,
+    image_size: int | None,
+    seed: int,
+    limit: int | None,
+    split: str,
+    test_fraction: float,
+    num_pairs: int,
+) -> DatasetBundle:
+    """A grey face set packed as one tar of ``<identity>/<image>`` (ORL, Extended Yale B).
+
+    Checks the options, finds (or reports missing) ``archive`` under ``data_dir/name``, decodes
+    the members matching ``member`` (group 1: the identity) and splits them with
+    :func:`.splits.build_bundle`.
+    """
     image_size = check_image_size(image_size)
     check_split_options(split, test_fraction, limit)
-    paths = ensure_files("orl", [ORL_ARCHIVE], data_dir, download=download)
-    items = read_tar_images(paths[ORL_ARCHIVE.name], _ORL_MEMBER)
+    paths = ensure_files(name, [archive], data_dir, download=download)
+    items = read_tar_images(paths[archive.name], member)
     images, labels, names = decode_collection(items, image_size=image_size, rgb=False)
     return build_bundle(
-        "orl",
+        name,
         images,
         labels,
         names,

@@ -23,11 +23,8 @@ import os
 import re
 
 from .base import DatasetBundle
-from .download import RemoteFile, ensure_files
-from .folder import decode_collection
-from .imaging import check_image_size
-from .orl import read_tar_images
-from .splits import build_bundle, check_split_options
+from .download import RemoteFile
+from .orl import load_face_tar
 
 __all__ = ["YALEB_ARCHIVE", "load_yaleb"]
 
@@ -52,19 +49,16 @@ def load_yaleb(
     Returns:
         A :class:`DatasetBundle` of ``float32[N, 1, H, W]``, class names ``"yaleB01"``...
     """
-    image_size = check_image_size(image_size)
-    check_split_options(split, test_fraction, limit)
-    paths = ensure_files("yaleb", [YALEB_ARCHIVE], data_dir, download=download)
-    items = read_tar_images(paths[YALEB_ARCHIVE.name], _YALEB_MEMBER)
-    images, labels, names = decode_collection(items, image_size=image_size, rgb=False)
-    return build_bundle(
+    return load_face_tar(
         "yaleb",
-        images,
-        labels,
-        names,
-        split=split,
-        test_fraction=test_fraction,
+        YALEB_ARCHIVE,
+        _YALEB_MEMBER,
+        data_dir=data_dir,
+        download=download,
+        image_size=image_size,
         seed=seed,
         limit=limit,
+        split=split,
+        test_fraction=test_fraction,
         num_pairs=num_pairs,
     )
