@@ -120,6 +120,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--limit", type=int, default=None, help="cap on training images")
     parser.add_argument("--flip", action="store_true", help="flip-averaged test embeddings")
+    parser.add_argument(
+        "--augment",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="training augmentation, e.g. hflip=0.5 translate=2 (TrainConfig.augment)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
@@ -133,6 +140,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--margin wants LOSS=M, got {item!r}")
         margins[name] = float(value)
     args.margins = margins
+    augment: dict[str, float] = {}
+    for item in args.augment:
+        key, _, value = item.partition("=")
+        if not value:
+            parser.error(f"--augment wants KEY=VALUE, got {item!r}")
+        augment[key] = float(value)
+    args.augment = augment
     if args.image_size is None:
         args.image_size = 32 if args.dataset == "lfw" else 28
     if args.tag is None:
@@ -172,6 +186,7 @@ def make_config(args: argparse.Namespace, loss: str, fold: int | None) -> TrainC
         threads=args.threads,
         seed=args.seed,
         flip=args.flip,
+        augment=args.augment,
     )
 
 

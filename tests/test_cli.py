@@ -51,6 +51,10 @@ def trained(tmp_path_factory) -> Path:
             "arcface",
             "--loss-option",
             "scale=16",
+            "--augment",
+            "translate=1",
+            "--augment",
+            "hflip=0.5",
             "--out",
             str(run),
         ]
@@ -63,6 +67,7 @@ def test_train_writes_run_with_resolved_config(trained):
     text = (trained / "config.toml").read_text()
     assert 'loss = "arcface"' in text
     assert "scale = 16" in text
+    assert "translate = 1.0" in text and "hflip = 0.5" in text
     assert [r["epoch"] for r in read_history(trained / "history.csv")] == [1, 2]
 
 
@@ -84,6 +89,9 @@ def test_unknown_config_key_and_loss_are_clear_errors(tmp_path, capsys):
     assert main(["train", *TINY, "--set", "nope=1", "--out", str(tmp_path / "r3")]) == 2
     assert "nope" in capsys.readouterr().err
     assert not (tmp_path / "r2" / "checkpoint.pt").exists()
+    assert main(["train", *TINY, "--augment", "shear=3", "--out", str(tmp_path / "r4")]) == 2
+    err = capsys.readouterr().err
+    assert "'shear'" in err and "translate" in err
 
 
 def test_evaluate_prints_and_writes_metrics(trained, capsys):

@@ -78,6 +78,13 @@ def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = Tru
         help="keyword argument of the loss, e.g. scale=30 margin=0.5 (repeatable)",
     )
     group.add_argument(
+        "--augment",
+        action="append",
+        metavar="KEY=VALUE",
+        help="training augmentation: translate=PIXELS rotate=DEGREES scale=FRACTION "
+        "hflip=PROBABILITY (repeatable)",
+    )
+    group.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="any configuration key (repeatable)"
     )
     group.add_argument("--flip", action="store_true", default=None, help="flip-averaged eval")
@@ -98,9 +105,14 @@ def _config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = No
             overrides[key] = getattr(args, key)
     overrides.update(_key_values(args.set, "--set"))
     loss_options = _key_values(args.loss_option, "--loss-option")
+    augment = _key_values(getattr(args, "augment", None), "--augment")
     config = load_config(args.config, overrides)
     if loss_options:
         config.loss_options = {**config.loss_options, **loss_options}
+    if augment:
+        from .data.augment import check_augment_options
+
+        config.augment = check_augment_options({**config.augment, **augment})
     return config
 
 

@@ -64,6 +64,10 @@ class TrainConfig:
         warmup_epochs: linear warm-up from 0, in epochs (may be fractional). Default: 0.
         step_epochs, gamma: the step schedule. Defaults: 10, 0.1.
         grad_clip: clip the global gradient L2 norm to this, or None (default).
+        augment: random training-time augmentation, a table with any of ``translate``
+            (pixels), ``rotate`` (degrees), ``scale`` (relative zoom) and ``hflip``
+            (probability); see :class:`marginface.data.augment.BatchAugmentation`.
+            Default: none (the seed trains without augmentation).
     Execution:
         device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda``, ``cuda:1``...
         amp: ``none``, ``bf16`` (CPU or CUDA autocast) or ``fp16`` (CUDA, with a grad scaler).
@@ -96,6 +100,7 @@ class TrainConfig:
     step_epochs: int = 10
     gamma: float = 0.1
     grad_clip: float | None = None
+    augment: dict[str, Any] = field(default_factory=dict)
     device: str = "auto"
     amp: str = "none"
     channels_last: bool = True
@@ -131,6 +136,9 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0 or unset, got {self.grad_clip!r}")
+        from .data.augment import check_augment_options
+
+        self.augment = check_augment_options(self.augment)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (deep copy) of every field."""

@@ -64,8 +64,11 @@ def test_same_seed_same_weights_other_seed_differs(tmp_path):
     assert not state_equal(a, c)
 
 
-def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
-    config = quick(epochs=4, schedule="cosine", warmup_epochs=1.0, model="seed-cnn-bn")
+@pytest.mark.parametrize("augment", [{}, {"translate": 1.0, "rotate": 8.0, "hflip": 0.5}])
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, augment):
+    config = quick(
+        epochs=4, schedule="cosine", warmup_epochs=1.0, model="seed-cnn-bn", augment=augment
+    )
     full = train(config, tmp_path / "full")
 
     def interrupt(row: dict) -> None:
@@ -81,6 +84,15 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     rows = read_history(tmp_path / "cut" / "history.csv")
     assert [r["epoch"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["loss"] == pytest.approx(full.history[-1]["loss"], rel=0, abs=0)
+
+
+def test_augmentation_changes_training_and_is_seeded(tmp_path):
+    augment = {"translate": 1.0, "rotate": 10.0}
+    plain = train(quick(epochs=1), tmp_path / "plain").model.state_dict()
+    a = train(quick(epochs=1, augment=augment), tmp_path / "a").model.state_dict()
+    b = train(quick(epochs=1, augment=augment), tmp_path / "b").model.state_dict()
+    assert state_equal(a, b)
+    assert not state_equal(a, plain)
 
 
 def test_resume_refuses_a_checkpoint_from_another_configuration(tmp_path):

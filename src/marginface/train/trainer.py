@@ -1,9 +1,10 @@
 """The training loop: seeded, resumable bit for bit, with a per-epoch CSV log.
 
 Determinism: the initial weights come from ``torch.manual_seed(config.seed)``; epoch ``e``
-shuffles with its own generator seeded ``(seed, e)``; dropout draws from the global RNG, whose
-state is saved in every checkpoint and restored on resume. So a run interrupted after epoch
-``k`` and resumed ends with the same weights as an uninterrupted run (same device and threads).
+shuffles and draws its augmentations with its own generators seeded ``(seed, e)``; dropout
+draws from the global RNG, whose state is saved in every checkpoint and restored on resume. So
+a run interrupted after epoch ``k`` and resumed ends with the same weights as an uninterrupted
+run (same device and threads).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
+from ..data.augment import build_augmentation
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .embeddings import extract_embeddings
 from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
@@ -50,8 +52,9 @@ class TrainingDivergedError(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is left in place."""
 
 
-def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+def _epoch_generator(seed: int, epoch: int, stream: int = 0) -> torch.Generator:
+    """The CPU generator of one epoch: stream 0 shuffles, stream 1 draws augmentations."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch + stream * 7_919_000_011)
 
 
 class Trainer:
@@ -141,6 +144,7 @@ class Trainer:
             raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
         self.amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.amp]
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+        self.augmentation = build_augmentation(config.augment)
         self.train_x = torch.as_tensor(train.images)
         self.train_y = torch.as_tensor(train.labels, dtype=torch.int64)
 
@@ -187,8 +191,12 @@ class Trainer:
         return int(state["epoch"])
 
     # ---------------------------------------------------------------- loop
-    def _batch(self, index: Tensor) -> tuple[Tensor, Tensor]:
+    def _batch(
+        self, index: Tensor, augment_generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
         images = self.train_x[index].to(self.device, non_blocking=True)
+        if self.augmentation is not None and augment_generator is not None:
+            images = self.augmentation(images, augment_generator)
         if self.config.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return images, self.train_y[index].to(self.device, non_blocking=True)
@@ -198,6 +206,7 @@ class Trainer:
         self.model.train()
         self.loss.train()
         order = torch.randperm(len(self.train_x), generator=_epoch_generator(config.seed, epoch))
+        augment_generator = _epoch_generator(config.seed, epoch, stream=1)
         steps = range(self.steps_per_epoch)
         if self.progress:
             from tqdm.auto import tqdm
@@ -206,7 +215,7 @@ class Trainer:
         total, count = 0.0, 0
         for step in steps:
             index = order[step * config.batch_size : (step + 1) * config.batch_size]
-            images, labels = self._batch(index)
+            images, labels = self._batch(index, augment_generator)
             with torch.autocast(
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
             ):
