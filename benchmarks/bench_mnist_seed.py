@@ -50,6 +50,7 @@ def recipe(
     threads: int | None,
     augment: dict[str, float] | None = None,
     lr: float | None = None,
+    dropout: float | None = None,
 ) -> TrainConfig:
     common = {
         "dataset": "mnist",
@@ -74,7 +75,7 @@ def recipe(
         )
     return TrainConfig(
         model="seed-cnn-bn",
-        model_options={"dropout": 0.1},
+        model_options={"dropout": 0.1 if dropout is None else dropout},
         batch_size=256,
         optimizer="adam",
         lr=lr or 3e-3,
@@ -100,6 +101,7 @@ def main() -> None:
         help="override the best recipe's augmentation (no values: none)",
     )
     parser.add_argument("--lr", type=float, default=None, help="override the best recipe's lr")
+    parser.add_argument("--dropout", type=float, default=None, help="override its dropout")
     parser.add_argument("--tag", default="", help="suffix of the result file name")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
@@ -124,6 +126,7 @@ def main() -> None:
             threads=args.threads,
             augment=augment,
             lr=args.lr,
+            dropout=args.dropout,
         )
         config.data_dir = str(args.data_dir)
         run_dir = Path(tempfile.mkdtemp(prefix="bench-mnist-"))

@@ -204,3 +204,32 @@ def test_evaluation_with_pairs_of_a_single_fold(tmp_path):
     )
     assert 0.0 <= result.metrics["verification_accuracy"] <= 1.0
     assert result.metrics["pairs"] == 400
+
+
+def test_open_set_runs_log_verification_of_their_test_pairs_each_epoch(tmp_path):
+    """Open-set data (test identities unseen in training) has no closed-set accuracy: each
+    epoch logs the verification accuracy and AUC of the test pairs, which agree with
+    ``evaluate_run`` on the final checkpoint."""
+    import dataclasses
+
+    from marginface.data import load_dataset
+    from marginface.data.pairs import sample_pairs
+
+    bundle = load_dataset("digits")
+    pairs = sample_pairs(bundle.test.labels, 600, seed=0)
+    open_set = dataclasses.replace(bundle, pairs=pairs, open_set=True)
+    trainer = Trainer(quick(epochs=2), tmp_path / "run", bundle=open_set)
+    history = trainer.fit()
+    for row in history:
+        assert math.isnan(row["accuracy"]) and math.isnan(row["val_loss"])
+        assert 0.5 < row["verification_accuracy"] <= 1.0
+        assert 0.5 < row["auc"] <= 1.0
+    logged = read_history(tmp_path / "run" / "history.csv")
+    assert logged[-1]["verification_accuracy"] == pytest.approx(
+        history[-1]["verification_accuracy"]
+    )
+    final = evaluate_run(tmp_path / "run", device="cpu", bundle=open_set, flip=False)
+    assert final.metrics["verification_accuracy"] == pytest.approx(
+        history[-1]["verification_accuracy"], abs=1e-9
+    )
+    assert final.metrics["auc"] == pytest.approx(history[-1]["auc"], abs=1e-6)

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..data import DatasetBundle
+from ..data import DatasetBundle, PairSet
 from ..evaluation import (
+    VerificationMetrics,
     closed_set_accuracy,
     pair_scores,
     retrieval_metrics,
@@ -22,7 +23,14 @@ from ..evaluation import (
 from .embeddings import extract_embeddings
 from .run import load_bundle, load_run, resolve_device
 
-__all__ = ["EVALUATION_NAME", "Evaluation", "evaluate_run", "write_evaluation"]
+__all__ = [
+    "EVALUATION_NAME",
+    "Evaluation",
+    "evaluate_pairs",
+    "evaluate_run",
+    "test_pairs",
+    "write_evaluation",
+]
 
 EVALUATION_NAME = "evaluation.json"
 
@@ -45,6 +53,28 @@ class Evaluation:
     labels: np.ndarray
     fpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def test_pairs(bundle: DatasetBundle, *, num_pairs: int = 6000, seed: int = 0) -> PairSet:
+    """The verification pairs of ``bundle``'s test set: its own (LFW's ``pairs.txt``,
+    Omniglot's), else ``min(num_pairs, all pairs)`` balanced pairs drawn with ``seed``."""
+    if bundle.pairs is not None:
+        return bundle.pairs
+    labels = np.asarray(bundle.test.labels)
+    return sample_pairs(labels, min(num_pairs, len(labels) * (len(labels) - 1) // 2), seed)
+
+
+def evaluate_pairs(embeddings: np.ndarray, pairs: PairSet) -> VerificationMetrics:
+    """Verification of ``pairs`` on test ``embeddings`` ``(N, D)`` by cosine similarity.
+
+    The threshold of each fold is the best one on the other folds (LFW protocol). When every
+    pair carries one fold id (LFW evaluated on a single test fold: the other folds' identities
+    trained the model, so their pairs cannot choose the threshold), the pairs are split into
+    10 stratified sub-folds instead, each judged at the threshold best on the other nine.
+    """
+    scores = pair_scores(embeddings, pairs.index)
+    folds = pairs.fold if len(np.unique(pairs.fold)) >= 2 else None
+    return verification_metrics(scores, pairs.same, folds=folds)
 
 
 def evaluate_run(
@@ -85,15 +115,8 @@ def evaluate_run(
         metrics["accuracy"] = closed_set_accuracy(
             embeddings, labels, centers, sub_centers=getattr(run.loss, "sub_centers", 1)
         )
-    pairs = bundle.pairs
-    if pairs is None:
-        pairs = sample_pairs(labels, min(num_pairs, len(labels) * (len(labels) - 1) // 2), seed)
-    scores = pair_scores(embeddings, pairs.index)
-    # LFW with one test fold: all its pairs carry that fold's id. Its threshold cannot come from
-    # the other folds (their identities trained the model), so the fold's own pairs are split
-    # into stratified sub-folds, each judged at the threshold best on the others.
-    folds = pairs.fold if len(np.unique(pairs.fold)) >= 2 else None
-    verification = verification_metrics(scores, pairs.same, folds=folds)
+    pairs = test_pairs(bundle, num_pairs=num_pairs, seed=seed)
+    verification = evaluate_pairs(embeddings, pairs)
     for key, value in verification.as_dict().items():
         name = "verification_accuracy" if key == "accuracy" else key
         if name == "accuracy_std":

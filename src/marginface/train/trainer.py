@@ -24,6 +24,7 @@ from ..data import DatasetBundle
 from ..data.augment import build_augmentation
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .embeddings import extract_embeddings
+from .evaluate import evaluate_pairs, test_pairs
 from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
 from .optim import build_optimizer, build_scheduler
 from .run import (
@@ -87,6 +88,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.model: nn.Module | None = None
         self.loss: nn.Module | None = None
+        self._pairs = None
 
     # ---------------------------------------------------------------- setup
     def _setup(self) -> None:
@@ -247,8 +249,10 @@ class Trainer:
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
         test = self.bundle.test
-        if self.bundle.open_set or len(test) == 0:
+        if len(test) == 0:
             return {"val_loss": math.nan, "accuracy": math.nan}
+        if self.bundle.open_set:
+            return self._evaluate_open_set()
         embeddings = extract_embeddings(
             self.model,
             test.images,
@@ -264,13 +268,35 @@ class Trainer:
         accuracy = float((predicted == labels).double().mean())
         return {"val_loss": val_loss, "accuracy": accuracy}
 
+    def _evaluate_open_set(self) -> dict[str, float]:
+        """Open-set test data (new identities): verification of the test pairs instead of a
+        closed-set accuracy, with the thresholds of :func:`evaluate_pairs`."""
+        if self._pairs is None:
+            self._pairs = test_pairs(self.bundle)
+        embeddings = extract_embeddings(
+            self.model,
+            self.bundle.test.images,
+            batch_size=self.config.eval_batch_size,
+            device=self.device,
+            channels_last=self.config.channels_last,
+            amp_dtype=self.amp_dtype,
+        )
+        verification = evaluate_pairs(embeddings.float().numpy(), self._pairs)
+        return {
+            "val_loss": math.nan,
+            "accuracy": math.nan,
+            "verification_accuracy": float(verification.accuracy),
+            "auc": float(verification.auc),
+        }
+
     def fit(self, *, resume: bool = False, overwrite: bool = False) -> list[dict[str, Any]]:
         """Train for ``config.epochs`` epochs (or the rest of them with ``resume``).
 
         Returns the history: one dict per epoch with ``epoch``, ``loss`` (training, mean over
         samples), ``val_loss`` and ``accuracy`` (closed-set, on the test set; NaN for open-set
-        datasets), ``lr``, ``seconds`` (training time of the epoch) and the margin's scalar
-        buffers (CurricularFace's ``t``, AdaCos's ``scale``...).
+        datasets, which log ``verification_accuracy`` and ``auc`` of their test pairs),
+        ``lr``, ``seconds`` (training time of the epoch) and the margin's scalar buffers
+        (CurricularFace's ``t``, AdaCos's ``scale``...).
 
         Raises:
             OutputExistsError: ``run_dir`` exists and neither ``resume`` nor ``overwrite``.
