@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import tomllib
 
@@ -55,3 +57,11 @@ def test_saved_config_round_trips(tmp_path):
     path = save_config(config, tmp_path / "config.toml")
     assert config_from_dict(tomllib.loads(path.read_text())) == config
     assert "grad_clip = 5.0" in dump_toml(config.to_dict())
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parents[1] / "examples").glob("*.toml")), ids=lambda p: p.name
+)
+def test_every_example_configuration_loads(path):
+    config = load_config(path)
+    assert config.epochs >= 1
