@@ -51,6 +51,7 @@ def recipe(
     augment: dict[str, float] | None = None,
     lr: float | None = None,
     dropout: float | None = None,
+    hidden: int | None = None,
 ) -> TrainConfig:
     common = {
         "dataset": "mnist",
@@ -75,7 +76,10 @@ def recipe(
         )
     return TrainConfig(
         model="seed-cnn-bn",
-        model_options={"dropout": 0.1 if dropout is None else dropout},
+        model_options={
+            "dropout": 0.1 if dropout is None else dropout,
+            **({} if hidden is None else {"hidden": hidden}),
+        },
         batch_size=256,
         optimizer="adam",
         lr=lr or 3e-3,
@@ -102,6 +106,7 @@ def main() -> None:
     )
     parser.add_argument("--lr", type=float, default=None, help="override the best recipe's lr")
     parser.add_argument("--dropout", type=float, default=None, help="override its dropout")
+    parser.add_argument("--hidden", type=int, default=None, help="extra dense layer width")
     parser.add_argument("--tag", default="", help="suffix of the result file name")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
@@ -127,6 +132,7 @@ def main() -> None:
             augment=augment,
             lr=args.lr,
             dropout=args.dropout,
+            hidden=args.hidden,
         )
         config.data_dir = str(args.data_dir)
         run_dir = Path(tempfile.mkdtemp(prefix="bench-mnist-"))

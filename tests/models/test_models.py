@@ -37,6 +37,15 @@ def test_batch_norm_variant_and_non_square_input():
     assert model(torch.randn(4, 3, 20, 12)).shape == (4, 2)
 
 
+def test_seed_cnn_hidden_layer():
+    model = create_model("seed-cnn-bn", embedding_dim=3, in_channels=1, image_size=28, hidden=64)
+    assert model.hidden[0].in_features == 128 * 4 * 4 and model.fc.in_features == 64
+    assert isinstance(model.hidden[1], nn.BatchNorm1d)
+    assert model(torch.randn(4, 1, 28, 28)).shape == (4, 3)
+    plain = SeedCNN(3, hidden=8)
+    assert isinstance(plain.hidden[1], nn.Identity) and plain.hidden[0].bias is not None
+
+
 @pytest.mark.parametrize("depth", [18, 50])
 def test_iresnet_at_112(depth):
     model = IResNet(depth, 32, image_size=112).eval()
@@ -64,4 +73,6 @@ def test_errors_name_the_bad_value():
         IResNet(19)
     with pytest.raises(ValueError, match="dropout"):
         SeedCNN(3, dropout=1.0)
+    with pytest.raises(ValueError, match="hidden.*0"):
+        SeedCNN(3, hidden=0)
     assert "seed-cnn" in list_models()

@@ -66,11 +66,12 @@ def test_fused_block_errors():
         conv3x3_maxpool2_relu(torch.rand(1, 2, 8, 8), weight, bias, 1)
 
 
+@pytest.mark.parametrize("hidden", [None, 16])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_fused_seed_cnn_equals_the_plain_layers(dtype):
+def test_fused_seed_cnn_equals_the_plain_layers(dtype, hidden):
     torch.manual_seed(0)
-    plain = SeedCNN(3, fused=False, dropout=0.0, dtype=dtype)
-    fused = SeedCNN(3, fused=True, dropout=0.0, dtype=dtype)
+    plain = SeedCNN(3, fused=False, dropout=0.0, hidden=hidden, dtype=dtype)
+    fused = SeedCNN(3, fused=True, dropout=0.0, hidden=hidden, dtype=dtype)
     fused.load_state_dict(plain.state_dict())  # same keys
     assert list(fused.state_dict()) == list(plain.state_dict())
     images = torch.rand(6, 1, 28, 28, dtype=dtype)

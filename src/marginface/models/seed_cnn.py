@@ -43,6 +43,8 @@ class SeedCNN(nn.Module):
         padding: zero padding added around the input first. Default: 2 (seed: 28 → 32).
         dropout: dropout probability before the dense layer. Default: 0.5 (seed).
         batch_norm: BatchNorm after each conv and on the embedding. Default: False (seed).
+        hidden: width of an extra dense layer (+ BatchNorm when ``batch_norm``, + ReLU) between
+            the flattened features and the embedding layer, or None (seed: one dense layer).
         fused: fast path without BatchNorm: fused first block and bit-mask dropout (see the
             module docstring); used for CPU images that do not require grad, when the model is
             not being traced, scripted or compiled (export). Default: True.
@@ -61,6 +63,7 @@ class SeedCNN(nn.Module):
         padding: int = 2,
         dropout: float = 0.5,
         batch_norm: bool = False,
+        hidden: int | None = None,
         fused: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -100,7 +103,18 @@ class SeedCNN(nn.Module):
             previous = width
         self.features = nn.Sequential(*layers)
         self.dropout = nn.Dropout(dropout)
-        self.fc = nn.Linear(previous * out_h * out_w, embedding_dim, **dd)
+        flat = previous * out_h * out_w
+        if hidden is None:
+            self.hidden: nn.Module = nn.Identity()
+        else:
+            check_int("hidden", hidden, minimum=1)
+            self.hidden = nn.Sequential(
+                nn.Linear(flat, hidden, bias=not batch_norm, **dd),
+                nn.BatchNorm1d(hidden, **dd) if batch_norm else nn.Identity(),
+                nn.ReLU(inplace=True),
+            )
+            flat = hidden
+        self.fc = nn.Linear(flat, embedding_dim, **dd)
         self.bn = nn.BatchNorm1d(embedding_dim, **dd) if batch_norm else nn.Identity()
         self.in_channels = in_channels
         self.image_size = image_size
@@ -113,7 +127,7 @@ class SeedCNN(nn.Module):
         x = conv3x3_maxpool2_relu(images, conv1.weight, conv1.bias, 1 + self.padding)
         x = self.features[3:](x)  # (N, 128, s, s)
         x = fast_dropout(torch.flatten(x, 1), self.dropout.p, self.training)  # (N, 128·s²)
-        return self.fc(x)  # (N, D)
+        return self.fc(self.hidden(x))  # (N, D)
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings ``Tensor[N, D]`` (not normalized) of images ``Tensor[N, C, H, W]``."""
@@ -126,4 +140,4 @@ class SeedCNN(nn.Module):
             return self._forward_fused(images)
         x = self.features(images)  # (N, 128, s, s)
         x = self.dropout(torch.flatten(x, 1))  # (N, 128·s²)
-        return self.bn(self.fc(x))  # (N, D)
+        return self.bn(self.fc(self.hidden(x)))  # (N, D)
