@@ -176,6 +176,12 @@ def test_training_curves_lines_and_values() -> None:
     only_loss = plot_training_curves([{"loss": 1.0}, {"loss": 0.5}])
     assert len(only_loss.axes[0].lines) == 1 and not only_loss.axes[1].lines
     np.testing.assert_allclose(only_loss.axes[0].lines[0].get_xdata(), [1, 2])
+    open_set = plot_training_curves(
+        [{"loss": 2.0, "verification_accuracy": 0.7}, {"loss": 1.0, "verification_accuracy": 0.8}]
+    )
+    (line,) = open_set.axes[1].lines
+    assert line.get_label() == "verification accuracy (test pairs)"
+    np.testing.assert_allclose(line.get_ydata(), [0.7, 0.8])
 
 
 def test_state_curve() -> None:

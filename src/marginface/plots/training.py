@@ -60,18 +60,20 @@ def plot_training_curves(history: Sequence[Mapping[str, object]]) -> Figure:
 
     Args:
         history: the trainer's per-epoch rows (e.g. ``csv.DictReader`` output; strings are
-            converted): ``"epoch"`` and any of ``"loss"``, ``"val_loss"``, ``"accuracy"``.
+            converted): ``"epoch"`` and any of ``"loss"``, ``"val_loss"``, ``"accuracy"``
+            (closed-set) and ``"verification_accuracy"`` (open-set runs: test pairs).
             Missing or empty cells are skipped.
 
     Returns:
         The figure: one line per column present (at least one must be).
     """
     _check_history(history)
-    columns = {key: history_column(history, key) for key in ("loss", "val_loss", "accuracy")}
+    keys = ("loss", "val_loss", "accuracy", "verification_accuracy")
+    columns = {key: history_column(history, key) for key in keys}
     present = {key: value for key, value in columns.items() if value[1].size}
     if not present:
         raise ValueError(
-            "history has none of the columns loss, val_loss, accuracy; "
+            f"history has none of the columns {', '.join(keys)}; "
             f"its columns are: {', '.join(_keys(history))}"
         )
     figure = new_figure(11.0, 4.0)
@@ -83,6 +85,13 @@ def plot_training_curves(history: Sequence[Mapping[str, object]]) -> Figure:
     loss_ax.set_ylabel("loss")
     if "accuracy" in present:
         accuracy_ax.plot(*present["accuracy"], marker=".", color="tab:green", label="accuracy")
+    if "verification_accuracy" in present:
+        accuracy_ax.plot(
+            *present["verification_accuracy"],
+            marker=".",
+            color="tab:purple",
+            label="verification accuracy (test pairs)",
+        )
     accuracy_ax.set_title("Accuracy")
     accuracy_ax.set_ylabel("accuracy")
     for ax in (loss_ax, accuracy_ax):
