@@ -3,7 +3,14 @@
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
 from .embeddings import extract_embeddings
-from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
+from .evaluate import (
+    EVALUATION_NAME,
+    Evaluation,
+    evaluate_pairs,
+    evaluate_run,
+    verification_pairs,
+    write_evaluation,
+)
 from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
 from .optim import build_optimizer, build_scheduler, lr_factor
 from .run import (
@@ -35,6 +42,7 @@ __all__ = [
     "build_scheduler",
     "compare_losses",
     "draw_run_pictures",
+    "evaluate_pairs",
     "evaluate_run",
     "extract_embeddings",
     "load_bundle",
@@ -47,5 +55,6 @@ __all__ = [
     "resolve_device",
     "save_checkpoint",
     "train",
+    "verification_pairs",
     "write_evaluation",
 ]

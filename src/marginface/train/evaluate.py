@@ -28,7 +28,7 @@ __all__ = [
     "Evaluation",
     "evaluate_pairs",
     "evaluate_run",
-    "test_pairs",
+    "verification_pairs",
     "write_evaluation",
 ]
 
@@ -55,7 +55,7 @@ class Evaluation:
     tpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def test_pairs(bundle: DatasetBundle, *, num_pairs: int = 6000, seed: int = 0) -> PairSet:
+def verification_pairs(bundle: DatasetBundle, *, num_pairs: int = 6000, seed: int = 0) -> PairSet:
     """The verification pairs of ``bundle``'s test set: its own (LFW's ``pairs.txt``,
     Omniglot's), else ``min(num_pairs, all pairs)`` balanced pairs drawn with ``seed``."""
     if bundle.pairs is not None:
@@ -115,7 +115,7 @@ def evaluate_run(
         metrics["accuracy"] = closed_set_accuracy(
             embeddings, labels, centers, sub_centers=getattr(run.loss, "sub_centers", 1)
         )
-    pairs = test_pairs(bundle, num_pairs=num_pairs, seed=seed)
+    pairs = verification_pairs(bundle, num_pairs=num_pairs, seed=seed)
     verification = evaluate_pairs(embeddings, pairs)
     for key, value in verification.as_dict().items():
         name = "verification_accuracy" if key == "accuracy" else key

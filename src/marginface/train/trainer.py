@@ -24,7 +24,7 @@ from ..data import DatasetBundle
 from ..data.augment import build_augmentation
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .embeddings import extract_embeddings
-from .evaluate import evaluate_pairs, test_pairs
+from .evaluate import evaluate_pairs, verification_pairs
 from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
 from .optim import build_optimizer, build_scheduler
 from .run import (
@@ -272,7 +272,7 @@ class Trainer:
         """Open-set test data (new identities): verification of the test pairs instead of a
         closed-set accuracy, with the thresholds of :func:`evaluate_pairs`."""
         if self._pairs is None:
-            self._pairs = test_pairs(self.bundle)
+            self._pairs = verification_pairs(self.bundle)
         embeddings = extract_embeddings(
             self.model,
             self.bundle.test.images,
