@@ -218,7 +218,7 @@ def test_open_set_runs_log_verification_of_their_test_pairs_each_epoch(tmp_path)
     bundle = load_dataset("digits")
     pairs = sample_pairs(bundle.test.labels, 600, seed=0)
     open_set = dataclasses.replace(bundle, pairs=pairs, open_set=True)
-    trainer = Trainer(quick(epochs=2), tmp_path / "run", bundle=open_set)
+    trainer = Trainer(quick(epochs=2, flip=True), tmp_path / "run", bundle=open_set)
     history = trainer.fit()
     for row in history:
         assert math.isnan(row["accuracy"]) and math.isnan(row["val_loss"])
@@ -228,7 +228,7 @@ def test_open_set_runs_log_verification_of_their_test_pairs_each_epoch(tmp_path)
     assert logged[-1]["verification_accuracy"] == pytest.approx(
         history[-1]["verification_accuracy"]
     )
-    final = evaluate_run(tmp_path / "run", device="cpu", bundle=open_set, flip=False)
+    final = evaluate_run(tmp_path / "run", device="cpu", bundle=open_set)  # the run's flip
     assert final.metrics["verification_accuracy"] == pytest.approx(
         history[-1]["verification_accuracy"], abs=1e-9
     )

@@ -270,7 +270,8 @@ class Trainer:
 
     def _evaluate_open_set(self) -> dict[str, float]:
         """Open-set test data (new identities): verification of the test pairs instead of a
-        closed-set accuracy, with the thresholds of :func:`evaluate_pairs`."""
+        closed-set accuracy, with the thresholds of :func:`evaluate_pairs` and the run's
+        ``flip`` setting (the figures ``marginface evaluate`` gives for this checkpoint)."""
         if self._pairs is None:
             self._pairs = verification_pairs(self.bundle)
         embeddings = extract_embeddings(
@@ -280,6 +281,7 @@ class Trainer:
             device=self.device,
             channels_last=self.config.channels_last,
             amp_dtype=self.amp_dtype,
+            flip=self.config.flip,
         )
         verification = evaluate_pairs(embeddings.float().numpy(), self._pairs)
         return {
