@@ -87,6 +87,19 @@ COLUMNS = (
 )
 
 
+def _key_floats(
+    parser: argparse.ArgumentParser, items: list[str], flag: str, form: str
+) -> dict[str, float]:
+    """``["a=1", "b=0.5"]`` -> ``{"a": 1.0, "b": 0.5}``; anything else is a usage error."""
+    result: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not key or not value:
+            parser.error(f"{flag} wants {form}, got {item!r}")
+        result[key] = float(value)
+    return result
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", choices=("lfw", "omniglot"), required=True)
@@ -133,20 +146,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--tag", default=None, help="suffix of the result files")
     args = parser.parse_args(argv)
-    margins = dict(DEFAULT_MARGINS)
-    for item in args.margin:
-        name, _, value = item.partition("=")
-        if not value:
-            parser.error(f"--margin wants LOSS=M, got {item!r}")
-        margins[name] = float(value)
-    args.margins = margins
-    augment: dict[str, float] = {}
-    for item in args.augment:
-        key, _, value = item.partition("=")
-        if not value:
-            parser.error(f"--augment wants KEY=VALUE, got {item!r}")
-        augment[key] = float(value)
-    args.augment = augment
+    args.margins = {**DEFAULT_MARGINS, **_key_floats(parser, args.margin, "--margin", "LOSS=M")}
+    args.augment = _key_floats(parser, args.augment, "--augment", "KEY=VALUE")
     if args.image_size is None:
         args.image_size = 32 if args.dataset == "lfw" else 28
     if args.tag is None:

@@ -246,6 +246,18 @@ class Trainer:
                 steps.set_postfix(loss=f"{value:.4f}")
         return total / count
 
+    def _test_embeddings(self, *, flip: bool) -> Tensor:
+        """Embeddings ``float32[N, D]`` (on the CPU) of the test images."""
+        return extract_embeddings(
+            self.model,
+            self.bundle.test.images,
+            batch_size=self.config.eval_batch_size,
+            device=self.device,
+            channels_last=self.config.channels_last,
+            amp_dtype=self.amp_dtype,
+            flip=flip,
+        )
+
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
         test = self.bundle.test
@@ -253,14 +265,7 @@ class Trainer:
             return {"val_loss": math.nan, "accuracy": math.nan}
         if self.bundle.open_set:
             return self._evaluate_open_set()
-        embeddings = extract_embeddings(
-            self.model,
-            test.images,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            channels_last=self.config.channels_last,
-            amp_dtype=self.amp_dtype,
-        ).to(self.device)
+        embeddings = self._test_embeddings(flip=False).to(self.device)
         labels = torch.as_tensor(test.labels, device=self.device)
         self.loss.eval()
         val_loss = float(self.loss(embeddings, labels))
@@ -274,16 +279,8 @@ class Trainer:
         ``flip`` setting (the figures ``marginface evaluate`` gives for this checkpoint)."""
         if self._pairs is None:
             self._pairs = verification_pairs(self.bundle)
-        embeddings = extract_embeddings(
-            self.model,
-            self.bundle.test.images,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            channels_last=self.config.channels_last,
-            amp_dtype=self.amp_dtype,
-            flip=self.config.flip,
-        )
-        verification = evaluate_pairs(embeddings.float().numpy(), self._pairs)
+        embeddings = self._test_embeddings(flip=self.config.flip)
+        verification = evaluate_pairs(embeddings.numpy(), self._pairs)
         return {
             "val_loss": math.nan,
             "accuracy": math.nan,
