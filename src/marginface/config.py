@@ -240,8 +240,6 @@ def dump_toml(values: dict[str, Any]) -> str:
 
 def save_config(config: TrainConfig, path: str | Path) -> Path:
     """Write the resolved configuration as TOML, atomically. Returns the path."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dump_toml(config.to_dict()), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    from ._atomic import atomic_write_text
+
+    return atomic_write_text(path, dump_toml(config.to_dict()))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_write_text
 from ..data import DatasetBundle, PairSet
 from ..evaluation import (
     VerificationMetrics,
@@ -134,7 +134,4 @@ def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:
         k: (None if isinstance(v, float) and not math.isfinite(v) else v)
         for k, v in evaluation.metrics.items()
     }
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(clean, indent=2, sort_keys=True) + "\n")

@@ -19,13 +19,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._atomic import remove_stale_temporaries
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..data.augment import build_augmentation
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .embeddings import extract_embeddings
 from .evaluate import evaluate_pairs, verification_pairs
-from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
+from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .optim import build_optimizer, build_scheduler
 from .run import (
     CHECKPOINT_NAME,
@@ -37,7 +38,13 @@ from .run import (
     resolve_device,
 )
 
-__all__ = ["RESUMABLE_KEYS", "Trainer", "TrainingDivergedError", "train"]
+__all__ = [
+    "RESUMABLE_KEYS",
+    "Trainer",
+    "TrainingDivergedError",
+    "TrainingInterrupted",
+    "train",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +57,13 @@ EpochCallback = Callable[[dict[str, Any]], None]
 
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is left in place."""
+    """The loss, the embeddings or a parameter became NaN or infinite; the message names the
+    parameter (if one is to blame) and says truthfully what is on disk: the last good
+    checkpoint, or none when no epoch was completed."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :meth:`Trainer.fit`; the message says what was kept and how to go on."""
 
 
 def _epoch_generator(seed: int, epoch: int, stream: int = 0) -> torch.Generator:
@@ -161,12 +174,16 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": torch.get_rng_state(),
+            "history": [dict(row) for row in self.history],
         }
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
 
     def _restore(self, path: Path) -> int:
+        """Load the checkpoint at ``path`` into the model, loss, optimizer, schedule, scaler
+        and RNG; set :attr:`history` from it (from ``history.csv`` for a format-1
+        checkpoint). Returns the number of completed epochs."""
         state = load_checkpoint(path)
         saved = state["config"]
         current = self.config.to_dict()
@@ -190,7 +207,49 @@ class Trainer:
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
-        return int(state["epoch"])
+        epoch = int(state["epoch"])
+        if "history" in state:
+            self.history = [dict(row) for row in state["history"]][:epoch]
+        else:  # format 1: the CSV, cut to the checkpoint's epochs
+            csv_path = path.parent / HISTORY_NAME
+            self.history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
+        return epoch
+
+    def _first_non_finite(self) -> str | None:
+        """The name of the first parameter (``model.<name>`` or ``loss.<name>``) holding a NaN
+        or inf, or None."""
+        for prefix, module in (("model", self.model), ("loss", self.loss)):
+            for name, parameter in module.named_parameters():
+                if not bool(torch.isfinite(parameter).all()):
+                    return f"{prefix}.{name}"
+        return None
+
+    def _way_forward(self) -> str:
+        """What the user can do now, true to what is on disk."""
+        checkpoint = self.run_dir / CHECKPOINT_NAME
+        if checkpoint.is_file():
+            try:
+                epoch = int(load_checkpoint(checkpoint)["epoch"])
+            except CheckpointError:
+                epoch = None
+            done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
+            return (
+                f"{done} is kept in {self.run_dir}; continue with `marginface train --out "
+                f"{self.run_dir} --resume` (or start again with --overwrite)"
+            )
+        return (
+            f"no epoch was completed, so no checkpoint was written; start again with "
+            f"`marginface train ... --out {self.run_dir} --overwrite`"
+        )
+
+    def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
+        where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
+        parameter = self._first_non_finite()
+        cause = f"parameter {parameter} became non-finite" if parameter else what
+        return TrainingDivergedError(
+            f"{cause} at {where}; {self._way_forward()}. Try a lower lr, a warm-up, grad_clip "
+            "or another scale."
+        )
 
     # ---------------------------------------------------------------- loop
     def _batch(
@@ -222,15 +281,12 @@ class Trainer:
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
             ):
                 embeddings = self.model(images)  # (B, D)
-            finite = bool(torch.isfinite(embeddings).all())
-            loss = self.loss(embeddings.float(), labels) if finite else None
-            value = float(loss.detach()) if finite else math.nan
+            if not bool(torch.isfinite(embeddings).all()):
+                raise self._diverged("the embeddings became non-finite", epoch, step)
+            loss = self.loss(embeddings.float(), labels)
+            value = float(loss.detach())
             if not math.isfinite(value):
-                raise TrainingDivergedError(
-                    f"loss became {value} at epoch {epoch + 1}, step {step + 1}; the last good "
-                    f"checkpoint (epoch {epoch}) is kept in {self.run_dir}. Try a lower lr, "
-                    "a warm-up, grad_clip or another scale."
-                )
+                raise self._diverged(f"the loss became {value}", epoch, step)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             if config.grad_clip is not None:
@@ -303,21 +359,25 @@ class Trainer:
             TrainingDivergedError: the loss became NaN/inf (the last checkpoint is kept).
         """
         run_dir = prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
+        remove_stale_temporaries(run_dir)
         self._setup()
         start = 0
         checkpoint = run_dir / CHECKPOINT_NAME
+        self.history = []
         if resume:
             start = self._restore(checkpoint)
         save_config(self.config, run_dir / CONFIG_NAME)
         history_path = run_dir / HISTORY_NAME
-        csv_log = CSVLogger(history_path, keep_epochs=start if resume else None)
-        self.history = read_history(history_path) if resume and history_path.is_file() else []
+        write_history(history_path, self.history)  # completes a CSV cut short by a kill
         board = TensorBoardLogger(run_dir / "tensorboard") if self.config.tensorboard else None
         try:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
                 train_loss = self._train_epoch(epoch)
                 seconds = time.perf_counter() - began
+                parameter = self._first_non_finite()
+                if parameter is not None:
+                    raise self._diverged("", epoch, None)
                 row: dict[str, Any] = {
                     "epoch": epoch + 1,
                     "loss": train_loss,
@@ -326,14 +386,20 @@ class Trainer:
                     "seconds": seconds,
                     **margin_state(self.loss),
                 }
-                save_checkpoint(self._state(epoch + 1), checkpoint)
-                csv_log.log(row)
+                self.history.append(row)
+                try:
+                    save_checkpoint(self._state(epoch + 1), checkpoint)
+                except BaseException:
+                    self.history.pop()
+                    raise
+                write_history(history_path, self.history)
                 if board is not None:
                     board.log(row)
-                self.history.append(row)
                 logger.info("epoch %d: %s", epoch + 1, row)
                 for callback in self.callbacks:
                     callback(row)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
         finally:
             if board is not None:
                 board.close()
