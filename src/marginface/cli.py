@@ -93,27 +93,101 @@ def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = Tru
     )
 
 
-def _config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None):
-    from .config import load_config
+def option_name(key: str) -> str:
+    """The command-line spelling of configuration key ``key`` (``batch_size`` → ``--batch-size``,
+    ``loss_options`` → ``--loss-option``, keys without a flag → ``--set key=...``)."""
+    for flag, flag_key, _, _ in _TRAIN_FLAGS:
+        if flag_key == key:
+            return flag
+    named = {"loss": "--loss", "flip": "--flip", "tensorboard": "--tensorboard"}
+    named |= {"loss_options": "--loss-option", "augment": "--augment", "config": "--config"}
+    return named.get(key, f"--set {key}=...")
 
-    overrides: dict[str, Any] = dict(base or {})
+
+def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The configuration keys the command line (and ``--config``) set explicitly, merged in
+    the documented order: ``--config`` file, flags, ``--set``; ``--loss-option`` and
+    ``--augment`` add to the tables of the file (or of the defaults)."""
+    from .config import TrainConfig
+
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None) is not None:
+        values.update(_read_toml_table(args.config))
     for _, key, _, _ in _TRAIN_FLAGS:
         if getattr(args, key, None) is not None:
-            overrides[key] = getattr(args, key)
+            values[key] = getattr(args, key)
     for key in ("loss", "flip", "tensorboard"):
         if getattr(args, key, None) is not None:
-            overrides[key] = getattr(args, key)
-    overrides.update(_key_values(args.set, "--set"))
+            values[key] = getattr(args, key)
+    values.update(_key_values(args.set, "--set"))
     loss_options = _key_values(args.loss_option, "--loss-option")
-    augment = _key_values(getattr(args, "augment", None), "--augment")
-    config = load_config(args.config, overrides)
     if loss_options:
-        config.loss_options = {**config.loss_options, **loss_options}
+        base = values.get("loss_options", TrainConfig().loss_options)
+        values["loss_options"] = {**base, **loss_options}
+    augment = _key_values(getattr(args, "augment", None), "--augment")
     if augment:
-        from .data.augment import check_augment_options
+        values["augment"] = {**values.get("augment", {}), **augment}
+    return values
 
-        config.augment = check_augment_options({**config.augment, **augment})
-    return config
+
+def _read_toml_table(path: Path) -> dict[str, Any]:
+    from .config import load_config
+
+    load_config(path)  # the file's own errors (missing, not TOML, not UTF-8, bad keys)
+    with Path(path).open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def _named_option_errors(build):
+    """Call ``build()``; a :class:`~marginface.config.ConfigValueError` is re-raised naming
+    the command-line option instead of the configuration key."""
+    from .config import ConfigValueError
+
+    try:
+        return build()
+    except ConfigValueError as error:
+        message = str(error)
+        if message.startswith(error.key):
+            message = option_name(error.key) + message[len(error.key) :]
+        raise ValueError(message) from None
+
+
+def _config_from_args(args: argparse.Namespace):
+    from .config import config_from_dict
+
+    values = _explicit_values(args)
+    source = str(args.config) if getattr(args, "config", None) else "the command line"
+    return _named_option_errors(lambda: config_from_dict(values, source=source))
+
+
+def _resumed_config(args: argparse.Namespace, run_dir: Path):
+    """The configuration of the run in ``run_dir`` (from its checkpoint), with the options
+    that may change on resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the
+    command line; any other option that contradicts the saved run is an error naming it."""
+    from .config import config_from_dict
+    from .train import RESUMABLE_KEYS, CheckpointError, load_checkpoint
+    from .train.run import CHECKPOINT_NAME
+
+    checkpoint = run_dir / CHECKPOINT_NAME
+    if not checkpoint.is_file():
+        raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
+    saved = load_checkpoint(checkpoint)["config"]
+    explicit = _explicit_values(args)
+    conflicts = [
+        f"{option_name(key)} {value!r} (the run has {saved.get(key)!r})"
+        for key, value in explicit.items()
+        if key not in RESUMABLE_KEYS and saved.get(key) != value
+    ]
+    if conflicts:
+        allowed = ", ".join(sorted(option_name(key) for key in RESUMABLE_KEYS))
+        raise ValueError(
+            f"--resume continues the run in {run_dir} with its saved configuration; these "
+            f"options contradict it: {'; '.join(conflicts)}. Options that may change on "
+            f"--resume: {allowed}. To train with other settings, use another --out or "
+            "--overwrite."
+        )
+    values = {**saved, **{k: v for k, v in explicit.items() if k in RESUMABLE_KEYS}}
+    return _named_option_errors(lambda: config_from_dict(values, source=str(checkpoint)))
 
 
 def _echo(args: argparse.Namespace, text: str) -> None:
@@ -139,8 +213,14 @@ def _epoch_printer(args: argparse.Namespace, label: str = ""):
 def cmd_train(args: argparse.Namespace) -> int:
     from .train import Trainer
 
-    config = _config_from_args(args)
-    out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
+    if args.resume and args.out is not None:
+        out = args.out
+        config = _resumed_config(args, out)
+    else:
+        config = _config_from_args(args)
+        out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
+        if args.resume:
+            config = _resumed_config(args, out)
     trainer = Trainer(config, out, progress=not args.quiet, callbacks=[_epoch_printer(args)])
     trainer.fit(resume=args.resume, overwrite=args.overwrite)
     _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint.pt)")
@@ -263,14 +343,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     height, width = (size, size) if isinstance(size, int) else size
     example = torch.rand(args.batch, meta["in_channels"], height, width)
     out = args.out or Path(args.run_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    created = not out.exists()
     model = run.model.float().to(memory_format=torch.contiguous_format)
-    if args.format in ("torchscript", "both"):
-        path = export_torchscript(model, example, out / "model.ts")
-        _echo(args, f"TorchScript (verified): {path}")
-    if args.format in ("onnx", "both"):
-        path = export_onnx(model, example, out / "model.onnx")
-        _echo(args, f"ONNX (verified): {path}")
+    try:
+        if args.format in ("torchscript", "both"):
+            path = export_torchscript(model, example, out / "model.ts")
+            _echo(args, f"TorchScript (verified): {path}")
+        if args.format in ("onnx", "both"):
+            path = export_onnx(model, example, out / "model.onnx")
+            _echo(args, f"ONNX (verified): {path}")
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a failed export leaves no empty folder behind
+        raise
     return 0
 
 
@@ -373,14 +458,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    prefix = f"marginface {args.command}"
     try:
         return int(args.func(args))
-    except KeyboardInterrupt:
-        print("interrupted; the last completed epoch's checkpoint is kept", file=sys.stderr)
+    except KeyboardInterrupt as error:
+        # TrainingInterrupted says what was kept; a bare Ctrl-C elsewhere wrote nothing partial
+        print(f"{prefix}: {error or 'interrupted'}", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as error:
-        print(f"marginface {args.command}: error: {error}", file=sys.stderr)
+    except (ValueError, TypeError, ImportError) as error:
+        print(f"{prefix}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # read-only folder, path under a file, full disk, missing file
+        print(f"{prefix}: error: {describe_os_error(error)}", file=sys.stderr)
         return 2
     except RuntimeError as error:  # TrainingDivergedError, export verification
-        print(f"marginface {args.command}: error: {error}", file=sys.stderr)
+        print(f"{prefix}: error: {error}", file=sys.stderr)
         return 1
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for a failed file operation: what went wrong and which path, with a hint for
+    the common cases (read-only folder, a file where a folder should be)."""
+    import errno
+
+    if error.filename is None or type(error).__str__ is not OSError.__str__:
+        return str(error)  # our own errors (DataFilesMissingError, DiskFullError...) say it all
+    path = error.filename
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {path}: {error.strerror} (choose a writable folder with --out)"
+    if error.errno == errno.ENOTDIR:
+        return f"cannot use {path}: a part of this path is a file, not a folder"
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return f"disk full: could not write {path}"
+    return f"{error.strerror or error}: {path}"

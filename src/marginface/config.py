@@ -24,12 +24,23 @@ __all__ = [
     "AMP_MODES",
     "OPTIMIZERS",
     "SCHEDULES",
+    "ConfigValueError",
     "TrainConfig",
     "config_from_dict",
     "dump_toml",
     "load_config",
     "save_config",
 ]
+
+
+class ConfigValueError(ValueError):
+    """A configuration value out of range; ``key`` is the configuration key at fault (the CLI
+    names the option instead)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "step")
@@ -114,28 +125,30 @@ class TrainConfig:
         _check_types(self)
         for name in ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+                raise ConfigValueError(name, f"{name} must be >= 1, got {getattr(self, name)!r}")
         for name in ("image_size", "limit", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or unset, got {value!r}")
+                raise ConfigValueError(name, f"{name} must be >= 1 or unset, got {value!r}")
         for name, choices in (
             ("optimizer", OPTIMIZERS),
             ("schedule", SCHEDULES),
             ("amp", AMP_MODES),
         ):
             if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                raise ConfigValueError(
+                    name, f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
                 )
         for name in ("lr", "weight_decay", "momentum", "warmup_epochs", "gamma"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+                raise ConfigValueError(name, f"{name} must be a finite number >= 0, got {value!r}")
         if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+            raise ConfigValueError("lr", f"lr must be > 0, got {self.lr!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be > 0 or unset, got {self.grad_clip!r}")
+            raise ConfigValueError(
+                "grad_clip", f"grad_clip must be > 0 or unset, got {self.grad_clip!r}"
+            )
         from .data.augment import check_augment_options
 
         self.augment = check_augment_options(self.augment)
@@ -201,6 +214,10 @@ def load_config(
                 values = tomllib.load(handle)
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"config file {path} is not valid TOML: {error}") from error
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"config file {path} is not UTF-8 text (byte {error.start}); TOML files are UTF-8"
+            ) from None
         config_from_dict(values, source=str(path))  # report bad keys against the file
     for key, value in (overrides or {}).items():
         if value is not None:
