@@ -5,13 +5,26 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_choice, check_embeddings, check_int, check_labels
+from ._validation import (
+    check_choice,
+    check_device,
+    check_dtype,
+    check_embeddings,
+    check_int,
+    check_labels,
+    check_representable,
+)
 from .executors.chunked import (
     DEFAULT_CHUNK_SIZE,
     check_chunkable,
     chunked_margin_cross_entropy,
 )
-from .executors.dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
+from .executors.dense import (
+    compute_dtype,
+    dense_margin_cross_entropy,
+    normalized_cosine,
+    row_norms,
+)
 from .margins.base import Margin
 
 __all__ = ["AUTO_CHUNKED_MIN_LOGITS", "IMPLEMENTATIONS", "REDUCTIONS", "MarginSoftmaxLoss"]
@@ -75,8 +88,12 @@ class MarginSoftmaxLoss(nn.Module):
         self.impl = check_choice("impl", impl, IMPLEMENTATIONS)
         if not isinstance(margin, Margin):
             raise TypeError(f"margin must be a marginface Margin, got {type(margin).__name__}")
-        if dtype is not None and not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        dtype = check_dtype("dtype", dtype)
+        device = check_device("device", device)
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        for name, value in vars(margin).items():
+            if isinstance(value, float):
+                check_representable(name, value, compute)
         if impl == "chunked":
             check_chunkable(margin)
         self.chunk_size = (
@@ -112,10 +129,10 @@ class MarginSoftmaxLoss(nn.Module):
         (seed 004's eval branch), with the margin's current scale.
         """
         cosine = self.cosine(embeddings)
-        norms = torch.linalg.vector_norm(embeddings.to(cosine.dtype), dim=1)
+        norms = row_norms(embeddings.to(cosine.dtype))
         if labels is None:
             return cosine * self.margin.scale_for(norms)
-        check_labels(labels, embeddings.shape[0], self.num_classes)
+        labels = check_labels(labels, embeddings.shape[0], self.num_classes)
         return self.margin.apply(cosine, labels, norms if self.margin.requires_norms else None)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
@@ -123,13 +140,13 @@ class MarginSoftmaxLoss(nn.Module):
 
         Args:
             embeddings: ``Tensor[N, D]`` (any floating dtype; the math runs in fp32 or fp64).
-            labels: ``Tensor[N]`` of int64 class indices in ``[0, C)``.
+            labels: ``Tensor[N]`` of class indices in ``[0, C)``, any integer dtype.
 
         Returns:
             A 0-dim tensor (``"mean"``, ``"sum"``) or ``Tensor[N]`` (``"none"``).
         """
         check_embeddings(embeddings, self.embedding_dim)
-        check_labels(labels, embeddings.shape[0], self.num_classes)
+        labels = check_labels(labels, embeddings.shape[0], self.num_classes)
         if self.executor(embeddings.shape[0]) == "chunked":
             per_sample = chunked_margin_cross_entropy(
                 embeddings,
