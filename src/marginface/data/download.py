@@ -211,7 +211,7 @@ def download_file(
     target_folder = Path(folder)
     created = not target_folder.exists()
     target_folder.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(target_folder, remote.name)
+    remove_stale_temporaries(target_folder)  # of any file: the next download cleans up
     try:
         return _download_into(remote, target_folder, timeout, deadline)
     except BaseException:
