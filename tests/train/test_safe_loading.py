@@ -24,6 +24,7 @@ from marginface.data.idx import IdxFormatError, read_idx
 from marginface.data.insightface_bin import load_verification_bin
 from marginface.data.safe_pickle import UnsafePickleError, restricted_loads
 from marginface.train import CheckpointError, load_checkpoint, load_run, train
+from marginface.train.checkpoint import CHECKPOINT_VERSION
 
 FIXTURE_RUN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "run_v1")
 
@@ -116,7 +117,7 @@ def test_a_run_from_before_the_format_change_still_loads_and_resumes(tmp_path, c
     assert main(["--quiet", "evaluate", str(run), "--device", "cpu"]) == 0
     assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"]) == 0
     resumed = load_checkpoint(run / "checkpoint.pt")
-    assert resumed["format_version"] == 2 and resumed["epoch"] == 3
+    assert resumed["format_version"] == CHECKPOINT_VERSION and resumed["epoch"] == 3
     assert [row["epoch"] for row in resumed["history"]] == [1, 2, 3]
     capsys.readouterr()
 

@@ -1,21 +1,25 @@
 """Checkpoints that are safe to open and that notice damage.
 
-Format (version 2): one ``torch.save`` file holding a plain dict — ``epoch``, ``config`` (the
+Format (version 3): one ``torch.save`` file holding a plain dict — ``epoch``, ``config`` (the
 :class:`~marginface.config.TrainConfig` as a dict), ``meta``, ``history`` (the per-epoch log rows
 up to ``epoch``), the ``model``/``loss``/``optimizer``/``scheduler``/``scaler`` state dicts,
-``rng``, plus ``format`` (``"marginface-checkpoint"``), ``format_version`` (2) and ``sha256``, a
-digest of everything else computed by :func:`state_digest`.
+``rng``, plus ``format`` (``"marginface-checkpoint"``), ``format_version`` (3) and ``sha256``, a
+digest of everything else computed by :func:`state_digest`. The file ends with a *seal*: the
+zip archive's comment ``marginface-sha256:<64 hex digits>``, the sha256 of every byte of the
+file before it.
 
 * **Writing** is atomic (:func:`marginface._atomic.atomic_write`): a crash at any instant leaves
   the previous checkpoint; a full disk says so and names the file.
 * **Reading** uses ``torch.load(weights_only=True)``: only tensors, numbers, strings and
   containers are rebuilt, so a file whose pickle names any other callable (a ``__reduce__``
   payload) is refused before anything in it runs, with a message naming the file and the type.
-* **Damage** (a flipped byte, a truncated copy) is caught either by the zip reader or by the
-  digest, which covers every tensor's bytes and every value.
+* **Damage** (a flipped byte, a truncated copy) is caught by the seal, which covers every byte
+  (torch's zip reader ignores the archive's CRCs, timestamps, padding and local sizes, so a
+  quarter of the bytes could change without it noticing), and by the contents' digest.
 
-Version-1 checkpoints (written before the format carried a version) hold the same plain types;
-they load as they are, without a digest to check, and their history comes from ``history.csv``.
+Version-2 checkpoints have the contents' digest but no seal; version-1 checkpoints (written
+before the format carried a version) hold the same plain types without a digest to check, and
+their history comes from ``history.csv``. Both load as they are.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -45,7 +49,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "marginface-checkpoint"
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3
+_SEALED_SINCE = 3
+_SEAL_PREFIX = b"marginface-sha256:"
+_SEAL_BYTES = len(_SEAL_PREFIX) + 64
+_ZIP_END = b"PK\x05\x06"  # the zip archive's end record: 22 bytes, then its comment
+_ZIP_END_BYTES = 22
+_CHUNK_BYTES = 1 << 20
+_HEX_DIGEST = re.compile(rb"[0-9a-f]{64}")
 REQUIRED_KEYS = ("epoch", "config", "meta", "model", "loss")
 _ENVELOPE_KEYS = ("format", "format_version", "sha256")
 _UNSAFE_GLOBAL = re.compile(r"GLOBAL\s+([\w.]+)|global\s+'?([\w.]+)'?", re.IGNORECASE)
@@ -110,7 +121,58 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     remove_stale_temporaries(path.parent, path.name)
     with atomic_write(path) as stream:
         torch.save(payload, stream)
+        _seal(stream)
     return path
+
+
+def _sha256_of_prefix(handle: IO[bytes], size: int) -> Any:
+    """A sha256 hasher fed with the first ``size`` bytes of ``handle``."""
+    hasher = hashlib.sha256()
+    handle.seek(0)
+    remaining = size
+    while remaining > 0:
+        chunk = handle.read(min(remaining, _CHUNK_BYTES))
+        if not chunk:
+            break
+        hasher.update(chunk)
+        remaining -= len(chunk)
+    return hasher
+
+
+def _seal(stream: IO[bytes]) -> None:
+    """End the archive just written to ``stream`` with its seal: the sha256 of all its bytes,
+    as the zip comment (torch ends its archives with an end record without one)."""
+    stream.flush()
+    size = stream.tell()
+    with open(stream.name, "rb") as written:
+        written.seek(max(size - _ZIP_END_BYTES, 0))
+        end = written.read(_ZIP_END_BYTES)
+        commentable = end[:4] == _ZIP_END and end[-2:] == b"\0\0"
+        hasher = _sha256_of_prefix(written, size - 2 if commentable else size)
+    if commentable:
+        length = _SEAL_BYTES.to_bytes(2, "little")
+        hasher.update(length)
+        stream.seek(size - 2)
+        stream.write(length)
+    # else: a plain trailer after the archive, which zip readers (torch's included) skip
+    stream.write(_SEAL_PREFIX + hasher.hexdigest().encode("ascii"))
+
+
+def _check_seal(path: Path) -> bool | None:
+    """Whether the seal at the end of ``path`` matches its bytes (None: the file has none)."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < _SEAL_BYTES:
+            return None
+        handle.seek(size - _SEAL_BYTES)
+        seal = handle.read(_SEAL_BYTES)
+        if not seal.startswith(_SEAL_PREFIX):
+            return None
+        expected = seal[len(_SEAL_PREFIX) :]
+        if _HEX_DIGEST.fullmatch(expected) is None:
+            return False
+        actual = _sha256_of_prefix(handle, size - _SEAL_BYTES).hexdigest()
+    return actual == expected.decode("ascii")
 
 
 def _unsafe_global(error: BaseException, path: Path) -> str:
@@ -139,7 +201,7 @@ def _describe_foreign(state: Any) -> str:
 
 
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint written by :func:`save_checkpoint` (or by version 1), safely.
+    """Load a checkpoint written by :func:`save_checkpoint` (or by versions 1 and 2), safely.
 
     Args:
         path: the ``checkpoint.pt`` file.
@@ -149,13 +211,26 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         The state dict (envelope keys included).
 
     Raises:
-        CheckpointError: missing; not a zip/pickle torch can read (truncated, corrupt);
-            needing a type that ``weights_only`` loading refuses (nothing from it runs);
-            damaged (digest mismatch); not a marginface checkpoint; or from a newer format.
+        CheckpointError: missing; damaged (its bytes do not match its seal, or a format-3
+            file without one; its contents do not match their digest); not a zip/pickle torch
+            can read (truncated, corrupt); needing a type that ``weights_only`` loading refuses
+            (nothing from it runs); not a marginface checkpoint; or from a newer format.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        sealed = _check_seal(path)
+    except OSError as error:
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({error.strerror or error})"
+        ) from error
+    if sealed is False:
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: its bytes do not match the sha256 it ends with (a "
+            "changed byte on disk or an altered copy); restore it from a copy or start the run "
+            "again with --overwrite"
+        )
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -176,6 +251,12 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         raise CheckpointError(
             f"{path} has checkpoint format {version!r}, newer than this marginface reads "
             f"({CHECKPOINT_VERSION}); upgrade marginface"
+        )
+    if version >= _SEALED_SINCE and sealed is None:
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: format {version} ends with the sha256 of its bytes, "
+            "and this file does not (cut short, altered, or re-saved by another program); "
+            "restore it from a copy or start the run again with --overwrite"
         )
     if version >= 2:
         expected = state.get("sha256")
