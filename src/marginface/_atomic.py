@@ -7,7 +7,8 @@ user's umask (``0o666 & ~umask``; ``mkstemp`` alone leaves ``0o600``), and only 
 the target with :func:`os.replace`. A crash at any instant leaves either the old file or the new
 one, never a mixture; the temporary file of a killed writer carries its process id, so
 :func:`remove_stale_temporaries` can delete it on the next run without touching the temporary
-file of a writer that is still alive.
+file of a writer that is still alive. (It also recognises ``.<name>.tmp-<pid>``, the name that
+versions before this module gave their checkpoint, report and evaluation temporaries.)
 
 A full disk is reported as :class:`DiskFullError` naming the file that could not be written,
 whatever layer noticed it (``OSError`` with ``ENOSPC``/``EDQUOT``, or torch's serializer's
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.(?:tmp|part)$")
+_OLD_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # before this module
 _FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
 
 
@@ -74,8 +76,8 @@ def _looks_like_full_disk(error: BaseException, folder: Path, written: int = 0) 
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+    if pid == os.getpid() or not 0 < pid < 2**31:
+        return True  # ours, or no process id at all: not a temporary we can tell is stale
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -89,7 +91,8 @@ def remove_stale_temporaries(folder: str | os.PathLike[str], name: str | None = 
     """Delete the temporary files that killed writers left in ``folder``.
 
     Only files named like this module's temporaries (``.<name>.<pid>.<random>.tmp`` or
-    ``.part``) whose process is gone are removed; ``name`` restricts it to one target's.
+    ``.part``, or the older ``.<name>.tmp-<pid>``) whose process is gone are removed; ``name``
+    restricts it to one target's.
 
     Returns:
         The paths removed.
@@ -99,7 +102,7 @@ def remove_stale_temporaries(folder: str | os.PathLike[str], name: str | None = 
     if not folder.is_dir():
         return removed
     for entry in folder.iterdir():
-        match = _TEMPORARY.match(entry.name)
+        match = _TEMPORARY.match(entry.name) or _OLD_TEMPORARY.match(entry.name)
         if match is None or (name is not None and match["name"] != name):
             continue
         if _pid_alive(int(match["pid"])) or not entry.is_file():
