@@ -343,7 +343,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     height, width = (size, size) if isinstance(size, int) else size
     example = torch.rand(args.batch, meta["in_channels"], height, width)
     out = args.out or Path(args.run_dir)
-    created = not out.exists()
+    # the folders this command will create (``--out new/deeper`` creates both)
+    created = [folder for folder in (out, *out.parents) if not folder.exists()]
     model = run.model.float().to(memory_format=torch.contiguous_format)
     try:
         if args.format in ("torchscript", "both"):
@@ -353,8 +354,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             path = export_onnx(model, example, out / "model.onnx")
             _echo(args, f"ONNX (verified): {path}")
     except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # a failed export leaves no empty folder behind
+        for folder in created:  # deepest first: a failed export leaves no empty folder behind
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
         raise
     return 0
 
@@ -481,8 +484,12 @@ def describe_os_error(error: OSError) -> str:
     the common cases (read-only folder, a file where a folder should be)."""
     import errno
 
+    from ._atomic import DiskFullError
+
+    if isinstance(error, DiskFullError):
+        return error.strerror or str(error)  # names the file (and, in training, what is kept)
     if error.filename is None or type(error).__str__ is not OSError.__str__:
-        return str(error)  # our own errors (DataFilesMissingError, DiskFullError...) say it all
+        return str(error)  # our own errors (DataFilesMissingError...) say it all
     path = error.filename
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"cannot write {path}: {error.strerror} (choose a writable folder with --out)"

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._atomic import remove_stale_temporaries
+from .._atomic import DiskFullError, remove_stale_temporaries
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..data.augment import build_augmentation
@@ -357,6 +357,8 @@ class Trainer:
             OutputExistsError: ``run_dir`` exists and neither ``resume`` nor ``overwrite``.
             CheckpointError: resuming from a missing, corrupt or incompatible checkpoint.
             TrainingDivergedError: the loss became NaN/inf (the last checkpoint is kept).
+            DiskFullError: a checkpoint did not fit (the previous one is kept; the message
+                says which and how to go on).
         """
         run_dir = prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
         remove_stale_temporaries(run_dir)
@@ -389,8 +391,15 @@ class Trainer:
                 self.history.append(row)
                 try:
                     save_checkpoint(self._state(epoch + 1), checkpoint)
-                except BaseException:
+                except BaseException as error:
                     self.history.pop()
+                    if isinstance(error, DiskFullError):  # say what is kept and how to go on
+                        raise DiskFullError(
+                            error.errno,
+                            f"disk full: could not write {checkpoint} (free some space); "
+                            f"{self._way_forward()}",
+                            str(checkpoint),
+                        ) from error
                     raise
                 write_history(history_path, self.history)
                 if board is not None:
