@@ -33,7 +33,13 @@ from .executors.dense import (
 from .executors.sharding import ClassShard, scale_gradient
 from .margins.base import Margin
 
-__all__ = ["AUTO_CHUNKED_MIN_LOGITS", "IMPLEMENTATIONS", "REDUCTIONS", "MarginSoftmaxLoss"]
+__all__ = [
+    "AUTO_CHUNKED_MIN_LOGITS",
+    "IMPLEMENTATIONS",
+    "REDUCTIONS",
+    "MarginSoftmaxLoss",
+    "reshardable_state_dict",
+]
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLEMENTATIONS = ("dense", "chunked", "auto")
@@ -142,6 +148,8 @@ class MarginSoftmaxLoss(nn.Module):
         )
         self.reset_parameters()
         self._register_load_state_dict_pre_hook(_full_weight_to_shard, with_module=True)
+        if self.shard is not None:
+            self._register_state_dict_hook(_weight_as_dtensor)
 
     def reset_parameters(self) -> None:
         """Re-draw the class centers from ``N(0, 0.01²)``."""
@@ -328,23 +336,69 @@ def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None
     return shard
 
 
+def reshardable_state_dict(loss: MarginSoftmaxLoss) -> dict[str, Any]:
+    """``loss.state_dict()`` laid out for ``torch.distributed.checkpoint``, sharded or not.
+
+    The weight appears as ``Tensor[C, K·D]`` (one row per class, its ``K`` sub-centers side by
+    side): a DTensor sharded on dim 0 for a sharded head (its ``state_dict()`` already is
+    this), a plain view for an unsharded one. Both share storage with the weight, so
+    ``torch.distributed.checkpoint.load(reshardable_state_dict(loss), ...)`` restores the
+    weight in place, whatever the number of ranks that saved it; the margin's buffers are
+    replicated tensors. For ``K = 1`` this is just ``loss.state_dict()``.
+    """
+    if not isinstance(loss, MarginSoftmaxLoss):
+        raise TypeError(f"loss must be a MarginSoftmaxLoss, got {type(loss).__name__}")
+    state = loss.state_dict(keep_vars=False)
+    if loss.shard is None:
+        k, d = loss.sub_centers, loss.embedding_dim
+        state["weight"] = loss.weight.detach().view(loss.num_classes, k * d)
+    return state
+
+
+def _weight_as_dtensor(
+    module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
+) -> dict:
+    """``state_dict`` hook of a sharded head: the weight block as a DTensor of global shape
+    ``[C, K·D]`` sharded on dim 0 (``torch.chunk``'s split, which is the class partition)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    key = prefix + "weight"
+    shard = module.shard
+    k, d = module.sub_centers, module.embedding_dim
+    local = state_dict[key].view(shard.stop - shard.start, k * d)
+    mesh = DeviceMesh.from_group(shard.group or dist.group.WORLD, local.device.type)
+    state_dict[key] = DTensor.from_local(
+        local,
+        mesh,
+        [Shard(0)],
+        run_check=False,
+        shape=torch.Size([module.num_classes, k * d]),
+        stride=(k * d, 1),
+    )
+    return state_dict
+
+
 def _full_weight_to_shard(
     module: nn.Module, state_dict: dict, prefix: str, *args: Any, **kwargs: Any
 ) -> None:
-    """``load_state_dict`` pre-hook: a full ``weight[C·K, D]`` (an unsharded loss's
-    ``torch.save``) or a DTensor is cut to this rank's block before loading."""
+    """``load_state_dict`` pre-hook: accept the weight as an unsharded loss saves it
+    (``Tensor[C·K, D]``) or in the resharding layout (``Tensor[C, K·D]``, plain or a
+    DTensor), and cut it to this rank's block."""
     key = prefix + "weight"
     if key not in state_dict or not isinstance(module, MarginSoftmaxLoss):
         return
     value = state_dict[key]
-    if hasattr(value, "full_tensor") and hasattr(value, "to_local"):  # a DTensor
-        value = value.full_tensor() if module.shard is None else value.to_local()
     start, stop = module.class_range
-    k = module.sub_centers
-    if (
-        value.dim() == 2
-        and value.shape[0] == module.num_classes * k
-        and (stop - start) * k != (module.num_classes * k)
-    ):
+    k, d = module.sub_centers, module.embedding_dim
+    if hasattr(value, "to_local") and hasattr(value, "full_tensor"):  # a DTensor
+        local = value.to_local()
+        if module.shard is not None and local.shape[0] == stop - start:
+            state_dict[key] = local.reshape((stop - start) * k, d)
+            return
+        value = value.full_tensor()
+    if k > 1 and value.dim() == 2 and tuple(value.shape) == (module.num_classes, k * d):
+        value = value.reshape(module.num_classes * k, d)
+    if value.dim() == 2 and value.shape[0] == module.num_classes * k:
         value = value[start * k : stop * k]
     state_dict[key] = value
