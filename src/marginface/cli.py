@@ -316,12 +316,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .train import draw_run_pictures, evaluate_run, load_run, read_history
-    from .train.run import HISTORY_NAME
+    from .train import draw_run_pictures, evaluate_run, load_run
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir)
-    history = read_history(run_dir / HISTORY_NAME)
+    history = run.history  # the checkpoint's own: complete even if history.csv lags
     evaluation = evaluate_run(run_dir, device=args.device)
     out = args.out or run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,14 @@ import marginface.train.trainer as trainer_module
 from marginface._atomic import atomic_write, remove_stale_temporaries
 from marginface.cli import main
 from marginface.config import TrainConfig
-from marginface.train import CheckpointError, Trainer, load_checkpoint, read_history, train
+from marginface.train import (
+    CheckpointError,
+    Trainer,
+    load_checkpoint,
+    load_run,
+    read_history,
+    train,
+)
 from marginface.train.checkpoint import CHECKPOINT_VERSION, state_digest
 from marginface.train.history import format_history
 from marginface.train.run import CHECKPOINT_NAME, HISTORY_NAME
@@ -161,6 +168,17 @@ def test_kill_after_the_checkpoint_is_renamed_before_history_is_rewritten(tmp_pa
     uninterrupted = train(tiny(epochs=3), tmp_path / "uninterrupted")
     for key, value in uninterrupted.model.state_dict().items():
         assert torch.equal(final["model"][key], value), key
+
+
+@needs_fork
+def test_plot_and_load_run_show_every_epoch_even_when_history_csv_lags(tmp_path, warm, capsys):
+    run = tmp_path / "run"
+    kill_before_history_of_epoch(run, epoch=2, epochs=3)
+    assert len(read_history(run / HISTORY_NAME)) == 1  # the CSV lags the checkpoint
+    assert [row["epoch"] for row in load_run(run).history] == [1, 2]
+    assert main(["--quiet", "plot", str(run), "--device", "cpu"]) == 0
+    assert (run / "plots").is_dir()
+    capsys.readouterr()
 
 
 @needs_fork

@@ -20,6 +20,7 @@ from ..data import DatasetBundle, ImageSet, load_dataset
 from ..models import create_model
 from ..registry import create_loss
 from .checkpoint import CheckpointError, load_checkpoint
+from .history import read_history
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -142,6 +143,9 @@ class LoadedRun:
     meta: dict[str, Any]
     epoch: int
     run_dir: Path
+    history: list[dict[str, Any]]
+    """The per-epoch rows up to :attr:`epoch`: the checkpoint's own (format >= 2), so a kill
+    between the checkpoint and ``history.csv`` loses nothing; ``history.csv`` for format 1."""
 
 
 def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedRun:
@@ -171,4 +175,10 @@ def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> Load
         ) from error
     model.to(device).eval()
     loss.to(device).eval()
-    return LoadedRun(config, model, loss, meta, int(state["epoch"]), run_dir)
+    epoch = int(state["epoch"])
+    if "history" in state:
+        history = [dict(row) for row in state["history"]][:epoch]
+    else:
+        csv_path = run_dir / HISTORY_NAME
+        history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
+    return LoadedRun(config, model, loss, meta, epoch, run_dir, history)
