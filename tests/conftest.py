@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,26 @@ import torch
 import marginface
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def shared_path(*parts: str) -> Path:
+    """A file under ``../shared/data``: the test is skipped when it is absent, except under
+    ``CI=true``, where a missing offline dataset is a failure (CI always has shared/)."""
+    path = SHARED_DATA.resolve().joinpath(*parts)
+    if not path.exists():
+        message = f"offline dataset file {path} is absent"
+        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+            pytest.fail(f"{message} (CI=true: the offline data must be present)")
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_file():
+    """``shared_file("lfw", "pairs.txt")``: a file under ``../shared/data``
+    (:func:`shared_path`: skipped when absent, failed under ``CI=true``)."""
+    return shared_path
+
 
 # Constructor options that make every registered loss usable in a small generic test:
 # SphereFace's original variant needs nothing extra; AdaCos needs nothing; ElasticFace is seeded.

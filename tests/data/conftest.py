@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,13 +16,17 @@ SHARED_DATA = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").r
 def _shared_file(*parts: str) -> Path:
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"offline dataset file {path} is absent")
+        message = f"offline dataset file {path} is absent"
+        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+            pytest.fail(f"{message} (CI=true: the offline data must be present)")
+        pytest.skip(message)
     return path
 
 
 @pytest.fixture(scope="session")
 def shared_file():
-    """``shared_file("mnist", name)``: a file under ``../shared/data``; skips when absent."""
+    """``shared_file("mnist", name)``: a file under ``../shared/data``; skips when absent, fails
+    under ``CI=true`` (CI always has shared/ beside the clone)."""
     return _shared_file
 
 
