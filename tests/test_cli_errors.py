@@ -168,10 +168,13 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_history_that_is_not_utf8_is_named_by_plot(tmp_path, trained, capsys):
-    run = Path(shutil.copytree(trained, tmp_path / "run"))
+def test_a_history_that_is_not_utf8_is_named_on_resume(tmp_path, capsys):
+    """Runs written before checkpoints held their history read history.csv on --resume (newer
+    ones never read it: plot and resume take the checkpoint's own history)."""
+    fixture = Path(__file__).parent / "fixtures" / "run_v1"
+    run = Path(shutil.copytree(fixture, tmp_path / "run"))
     (run / HISTORY_NAME).write_bytes(b"epoch,loss\n1,0.5\xff\n")
-    code = main(["--quiet", "plot", str(run), "--device", "cpu"])
+    code = main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"])
     one_line_error(capsys, code, 2, str(run / HISTORY_NAME), "not UTF-8")
 
 

@@ -43,6 +43,10 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--device", "device", str, "auto (CUDA when present), cpu, cuda, cuda:N"),
     ("--threads", "threads", int, "CPU threads for torch"),
     ("--seed", "seed", int, "random seed"),
+    ("--sample-rate", "sample_rate", float, "Partial FC: share of the classes per step (0, 1]"),
+    ("--workers", "workers", int, "DataLoader workers for streamed datasets"),
+    ("--dist-timeout", "dist_timeout", float, "seconds before a collective fails (torchrun)"),
+    ("--verify-every", "verify_every", int, "also evaluate .bin sets every N steps"),
 ]
 
 
@@ -167,11 +171,15 @@ def _resumed_config(args: argparse.Namespace, run_dir: Path):
     from .config import config_from_dict
     from .train import RESUMABLE_KEYS, CheckpointError, load_checkpoint
     from .train.run import CHECKPOINT_NAME
+    from .train.sharded_checkpoint import has_sharded_checkpoint, read_sidecar
 
     checkpoint = run_dir / CHECKPOINT_NAME
-    if not checkpoint.is_file():
+    if checkpoint.is_file():
+        saved = load_checkpoint(checkpoint)["config"]
+    elif has_sharded_checkpoint(run_dir):
+        saved = read_sidecar(run_dir)["config"]
+    else:
         raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
-    saved = load_checkpoint(checkpoint)["config"]
     explicit = _explicit_values(args)
     conflicts = [
         f"{option_name(key)} {value!r} (the run has {saved.get(key)!r})"

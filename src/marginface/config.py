@@ -88,6 +88,14 @@ class TrainConfig:
         eval_batch_size: batch size of embedding extraction. Default: 1024.
         flip: average each embedding with that of the horizontally flipped image at evaluation.
         tensorboard: also write TensorBoard scalars (needs the ``tensorboard`` package).
+    Scale (docs/distributed.md):
+        sample_rate: Partial FC's share of each rank's classes per training step, in (0, 1].
+            Default: 1.0 (every class).
+        workers: DataLoader worker processes for streamed datasets (insightface). Default: 0.
+        dist_timeout: seconds after which a collective of a distributed run fails (a rank
+            died or hangs). Default: 600.
+        verify_every: also evaluate the verification sets every this many steps (None: at
+            epoch ends only).
     """
 
     dataset: str = "digits"
@@ -120,9 +128,27 @@ class TrainConfig:
     eval_batch_size: int = 1024
     flip: bool = False
     tensorboard: bool = False
+    sample_rate: float = 1.0
+    workers: int = 0
+    dist_timeout: float = 600.0
+    verify_every: int | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
+        if not 0 < self.sample_rate <= 1:
+            raise ConfigValueError(
+                "sample_rate", f"sample_rate must be in (0, 1], got {self.sample_rate!r}"
+            )
+        if self.workers < 0:
+            raise ConfigValueError("workers", f"workers must be >= 0, got {self.workers!r}")
+        if not math.isfinite(self.dist_timeout) or self.dist_timeout <= 0:
+            raise ConfigValueError(
+                "dist_timeout", f"dist_timeout must be > 0 seconds, got {self.dist_timeout!r}"
+            )
+        if self.verify_every is not None and self.verify_every < 1:
+            raise ConfigValueError(
+                "verify_every", f"verify_every must be >= 1 or unset, got {self.verify_every!r}"
+            )
         for name in ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs"):
             if getattr(self, name) < 1:
                 raise ConfigValueError(name, f"{name} must be >= 1, got {getattr(self, name)!r}")

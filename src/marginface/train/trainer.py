@@ -11,19 +11,29 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from .._atomic import DiskFullError, remove_stale_temporaries
-from ..config import TrainConfig, save_config
+from ..config import TrainConfig, config_from_dict, save_config
 from ..data import DatasetBundle
 from ..data.augment import build_augmentation
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .distributed import (
+    RankFailureError,
+    all_ranks_true,
+    broadcast_object,
+    init_from_environment,
+    rank_slice,
+    torchrun_environment,
+)
 from .embeddings import extract_embeddings
 from .evaluate import evaluate_pairs, verification_pairs
 from .history import TensorBoardLogger, margin_state, read_history, write_history
@@ -32,10 +42,20 @@ from .run import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
     HISTORY_NAME,
+    OutputExistsError,
     build_model_and_loss,
     load_bundle,
     prepare_run_dir,
     resolve_device,
+)
+from .sharded_checkpoint import (
+    SHARDED_CHECKPOINT_NAME,
+    as_class_rows,
+    checkpoint_entries,
+    has_sharded_checkpoint,
+    load_sharded_tensors,
+    read_sidecar,
+    save_sharded_checkpoint,
 )
 
 __all__ = [
@@ -49,7 +69,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = frozenset(
-    {"epochs", "device", "threads", "tensorboard", "eval_batch_size", "flip", "data_dir"}
+    {
+        "epochs",
+        "device",
+        "threads",
+        "tensorboard",
+        "eval_batch_size",
+        "flip",
+        "data_dir",
+        "workers",
+        "dist_timeout",
+        "verify_every",
+    }
 )
 """Configuration keys that may change between an interrupted run and its ``--resume``."""
 
@@ -102,8 +133,23 @@ class Trainer:
         self.model: nn.Module | None = None
         self.loss: nn.Module | None = None
         self._pairs = None
+        self.distributed = False
+        self.rank, self.world = 0, 1
+        self.forward_model: nn.Module | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the run's files (rank 0, or the only process)."""
+        return self.rank == 0
 
     # ---------------------------------------------------------------- setup
+    def _init_distributed(self) -> None:
+        """Resolve the device and join torchrun's process group, if launched by torchrun."""
+        self.device = resolve_device(self.config.device)
+        self.distributed = init_from_environment(self.device.type, self.config.dist_timeout)
+        if self.distributed:
+            self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
     def _setup(self) -> None:
         config = self.config
         if config.threads is not None:
@@ -111,7 +157,17 @@ class Trainer:
         # Denormal floats slow CPU convolutions' backward passes by up to 10× on small images
         # (measured on digits); flushing them to zero changes nothing measurable otherwise.
         torch.set_flush_denormal(True)
-        self.device = resolve_device(config.device)
+        self._init_distributed()
+        if self.distributed:
+            self.rank, self.world = dist.get_rank(), dist.get_world_size()
+            environment = torchrun_environment()
+            if self.device.type == "cuda" and environment is not None:
+                self.device = torch.device("cuda", environment[2])
+            if config.batch_size < self.world:
+                raise ValueError(
+                    f"batch_size = {config.batch_size} is the global batch and must be >= the "
+                    f"world size {self.world}"
+                )
         if self.bundle is None:
             self.bundle = load_bundle(config)
         train = self.bundle.train
@@ -123,6 +179,7 @@ class Trainer:
             "image_size": height if height == width else (height, width),
             "num_classes": train.num_classes,
             "dataset": self.bundle.name,
+            "world_size": self.world,
         }
         torch.manual_seed(config.seed)
         self.model, self.loss = build_model_and_loss(
@@ -131,9 +188,16 @@ class Trainer:
             image_size=self.meta["image_size"],
             num_classes=train.num_classes,
             device=self.device,
+            process_group=dist.group.WORLD if self.distributed else None,
         )
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        self.forward_model = self.model
+        if self.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.forward_model = DistributedDataParallel(self.model, device_ids=device_ids)
         n = len(train)
         self.steps_per_epoch = math.ceil(n / config.batch_size)
         if n % config.batch_size == 1 and n > 1:  # a batch of one breaks BatchNorm
@@ -184,22 +248,14 @@ class Trainer:
         """Load the checkpoint at ``path`` into the model, loss, optimizer, schedule, scaler
         and RNG; set :attr:`history` from it (from ``history.csv`` for a format-1
         checkpoint). Returns the number of completed epochs."""
+        if has_sharded_checkpoint(path.parent):
+            return self._restore_sharded(path.parent)
         state = load_checkpoint(path)
-        saved = state["config"]
-        current = self.config.to_dict()
-        differ = sorted(
-            k for k in current if k not in RESUMABLE_KEYS and saved.get(k) != current[k]
-        )
-        if differ:
-            details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in differ)
-            raise CheckpointError(
-                f"checkpoint {path} is from another configuration ({details}); "
-                "use --overwrite to start afresh"
-            )
+        self._check_same_config(self._saved_config(state["config"], path), path)
         try:
             self.model.load_state_dict(state["model"])
             self.loss.load_state_dict(state["loss"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(self._local_optimizer_state(state["optimizer"]))
         except (RuntimeError, ValueError, KeyError) as error:
             raise CheckpointError(f"checkpoint {path} does not fit this model: {error}") from error
         self.scheduler.load_state_dict(state["scheduler"])
@@ -215,6 +271,92 @@ class Trainer:
             self.history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
         return epoch
 
+    def _saved_config(self, saved: dict[str, Any], source: Path) -> dict[str, Any]:
+        """The saved configuration with the defaults of keys added since it was written."""
+        return config_from_dict(dict(saved), source=str(source)).to_dict()
+
+    def _check_same_config(self, saved: dict[str, Any], source: Path) -> None:
+        current = self.config.to_dict()
+        differ = sorted(
+            k for k in current if k not in RESUMABLE_KEYS and saved.get(k) != current[k]
+        )
+        if differ:
+            details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in differ)
+            raise CheckpointError(
+                f"checkpoint {source} is from another configuration ({details}); "
+                "use --overwrite to start afresh"
+            )
+
+    def _weight_index(self) -> int | None:
+        """The class centers' index in the optimizer's state (None if not optimized)."""
+        position = 0
+        for group in self.optimizer.param_groups:
+            for parameter in group["params"]:
+                if parameter is self.loss.weight:
+                    return position
+                position += 1
+        return None
+
+    def _local_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """An optimizer state dict saved by one process, with the class centers' state cut to
+        this rank's block when the head is sharded."""
+        shard = getattr(self.loss, "shard", None)
+        index = self._weight_index()
+        if shard is None or index is None or index not in state["state"]:
+            return state
+        k = self.loss.sub_centers
+        full = self.loss.num_classes * k
+        entries = dict(state["state"][index])
+        for key, value in entries.items():
+            if isinstance(value, Tensor) and value.dim() == 2 and value.shape[0] == full:
+                entries[key] = value[shard.start * k : shard.stop * k].clone()
+        return {**state, "state": {**state["state"], index: entries}}
+
+    def _restore_sharded(self, run_dir: Path) -> int:
+        """:meth:`_restore` from a checkpoint that ranks wrote through DCP (any world size)."""
+        folder = run_dir / SHARDED_CHECKPOINT_NAME
+        sidecar = read_sidecar(run_dir)
+        self._check_same_config(self._saved_config(sidecar["config"], folder), folder)
+        entries = checkpoint_entries(run_dir)
+        from ..head import reshardable_state_dict
+
+        targets: dict[str, Any] = {f"model/{k}": v for k, v in self.model.state_dict().items()}
+        targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(self.loss).items()})
+        index = self._weight_index()
+        prefix = f"optimizer/{index}/"
+        holders: dict[str, Tensor] = {}
+        for key, (size, dtype) in entries.items():
+            if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
+                holder = torch.empty_like(self.loss.weight, dtype=dtype)  # (c·K, D)
+                holders[key] = holder
+                targets[key] = as_class_rows(holder, self.loss)
+        filled = load_sharded_tensors(run_dir, targets, distributed=self.distributed)
+        optimizer_json = sidecar["optimizer"]
+        state: dict[Any, dict[str, Any]] = {}
+        for key, value in filled.items():
+            if key.startswith("optimizer/"):
+                _, position, name = key.split("/", 2)
+                value = holders.get(key, value)
+                state.setdefault(int(position), {})[name] = value
+        for position, extra in optimizer_json.get("state", {}).items():
+            state.setdefault(int(position), {}).update(extra)
+        try:
+            self.optimizer.load_state_dict(
+                {"state": state, "param_groups": optimizer_json["param_groups"]}
+            )
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CheckpointError(
+                f"checkpoint {folder} does not fit this model: {error}"
+            ) from error
+        self.scheduler.load_state_dict(sidecar["scheduler"])
+        self.scaler.load_state_dict(sidecar.get("scaler", {}))
+        rng = filled.get(f"rng/{self.rank}", filled.get("rng/0"))
+        if rng is not None:
+            torch.set_rng_state(rng)
+        epoch = int(sidecar["epoch"])
+        self.history = [dict(row) for row in sidecar.get("history", [])][:epoch]
+        return epoch
+
     def _first_non_finite(self) -> str | None:
         """The name of the first parameter (``model.<name>`` or ``loss.<name>``) holding a NaN
         or inf, or None."""
@@ -227,9 +369,13 @@ class Trainer:
     def _way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""
         checkpoint = self.run_dir / CHECKPOINT_NAME
-        if checkpoint.is_file():
+        sharded = has_sharded_checkpoint(self.run_dir)
+        if checkpoint.is_file() or sharded:
             try:
-                epoch = int(load_checkpoint(checkpoint)["epoch"])
+                if sharded:
+                    epoch = int(read_sidecar(self.run_dir)["epoch"])
+                else:
+                    epoch = int(load_checkpoint(checkpoint)["epoch"])
             except CheckpointError:
                 epoch = None
             done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
@@ -274,16 +420,21 @@ class Trainer:
 
             steps = tqdm(steps, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False)
         total, count = 0.0, 0
+        began = time.perf_counter()
         for step in steps:
             index = order[step * config.batch_size : (step + 1) * config.batch_size]
-            images, labels = self._batch(index, augment_generator)
+            mine = rank_slice(index, self.rank, self.world) if self.distributed else index
+            images, labels = self._batch(mine, augment_generator)
             with torch.autocast(
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
             ):
-                embeddings = self.model(images)  # (B, D)
-            if not bool(torch.isfinite(embeddings).all()):
+                embeddings = self.forward_model(images)  # (b, D), this rank's rows
+            finite = bool(torch.isfinite(embeddings).all())
+            if self.distributed:
+                finite = all_ranks_true(finite, self.device)
+            if not finite:
                 raise self._diverged("the embeddings became non-finite", epoch, step)
-            loss = self.loss(embeddings.float(), labels)
+            loss = self.loss(embeddings.float(), labels)  # the global batch's loss
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise self._diverged(f"the loss became {value}", epoch, step)
@@ -291,16 +442,90 @@ class Trainer:
             self.scaler.scale(loss).backward()
             if config.grad_clip is not None:
                 self.scaler.unscale_(self.optimizer)
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+                self._clip_gradients(config.grad_clip)
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
             total += value * len(index)
             count += len(index)
             if self.progress:
-                steps.set_postfix(loss=f"{value:.4f}")
+                elapsed = time.perf_counter() - began
+                remaining = elapsed / (step + 1) * (self.steps_per_epoch - step - 1)
+                steps.set_postfix(
+                    loss=f"{value:.4f}", img_s=f"{count / elapsed:.0f}", eta=f"{remaining:.0f}s"
+                )
         return total / count
+
+    def _clip_gradients(self, max_norm: float) -> None:
+        """Clip the global gradient norm to ``max_norm``; with a sharded head the centers'
+        squared norm is summed over ranks (the backbone's gradient is replicated by DDP)."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not self.distributed:
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            return
+        weight = self.loss.weight
+        sharded = [p for p in params if p is weight]
+        replicated = [p for p in params if p is not weight]
+        squares = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for p in replicated:
+            squares[0] += p.grad.detach().double().pow(2).sum()
+        for p in sharded:
+            squares[1] += p.grad.detach().double().pow(2).sum()
+        sharded_total = squares[1:].clone()
+        dist.all_reduce(sharded_total)
+        norm = float((squares[0] + sharded_total[0]).sqrt())
+        factor = max_norm / (norm + 1e-6)
+        if factor < 1:
+            for p in params:
+                p.grad.detach().mul_(factor)
+
+    def _images_per_epoch(self) -> int:
+        """Training images of the global batch per epoch (the batches actually run)."""
+        return min(len(self.train_x), self.steps_per_epoch * self.config.batch_size)
+
+    def _prepare_run_dir(self, *, resume: bool, overwrite: bool) -> Path:
+        """:func:`prepare_run_dir` on rank 0; the other ranks raise the same error if it
+        failed, and wait for it otherwise."""
+        failure: tuple[str, str] | None = None
+        if self.is_main:
+            try:
+                prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
+                remove_stale_temporaries(self.run_dir)
+            except (OSError, ValueError) as error:
+                failure = (type(error).__name__, str(error))
+                if not self.distributed:
+                    raise
+        if self.distributed:
+            failure = broadcast_object(failure)
+            if failure is not None:
+                kinds = {"OutputExistsError": OutputExistsError, "CheckpointError": CheckpointError}
+                raise kinds.get(failure[0], ValueError)(failure[1])
+        return self.run_dir
+
+    def _save(self, epoch: int, checkpoint: Path) -> None:
+        """Write the checkpoint of ``epoch``: one file from one process, or every rank's share
+        through DCP; the other format, now older, is removed."""
+        if not self.distributed:
+            save_checkpoint(self._state(epoch), checkpoint)
+            stale = self.run_dir / SHARDED_CHECKPOINT_NAME
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            return
+        extra = {
+            "config": self.config.to_dict(),
+            "meta": self.meta,
+            "history": [dict(row) for row in self.history],
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+        save_sharded_checkpoint(
+            self.run_dir,
+            epoch=epoch,
+            model=self.model,
+            loss=self.loss,
+            optimizer=self.optimizer,
+            extra=extra,
+        )
 
     def _test_embeddings(self, *, flip: bool) -> Tensor:
         """Embeddings ``float32[N, D]`` (on the CPU) of the test images."""
@@ -324,10 +549,32 @@ class Trainer:
         embeddings = self._test_embeddings(flip=False).to(self.device)
         labels = torch.as_tensor(test.labels, device=self.device)
         self.loss.eval()
-        val_loss = float(self.loss(embeddings, labels))
-        predicted = self.loss.cosine(embeddings).argmax(dim=1)  # (N,) the seed's SoftmaxHead
+        if self.distributed:  # each rank passes its share; the loss is the whole set's
+            mine = rank_slice(torch.arange(len(labels)), self.rank, self.world)
+            val_loss = float(self.loss(embeddings[mine], labels[mine]))
+            predicted = self._sharded_argmax(embeddings)
+        else:
+            val_loss = float(self.loss(embeddings, labels))
+            predicted = self.loss.cosine(embeddings).argmax(dim=1)  # (N,) the seed's SoftmaxHead
         accuracy = float((predicted == labels).double().mean())
         return {"val_loss": val_loss, "accuracy": accuracy}
+
+    def _sharded_argmax(self, embeddings: Tensor) -> Tensor:
+        """The class of highest cosine for every row, ``Tensor[N]``, over the classes of every
+        rank (ties: the lowest class index, as ``argmax`` on one process)."""
+        cosine = self.loss.cosine(embeddings)  # (N, c) this rank's classes
+        if cosine.shape[1]:
+            values, index = cosine.max(dim=1)
+        else:
+            values = torch.full((cosine.shape[0],), -math.inf, device=cosine.device)
+            index = torch.zeros(cosine.shape[0], dtype=torch.int64, device=cosine.device)
+        index = index + self.loss.class_range[0]
+        every_value = [torch.empty_like(values) for _ in range(self.world)]
+        every_index = [torch.empty_like(index) for _ in range(self.world)]
+        dist.all_gather(every_value, values.contiguous())
+        dist.all_gather(every_index, index.contiguous())
+        best = torch.stack(every_value).argmax(dim=0)  # (N,) the first rank holding the max
+        return torch.stack(every_index).gather(0, best.unsqueeze(0)).squeeze(0)
 
     def _evaluate_open_set(self) -> dict[str, float]:
         """Open-set test data (new identities): verification of the test pairs instead of a
@@ -360,18 +607,21 @@ class Trainer:
             DiskFullError: a checkpoint did not fit (the previous one is kept; the message
                 says which and how to go on).
         """
-        run_dir = prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
-        remove_stale_temporaries(run_dir)
+        self._init_distributed()
+        run_dir = self._prepare_run_dir(resume=resume, overwrite=overwrite)
         self._setup()
         start = 0
         checkpoint = run_dir / CHECKPOINT_NAME
         self.history = []
         if resume:
             start = self._restore(checkpoint)
-        save_config(self.config, run_dir / CONFIG_NAME)
         history_path = run_dir / HISTORY_NAME
-        write_history(history_path, self.history)  # completes a CSV cut short by a kill
-        board = TensorBoardLogger(run_dir / "tensorboard") if self.config.tensorboard else None
+        if self.is_main:
+            save_config(self.config, run_dir / CONFIG_NAME)
+            write_history(history_path, self.history)  # completes a CSV cut short by a kill
+        board = None
+        if self.config.tensorboard and self.is_main:
+            board = TensorBoardLogger(run_dir / "tensorboard")
         try:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
@@ -386,11 +636,12 @@ class Trainer:
                     **self._evaluate(),
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "seconds": seconds,
+                    "images_per_second": self._images_per_epoch() / seconds,
                     **margin_state(self.loss),
                 }
                 self.history.append(row)
                 try:
-                    save_checkpoint(self._state(epoch + 1), checkpoint)
+                    self._save(epoch + 1, checkpoint)
                 except BaseException as error:
                     self.history.pop()
                     if isinstance(error, DiskFullError):  # say what is kept and how to go on
@@ -401,14 +652,24 @@ class Trainer:
                             str(checkpoint),
                         ) from error
                     raise
-                write_history(history_path, self.history)
-                if board is not None:
-                    board.log(row)
-                logger.info("epoch %d: %s", epoch + 1, row)
-                for callback in self.callbacks:
-                    callback(row)
+                if self.is_main:
+                    write_history(history_path, self.history)
+                    if board is not None:
+                        board.log(row)
+                    logger.info("epoch %d: %s", epoch + 1, row)
+                    for callback in self.callbacks:
+                        callback(row)
         except KeyboardInterrupt:
             raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
+        except RuntimeError as error:
+            if not self.distributed or isinstance(error, TrainingDivergedError):
+                raise
+            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise RankFailureError(
+                f"rank {self.rank}: a collective failed (another rank died, raised, or hung past "
+                f"--dist-timeout = {self.config.dist_timeout:g} s): {first}; "
+                f"{self._way_forward()}"
+            ) from error
         finally:
             if board is not None:
                 board.close()
