@@ -217,6 +217,19 @@ def _epoch_printer(args: argparse.Namespace, label: str = ""):
     return callback
 
 
+def _verification_printer(args: argparse.Namespace):
+    """Print each verification set as insightface does: ``[lfw][2000]Accuracy-Flip: a+-s``."""
+
+    def callback(row: dict[str, Any]) -> None:
+        for key, value in row.items():
+            if key.endswith("_accuracy"):
+                name = key[: -len("_accuracy")]
+                std = row.get(f"{name}_accuracy_std", float("nan"))
+                _echo(args, f"[{name}][{row['step']}]Accuracy-Flip: {value:.5f}+-{std:.5f}")
+
+    return callback
+
+
 # ------------------------------------------------------------------ commands
 def cmd_train(args: argparse.Namespace) -> int:
     from .train import Trainer
@@ -230,8 +243,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.resume:
             config = _resumed_config(args, out)
     trainer = Trainer(config, out, progress=not args.quiet, callbacks=[_epoch_printer(args)])
+    trainer.step_callbacks.append(_verification_printer(args))
     trainer.fit(resume=args.resume, overwrite=args.overwrite)
-    _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint.pt)")
+    if trainer.is_main:
+        _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0
 
 

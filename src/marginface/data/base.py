@@ -8,10 +8,11 @@ fits comfortably in memory on a 24 GiB machine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-__all__ = ["DatasetBundle", "ImageSet", "PairSet"]
+__all__ = ["DatasetBundle", "ImageSet", "PairSet", "VerificationSet"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,29 @@ class PairSet:
 
 
 @dataclass(frozen=True)
+class VerificationSet:
+    """A verification benchmark evaluated during training (insightface's ``lfw.bin``...).
+
+    Attributes:
+        images: ``uint8[2P, C, H, W]`` (or already ``float32`` in the model's input range).
+        pairs: the pairs over ``images`` and their folds (10 for insightface's sets).
+        mean, std: a ``uint8`` image enters the model as ``(x / 255 - mean) / std``, the
+            normalization of the training images (insightface: 0.5, 0.5, i.e. [-1, 1]).
+    """
+
+    images: np.ndarray
+    pairs: PairSet
+    mean: float = 0.0
+    std: float = 1.0
+
+    def model_input(self, batch: Any) -> Any:
+        """``batch`` (a tensor slice of :attr:`images`) as float32 model input."""
+        if batch.dtype.is_floating_point:
+            return batch
+        return (batch.float() / 255.0 - self.mean) / self.std
+
+
+@dataclass(frozen=True)
 class DatasetBundle:
     """What a loader returns: a training set and an evaluation set.
 
@@ -93,6 +117,8 @@ class DatasetBundle:
             apply).
         pairs: verification pairs over ``test``, or None (then the pipeline may sample pairs).
         open_set: see ``test``.
+        verification: named verification sets evaluated at every epoch end (and every
+            ``verify_every`` steps), logged as ``<name>_accuracy`` and ``<name>_accuracy_std``.
     """
 
     name: str
@@ -100,3 +126,4 @@ class DatasetBundle:
     test: ImageSet
     pairs: PairSet | None = None
     open_set: bool = False
+    verification: dict[str, VerificationSet] = field(default_factory=dict)
