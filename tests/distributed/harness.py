@@ -28,7 +28,13 @@ def free_port() -> int:
 
 
 def _entry(
-    rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, errors: Any
+    rank: int,
+    world: int,
+    port: int,
+    fn: Callable[..., Any],
+    args: tuple,
+    errors: Any,
+    timeout_s: float = COLLECTIVE_TIMEOUT_S,
 ) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -38,7 +44,7 @@ def _entry(
             "gloo",
             rank=rank,
             world_size=world,
-            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+            timeout=datetime.timedelta(seconds=timeout_s),
         )
         try:
             fn(rank, world, *args)
@@ -50,7 +56,11 @@ def _entry(
 
 
 def run_distributed(
-    fn: Callable[..., Any], world: int, *args: Any, deadline_s: float = 120.0
+    fn: Callable[..., Any],
+    world: int,
+    *args: Any,
+    deadline_s: float = 120.0,
+    collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
 ) -> None:
     """Run ``fn(rank, world, *args)`` in ``world`` processes; raise with every failing rank's
     traceback, or if the group does not finish within ``deadline_s``."""
@@ -58,7 +68,11 @@ def run_distributed(
     errors = context.SimpleQueue()
     port = free_port()
     processes = [
-        context.Process(target=_entry, args=(rank, world, port, fn, args, errors), daemon=True)
+        context.Process(
+            target=_entry,
+            args=(rank, world, port, fn, args, errors, collective_timeout_s),
+            daemon=True,
+        )
         for rank in range(world)
     ]
     for process in processes:

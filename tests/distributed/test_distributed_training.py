@@ -108,3 +108,45 @@ def test_two_ranks_then_one_then_two(tmp_path, capsys):
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2, 3, 4]
     assert main(["--quiet", "evaluate", str(run), "--device", "cpu"]) == 0
     capsys.readouterr()
+
+
+def _one_rank_hangs(rank: int, world: int, run: str, result: str) -> None:
+    import os
+    import time
+
+    if rank == 1:
+        original = Trainer._train_epoch
+
+        def hang_in_epoch_two(self, epoch):
+            if epoch == 1:
+                time.sleep(12)  # hung: the other rank must not wait for it
+                os._exit(0)
+            return original(self, epoch)
+
+        Trainer._train_epoch = hang_in_epoch_two
+    import contextlib
+    import io
+
+    stderr = io.StringIO()
+    began = time.monotonic()
+    with contextlib.redirect_stderr(stderr):
+        code = main(
+            ["--quiet", "train", *ARGS, "--epochs", "3", "--out", run, "--dist-timeout", "5"]
+        )
+    Path(result).write_text(f"{code}\n{time.monotonic() - began:.1f}\n{stderr.getvalue()}")
+    os._exit(0)  # the group is broken: skip its teardown
+
+
+def test_a_hung_rank_stops_the_others_within_the_timeout(tmp_path):
+    run, result = tmp_path / "run", tmp_path / "rank0.txt"
+    run_distributed(
+        _one_rank_hangs, 2, str(run), str(result), deadline_s=120, collective_timeout_s=5
+    )
+    code, seconds, *message = result.read_text().splitlines()
+    assert code == "1"
+    lines = [line for line in message if line.strip()]
+    assert len(lines) == 1, lines
+    assert "rank 0: a collective failed" in lines[0] and "--dist-timeout" in lines[0]
+    assert "the checkpoint of epoch 1 is kept" in lines[0] and "--resume" in lines[0]
+    assert read_sidecar(run)["epoch"] == 1  # the last completed epoch's checkpoint is intact
+    assert float(seconds) < 60
