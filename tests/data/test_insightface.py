@@ -275,12 +275,18 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def test_header_range_beyond_the_index(tmp_path, faces):
+@pytest.mark.parametrize("first_identity", [50.0, 1e12])
+def test_header_range_beyond_the_index(tmp_path, faces, first_identity):
     records = face2rec_records(faces)
-    records[0] = header(2, 0.0, 0, (50.0, 60.0))
+    records[0] = header(2, 0.0, 0, (first_identity, first_identity + 3))
     folder = write_dataset(tmp_path / "range", records, IDENTITIES)
-    with pytest.raises(RecordFormatError, match=r"train\.idx: record 0 says images are records"):
-        InsightFaceDataset(folder)
+    end = int(np.float32(first_identity))
+    with pytest.raises(
+        RecordFormatError,
+        match=rf"train\.idx: record 0 says images are records 1\.\.{end - 1}, but "
+        rf"{end - 13} of them are not indexed \(first: record 13\)",
+    ):
+        InsightFaceDataset(folder)  # 1e12: refused before an array of that size is made
 
 
 def test_missing_files_are_named(tmp_path, face2rec):

@@ -66,7 +66,7 @@ def handmade(tmp_path: Path) -> tuple[Path, dict[int, bytes]]:
 def test_reads_independently_framed_records(handmade):
     path, payloads = handmade
     reader = RecordReader(path)
-    assert reader.keys.tolist() == [0, 1, 2, 7, 3]
+    assert reader.keys.tolist() == [0, 1, 2, 3, 7]
     assert len(reader) == 5 and 7 in reader and 4 not in reader
     for key, payload in payloads.items():
         assert reader.read(key) == payload

@@ -28,7 +28,6 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -200,25 +199,28 @@ class InsightFaceDataset(Dataset):
     def _image_keys(self) -> np.ndarray:
         reader = self.records
         if 0 not in reader:
-            return np.sort(reader.keys)
+            return reader.keys
         header = reader.read_header(0)
         if header.flag == 0:
-            return np.sort(reader.keys)
+            return reader.keys
         label = np.asarray(header.label, dtype=np.float64)
         if label.size < 2 or not np.all(np.isfinite(label[:2])) or label[0] < 1:
             raise RecordFormatError(
                 f"{reader.path}: record 0: header label {label.tolist()} is not insightface's "
                 "[first identity record, end] image range"
             )
-        end = int(label[0])
-        keys = np.arange(1, end, dtype=np.int64)
-        missing = np.setdiff1d(keys, reader.keys, assume_unique=True)
-        if missing.size:
+        end = int(min(label[0], 2.0**62))
+        indexed = reader.keys  # ascending, distinct
+        found = int(np.searchsorted(indexed, end) - np.searchsorted(indexed, 1))
+        if found != end - 1:  # checked before anything of the header's size is allocated
+            present = indexed[(indexed >= 1) & (indexed < end)]
+            gaps = np.flatnonzero(present != np.arange(1, present.size + 1))
+            first = int(gaps[0]) + 1 if gaps.size else present.size + 1
             raise RecordFormatError(
                 f"{reader.index_path}: record 0 says images are records 1..{end - 1}, but "
-                f"{missing.size} of them are not indexed (first: record {int(missing[0])})"
+                f"{end - 1 - found} of them are not indexed (first: record {first})"
             )
-        return keys
+        return np.arange(1, end, dtype=np.int64)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch's flips (with an integer ``seed``)."""
@@ -226,9 +228,6 @@ class InsightFaceDataset(Dataset):
 
     def __len__(self) -> int:
         return int(self.keys.size)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__.copy()  # the reader drops its descriptor itself
 
     def read_item(self, index: int) -> tuple[np.ndarray, int]:
         """Item ``index`` decoded but not normalised: ``uint8[H, W, 3]`` and its class.
