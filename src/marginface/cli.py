@@ -25,7 +25,7 @@ DEMO_LOSSES = ("normface", "cosface", "arcface", "curricularface")
 
 # Flags that map one-to-one onto TrainConfig keys: (flag, key, type, help).
 _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
-    ("--dataset", "dataset", str, "registered dataset (digits, mnist, fashion-mnist, ...)"),
+    ("--dataset", "dataset", str, "registered dataset (digits, mnist, lfw, insightface, ...)"),
     ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
     ("--image-size", "image_size", int, "resize images to this side"),
     ("--limit", "limit", int, "use at most this many training images"),
@@ -384,6 +384,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import run_convert
+
+    return run_convert(args, echo=lambda text: _echo(args, text))
+
+
 # ------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marginface`` (exposed for tests and docs)."""
@@ -472,6 +478,19 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")
     export.set_defaults(func=cmd_export)
+
+    from .convert import add_convert_arguments
+
+    convert = sub.add_parser(
+        parents=[common],
+        name="convert",
+        help="an image folder to insightface's train.rec/.idx/property, or pairs to a .bin",
+        description="SRC/<identity>/<image> -> OUT/train.rec, train.idx, property (insightface's "
+        "layout, readable by MXNet); with --pairs FILE (LFW's pairs.txt format), the pairs "
+        "of SRC's images -> the verification set OUT (a .bin).",
+    )
+    add_convert_arguments(convert)
+    convert.set_defaults(func=cmd_convert)
     return parser
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DatasetBundle", "ImageSet", "PairSet", "VerificationSet"]
+__all__ = ["DatasetBundle", "ImageSet", "PairSet", "StreamedImageSet", "VerificationSet"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,55 @@ class ImageSet:
         """``(C, H, W)``."""
         c, h, w = self.images.shape[1:]
         return int(c), int(h), int(w)
+
+
+@dataclass(frozen=True)
+class StreamedImageSet:
+    """Training images read on demand (insightface's ``train.rec``): too many to hold.
+
+    Attributes:
+        dataset: a map-style torch ``Dataset``; ``dataset[i]`` is ``(float32[C, H, W], label)``
+            already normalized for the model. It may have ``set_epoch(epoch)`` (called before
+            each epoch, for reproducible augmentation).
+        labels: ``int64[N]``, the label of every item (read from record headers).
+        class_names: the name of each label, or empty (then ``max(label) + 1`` classes).
+        shape: ``(C, H, W)`` of every item.
+    """
+
+    dataset: Any
+    labels: np.ndarray
+    class_names: tuple[str, ...] = ()
+    shape: tuple[int, int, int] = (3, 112, 112)
+    num_labels: int = 0
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        """``num_labels`` when given (the ``property`` file's count), else as ImageSet."""
+        if self.num_labels:
+            return self.num_labels
+        if self.class_names:
+            return len(self.class_names)
+        return int(self.labels.max()) + 1 if len(self) else 0
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)``."""
+        return self.shape
+
+    def subset(self, keep: np.ndarray) -> StreamedImageSet:
+        """The items ``keep`` (sorted indices) only."""
+        from torch.utils.data import Subset
+
+        return StreamedImageSet(
+            Subset(self.dataset, keep.tolist()),
+            self.labels[keep],
+            self.class_names,
+            self.shape,
+            self.num_classes,
+        )
 
 
 @dataclass(frozen=True)
@@ -122,7 +171,7 @@ class DatasetBundle:
     """
 
     name: str
-    train: ImageSet
+    train: ImageSet | StreamedImageSet
     test: ImageSet
     pairs: PairSet | None = None
     open_set: bool = False

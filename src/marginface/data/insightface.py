@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .base import DatasetBundle, ImageSet, StreamedImageSet, VerificationSet
 from .insightface_bin import VerificationBin, load_verification_bin
 from .recordio import RecordFormatError, RecordReader, unpack_image_record
 
@@ -41,6 +42,7 @@ __all__ = [
     "InsightFaceDataset",
     "decode_rgb",
     "default_decoder",
+    "load_insightface",
     "load_verification_sets",
     "read_property",
 ]
@@ -341,3 +343,50 @@ def load_verification_sets(
         logger.info("reading verification set %s", path)
         sets[name] = load_verification_bin(path, image_size=image_size, rgb=rgb)
     return sets
+
+
+def load_insightface(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    seed: int = 0,
+    image_size: int | None = None,
+    decoder: str = "auto",
+    verification: Sequence[str] | None = None,
+) -> DatasetBundle:
+    """The ``insightface`` dataset of the pipeline: ``train.rec`` streamed for training
+    (random horizontal flip, [-1, 1]) and every ``*.bin`` beside it as verification sets.
+
+    Args:
+        data_dir: the folder holding ``train.rec``, ``train.idx`` and ``property`` (or a folder
+            whose ``insightface/`` sub-folder does). Required.
+        seed: seeds the flips.
+        image_size: must equal ``property``'s side if given (the records are not resized).
+        decoder: see :class:`InsightFaceDataset`.
+        verification: only these ``.bin`` sets (stems). None: all.
+
+    Returns:
+        A bundle whose ``train`` is a :class:`~marginface.data.base.StreamedImageSet`, whose
+        test set is empty (identities of these datasets are open-set: they are judged by the
+        verification sets) and whose ``verification`` holds the ``.bin`` sets.
+    """
+    if data_dir is None:
+        raise ValueError("dataset 'insightface' needs --data-dir DIR, DIR holding train.rec")
+    root = Path(data_dir)
+    if not (root / "train.rec").is_file() and (root / "insightface" / "train.rec").is_file():
+        root = root / "insightface"
+    if not (root / "train.rec").is_file():
+        raise FileNotFoundError(f"dataset 'insightface': no train.rec in {root}")
+    dataset = InsightFaceDataset(root, flip=True, seed=seed, decoder=decoder)
+    height, width = dataset.image_size
+    if image_size is not None and (image_size, image_size) != (height, width):
+        raise ValueError(
+            f"image_size = {image_size} differs from {root / 'property'} ({height}x{width}); "
+            "the records are used at their own size"
+        )
+    train = StreamedImageSet(dataset, dataset.labels(), (), (3, height, width), dataset.num_classes)
+    test = ImageSet(np.zeros((0, 3, height, width), np.float32), np.zeros(0, np.int64))
+    sets = {
+        name: VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
+        for name, found in load_verification_sets(root, names=verification).items()
+    }
+    return DatasetBundle("insightface", train, test, open_set=True, verification=sets)

@@ -100,6 +100,8 @@ def evaluate_run(
     if bundle is None:
         bundle = load_bundle(config)
     test = bundle.test
+    if len(test) == 0 and bundle.verification:
+        return _evaluate_verification_sets(run, bundle, config)
     dev = next(run.model.parameters()).device
     embeddings = extract_embeddings(
         run.model,
@@ -125,6 +127,33 @@ def evaluate_run(
     metrics["pairs"] = float(len(pairs))
     metrics.update({k: float(v) for k, v in retrieval_metrics(embeddings, labels).items()})
     return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr)
+
+
+def _evaluate_verification_sets(run: Any, bundle: DatasetBundle, config: Any) -> Evaluation:
+    """Datasets judged by verification sets only (insightface's ``.bin``): accuracy ± std,
+    AUC and EER of each set, flip-summed embeddings, 10 folds; the curves of the first set."""
+    device = next(run.model.parameters()).device
+    metrics: dict[str, float] = {}
+    first: tuple[np.ndarray, Any] | None = None
+    for name, verification in bundle.verification.items():
+        embeddings = extract_embeddings(
+            run.model,
+            verification.images,
+            batch_size=config.eval_batch_size,
+            device=device,
+            flip=True,
+            transform=verification.model_input,
+        ).numpy()
+        result = evaluate_pairs(embeddings, verification.pairs)
+        metrics[f"{name}_accuracy"] = float(result.accuracy)
+        metrics[f"{name}_accuracy_std"] = float(result.accuracy_std)
+        metrics[f"{name}_auc"] = float(result.auc)
+        if first is None:
+            first = (embeddings, result)
+    embeddings, result = first
+    labels = np.zeros(embeddings.shape[0], dtype=np.int64)
+    metrics["accuracy"] = math.nan
+    return Evaluation(metrics, embeddings, labels, result.fpr, result.tpr)
 
 
 def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:

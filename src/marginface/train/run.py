@@ -17,6 +17,7 @@ from torch import nn
 
 from ..config import TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet, load_dataset
+from ..data.base import StreamedImageSet
 from ..models import create_model
 from ..registry import create_loss
 from .checkpoint import CheckpointError, load_checkpoint
@@ -91,11 +92,13 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
     return run_dir
 
 
-def _limit(images: ImageSet, limit: int | None, seed: int) -> ImageSet:
+def _limit(images: Any, limit: int | None, seed: int) -> Any:
     if limit is None or limit >= len(images):
         return images
     rng = torch.Generator().manual_seed(seed)
     keep = torch.randperm(len(images), generator=rng)[:limit].sort().values.numpy()
+    if isinstance(images, StreamedImageSet):
+        return images.subset(keep)
     return ImageSet(images.images[keep], images.labels[keep], images.class_names)
 
 
@@ -111,7 +114,9 @@ def load_bundle(config: TrainConfig) -> DatasetBundle:
     train = _limit(bundle.train, config.limit, config.seed)
     if train is bundle.train:
         return bundle
-    return DatasetBundle(bundle.name, train, bundle.test, bundle.pairs, bundle.open_set)
+    return DatasetBundle(
+        bundle.name, train, bundle.test, bundle.pairs, bundle.open_set, bundle.verification
+    )
 
 
 def build_model_and_loss(

@@ -25,6 +25,7 @@ from .._atomic import DiskFullError, remove_stale_temporaries
 from ..config import TrainConfig, config_from_dict, save_config
 from ..data import DatasetBundle
 from ..data.augment import build_augmentation
+from ..data.base import StreamedImageSet
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .distributed import (
     RankFailureError,
@@ -229,7 +230,8 @@ class Trainer:
         self.amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.amp]
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
         self.augmentation = build_augmentation(config.augment)
-        self.train_x = torch.as_tensor(train.images)
+        self.streamed = isinstance(train, StreamedImageSet)
+        self.train_x = None if self.streamed else torch.as_tensor(train.images)
         self.train_y = torch.as_tensor(train.labels, dtype=torch.int64)
 
     def _state(self, epoch: int) -> dict[str, Any]:
@@ -404,20 +406,56 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def _batch(
-        self, index: Tensor, augment_generator: torch.Generator | None = None
+        self,
+        index: Tensor,
+        augment_generator: torch.Generator | None = None,
+        loaded: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        images = self.train_x[index].to(self.device, non_blocking=True)
+        """The images and labels of ``index`` on the device, augmented; ``loaded``: the
+        batch a DataLoader already read (streamed datasets)."""
+        if loaded is not None:
+            images = loaded[0].to(self.device, non_blocking=True)
+            labels = loaded[1].to(self.device, dtype=torch.int64, non_blocking=True)
+        else:
+            images = self.train_x[index].to(self.device, non_blocking=True)
+            labels = self.train_y[index].to(self.device, non_blocking=True)
         if self.augmentation is not None and augment_generator is not None:
             images = self.augmentation(images, augment_generator)
         if self.config.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return images, self.train_y[index].to(self.device, non_blocking=True)
+        return images, labels
+
+    def _loader(self, epoch: int, order: Tensor) -> Any:
+        """A DataLoader over this rank's share of every global batch of the epoch
+        (streamed datasets), with ``config.workers`` worker processes."""
+        from torch.utils.data import DataLoader
+
+        dataset = self.bundle.train.dataset
+        inner = getattr(dataset, "dataset", dataset)  # a Subset's dataset (--limit)
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
+        size = self.config.batch_size
+        batches = []
+        for step in range(self.steps_per_epoch):
+            index = order[step * size : (step + 1) * size]
+            if self.distributed:
+                index = rank_slice(index, self.rank, self.world)
+            batches.append(index.tolist())
+        return iter(
+            DataLoader(
+                dataset,
+                batch_sampler=batches,
+                num_workers=self.config.workers,
+                pin_memory=self.device.type == "cuda",
+            )
+        )
 
     def _train_epoch(self, epoch: int) -> float:
         config = self.config
         self.model.train()
         self.loss.train()
-        order = torch.randperm(len(self.train_x), generator=_epoch_generator(config.seed, epoch))
+        order = torch.randperm(len(self.train_y), generator=_epoch_generator(config.seed, epoch))
+        loader = self._loader(epoch, order) if self.streamed else None
         augment_generator = _epoch_generator(config.seed, epoch, stream=1)
         steps = range(self.steps_per_epoch)
         if self.progress and self.is_main:
@@ -429,7 +467,8 @@ class Trainer:
         for step in steps:
             index = order[step * config.batch_size : (step + 1) * config.batch_size]
             mine = rank_slice(index, self.rank, self.world) if self.distributed else index
-            images, labels = self._batch(mine, augment_generator)
+            loaded = next(loader) if loader is not None else None
+            images, labels = self._batch(mine, augment_generator, loaded)
             with torch.autocast(
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
             ):
@@ -504,7 +543,7 @@ class Trainer:
 
     def _images_per_epoch(self) -> int:
         """Training images of the global batch per epoch (the batches actually run)."""
-        return min(len(self.train_x), self.steps_per_epoch * self.config.batch_size)
+        return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
 
     def _prepare_run_dir(self, *, resume: bool, overwrite: bool) -> Path:
         """:func:`prepare_run_dir` on rank 0; the other ranks raise the same error if it
