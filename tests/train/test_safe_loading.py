@@ -222,3 +222,34 @@ def test_an_idx_header_claiming_a_trillion_records_allocates_nothing(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 50_000_000
+
+
+def test_a_sharded_checkpoint_index_with_a_payload_is_refused(tmp_path, trained_run):
+    """DCP reads ``.metadata`` with plain pickle; marginface reads it with a restricted one."""
+    import json
+
+    from marginface.train.sharded_checkpoint import (
+        SHARDED_CHECKPOINT_NAME,
+        SIDECAR_NAME,
+        _digests,
+        checkpoint_entries,
+    )
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "checkpoint.pt").unlink()
+    folder = run / SHARDED_CHECKPOINT_NAME
+    folder.mkdir()
+    marker = tmp_path / "MARKER"
+    (folder / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    real = load_checkpoint(trained_run / "checkpoint.pt")
+    sidecar = {"format": "marginface-sharded-checkpoint", "version": 1, "epoch": 1}
+    sidecar.update({"config": real["config"], "meta": real["meta"], "history": []})
+    sidecar.update({"optimizer": {}, "scheduler": real["scheduler"]})
+    sidecar["files"] = _digests(folder)  # a consistent, hostile checkpoint
+    (folder / SIDECAR_NAME).write_text(json.dumps(sidecar))
+    with pytest.raises(CheckpointError, match=r"refused to load .*\.metadata.*system"):
+        checkpoint_entries(run)
+    assert not marker.exists()
+    assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "2"]) == 2
+    assert not marker.exists()

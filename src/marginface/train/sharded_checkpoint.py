@@ -63,6 +63,7 @@ SHARDED_CHECKPOINT_NAME = "checkpoint"
 SIDECAR_NAME = "marginface.json"
 SHARDED_FORMAT = "marginface-sharded-checkpoint"
 _OLD = ".checkpoint.old"
+_SIDECAR_KEYS = ("epoch", "config", "meta", "history", "optimizer", "scheduler", "files")
 
 _SAFE_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
 _SAFE_GLOBALS = {
@@ -265,6 +266,9 @@ def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is damaged ({error})") from None
     if not isinstance(sidecar, dict) or sidecar.get("format") != SHARDED_FORMAT:
         raise CheckpointError(f"{path} is not a marginface checkpoint")
+    missing = [key for key in _SIDECAR_KEYS if key not in sidecar]
+    if missing:
+        raise CheckpointError(f"{path} is incomplete: no {', '.join(missing)}")
     expected = sidecar.get("files", {})
     actual = _digests(folder)
     if expected != actual:
