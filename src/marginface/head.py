@@ -19,7 +19,6 @@ from ._validation import (
     check_representable,
 )
 from .executors.chunked import (
-    DEFAULT_CHUNK_SIZE,
     check_chunkable,
     chunked_margin_cross_entropy,
     sharded_margin_cross_entropy,
@@ -69,8 +68,9 @@ class MarginSoftmaxLoss(nn.Module):
             ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks chunked per
             batch once ``N·C >= AUTO_CHUNKED_MIN_LOGITS`` (16M) and the margin can run chunked, else
             dense.
-        chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None
-            (:data:`~marginface.executors.chunked.DEFAULT_CHUNK_SIZE`).
+        chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
+            per batch so that a chunk holds 4M logits (16 MB in fp32; 8192 classes at N = 512;
+            :func:`~marginface.executors.chunked.default_chunk_size`).
         device, dtype: where and how the class centers are created.
         process_group: shard the classes over this ``torch.distributed`` group (e.g.
             ``torch.distributed.group.WORLD``); None (default): one process holds every class.
@@ -131,9 +131,7 @@ class MarginSoftmaxLoss(nn.Module):
         if impl == "chunked":
             check_chunkable(margin)
         self.chunk_size = (
-            DEFAULT_CHUNK_SIZE
-            if chunk_size is None
-            else check_int("chunk_size", chunk_size, minimum=1)
+            None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
         self.margin = margin

@@ -9,14 +9,20 @@ on every executor.
   log-sum-exp; never holds ``N×C``.
 """
 
-from .chunked import DEFAULT_CHUNK_SIZE, check_chunkable, chunked_margin_cross_entropy
+from .chunked import (
+    DEFAULT_CHUNK_LOGITS,
+    check_chunkable,
+    chunked_margin_cross_entropy,
+    default_chunk_size,
+)
 from .dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_CHUNK_LOGITS",
     "check_chunkable",
     "chunked_margin_cross_entropy",
     "compute_dtype",
+    "default_chunk_size",
     "dense_margin_cross_entropy",
     "normalized_cosine",
 ]

@@ -51,20 +51,30 @@ from .dense import NORMALIZE_EPS, compute_dtype, row_norms
 from .sharding import ClassShard
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_CHUNK_LOGITS",
     "KERNELS",
     "KERNELS_ENV",
     "check_chunkable",
     "chunked_margin_cross_entropy",
+    "default_chunk_size",
     "gemm_dtype",
     "sharded_margin_cross_entropy",
     "triton_available",
 ]
 
-DEFAULT_CHUNK_SIZE = 8192
-"""Classes per chunk. Chosen by measurement on a 2-core CPU (``benchmarks/bench_fused.py
---sweep-chunks``, N = D = 512, C = 100k, fp32); it keeps each chunk's ``N×chunk`` temporaries
-at 16 MB for N = 512."""
+DEFAULT_CHUNK_LOGITS = 1 << 22
+"""Logits per chunk (``N·chunk_size·K``) when ``chunk_size`` is not given: 4M, i.e. a 16 MB
+float32 chunk, 8192 classes per chunk at N = 512, K = 1 (:func:`default_chunk_size`). 8192 was
+the fastest of 2048-16384 on a 2-core CPU (``benchmarks/bench_fused.py --sweep-chunks``,
+N = D = 512, C = 100k, fp32); bounding the chunk's bytes rather than its classes keeps the
+executor's extra memory flat as N grows."""
+
+PROJECTION_BLOCK = 256
+"""Weight rows per block when a half-precision weight gradient is projected (see
+:func:`_project_into`): its float32 temporaries stay at ``3·256·D`` floats."""
+
+MIN_DEFAULT_CHUNK = 64
+"""The smallest chunk :func:`default_chunk_size` picks (so ``N·K > 65536`` exceeds the 16 MB)."""
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -80,6 +90,12 @@ KERNELS_ENV = "MARGINFACE_KERNELS"
 
 TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """GEMM dtypes the Triton kernels run in (float64 runs on PyTorch)."""
+
+
+def default_chunk_size(rows: int, sub_centers: int = 1) -> int:
+    """Classes per chunk when ``chunk_size`` is None: ``DEFAULT_CHUNK_LOGITS // (N·K)``, at
+    least :data:`MIN_DEFAULT_CHUNK` (8192 for N = 512, K = 1; 1024 for N = 4096)."""
+    return max(MIN_DEFAULT_CHUNK, DEFAULT_CHUNK_LOGITS // max(1, rows * sub_centers))
 
 
 def triton_available() -> bool:
@@ -182,13 +198,23 @@ def _row_scale(scale: Tensor | float, rows: int, like: Tensor) -> Tensor:
 
 
 class _Chunks:
-    """The chunk loop's shared state: inputs, their normalizations, and the chunk GEMM."""
+    """The chunk loop's shared state: inputs, their normalizations, the chunk GEMM, and the
+    pass's workspace.
+
+    Memory: every chunk of a pass writes its ``N×c·K`` GEMM result into the same buffer (one per
+    dtype: a second, float32 one when the GEMM runs in bf16/fp16), allocated at the pass's first
+    chunk and freed by :meth:`release` at its end. So a pass holds one chunk's logits, not two
+    (a fresh ``torch.mm`` per chunk allocates the next chunk while the previous one is still
+    referenced), allocates them once instead of once per chunk (glibc raises its mmap
+    threshold to the size of a freed block, so repeated 16 MB allocations come from its heap
+    and stay resident), and nothing of size ``N×chunk`` outlives a pass: between forward and
+    backward only ``N``- and ``C``-vectors and ``x̂`` are kept.
+    """
 
     def __init__(
         self,
         x_hat: Tensor,
         weight: Tensor,
-        inv_norms: Tensor,
         labels: Tensor,
         sub_centers: int,
         chunk_size: int,
@@ -196,13 +222,51 @@ class _Chunks:
     ) -> None:
         self.x_hat = x_hat  # (N, D), compute dtype
         self.weight = weight  # (C·K, D), its own dtype
-        self.inv_norms = inv_norms  # (C·K,), compute dtype
         self.labels = labels  # (N,)
         self.k = sub_centers
         self.num_classes = weight.shape[0] // sub_centers
         self.chunk_size = chunk_size
         self.gemm = gemm
         self.x_gemm = x_hat.to(gemm)  # (N, D)
+        self.capacity = x_hat.shape[0] * min(chunk_size, self.num_classes) * sub_centers
+        self._buffers: dict[torch.dtype, Tensor] = {}  # the workspace, capacity elements each
+        self.inv_norms = self._inverse_norms(x_hat.dtype)  # (C·K,), compute dtype
+
+    def _inverse_norms(self, dtype: torch.dtype) -> Tensor:
+        """``1 / max(‖w_j‖, eps)`` of every weight row, ``Tensor[C·K]`` in ``dtype``.
+
+        A weight of another dtype (bf16/fp16 into float32) is converted block by block through
+        the workspace: ``vector_norm(weight, dtype=float32)`` would convert all of it at once (a
+        float32 copy, twice the size of a bf16 weight).
+        """
+        weight = self.weight
+        if weight.dtype == dtype:
+            norms = torch.linalg.vector_norm(weight, dim=1)  # (C·K,)
+        else:
+            rows, dim = weight.shape
+            norms = torch.empty(rows, dtype=dtype, device=weight.device)  # (C·K,)
+            block = max(1, self.capacity // dim)
+            for lo in range(0, rows, block):
+                part = weight[lo : lo + block]  # (b, D)
+                converted = self.scratch(part.shape[0], dim, dtype).copy_(part)
+                torch.linalg.vector_norm(converted, dim=1, out=norms[lo : lo + block])
+            self.release()
+        return 1.0 / norms.clamp_min(NORMALIZE_EPS)
+
+    def scratch(self, rows: int, cols: int, dtype: torch.dtype) -> Tensor:
+        """``Tensor[rows, cols]`` of ``dtype`` (uninitialized) in the pass's buffer for that
+        dtype, which holds the widest chunk (:attr:`capacity` elements). The previous chunk's
+        view is overwritten."""
+        size = rows * cols
+        buffer = self._buffers.get(dtype)
+        if buffer is None or buffer.numel() < size:
+            buffer = torch.empty(max(size, self.capacity), dtype=dtype, device=self.x_hat.device)
+            self._buffers[dtype] = buffer
+        return buffer[:size].view(rows, cols)
+
+    def release(self) -> None:
+        """Free the workspace (at the end of each pass)."""
+        self._buffers.clear()
 
     def ranges(self) -> list[tuple[int, int]]:
         """Class ranges ``[start, stop)`` of the chunks."""
@@ -229,15 +293,18 @@ class _Chunks:
         With ``shift`` (``Tensor[N]``, K = 1 only), returns ``rows @ ŵᵀ - shift`` in one pass.
         """
         accumulate = self.inv_norms.dtype
-        raw = torch.mm(rows, self.weight_rows(start, stop).t())  # (N, c·K), GEMM dtype
+        n, width = rows.shape[0], (stop - start) * self.k
+        raw = torch.mm(
+            rows, self.weight_rows(start, stop).t(), out=self.scratch(n, width, self.gemm)
+        )  # (N, c·K), GEMM dtype, in the workspace
         inv_norms = self.inv_norms[start * self.k : stop * self.k]  # (c·K,)
-        same = raw.dtype == accumulate  # else a half GEMM: promote while scaling, one pass
+        if raw.dtype != accumulate:  # a half GEMM: promote into the float32 workspace first
+            # (an op mixing the dtypes would make a hidden float32 copy of raw)
+            raw = self.scratch(n, width, accumulate).copy_(raw)
         if shift is not None and self.k == 1:
             offset = shift.neg().unsqueeze(1)  # (N, 1)
-            if same:
-                return torch.addcmul(offset, raw, inv_norms, out=raw), None
-            return torch.addcmul(offset, raw, inv_norms), None
-        raw = raw.mul_(inv_norms) if same else torch.mul(raw, inv_norms)
+            return torch.addcmul(offset, raw, inv_norms, out=raw), None
+        raw = raw.mul_(inv_norms)
         if shift is not None:
             raw = raw.view(raw.shape[0], stop - start, self.k)  # (N, c, K)
             values, index = raw.max(dim=2)
@@ -279,6 +346,8 @@ class _Chunks:
                 logits = transform(logits)
             logits[slot_rows, slot_cols] = float("-inf")  # the target enters separately
             stats = merge_statistics(stats, slice_statistics(logits))
+            del logits  # a transform's output: free it before the next chunk's
+        self.release()
         return stats
 
 
@@ -360,7 +429,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         labels: Tensor,
         margin: Margin,
         sub_centers: int,
-        chunk_size: int,
+        chunk_size: int | None,
         gemm: torch.dtype,
         kernels: str | None,
         shard: ClassShard | None,
@@ -373,9 +442,10 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         k = sub_centers
         norms = row_norms(x)  # (N,), no overflow for entries beyond ~1.8e19 in float32
         x_hat = x / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1)  # (N, D)
-        weight_norms = torch.linalg.vector_norm(weight, dim=1, dtype=accumulate)  # (C·K,)
-        inv_norms = 1.0 / weight_norms.clamp_min(NORMALIZE_EPS)  # (C·K,)
-        chunks = _Chunks(x_hat, weight, inv_norms, targets, k, chunk_size, gemm)
+        if chunk_size is None:  # N is the global batch's
+            chunk_size = default_chunk_size(n, k)
+        chunks = _Chunks(x_hat, weight, targets, k, chunk_size, gemm)
+        inv_norms = chunks.inv_norms  # (C·K,)
 
         # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
         cos_raw, target_rows, owned = _target_cosine(x_hat, weight, inv_norms, targets, k)
@@ -471,11 +541,14 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             if grad_weight is not None:
                 _triton_weight_gradient(chunks, ctx.rule, scale, lse, grad, grad_weight, weight)
 
-        for start, stop in chunks.ranges() if ctx.rule is None else ():
+        def chunk_gradient(start: int, stop: int) -> None:
+            """Add one chunk's non-target part of ``∂L/∂x̂`` (and ``∂L/∂s``), write its rows of
+            ``∂L/∂W``. A function, so that every ``N×c`` temporary is freed on return, before the
+            next chunk allocates its own."""
             slot_rows, slot_cols = chunks.target_slots(start, stop)
             if ctx.fold:
                 logits, best = chunks.cosine(start, stop, scaled_rows, argmax=True, shift=shift)
-                g_cos = logits.exp_()  # (N, c) = ∂L/∂cos
+                g_cos = logits.exp_()  # (N, c) = ∂L/∂cos, in the workspace
                 if negative:
                     g_cos.mul_(torch.sign(factor).unsqueeze(1))
                 g_cos[slot_rows, slot_cols] = 0.0
@@ -488,13 +561,17 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                 prob = (g_value * scale.unsqueeze(1)).sub_(lse.unsqueeze(1)).exp_()  # (N, c)
                 prob[slot_rows, slot_cols] = 0.0
                 g_logit = prob.mul_(grad.unsqueeze(1))  # (N, c), ∂L/∂logit
-                if scale_grad:
-                    grad_scale += (g_logit * g_value).sum(dim=1)
+                if grad_scale is not None:
+                    grad_scale.add_((g_logit * g_value).sum(dim=1))
                 g_g = g_logit.mul_(scale.unsqueeze(1))  # ∂L/∂g
                 if ctx.identity:
                     g_cos = g_g
-                else:
-                    (g_cos,) = torch.autograd.grad(g, cos_in, g_g)
+                else:  # the vector-Jacobian product with g_g, as the gradient of a scalar
+                    # (see the target's below: grad_outputs would import sympy)
+                    with torch.enable_grad():
+                        objective = torch.dot(g.reshape(-1), g_g.reshape(-1))
+                    (g_cos,) = torch.autograd.grad(objective, cos_in)
+                del cos, cos_in, g, g_value, prob, g_logit, g_g
             if best is not None:  # route each class's gradient to its winning sub-center
                 pooled = g_cos.new_zeros(g_cos.shape[0], stop - start, k)  # (N, c, K)
                 g_cos = pooled.scatter_(2, best.unsqueeze(2), g_cos.unsqueeze(2)).view(
@@ -505,16 +582,22 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             if chunks.gemm == accumulate:
                 g_dot = g_cos.mul_(inv_norms[lo:hi])  # (N, c·K), ∂L/∂(x̂·w)
                 grad_x_hat.addmm_(g_dot, centers)
-            else:  # scale and round to the GEMM dtype in one pass
-                g_dot = torch.empty(g_cos.shape, dtype=chunks.gemm, device=g_cos.device)
-                torch.mul(g_cos, inv_norms[lo:hi], out=g_dot)
-                grad_x_hat += torch.mm(g_dot, centers).to(accumulate)
+            else:  # scale, then round to the GEMM dtype into its workspace (torch.mul with
+                # a bf16 out= would compute into a hidden float32 N×c temporary first)
+                g_cos.mul_(inv_norms[lo:hi])
+                g_dot = chunks.scratch(g_cos.shape[0], g_cos.shape[1], chunks.gemm).copy_(g_cos)
+                grad_x_hat.add_(torch.mm(g_dot, centers))
             if grad_weight is not None:
                 if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
                     partial = torch.mm(g_dot.t(), chunks.x_gemm, out=grad_weight[lo:hi])
                 else:
                     partial = torch.mm(g_dot.t(), chunks.x_gemm).to(accumulate)  # (c·K, D)
                 _project_into(grad_weight, lo, hi, partial, weight, inv_norms)
+
+        if ctx.rule is None:
+            for start, stop in chunks.ranges():
+                chunk_gradient(start, stop)
+            chunks.release()
 
         # The target: backward through the margin's small graph, then through the indexed dot.
         outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
@@ -525,8 +608,12 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             seeds.append(grad_scale)
         inputs = [cos_leaf] + ([norms_leaf] if norms_leaf is not None else [])
         # retain_graph: the small graph is kept so that backward can run again (e.g. gradcheck,
-        # or retain_graph=True upstream); it holds only N-vectors.
-        grads = torch.autograd.grad(outputs, inputs, seeds, allow_unused=True, retain_graph=True)
+        # or retain_graph=True upstream); it holds only N-vectors. The seeds enter as one scalar
+        # Σ seed·output (the same vector-Jacobian product): torch.autograd.grad given
+        # grad_outputs imports sympy on first use, ~35 MB resident for the process's lifetime.
+        with torch.enable_grad():
+            objective = sum(torch.dot(out, seed) for out, seed in zip(outputs, seeds, strict=True))
+        grads = torch.autograd.grad(objective, inputs, allow_unused=True, retain_graph=True)
         grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(lse)
         index = owned.nonzero().squeeze(1)  # (r,) rows whose target this weight holds
         if index.numel():
@@ -642,7 +729,12 @@ def _project_into(
     ``∂L/∂w_j = partial_j - r_j²(w_j·partial_j)·w_j`` (the Jacobian of ``w/‖w‖``)."""
     rows = weight[lo:hi].to(partial.dtype)  # (c·K, D); a bf16 weight is projected in bf16
     coefficient = _projection_coefficient(rows, inv_norms[lo:hi], partial)  # (c·K,)
-    partial.addcmul_(rows, coefficient.unsqueeze(1), value=-1.0)
+    # With a bf16 partial and a float32 coefficient, addcmul_ computes through float32 copies
+    # of its operands: blocks of PROJECTION_BLOCK rows keep those copies small.
+    step = max(1, rows.shape[0]) if partial.dtype == coefficient.dtype else PROJECTION_BLOCK
+    for a in range(0, rows.shape[0], step):
+        b = a + step
+        partial[a:b].addcmul_(rows[a:b], coefficient[a:b].unsqueeze(1), value=-1.0)
     if partial.data_ptr() != grad_weight[lo:hi].data_ptr():
         grad_weight[lo:hi] = partial.to(grad_weight.dtype)
 
@@ -664,18 +756,19 @@ def chunked_margin_cross_entropy(
     margin: Margin,
     *,
     sub_centers: int = 1,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int | None = None,
     kernels: str | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy, never materializing the ``N×C`` logits.
 
     Same value and gradients as
     :func:`~marginface.executors.dense.dense_margin_cross_entropy` (up to rounding), with
-    ``O(N·chunk_size)`` extra memory. Stateful margins update exactly as on the dense path.
-    AdaCos with ``dynamic=True`` in training mode takes one extra pass over the classes (its
-    scale must be known before the logits are formed). Runs in float32 (float64 if an input is
-    float64); a bf16/fp16 weight is multiplied in its own dtype, with fp32 normalization, margin
-    and log-sum-exp. Supports one backward (no double backward).
+    ``O(N·chunk_size·K)`` extra memory (one chunk's logits, reused from chunk to chunk).
+    Stateful margins update exactly as on the dense path. AdaCos with ``dynamic=True`` in
+    training mode takes one extra pass over the classes (its scale must be known before the
+    logits are formed). Runs in float32 (float64 if an input is float64); a bf16/fp16 weight is
+    multiplied in its own dtype, with fp32 normalization, margin and log-sum-exp.
+    Supports one backward (no double backward).
 
     Args:
         embeddings: ``Tensor[N, D]``, unnormalized.
@@ -683,7 +776,9 @@ def chunked_margin_cross_entropy(
         labels: ``Tensor[N]`` int64 in ``[0, C)`` (not checked here; the heads check).
         margin: the margin; see :func:`check_chunkable` for which run chunked.
         sub_centers: ``K >= 1``. Chunks hold whole classes (``chunk_size·K`` weight rows).
-        chunk_size: classes per chunk, ``>= 1``. Default: :data:`DEFAULT_CHUNK_SIZE`.
+        chunk_size: classes per chunk, ``>= 1``. Default: None,
+            :func:`default_chunk_size` (``N·chunk·K`` = 4M logits, 16 MB in fp32; 8192 classes
+            for N = 512, K = 1).
         kernels: who runs the per-chunk work, one of :data:`KERNELS`. Default: None, read
             from the environment variable :data:`KERNELS_ENV` (``MARGINFACE_KERNELS``; unset
             means ``"auto"``: Triton for CUDA tensors when triton imports, for the identity and
@@ -694,7 +789,8 @@ def chunked_margin_cross_entropy(
         ``Tensor[N]``, float32 (or float64).
     """
     check_chunkable(margin)
-    chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    if chunk_size is not None:
+        chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     sub_centers = check_int("sub_centers", sub_centers, minimum=1)
     if kernels is not None:
         kernels = check_choice("kernels", kernels, KERNELS)
@@ -726,7 +822,7 @@ def sharded_margin_cross_entropy(
     shard: ClassShard,
     *,
     sub_centers: int = 1,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int | None = None,
     kernels: str | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy of the *global* batch, classes sharded over the
@@ -735,7 +831,7 @@ def sharded_margin_cross_entropy(
     Every rank calls it with its own rows; the embeddings are all-gathered, each rank runs the
     chunked executor over its own classes, and the partial results merge by all-reductions, so
     every rank returns the same ``Tensor[N_global]``. No rank holds more than
-    ``N_global × chunk_size`` logits. The labels were checked and gathered by the caller
+    ``N_global × chunk_size·K`` logits. The labels were checked and gathered by the caller
     (:meth:`~marginface.executors.sharding.ClassShard.gather_metadata`).
 
     Args:

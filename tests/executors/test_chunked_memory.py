@@ -1,0 +1,81 @@
+"""What keeps the chunked executor's memory small (docs/fused.md "Memory"): one workspace per
+pass instead of one allocation per chunk, a default chunk bounded in bytes, no sympy import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import marginface
+from marginface.executors.chunked import (
+    DEFAULT_CHUNK_LOGITS,
+    MIN_DEFAULT_CHUNK,
+    PROJECTION_BLOCK,
+    default_chunk_size,
+)
+
+
+def test_default_chunk_size_bounds_the_logits_of_a_chunk() -> None:
+    assert default_chunk_size(512) == 8192
+    assert default_chunk_size(4096) == 1024
+    assert default_chunk_size(512, sub_centers=4) == 2048
+    assert default_chunk_size(1) == DEFAULT_CHUNK_LOGITS
+    assert default_chunk_size(10**7) == MIN_DEFAULT_CHUNK
+    for rows in (1, 7, 512, 3000, 65536):
+        assert rows * default_chunk_size(rows) <= DEFAULT_CHUNK_LOGITS
+
+
+def allocations(dtype: torch.dtype, n: int, d: int, c: int, chunk: int) -> list[int]:
+    """Bytes of every tensor allocated during the second training step (ArcFace)."""
+    head = marginface.create_loss("arcface", c, d, impl="chunked", chunk_size=chunk, dtype=dtype)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=generator).to(dtype).requires_grad_(True)
+    labels = torch.randint(0, c, (n,), generator=generator)
+    head(x, labels).backward()
+    head.zero_grad(set_to_none=True)
+    x.grad = None
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        head(x, labels).backward()
+    leaves = ("aten::empty", "aten::empty_strided")  # empty_like etc. report their child too
+    return [e.cpu_memory_usage for e in prof.events() if e.name in leaves]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        (torch.float32, 2),  # one float32 workspace per pass (forward, backward)
+        (torch.bfloat16, 5),  # float32: weight norms, forward, backward; bf16: forward, backward
+    ],
+)
+def test_the_chunk_loop_allocates_its_logits_once_per_pass(
+    dtype: torch.dtype, expected: int
+) -> None:
+    n, d, c, chunk = 64, 16, 1000, 100  # 10 chunks
+    sizes = allocations(dtype, n, d, c, chunk)
+    weight_bytes = c * d * dtype.itemsize
+    assert weight_bytes in sizes  # the weight's gradient, allocated once
+    workspace = [s for s in sizes if s != weight_bytes and s >= n * chunk * dtype.itemsize]
+    assert len(workspace) == expected, sizes
+    assert max(workspace) <= n * chunk * 4
+    others = [s for s in sizes if s != weight_bytes and s not in workspace]
+    assert max(others) <= PROJECTION_BLOCK * d * 4  # nothing else of size N×chunk
+
+
+def test_backward_does_not_import_sympy() -> None:
+    """torch.autograd.grad with grad_outputs imports sympy (~35 MB resident); every loss's
+    chunked backward gets by without it."""
+    code = (
+        "import sys, torch, marginface\n"
+        "for name in marginface.list_losses():\n"
+        "    options = {'seed': 0} if name == 'elasticface' else {}\n"
+        "    head = marginface.create_loss(name, 50, 8, impl='chunked', chunk_size=16, **options)\n"
+        "    x = (torch.randn(6, 8) * 8).requires_grad_(True)\n"
+        "    head(x, torch.randint(0, 50, (6,))).backward()\n"
+        "    assert 'sympy' not in sys.modules, name\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
