@@ -16,6 +16,7 @@ from marginface.margins import (
     MagFaceMargin,
     SphereFaceMargin,
 )
+from marginface.margins.adacos import MIN_SCALE, adacos_dynamic_scale
 from marginface.margins.elasticface import assign_elastic_plus
 from marginface.margins.sphereface import chebyshev_cos_multiple, sphereface_psi
 
@@ -69,6 +70,57 @@ def test_adacos_dynamic_scale_against_paper() -> None:
     s = math.log(b_avg) / math.cos(min(math.pi / 4, theta_med_torch))
     assert math.isclose(float(margin.scale), s, rel_tol=1e-5)
     np.testing.assert_allclose(logits, np.float32(s) * c, rtol=1e-6)
+
+
+def _adacos_hand_scale(cosine: np.ndarray, labels: np.ndarray, s_old: float) -> float:
+    """AdaCos Eq. 15 by hand: ``log(B_avg) / cos(min(π/4, θ_med))``, ``θ_med`` the median
+    target angle (odd ``N``: the middle value, no convention involved)."""
+    rows = np.arange(len(labels))
+    onehot = np.zeros_like(cosine, dtype=bool)
+    onehot[rows, labels] = True
+    b_avg = np.exp(np.float32(s_old) * cosine)[~onehot].sum() / len(labels)
+    theta_med = float(np.median(np.arccos(cosine[rows, labels])))
+    return math.log(b_avg) / math.cos(min(math.pi / 4, theta_med))
+
+
+@pytest.mark.parametrize(
+    "target_angles",
+    [
+        # median 0.3 < π/4: the uncapped median sets the scale; mean 0.5, max 1.4 differ
+        [0.1, 1.4, 0.3, 0.2, 0.5],
+        # median 1.0 > π/4: the cap; mean 0.72 < π/4 would not be capped
+        [1.0, 0.1, 1.2, 0.2, 1.1],
+    ],
+    ids=["median-below-cap", "median-above-cap"],
+)
+def test_adacos_scale_uses_the_median_target_angle(target_angles: list[float]) -> None:
+    angles = np.array(target_angles)
+    n, c = len(angles), 10
+    g = torch.Generator().manual_seed(1)
+    cosine = torch.rand(n, c, generator=g, dtype=torch.float64) - 0.5
+    labels = torch.tensor([3, 0, 9, 3, 5])
+    cosine[torch.arange(n), labels] = torch.from_numpy(np.cos(angles))
+    margin = AdaCosMargin(c).train()
+    s_old = float(margin.scale)
+    margin(cosine, labels)
+    expected = _adacos_hand_scale(cosine.numpy(), labels.numpy(), s_old)
+    assert math.isclose(float(margin.scale), expected, rel_tol=1e-6)
+    # the test can tell the median from the mean and from no cap
+    mean_angle = float(angles.mean())
+    log_b = expected * math.cos(min(math.pi / 4, float(np.median(angles))))
+    for wrong in (log_b / math.cos(min(math.pi / 4, mean_angle)), log_b / math.cos(1.0)):
+        assert not math.isclose(float(margin.scale), wrong, rel_tol=1e-3)
+
+
+def test_adacos_dynamic_scale_caps_the_angle_at_quarter_pi() -> None:
+    log_b = torch.tensor(2.0, dtype=torch.float64)
+    below = adacos_dynamic_scale(log_b, torch.tensor(0.5, dtype=torch.float64))
+    assert math.isclose(float(below), 2.0 / math.cos(0.5), rel_tol=1e-12)
+    for theta in (math.pi / 4, 1.0, 3.0):
+        capped = adacos_dynamic_scale(log_b, torch.tensor(theta, dtype=torch.float64))
+        assert math.isclose(float(capped), 2.0 / math.cos(math.pi / 4), rel_tol=1e-12)
+    floored = adacos_dynamic_scale(torch.tensor(0.1), torch.tensor(0.2))
+    assert float(floored) == MIN_SCALE  # 0.1 / cos 0.2 < 1
 
 
 def test_adacos_fixed_scale_does_not_move() -> None:
