@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 import marginface
 
-SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from ._shared_data import SHARED_DATA  # noqa: F401 (re-exported for tests outside data/)
 
 # Constructor options that make every registered loss usable in a small generic test:
 # SphereFace's original variant needs nothing extra; AdaCos needs nothing; ElasticFace is seeded.

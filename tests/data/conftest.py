@@ -8,21 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-SHARED_DATA = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
-
-
-def _shared_file(*parts: str) -> Path:
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"offline dataset file {path} is absent")
-    return path
+from tests._shared_data import SHARED_DATA, require_shared_file
 
 
 @pytest.fixture(scope="session")
 def shared_file():
-    """``shared_file("mnist", name)``: a file under ``../shared/data``; skips when absent."""
-    return _shared_file
+    """``shared_file("mnist", name)``: a file under ``../shared/data``; skips when absent,
+    fails when absent under ``CI=true`` (:func:`tests._shared_data.require_shared_file`)."""
+    return require_shared_file
 
 
 @pytest.fixture(scope="session")
