@@ -304,7 +304,7 @@ def find_mutants(path: Path, target: Target) -> list[Mutant]:
     source = path.read_bytes()
     finder = _Finder(source, target.functions)
     finder.visit(ast.parse(source))
-    relative = path.relative_to(REPO).as_posix()
+    relative = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
     mutants = []
     for node, kind, description, replacement in finder.points:
         start, end = finder.offsets(node)
@@ -316,17 +316,22 @@ def find_mutants(path: Path, target: Target) -> list[Mutant]:
             compile(mutated, relative, "exec")
         except SyntaxError:
             continue
-        mutant.diff = "".join(
-            difflib.unified_diff(
-                source.decode().splitlines(keepends=True),
-                mutated.decode().splitlines(keepends=True),
-                relative,
-                relative + " (mutant)",
-                n=0,
-            )
-        )
         mutants.append(mutant)
     return mutants
+
+
+def unified_diff(mutant: Mutant) -> str:
+    """The mutant as a zero-context unified diff against the repository's file."""
+    source = (REPO / mutant.path).read_bytes()
+    return "".join(
+        difflib.unified_diff(
+            source.decode().splitlines(keepends=True),
+            mutant.apply(source).decode().splitlines(keepends=True),
+            mutant.path,
+            mutant.path + " (mutant)",
+            n=0,
+        )
+    )
 
 
 def all_mutants(only: str | None = None) -> dict[str, list[Mutant]]:
@@ -494,6 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mutant in mutants:
             print(f"{mutant.path}:{mutant.line} {mutant.kind}: {mutant.description}")
         return 0
+    for mutant in mutants:
+        mutant.diff = unified_diff(mutant)
     began = time.perf_counter()
     run(mutants, timeout_factor=args.timeout_factor, min_timeout=args.min_timeout)
     print(summarize(mutants))
