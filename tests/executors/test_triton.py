@@ -273,3 +273,32 @@ def test_blocks_must_be_powers_of_two(kernels: ModuleType) -> None:
         kernels.Blocks(n=16, c=24, d=16)
     with pytest.raises(ValueError, match=r"Blocks.n must be a power of two >= 16, got 8"):
         kernels.Blocks(n=8)
+
+
+def test_kernel_entry_points_check_their_inputs(kernels: ModuleType) -> None:
+    """Each entry point validates dtypes, strides and the sub-center count before launching."""
+    x_hat = torch.randn(4, 16, device=DEVICE)
+    weight = torch.randn(6, 16, device=DEVICE)
+    inv_norms = torch.ones(6, device=DEVICE)
+    labels = torch.zeros(4, dtype=torch.long, device=DEVICE)
+    scale = torch.ones(4, device=DEVICE)
+    lse, grad = torch.zeros(4, device=DEVICE), torch.ones(4, device=DEVICE)
+    rule = kernels.NonTargetRule()
+    calls = {
+        "nontarget_statistics": lambda x, w, k: kernels.nontarget_statistics(
+            x, w, inv_norms, labels, scale, rule, sub_centers=k, chunk_size=16
+        ),
+        "embedding_gradient": lambda x, w, k: kernels.embedding_gradient(
+            x, w, inv_norms, labels, scale, rule, lse, grad, sub_centers=k, chunk_size=16
+        ),
+        "weight_gradient": lambda x, w, k: kernels.weight_gradient(
+            x, w, inv_norms, labels, scale, rule, lse, grad, start=0, stop=1, sub_centers=k
+        ),
+    }
+    for call in calls.values():
+        with pytest.raises(TypeError, match="the Triton kernels need x_hat and weight in one"):
+            call(x_hat.double(), weight.double(), 1)
+        with pytest.raises(ValueError, match="unit stride along D"):
+            call(x_hat, weight.t().contiguous().t(), 1)
+        with pytest.raises(ValueError, match=r"weight rows 6 not a multiple of K = 4"):
+            call(x_hat, weight, 4)
