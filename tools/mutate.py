@@ -21,6 +21,7 @@ Usage (from the repository root; ``make mutate`` runs the first line)::
     .venv/bin/python tools/mutate.py --budget 20 --only adacos
     .venv/bin/python tools/mutate.py --list                  # enumerate, run nothing
     .venv/bin/python tools/mutate.py --all                   # every mutant (slow)
+    .venv/bin/python tools/mutate.py --all --match "adacos.py:118"   # one line's mutants
 
 Writes ``runs/mutation/report.json`` (git-ignored): every mutant with its outcome and diff.
 """
@@ -453,6 +454,10 @@ def run(mutants: list[Mutant], *, timeout_factor: float, min_timeout: float) -> 
             )
 
 
+def _label(mutant: Mutant) -> str:
+    return f"{mutant.path}:{mutant.line} {mutant.kind}: {mutant.description}"
+
+
 def summarize(mutants: list[Mutant]) -> str:
     lines = ["", f"{'file':<48} {'mutants':>7} {'killed':>7} {'survived':>8}"]
     per_file: dict[str, Counter] = {}
@@ -482,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every mutant, no sampling")
     parser.add_argument("--seed", type=int, default=17, help="sampling seed (default 17)")
     parser.add_argument("--only", help="only files whose path contains this")
+    parser.add_argument(
+        "--match", help="only mutants whose 'path:line kind: description' contains this"
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--timeout-factor", type=float, default=3.0, help="x baseline time")
     parser.add_argument("--min-timeout", type=float, default=60.0, help="seconds, at least")
@@ -493,6 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not found:
         parser.error(f"no target file matches --only {args.only!r}")
     mutants = sample(found, None if args.all else args.budget, args.seed)
+    if args.match:
+        mutants = [m for m in mutants if args.match in _label(m)]
     counts = ", ".join(f"{Path(p).name} {len(m)}" for p, m in found.items())
     print(f"{sum(map(len, found.values()))} mutants found ({counts}); running {len(mutants)}")
     if args.list:

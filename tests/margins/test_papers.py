@@ -263,16 +263,20 @@ def test_curricular_negative_at_the_threshold_is_not_hard() -> None:
 
 
 @pytest.mark.parametrize(
-    "margin",
-    [ArcFaceMargin(0.5, 1.0, policy="easy"), CombinedMargin(1.0, 0.5, 0.0, 1.0, policy="easy")],
-    ids=["arcface", "combined"],
+    ("margin", "m1"),
+    [
+        (ArcFaceMargin(0.5, 1.0, policy="easy"), 1.0),
+        (CombinedMargin(1.0, 0.5, 0.0, 1.0, policy="easy"), 1.0),
+        (CombinedMargin(1.2, 0.5, 0.0, 1.0, policy="easy"), 1.2),  # the general path
+    ],
+    ids=["arcface", "combined-m1=1", "combined-m1=1.2"],
 )
-def test_easy_policy_leaves_a_right_angle_alone(margin) -> None:
-    """insightface's easy margin: ``where(cos > 0, cos(θ + m), cos)``, strictly positive."""
+def test_easy_policy_leaves_a_right_angle_alone(margin, m1: float) -> None:
+    """insightface's easy margin: ``where(cos > 0, cos(m1·θ + m), cos)``, strictly positive."""
     cosine = torch.tensor([[0.0, 0.3], [1e-6, 0.3], [-1e-6, 0.3]], dtype=torch.float64)
     logits = margin(cosine, torch.tensor([0, 0, 0]))
     assert float(logits[0, 0]) == 0.0  # θ = π/2 exactly: no margin
-    assert float(logits[1, 0]) == pytest.approx(math.cos(math.acos(1e-6) + 0.5), rel=1e-9)
+    assert float(logits[1, 0]) == pytest.approx(math.cos(m1 * math.acos(1e-6) + 0.5), rel=1e-9)
     assert float(logits[2, 0]) == -1e-6
 
 
