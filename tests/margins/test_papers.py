@@ -130,6 +130,16 @@ def test_adacos_dynamic_scale_caps_the_angle_at_quarter_pi() -> None:
     assert float(floored) == MIN_SCALE  # 0.1 / cos 0.2 < 1
 
 
+def test_adacos_update_scale_clamps_target_cosines_beyond_one() -> None:
+    """Rounding can put a cosine a few ulps past ±1; its angle is then 0 or π, never NaN."""
+    margin = AdaCosMargin(10)
+    log_b = torch.tensor(2.0)
+    margin.update_scale(log_b, torch.tensor([1.5, -1.5, 0.5, 1.0000001, -1.0000001]))
+    assert math.isclose(float(margin.scale), 2.0 / math.cos(math.pi / 4), rel_tol=1e-6)  # θ: π/3
+    margin.update_scale(log_b, torch.tensor([1.5, 1.5, -1.5]))  # median θ = 0
+    assert math.isclose(float(margin.scale), 2.0, rel_tol=1e-6)
+
+
 def test_adacos_fixed_scale_does_not_move() -> None:
     cosine, labels = _batch(16, 10)
     margin = AdaCosMargin(10, dynamic=False).train()
