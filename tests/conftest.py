@@ -7,7 +7,15 @@ import torch
 
 import marginface
 
-from ._shared_data import SHARED_DATA  # noqa: F401 (re-exported for tests outside data/)
+from ._shared_data import SHARED_DATA, require_shared_file  # noqa: F401 (SHARED_DATA re-exported)
+
+
+@pytest.fixture(scope="session")
+def shared_file():
+    """``shared_file("lfw", "pairs.txt")``: a file under ``../shared/data``; skips when absent,
+    fails when absent under ``CI=true`` (:func:`tests._shared_data.require_shared_file`)."""
+    return require_shared_file
+
 
 # Constructor options that make every registered loss usable in a small generic test:
 # SphereFace's original variant needs nothing extra; AdaCos needs nothing; ElasticFace is seeded.

@@ -12,7 +12,7 @@ torch.Size([])
 """
 
 from . import functional, margins
-from .head import MarginSoftmaxLoss
+from .head import MarginSoftmaxLoss, reshardable_state_dict
 from .losses import (
     AdaCosLoss,
     AdaFaceLoss,
@@ -52,4 +52,5 @@ __all__ = [
     "list_losses",
     "margins",
     "register_loss",
+    "reshardable_state_dict",
 ]

@@ -14,10 +14,13 @@ import torch
 
 __all__ = [
     "check_choice",
+    "check_device",
+    "check_dtype",
     "check_embeddings",
     "check_int",
     "check_labels",
     "check_real",
+    "check_representable",
 ]
 
 
@@ -119,7 +122,8 @@ def check_labels(
             convention of class-sharded executors).
 
     Returns:
-        ``labels`` unchanged.
+        ``labels`` as ``int64`` (every integer dtype — int8, int16, int32, uint8... — is
+        accepted and converted, so that no executor mistakes ``uint8`` labels for a mask).
     """
     if not isinstance(labels, torch.Tensor):
         raise TypeError(f"labels must be a torch.Tensor, got {type(labels).__name__}")
@@ -140,4 +144,51 @@ def check_labels(
                 f"labels must lie in [{low}, {num_classes - 1}] for num_classes = {num_classes}, "
                 f"got {bad}"
             )
-    return labels
+    return labels if labels.dtype == torch.int64 else labels.to(torch.int64)
+
+
+def check_device(name: str, value: object) -> torch.device | None:
+    """``value`` as a ``torch.device`` (None stays None): a ``torch.device``, a string torch
+    parses (``"cpu"``, ``"cuda:1"``) or a CUDA index; ``TypeError``/``ValueError`` naming
+    ``name`` otherwise."""
+    if value is None or isinstance(value, torch.device):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (str, Integral)):
+        raise TypeError(
+            f"{name} must be a torch.device, a device string or an index, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    try:
+        return torch.device(value)
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(
+            f"{name} must name a device such as 'cpu', 'cuda' or 'cuda:1', got {value!r}"
+        ) from error
+
+
+def check_dtype(name: str, value: object, *, floating: bool = True) -> torch.dtype | None:
+    """``value`` if it is a ``torch.dtype`` (floating when ``floating``) or None; a string such
+    as ``"float32"`` is a ``TypeError`` that names the dtype to pass instead."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        hint = getattr(torch, value, None)
+        instead = f"torch.{value}" if isinstance(hint, torch.dtype) else "a torch.dtype"
+        raise TypeError(f"{name} must be a torch.dtype, not the string {value!r}; pass {instead}")
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype, got {value!r} ({type(value).__name__})")
+    if floating and not value.is_floating_point:
+        raise TypeError(f"{name} must be a floating dtype, got {value}")
+    return value
+
+
+def check_representable(name: str, value: float, dtype: torch.dtype) -> float:
+    """``value`` if its magnitude is finite in ``dtype`` (the dtype the math runs in), else a
+    ``ValueError`` naming ``name``: ``scale = 1e39`` is finite in Python but inf in float32."""
+    limit = torch.finfo(dtype).max
+    if abs(value) > limit:
+        raise ValueError(
+            f"{name} = {value!r} is not finite in {str(dtype).replace('torch.', '')} (largest "
+            f"{limit:.3g}), the dtype the loss computes in"
+        )
+    return value

@@ -25,7 +25,7 @@ DEMO_LOSSES = ("normface", "cosface", "arcface", "curricularface")
 
 # Flags that map one-to-one onto TrainConfig keys: (flag, key, type, help).
 _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
-    ("--dataset", "dataset", str, "registered dataset (digits, mnist, fashion-mnist, ...)"),
+    ("--dataset", "dataset", str, "registered dataset (digits, mnist, lfw, insightface, ...)"),
     ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
     ("--image-size", "image_size", int, "resize images to this side"),
     ("--limit", "limit", int, "use at most this many training images"),
@@ -43,6 +43,10 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--device", "device", str, "auto (CUDA when present), cpu, cuda, cuda:N"),
     ("--threads", "threads", int, "CPU threads for torch"),
     ("--seed", "seed", int, "random seed"),
+    ("--sample-rate", "sample_rate", float, "Partial FC: share of the classes per step (0, 1]"),
+    ("--workers", "workers", int, "DataLoader workers for streamed datasets"),
+    ("--dist-timeout", "dist_timeout", float, "seconds before a collective fails (torchrun)"),
+    ("--verify-every", "verify_every", int, "also evaluate .bin sets every N steps"),
 ]
 
 
@@ -99,27 +103,105 @@ def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = Tru
     )
 
 
-def _config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None):
-    from .config import load_config
+def option_name(key: str) -> str:
+    """The command-line spelling of configuration key ``key`` (``batch_size`` → ``--batch-size``,
+    ``loss_options`` → ``--loss-option``, keys without a flag → ``--set key=...``)."""
+    for flag, flag_key, _, _ in _TRAIN_FLAGS:
+        if flag_key == key:
+            return flag
+    named = {"loss": "--loss", "flip": "--flip", "tensorboard": "--tensorboard"}
+    named |= {"loss_options": "--loss-option", "augment": "--augment", "config": "--config"}
+    return named.get(key, f"--set {key}=...")
 
-    overrides: dict[str, Any] = dict(base or {})
+
+def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The configuration keys the command line (and ``--config``) set explicitly, merged in
+    the documented order: ``--config`` file, flags, ``--set``; ``--loss-option`` and
+    ``--augment`` add to the tables of the file (or of the defaults)."""
+    from .config import TrainConfig
+
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None) is not None:
+        values.update(_read_toml_table(args.config))
     for _, key, _, _ in _TRAIN_FLAGS:
         if getattr(args, key, None) is not None:
-            overrides[key] = getattr(args, key)
+            values[key] = getattr(args, key)
     for key in ("loss", "flip", "tensorboard"):
         if getattr(args, key, None) is not None:
-            overrides[key] = getattr(args, key)
-    overrides.update(_key_values(args.set, "--set"))
+            values[key] = getattr(args, key)
+    values.update(_key_values(args.set, "--set"))
     loss_options = _key_values(args.loss_option, "--loss-option")
-    augment = _key_values(getattr(args, "augment", None), "--augment")
-    config = load_config(args.config, overrides)
     if loss_options:
-        config.loss_options = {**config.loss_options, **loss_options}
+        base = values.get("loss_options", TrainConfig().loss_options)
+        values["loss_options"] = {**base, **loss_options}
+    augment = _key_values(getattr(args, "augment", None), "--augment")
     if augment:
-        from .data.augment import check_augment_options
+        values["augment"] = {**values.get("augment", {}), **augment}
+    return values
 
-        config.augment = check_augment_options({**config.augment, **augment})
-    return config
+
+def _read_toml_table(path: Path) -> dict[str, Any]:
+    from .config import load_config
+
+    load_config(path)  # the file's own errors (missing, not TOML, not UTF-8, bad keys)
+    with Path(path).open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def _named_option_errors(build):
+    """Call ``build()``; a :class:`~marginface.config.ConfigValueError` is re-raised naming
+    the command-line option instead of the configuration key."""
+    from .config import ConfigValueError
+
+    try:
+        return build()
+    except ConfigValueError as error:
+        message = str(error)
+        if message.startswith(error.key):
+            message = option_name(error.key) + message[len(error.key) :]
+        raise ValueError(message) from None
+
+
+def _config_from_args(args: argparse.Namespace):
+    from .config import config_from_dict
+
+    values = _explicit_values(args)
+    source = str(args.config) if getattr(args, "config", None) else "the command line"
+    return _named_option_errors(lambda: config_from_dict(values, source=source))
+
+
+def _resumed_config(args: argparse.Namespace, run_dir: Path):
+    """The configuration of the run in ``run_dir`` (from its checkpoint), with the options
+    that may change on resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the
+    command line; any other option that contradicts the saved run is an error naming it."""
+    from .config import config_from_dict
+    from .train import RESUMABLE_KEYS, CheckpointError, load_checkpoint
+    from .train.run import CHECKPOINT_NAME
+    from .train.sharded_checkpoint import has_sharded_checkpoint, read_sidecar
+
+    checkpoint = run_dir / CHECKPOINT_NAME
+    if checkpoint.is_file():
+        saved = load_checkpoint(checkpoint)["config"]
+    elif has_sharded_checkpoint(run_dir):
+        saved = read_sidecar(run_dir)["config"]
+    else:
+        raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
+    explicit = _explicit_values(args)
+    conflicts = [
+        f"{option_name(key)} {value!r} (the run has {saved.get(key)!r})"
+        for key, value in explicit.items()
+        if key not in RESUMABLE_KEYS and saved.get(key) != value
+    ]
+    if conflicts:
+        allowed = ", ".join(sorted(option_name(key) for key in RESUMABLE_KEYS))
+        raise ValueError(
+            f"--resume continues the run in {run_dir} with its saved configuration; these "
+            f"options contradict it: {'; '.join(conflicts)}. Options that may change on "
+            f"--resume: {allowed}. To train with other settings, use another --out or "
+            "--overwrite."
+        )
+    values = {**saved, **{k: v for k, v in explicit.items() if k in RESUMABLE_KEYS}}
+    return _named_option_errors(lambda: config_from_dict(values, source=str(checkpoint)))
 
 
 def _echo(args: argparse.Namespace, text: str) -> None:
@@ -141,15 +223,36 @@ def _epoch_printer(args: argparse.Namespace, label: str = ""):
     return callback
 
 
+def _verification_printer(args: argparse.Namespace):
+    """Print each verification set as insightface does: ``[lfw][2000]Accuracy-Flip: a+-s``."""
+
+    def callback(row: dict[str, Any]) -> None:
+        for key, value in row.items():
+            if key.endswith("_accuracy"):
+                name = key[: -len("_accuracy")]
+                std = row.get(f"{name}_accuracy_std", float("nan"))
+                _echo(args, f"[{name}][{row['step']}]Accuracy-Flip: {value:.5f}+-{std:.5f}")
+
+    return callback
+
+
 # ------------------------------------------------------------------ commands
 def cmd_train(args: argparse.Namespace) -> int:
     from .train import Trainer
 
-    config = _config_from_args(args)
-    out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
+    if args.resume and args.out is not None:
+        out = args.out
+        config = _resumed_config(args, out)
+    else:
+        config = _config_from_args(args)
+        out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
+        if args.resume:
+            config = _resumed_config(args, out)
     trainer = Trainer(config, out, progress=not args.quiet, callbacks=[_epoch_printer(args)])
+    trainer.step_callbacks.append(_verification_printer(args))
     trainer.fit(resume=args.resume, overwrite=args.overwrite)
-    _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint.pt)")
+    if trainer.is_main:
+        _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0
 
 
@@ -242,12 +345,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .train import draw_run_pictures, evaluate_run, load_run, read_history
-    from .train.run import HISTORY_NAME
+    from .train import draw_run_pictures, evaluate_run, load_run
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir)
-    history = read_history(run_dir / HISTORY_NAME)
+    history = run.history  # the checkpoint's own: complete even if history.csv lags
     evaluation = evaluate_run(run_dir, device=args.device)
     out = args.out or run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
@@ -269,15 +371,29 @@ def cmd_export(args: argparse.Namespace) -> int:
     height, width = (size, size) if isinstance(size, int) else size
     example = torch.rand(args.batch, meta["in_channels"], height, width)
     out = args.out or Path(args.run_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    # the folders this command will create (``--out new/deeper`` creates both)
+    created = [folder for folder in (out, *out.parents) if not folder.exists()]
     model = run.model.float().to(memory_format=torch.contiguous_format)
-    if args.format in ("torchscript", "both"):
-        path = export_torchscript(model, example, out / "model.ts")
-        _echo(args, f"TorchScript (verified): {path}")
-    if args.format in ("onnx", "both"):
-        path = export_onnx(model, example, out / "model.onnx")
-        _echo(args, f"ONNX (verified): {path}")
+    try:
+        if args.format in ("torchscript", "both"):
+            path = export_torchscript(model, example, out / "model.ts")
+            _echo(args, f"TorchScript (verified): {path}")
+        if args.format in ("onnx", "both"):
+            path = export_onnx(model, example, out / "model.onnx")
+            _echo(args, f"ONNX (verified): {path}")
+    except BaseException:
+        for folder in created:  # deepest first: a failed export leaves no empty folder behind
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+        raise
     return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import run_convert
+
+    return run_convert(args, echo=lambda text: _echo(args, text))
 
 
 # ------------------------------------------------------------------ parser
@@ -368,6 +484,19 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")
     export.set_defaults(func=cmd_export)
+
+    from .convert import add_convert_arguments
+
+    convert = sub.add_parser(
+        parents=[common],
+        name="convert",
+        help="an image folder to insightface's train.rec/.idx/property, or pairs to a .bin",
+        description="SRC/<identity>/<image> -> OUT/train.rec, train.idx, property (insightface's "
+        "layout, readable by MXNet); with --pairs FILE (LFW's pairs.txt format), the pairs "
+        "of SRC's images -> the verification set OUT (a .bin).",
+    )
+    add_convert_arguments(convert)
+    convert.set_defaults(func=cmd_convert)
     return parser
 
 
@@ -379,14 +508,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    prefix = f"marginface {args.command}"
     try:
         return int(args.func(args))
-    except KeyboardInterrupt:
-        print("interrupted; the last completed epoch's checkpoint is kept", file=sys.stderr)
+    except KeyboardInterrupt as error:
+        # TrainingInterrupted says what was kept; a bare Ctrl-C elsewhere wrote nothing partial
+        print(f"{prefix}: {error or 'interrupted'}", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as error:
-        print(f"marginface {args.command}: error: {error}", file=sys.stderr)
+    except (ValueError, TypeError, ImportError) as error:
+        print(f"{prefix}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # read-only folder, path under a file, full disk, missing file
+        print(f"{prefix}: error: {describe_os_error(error)}", file=sys.stderr)
         return 2
     except RuntimeError as error:  # TrainingDivergedError, export verification
-        print(f"marginface {args.command}: error: {error}", file=sys.stderr)
+        print(f"{prefix}: error: {error}", file=sys.stderr)
         return 1
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line for a failed file operation: what went wrong and which path, with a hint for
+    the common cases (read-only folder, a file where a folder should be)."""
+    import errno
+
+    from ._atomic import DiskFullError
+
+    if isinstance(error, DiskFullError):
+        return error.strerror or str(error)  # names the file (and, in training, what is kept)
+    if error.filename is None or type(error).__str__ is not OSError.__str__:
+        return str(error)  # our own errors (DataFilesMissingError...) say it all
+    path = error.filename
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {path}: {error.strerror} (choose a writable folder with --out)"
+    if error.errno == errno.ENOTDIR:
+        return f"cannot use {path}: a part of this path is a file, not a folder"
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return f"disk full: could not write {path}"
+    return f"{error.strerror or error}: {path}"

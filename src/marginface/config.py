@@ -26,6 +26,7 @@ __all__ = [
     "OPTIMIZERS",
     "PIPELINE_SCALE",
     "SCHEDULES",
+    "ConfigValueError",
     "TrainConfig",
     "config_from_dict",
     "default_loss_options",
@@ -34,6 +35,16 @@ __all__ = [
     "resolve_loss_options",
     "save_config",
 ]
+
+
+class ConfigValueError(ValueError):
+    """A configuration value out of range; ``key`` is the configuration key at fault (the CLI
+    names the option instead)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "step")
@@ -113,6 +124,14 @@ class TrainConfig:
         eval_batch_size: batch size of embedding extraction. Default: 1024.
         flip: average each embedding with that of the horizontally flipped image at evaluation.
         tensorboard: also write TensorBoard scalars (needs the ``tensorboard`` package).
+    Scale (docs/distributed.md):
+        sample_rate: Partial FC's share of each rank's classes per training step, in (0, 1].
+            Default: 1.0 (every class).
+        workers: DataLoader worker processes for streamed datasets (insightface). Default: 0.
+        dist_timeout: seconds after which a collective of a distributed run fails (a rank
+            died or hangs). Default: 600.
+        verify_every: also evaluate the verification sets every this many steps (None: at
+            epoch ends only).
     """
 
     dataset: str = "digits"
@@ -145,33 +164,53 @@ class TrainConfig:
     eval_batch_size: int = 1024
     flip: bool = False
     tensorboard: bool = False
+    sample_rate: float = 1.0
+    workers: int = 0
+    dist_timeout: float = 600.0
+    verify_every: int | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
+        if not 0 < self.sample_rate <= 1:
+            raise ConfigValueError(
+                "sample_rate", f"sample_rate must be in (0, 1], got {self.sample_rate!r}"
+            )
+        if self.workers < 0:
+            raise ConfigValueError("workers", f"workers must be >= 0, got {self.workers!r}")
+        if not math.isfinite(self.dist_timeout) or self.dist_timeout <= 0:
+            raise ConfigValueError(
+                "dist_timeout", f"dist_timeout must be > 0 seconds, got {self.dist_timeout!r}"
+            )
+        if self.verify_every is not None and self.verify_every < 1:
+            raise ConfigValueError(
+                "verify_every", f"verify_every must be >= 1 or unset, got {self.verify_every!r}"
+            )
         for name in ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+                raise ConfigValueError(name, f"{name} must be >= 1, got {getattr(self, name)!r}")
         for name in ("image_size", "limit", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or unset, got {value!r}")
+                raise ConfigValueError(name, f"{name} must be >= 1 or unset, got {value!r}")
         for name, choices in (
             ("optimizer", OPTIMIZERS),
             ("schedule", SCHEDULES),
             ("amp", AMP_MODES),
         ):
             if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                raise ConfigValueError(
+                    name, f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
                 )
         for name in ("lr", "weight_decay", "momentum", "warmup_epochs", "gamma"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+                raise ConfigValueError(name, f"{name} must be a finite number >= 0, got {value!r}")
         if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+            raise ConfigValueError("lr", f"lr must be > 0, got {self.lr!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be > 0 or unset, got {self.grad_clip!r}")
+            raise ConfigValueError(
+                "grad_clip", f"grad_clip must be > 0 or unset, got {self.grad_clip!r}"
+            )
         from .data.augment import check_augment_options
 
         self.augment = check_augment_options(self.augment)
@@ -247,6 +286,10 @@ def load_config(
                 values = tomllib.load(handle)
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"config file {path} is not valid TOML: {error}") from error
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"config file {path} is not UTF-8 text (byte {error.start}); TOML files are UTF-8"
+            ) from None
         config_from_dict(values, source=str(path))  # report bad keys against the file
     for key, value in (overrides or {}).items():
         if value is not None:
@@ -286,8 +329,6 @@ def dump_toml(values: dict[str, Any]) -> str:
 
 def save_config(config: TrainConfig, path: str | Path) -> Path:
     """Write the resolved configuration as TOML, atomically. Returns the path."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dump_toml(config.to_dict()), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    from ._atomic import atomic_write_text
+
+    return atomic_write_text(path, dump_toml(config.to_dict()))

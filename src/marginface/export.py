@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ._atomic import atomic_write_with
 from ._validation import check_choice, check_real
 
 __all__ = ["TORCHSCRIPT_METHODS", "export_onnx", "export_torchscript"]
@@ -115,18 +115,12 @@ def _write_atomically(
     target: Path, write: Callable[[Path], None], verify: Callable[[Path], None]
 ) -> Path:
     """``write`` into a temporary file beside ``target``, ``verify`` it, then move it in place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    temporary = Path(name)
-    try:
+
+    def write_and_verify(temporary: Path) -> None:
         write(temporary)
         verify(temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return target
+
+    return atomic_write_with(target, write_and_verify)
 
 
 def export_torchscript(

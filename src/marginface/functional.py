@@ -81,7 +81,7 @@ def margin_cross_entropy(
         raise TypeError(f"margin must be a marginface Margin, got {type(margin).__name__}")
     check_choice("reduction", reduction, ("mean", "sum", "none"))
     check_cosine(cosine)
-    check_labels(labels, cosine.shape[0], cosine.shape[1])
+    labels = check_labels(labels, cosine.shape[0], cosine.shape[1])
     check_norms(norms, cosine.shape[0], required=margin.requires_norms)
     logits = margin.apply(cosine, labels, norms)
     loss = F.cross_entropy(logits, labels, reduction="none")

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
-from ._validation import check_choice, check_embeddings, check_int, check_labels
+from ._validation import (
+    check_choice,
+    check_device,
+    check_dtype,
+    check_embeddings,
+    check_int,
+    check_labels,
+    check_real,
+    check_representable,
+)
 from .executors.chunked import (
     DEFAULT_CHUNK_SIZE,
     check_chunkable,
     chunked_margin_cross_entropy,
+    sharded_margin_cross_entropy,
 )
-from .executors.dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
+from .executors.dense import (
+    compute_dtype,
+    dense_margin_cross_entropy,
+    normalized_cosine,
+    row_norms,
+)
+from .executors.sharding import ClassShard, scale_gradient
 from .margins.base import Margin
 
-__all__ = ["AUTO_CHUNKED_MIN_LOGITS", "IMPLEMENTATIONS", "REDUCTIONS", "MarginSoftmaxLoss"]
+__all__ = [
+    "AUTO_CHUNKED_MIN_LOGITS",
+    "IMPLEMENTATIONS",
+    "REDUCTIONS",
+    "MarginSoftmaxLoss",
+    "reshardable_state_dict",
+]
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLEMENTATIONS = ("dense", "chunked", "auto")
@@ -47,11 +72,31 @@ class MarginSoftmaxLoss(nn.Module):
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None
             (:data:`~marginface.executors.chunked.DEFAULT_CHUNK_SIZE`).
         device, dtype: where and how the class centers are created.
+        process_group: shard the classes over this ``torch.distributed`` group (e.g.
+            ``torch.distributed.group.WORLD``); None (default): one process holds every class.
+            Rank ``r`` owns the contiguous block :attr:`class_range` (blocks of ``⌈C/W⌉``) and
+            :attr:`weight` holds only that block; ``num_classes`` stays the global count. Each
+            step gathers the embeddings and labels of every rank (local batch sizes may differ)
+            and returns the loss of the *global* batch, identical on every rank; the chunked
+            executor runs inside each shard (``impl`` is not consulted). The backbone's gradient
+            is scaled by ``W`` so that DistributedDataParallel's averaging yields the gradient
+            of the global-batch loss (:func:`~marginface.executors.sharding.scale_gradient`).
+            Do not wrap the loss itself in DDP: its weight is sharded, not replicated.
+        sample_rate: Partial FC, in ``(0, 1]``. Default: 1.0 (every class). Below 1, each
+            training step keeps every class that is a positive anywhere in the (global) batch
+            plus uniformly drawn negatives, ``⌊sample_rate·c⌋`` classes in all from each
+            rank's ``c`` classes (insightface's rule); the softmax runs over the sampled classes
+            only and unsampled centers get a gradient of exactly zero. In eval mode every class
+            is used. Optimizers still update unsampled rows from their state: SGD's momentum
+            and weight decay and Adam's moments keep moving them (docs/distributed.md).
 
     Attributes:
-        weight: ``Parameter[C·K, D]``, the class centers (class-major for sub-centers),
-            initialized ``N(0, 0.01²)`` (insightface); only their direction matters.
-        margin: the margin module (its buffers are part of this module's ``state_dict``).
+        weight: ``Parameter[C·K, D]`` (sharded: ``Parameter[(stop - start)·K, D]``), the class
+            centers (class-major for sub-centers), initialized ``N(0, 0.01²)`` (insightface);
+            only their direction matters.
+        margin: the margin module (its buffers are part of this module's ``state_dict``;
+            replicated and updated identically on every rank when sharded).
+        class_range: ``(start, stop)``, the classes held in :attr:`weight`.
     """
 
     def __init__(
@@ -66,6 +111,8 @@ class MarginSoftmaxLoss(nn.Module):
         chunk_size: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        process_group: dist.ProcessGroup | None = None,
+        sample_rate: float = 1.0,
     ) -> None:
         super().__init__()
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
@@ -75,8 +122,12 @@ class MarginSoftmaxLoss(nn.Module):
         self.impl = check_choice("impl", impl, IMPLEMENTATIONS)
         if not isinstance(margin, Margin):
             raise TypeError(f"margin must be a marginface Margin, got {type(margin).__name__}")
-        if dtype is not None and not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        dtype = check_dtype("dtype", dtype)
+        device = check_device("device", device)
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        for name, value in vars(margin).items():
+            if isinstance(value, float):
+                check_representable(name, value, compute)
         if impl == "chunked":
             check_chunkable(margin)
         self.chunk_size = (
@@ -84,11 +135,21 @@ class MarginSoftmaxLoss(nn.Module):
             if chunk_size is None
             else check_int("chunk_size", chunk_size, minimum=1)
         )
+        self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
         self.margin = margin
+        self.shard: ClassShard | None = None
+        start, stop = 0, self.num_classes
+        if process_group is not None:
+            self.shard = _create_shard(process_group, self, dtype)
+            start, stop = self.shard.start, self.shard.stop
+        self.class_range = (start, stop)
         self.weight = nn.Parameter(
-            torch.empty(num_classes * sub_centers, embedding_dim, device=device, dtype=dtype)
+            torch.empty((stop - start) * sub_centers, embedding_dim, device=device, dtype=dtype)
         )
         self.reset_parameters()
+        self._register_load_state_dict_pre_hook(_full_weight_to_shard, with_module=True)
+        if self.shard is not None:
+            self._register_state_dict_hook(_weight_as_dtensor)
 
     def reset_parameters(self) -> None:
         """Re-draw the class centers from ``N(0, 0.01²)``."""
@@ -112,10 +173,10 @@ class MarginSoftmaxLoss(nn.Module):
         (seed 004's eval branch), with the margin's current scale.
         """
         cosine = self.cosine(embeddings)
-        norms = torch.linalg.vector_norm(embeddings.to(cosine.dtype), dim=1)
+        norms = row_norms(embeddings.to(cosine.dtype))
         if labels is None:
             return cosine * self.margin.scale_for(norms)
-        check_labels(labels, embeddings.shape[0], self.num_classes)
+        labels = check_labels(labels, embeddings.shape[0], self.num_classes)
         return self.margin.apply(cosine, labels, norms if self.margin.requires_norms else None)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
@@ -123,30 +184,96 @@ class MarginSoftmaxLoss(nn.Module):
 
         Args:
             embeddings: ``Tensor[N, D]`` (any floating dtype; the math runs in fp32 or fp64).
-            labels: ``Tensor[N]`` of int64 class indices in ``[0, C)``.
+                Sharded: this rank's rows; ``N`` may differ between ranks and steps.
+            labels: ``Tensor[N]`` of class indices in ``[0, C)``, any integer dtype.
 
         Returns:
-            A 0-dim tensor (``"mean"``, ``"sum"``) or ``Tensor[N]`` (``"none"``).
+            A 0-dim tensor (``"mean"``, ``"sum"``) or ``Tensor[N]`` (``"none"``); sharded, the
+            loss of the global batch (``"none"``: ``Tensor[N_global]``, rows in rank order).
         """
-        check_embeddings(embeddings, self.embedding_dim)
-        check_labels(labels, embeddings.shape[0], self.num_classes)
-        if self.executor(embeddings.shape[0]) == "chunked":
-            per_sample = chunked_margin_cross_entropy(
-                embeddings,
-                self.weight,
-                labels,
-                self.margin,
-                sub_centers=self.sub_centers,
-                chunk_size=self.chunk_size,
-            )
+        if self.shard is not None:
+            per_sample = self._sharded_forward(embeddings, labels)
         else:
-            per_sample = dense_margin_cross_entropy(
-                embeddings, self.weight, labels, self.margin, sub_centers=self.sub_centers
-            )
+            check_embeddings(embeddings, self.embedding_dim)
+            labels = check_labels(labels, embeddings.shape[0], self.num_classes)
+            weight, targets = self._classes_of_step(labels)
+            if self.executor(embeddings.shape[0]) == "chunked":
+                per_sample = chunked_margin_cross_entropy(
+                    embeddings,
+                    weight,
+                    targets,
+                    self.margin,
+                    sub_centers=self.sub_centers,
+                    chunk_size=self.chunk_size,
+                )
+            else:
+                per_sample = dense_margin_cross_entropy(
+                    embeddings, weight, targets, self.margin, sub_centers=self.sub_centers
+                )
         if self.reduction == "mean":
             return per_sample.mean()
         if self.reduction == "sum":
             return per_sample.sum()
+        return per_sample
+
+    # ------------------------------------------------------------ sharding, sampling
+    def _classes_of_step(self, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """The weight rows this step computes with and each row's target among them (``-1``:
+        another rank owns it). All local classes, or Partial FC's sample in training."""
+        start, stop = self.class_range
+        local = labels - start  # (N,)
+        owned = (labels >= start) & (labels < stop)
+        if self.sample_rate >= 1.0 or not self.training:
+            return self.weight, torch.where(owned, local, torch.full_like(local, -1))
+        count = stop - start
+        positive = torch.zeros(count, dtype=torch.bool, device=self.weight.device)
+        positive[local[owned].to(positive.device)] = True
+        keep = int(self.sample_rate * count)
+        if int(positive.sum()) >= keep:
+            selected = positive.nonzero().squeeze(1)  # (S,)
+        else:
+            score = torch.rand(count, device=self.weight.device)
+            score[positive] = 2.0  # positives first, then uniformly drawn negatives
+            selected = score.topk(keep).indices.sort().values  # (S,)
+        k, d = self.sub_centers, self.embedding_dim
+        weight = self.weight.view(count, k, d)[selected].reshape(-1, d)  # (S·K, D)
+        position = torch.searchsorted(selected, local.clamp(0, max(count - 1, 0)).to(selected))
+        targets = torch.where(owned, position.to(local.device), torch.full_like(local, -1))
+        return weight, targets
+
+    def _sharded_forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        shard = self.shard
+        if not isinstance(embeddings, Tensor) or not embeddings.is_floating_point():
+            check_embeddings(embeddings)  # the TypeError, naming the argument
+        if embeddings.dim() != 2:
+            raise ValueError(f"embeddings must have shape (N, D), got {tuple(embeddings.shape)}")
+        if (
+            not isinstance(labels, Tensor)
+            or labels.dtype == torch.bool
+            or not (labels.dtype.is_signed or labels.dtype == torch.uint8)
+            or labels.is_floating_point()
+        ):
+            check_labels(labels, embeddings.shape[0], self.num_classes)  # the TypeError
+        labels = labels.reshape(-1).to(torch.int64)
+        shard.gather_metadata(embeddings, labels, self.num_classes)  # raises on every rank
+        if embeddings.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"embeddings must have D = embedding_dim = {self.embedding_dim} columns, "
+                f"got shape {tuple(embeddings.shape)}"
+            )
+        global_labels = shard.gather_rows(labels)  # (N,)
+        weight, targets = self._classes_of_step(global_labels)
+        x = scale_gradient(embeddings, shard.world_size)
+        per_sample = sharded_margin_cross_entropy(
+            x,
+            weight,
+            targets,
+            global_labels,
+            self.margin,
+            shard,
+            sub_centers=self.sub_centers,
+            chunk_size=self.chunk_size,
+        )
         return per_sample
 
     def executor(self, batch_size: int) -> str:
@@ -168,3 +295,110 @@ class MarginSoftmaxLoss(nn.Module):
             f"reduction={self.reduction!r}, impl={self.impl!r}"
             + (f", chunk_size={self.chunk_size}" if self.impl != "dense" else "")
         )
+
+
+def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None) -> ClassShard:
+    """This rank's :class:`ClassShard`, after checking (one small collective) that every rank
+    builds the same head; the same ``ValueError`` is raised on every rank otherwise."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError(
+            "process_group was given but torch.distributed is not initialized; call "
+            "torch.distributed.init_process_group first (or pass process_group=None)"
+        )
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"process_group must be a torch.distributed ProcessGroup, got {group!r}")
+    world = dist.get_world_size(group)
+    if head.num_classes < world:
+        raise ValueError(
+            f"num_classes = {head.num_classes} is smaller than the world size {world}: every "
+            "rank must own at least one class"
+        )
+    shard = ClassShard.create(group, head.num_classes)
+    signature = (
+        head.num_classes,
+        head.embedding_dim,
+        head.sub_centers,
+        head.sample_rate,
+        str(dtype),
+        type(head.margin).__name__,
+        head.margin.extra_repr(),
+    )
+    signatures = shard.all_gather_objects(signature)
+    if any(other != signatures[0] for other in signatures):
+        names = ("num_classes", "embedding_dim", "sub_centers", "sample_rate", "dtype")
+        names += ("margin", "margin options")
+        differ = [
+            f"{name}: " + ", ".join(f"rank {r}: {s[i]!r}" for r, s in enumerate(signatures))
+            for i, name in enumerate(names)
+            if len({s[i] for s in signatures}) > 1
+        ]
+        raise ValueError(f"the ranks build different heads ({'; '.join(differ)})")
+    return shard
+
+
+def reshardable_state_dict(loss: MarginSoftmaxLoss) -> dict[str, Any]:
+    """``loss.state_dict()`` laid out for ``torch.distributed.checkpoint``, sharded or not.
+
+    The weight appears as ``Tensor[C, K·D]`` (one row per class, its ``K`` sub-centers side by
+    side): a DTensor sharded on dim 0 for a sharded head (its ``state_dict()`` already is
+    this), a plain view for an unsharded one. Both share storage with the weight, so
+    ``torch.distributed.checkpoint.load(reshardable_state_dict(loss), ...)`` restores the
+    weight in place, whatever the number of ranks that saved it; the margin's buffers are
+    replicated tensors. For ``K = 1`` this is just ``loss.state_dict()``.
+    """
+    if not isinstance(loss, MarginSoftmaxLoss):
+        raise TypeError(f"loss must be a MarginSoftmaxLoss, got {type(loss).__name__}")
+    state = loss.state_dict(keep_vars=False)
+    if loss.shard is None:
+        k, d = loss.sub_centers, loss.embedding_dim
+        state["weight"] = loss.weight.detach().view(loss.num_classes, k * d)
+    return state
+
+
+def _weight_as_dtensor(
+    module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
+) -> dict:
+    """``state_dict`` hook of a sharded head: the weight block as a DTensor of global shape
+    ``[C, K·D]`` sharded on dim 0 (``torch.chunk``'s split, which is the class partition)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    key = prefix + "weight"
+    shard = module.shard
+    k, d = module.sub_centers, module.embedding_dim
+    local = state_dict[key].view(shard.stop - shard.start, k * d)
+    mesh = DeviceMesh.from_group(shard.group or dist.group.WORLD, local.device.type)
+    state_dict[key] = DTensor.from_local(
+        local,
+        mesh,
+        [Shard(0)],
+        run_check=False,
+        shape=torch.Size([module.num_classes, k * d]),
+        stride=(k * d, 1),
+    )
+    return state_dict
+
+
+def _full_weight_to_shard(
+    module: nn.Module, state_dict: dict, prefix: str, *args: Any, **kwargs: Any
+) -> None:
+    """``load_state_dict`` pre-hook: accept the weight as an unsharded loss saves it
+    (``Tensor[C·K, D]``) or in the resharding layout (``Tensor[C, K·D]``, plain or a
+    DTensor), and cut it to this rank's block."""
+    key = prefix + "weight"
+    if key not in state_dict or not isinstance(module, MarginSoftmaxLoss):
+        return
+    value = state_dict[key]
+    start, stop = module.class_range
+    k, d = module.sub_centers, module.embedding_dim
+    if hasattr(value, "to_local") and hasattr(value, "full_tensor"):  # a DTensor
+        local = value.to_local()
+        if module.shard is not None and local.shape[0] == stop - start:
+            state_dict[key] = local.reshape((stop - start) * k, d)
+            return
+        value = value.full_tensor()
+    if k > 1 and value.dim() == 2 and tuple(value.shape) == (module.num_classes, k * d):
+        value = value.reshape(module.num_classes * k, d)
+    if value.dim() == 2 and value.shape[0] == module.num_classes * k:
+        value = value[start * k : stop * k]
+    state_dict[key] = value

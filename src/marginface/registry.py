@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["create_loss", "get_loss_class", "list_losses", "register_loss"]
+__all__ = ["accepted_keywords", "create_loss", "get_loss_class", "list_losses", "register_loss"]
 
 _LOSSES: dict[str, type] = {}
 _ALIASES: dict[str, str] = {}
@@ -58,4 +60,38 @@ def create_loss(name: str, num_classes: int, embedding_dim: int, **kwargs: Any) 
     """Build a registered loss: ``create_loss("arcface", num_classes=10, embedding_dim=3,
     margin=0.5)``. Unknown keyword arguments raise ``TypeError`` naming them."""
     cls = get_loss_class(name)
+    valid = accepted_keywords(cls)
+    unknown = sorted(set(kwargs) - valid)
+    if unknown:
+        hints = []
+        for word in unknown:
+            close = difflib.get_close_matches(word, sorted(valid), n=1)
+            hints.append(f"{word!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise TypeError(
+            f"loss {name!r} got unknown keyword argument(s) {', '.join(hints)}; valid: "
+            f"{', '.join(sorted(valid))}"
+        )
     return cls(num_classes, embedding_dim, **kwargs)
+
+
+def accepted_keywords(cls: type) -> set[str]:
+    """The keyword arguments a loss class takes: its own and those it passes on to
+    :class:`~marginface.head.MarginSoftmaxLoss` through ``**options``."""
+    from .head import MarginSoftmaxLoss
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        names |= {
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in ("self", "num_classes", "embedding_dim")
+            and not (klass is MarginSoftmaxLoss and p.name == "margin")  # the Margin object
+        }
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break  # this __init__ passes nothing further up
+    return names

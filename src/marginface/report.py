@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ._atomic import atomic_write_text
+
 __all__ = ["format_table", "write_report"]
 
 Row = Mapping[str, object]
@@ -105,8 +107,4 @@ def write_report(
         parts.append("<h2>Pictures</h2>")
         parts += [_image_html(caption, Path(p)) for caption, p in images.items()]
     parts.append("</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, "\n".join(parts) + "\n")

@@ -25,11 +25,16 @@ def shared_data() -> Path:
 
 
 class LocalMirror:
-    """A threaded HTTP server on 127.0.0.1 serving a folder, with a truncating route."""
+    """A threaded HTTP server on 127.0.0.1 serving a folder, with a truncating route
+    (``/truncated/<name>``: half the body, then the connection closes) and a trickling one
+    (``/trickle/<name>``: a 1 GiB Content-Length, then one byte every 0.2 s)."""
+
+    TRICKLE_SECONDS = 0.2
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.requests: list[str] = []
+        self.stopping = threading.Event()
         mirror = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -50,6 +55,20 @@ class LocalMirror:
                     self.wfile.flush()
                     self.close_connection = True
                     return
+                if self.path.startswith("/trickle/"):
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(1 << 30))
+                    self.end_headers()
+                    for _ in range(300):  # a minute at most, or until the client hangs up
+                        try:
+                            self.wfile.write(b"\0")
+                            self.wfile.flush()
+                        except OSError:
+                            break
+                        if mirror.stopping.wait(mirror.TRICKLE_SECONDS):
+                            break
+                    self.close_connection = True
+                    return
                 super().do_GET()
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -65,6 +84,7 @@ class LocalMirror:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)

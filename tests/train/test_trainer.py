@@ -17,6 +17,7 @@ from marginface.train import (
     load_checkpoint,
     load_run,
     read_history,
+    save_checkpoint,
     train,
 )
 
@@ -123,7 +124,8 @@ def test_nan_loss_stops_clearly_and_keeps_the_last_good_checkpoint(tmp_path):
                 trainer.model.fc.weight.fill_(math.nan)
 
     trainer = Trainer(quick(), tmp_path / "run", callbacks=[poison])
-    with pytest.raises(TrainingDivergedError, match=r"epoch 2.*last good checkpoint \(epoch 1\)"):
+    expected = r"model\.fc\.weight became non-finite at epoch 2, step 1.*epoch 1 is kept.*--resume"
+    with pytest.raises(TrainingDivergedError, match=expected):
         trainer.fit()
     state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert state["epoch"] == 1
@@ -141,10 +143,20 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
 def test_checkpoint_that_does_not_fit_its_configuration(tmp_path):
     train(quick(epochs=1), tmp_path / "run")
     path = tmp_path / "run" / "checkpoint.pt"
-    state = torch.load(path, weights_only=False)
+    state = load_checkpoint(path)
+    state["config"]["embedding_dim"] = 2
+    save_checkpoint(state, path)
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_run(tmp_path / "run")
+
+
+def test_a_checkpoint_edited_behind_its_checksum_is_refused(tmp_path):
+    train(quick(epochs=1), tmp_path / "run")
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
     state["config"]["embedding_dim"] = 2
     torch.save(state, path)
-    with pytest.raises(CheckpointError, match="does not match"):
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt is damaged.*sha256"):
         load_run(tmp_path / "run")
 
 

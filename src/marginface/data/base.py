@@ -8,10 +8,11 @@ fits comfortably in memory on a 24 GiB machine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-__all__ = ["DatasetBundle", "ImageSet", "PairSet"]
+__all__ = ["DatasetBundle", "ImageSet", "PairSet", "StreamedImageSet", "VerificationSet"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,55 @@ class ImageSet:
 
 
 @dataclass(frozen=True)
+class StreamedImageSet:
+    """Training images read on demand (insightface's ``train.rec``): too many to hold.
+
+    Attributes:
+        dataset: a map-style torch ``Dataset``; ``dataset[i]`` is ``(float32[C, H, W], label)``
+            already normalized for the model. It may have ``set_epoch(epoch)`` (called before
+            each epoch, for reproducible augmentation).
+        labels: ``int64[N]``, the label of every item (read from record headers).
+        class_names: the name of each label, or empty (then ``max(label) + 1`` classes).
+        shape: ``(C, H, W)`` of every item.
+    """
+
+    dataset: Any
+    labels: np.ndarray
+    class_names: tuple[str, ...] = ()
+    shape: tuple[int, int, int] = (3, 112, 112)
+    num_labels: int = 0
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        """``num_labels`` when given (the ``property`` file's count), else as ImageSet."""
+        if self.num_labels:
+            return self.num_labels
+        if self.class_names:
+            return len(self.class_names)
+        return int(self.labels.max()) + 1 if len(self) else 0
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)``."""
+        return self.shape
+
+    def subset(self, keep: np.ndarray) -> StreamedImageSet:
+        """The items ``keep`` (sorted indices) only."""
+        from torch.utils.data import Subset
+
+        return StreamedImageSet(
+            Subset(self.dataset, keep.tolist()),
+            self.labels[keep],
+            self.class_names,
+            self.shape,
+            self.num_classes,
+        )
+
+
+@dataclass(frozen=True)
 class PairSet:
     """Verification pairs over the images of an :class:`ImageSet`.
 
@@ -82,6 +132,29 @@ class PairSet:
 
 
 @dataclass(frozen=True)
+class VerificationSet:
+    """A verification benchmark evaluated during training (insightface's ``lfw.bin``...).
+
+    Attributes:
+        images: ``uint8[2P, C, H, W]`` (or already ``float32`` in the model's input range).
+        pairs: the pairs over ``images`` and their folds (10 for insightface's sets).
+        mean, std: a ``uint8`` image enters the model as ``(x / 255 - mean) / std``, the
+            normalization of the training images (insightface: 0.5, 0.5, i.e. [-1, 1]).
+    """
+
+    images: np.ndarray
+    pairs: PairSet
+    mean: float = 0.0
+    std: float = 1.0
+
+    def model_input(self, batch: Any) -> Any:
+        """``batch`` (a tensor slice of :attr:`images`) as float32 model input."""
+        if batch.dtype.is_floating_point:
+            return batch
+        return (batch.float() / 255.0 - self.mean) / self.std
+
+
+@dataclass(frozen=True)
 class DatasetBundle:
     """What a loader returns: a training set and an evaluation set.
 
@@ -93,10 +166,13 @@ class DatasetBundle:
             apply).
         pairs: verification pairs over ``test``, or None (then the pipeline may sample pairs).
         open_set: see ``test``.
+        verification: named verification sets evaluated at every epoch end (and every
+            ``verify_every`` steps), logged as ``<name>_accuracy`` and ``<name>_accuracy_std``.
     """
 
     name: str
-    train: ImageSet
+    train: ImageSet | StreamedImageSet
     test: ImageSet
     pairs: PairSet | None = None
     open_set: bool = False
+    verification: dict[str, VerificationSet] = field(default_factory=dict)

@@ -4,9 +4,12 @@ A :class:`RemoteFile` names one file, the URLs it can be fetched from (tried in 
 checksum (sha256, or md5 where the publisher gives only that). :func:`ensure_files` finds each
 file in the data folder (see :mod:`.locations`) or downloads the missing ones:
 
-* the body is streamed into a temporary file *in the target folder* (``.<name>.<random>.part``)
-  while its digest is computed, and moved into place with :func:`os.replace` only once complete
-  and verified, so a reader never sees a partial file and an interrupted download leaves nothing;
+* the body is streamed into a temporary file *in the target folder*
+  (``.<name>.<pid>.<random>.part``) while its digest is computed, and moved into place with
+  :func:`os.replace` only once complete and verified, so a reader never sees a partial file; a
+  killed download's temporary file is removed by the next download into that folder;
+* a download has an overall deadline (:func:`default_deadline`) besides the per-read
+  ``timeout``, so a server that trickles bytes cannot hold a run for days;
 * a digest mismatch raises :class:`ChecksumError` and the bad bytes are removed;
 * when no URL answers (offline, 404, refused), :class:`DataFilesMissingError` lists the missing
   files, where to put them (``--data-dir`` / ``MARGINFACE_DATA``) and where to get them.
@@ -17,25 +20,30 @@ copies, so they are checked by their parser (IDX header, archive structure), not
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import logging
+import math
 import os
-import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
+from .._atomic import DiskFullError, atomic_write, remove_stale_temporaries
+from .._validation import check_real
 from .locations import DATA_ENV, find_file, resolve_data_dir
 
 __all__ = [
     "ChecksumError",
     "DataFilesMissingError",
+    "DownloadDeadlineError",
     "DownloadError",
     "RemoteFile",
+    "default_deadline",
     "download_file",
     "ensure_files",
     "file_digest",
@@ -44,6 +52,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CHUNK_BYTES = 1 << 20
+DEADLINE_ENV = "MARGINFACE_DOWNLOAD_DEADLINE"
+DEFAULT_DEADLINE = 900.0
 
 
 class ChecksumError(ValueError):
@@ -52,6 +62,10 @@ class ChecksumError(ValueError):
 
 class DownloadError(OSError):
     """No URL of a file could be read (refused, unreachable, 404, truncated)."""
+
+
+class DownloadDeadlineError(DownloadError):
+    """A download did not complete within its overall deadline."""
 
 
 class DataFilesMissingError(FileNotFoundError):
@@ -108,52 +122,75 @@ def file_digest(path: str | os.PathLike[str], algorithm: str = "sha256") -> str:
     return hasher.hexdigest()
 
 
-def _remove_quietly(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+def _stream_into(
+    out: BinaryIO, url: str, remote: RemoteFile, timeout: float, deadline: float
+) -> None:
+    """Stream ``url`` into ``out`` while hashing it; raise unless complete, verified and done
+    within ``deadline`` seconds in all."""
+    started = time.monotonic()
+    hasher = hashlib.new(remote.algorithm)
+    with urllib.request.urlopen(url, timeout=min(timeout, deadline)) as response:
+        expected_length = response.headers.get("Content-Length")
+        received = 0
+        while True:
+            # read1: return what has arrived instead of waiting for a full chunk, so a server
+            # that trickles bytes cannot keep one call busy past the deadline
+            chunk = response.read1(_CHUNK_BYTES)
+            if not chunk:
+                break
+            out.write(chunk)
+            hasher.update(chunk)
+            received += len(chunk)
+            if time.monotonic() - started > deadline:
+                raise DownloadDeadlineError(
+                    f"{url}: not complete after the download deadline of {deadline:g} s "
+                    f"({received} bytes received); set a longer deadline with "
+                    f"{DEADLINE_ENV}=SECONDS or put the file in place yourself"
+                )
+    if expected_length is not None and received != int(expected_length):
+        raise OSError(f"connection closed after {received} of {expected_length} bytes")
+    actual = hasher.hexdigest()
+    if actual != remote.digest:
+        raise ChecksumError(
+            f"{remote.algorithm} of {remote.name} downloaded from {url} is {actual}, "
+            f"expected {remote.digest}; the file was removed"
+        )
 
 
-def _stream_to_temporary(url: str, folder: Path, remote: RemoteFile, timeout: float) -> Path:
-    """Download ``url`` into a temporary file in ``folder``; return it with a verified digest."""
-    handle, temp_name = tempfile.mkstemp(prefix=f".{remote.name}.", suffix=".part", dir=folder)
-    temp = Path(temp_name)
+def default_deadline() -> float:
+    """Seconds a whole download may take: ``$MARGINFACE_DOWNLOAD_DEADLINE``, else 900."""
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return DEFAULT_DEADLINE
     try:
-        hasher = hashlib.new(remote.algorithm)
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            expected_length = resp.headers.get("Content-Length")
-            received = 0
-            for chunk in iter(lambda: resp.read(_CHUNK_BYTES), b""):
-                out.write(chunk)
-                hasher.update(chunk)
-                received += len(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if expected_length is not None and received != int(expected_length):
-            raise OSError(f"connection closed after {received} of {expected_length} bytes")
-        actual = hasher.hexdigest()
-        if actual != remote.digest:
-            raise ChecksumError(
-                f"{remote.algorithm} of {remote.name} downloaded from {url} is {actual}, "
-                f"expected {remote.digest}; the file was removed"
-            )
-    except BaseException:
-        _remove_quietly(temp)
-        raise
-    return temp
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{DEADLINE_ENV} must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def download_file(
-    remote: RemoteFile, folder: str | os.PathLike[str], *, timeout: float = 30.0
+    remote: RemoteFile,
+    folder: str | os.PathLike[str],
+    *,
+    timeout: float = 30.0,
+    deadline: float | None = None,
 ) -> Path:
     """Download ``remote`` into ``folder`` (created if missing), verified and atomically.
 
     URLs are tried in order; the first verified copy is moved to ``folder/remote.name`` with
-    :func:`os.replace`. Nothing is left behind on failure.
+    :func:`os.replace`. Nothing is left behind on failure, and temporary files of downloads
+    that were killed earlier are removed first.
 
     Args:
         remote: the file, its URLs and digest.
         folder: target folder.
-        timeout: seconds to wait for a connection or a read. Default: 30.
+        timeout: seconds to wait for a connection or for any byte to arrive. Default: 30.
+        deadline: seconds the whole download of one URL may take, however the server paces
+            its bytes. Default: :func:`default_deadline` (900 s, or
+            ``$MARGINFACE_DOWNLOAD_DEADLINE``).
 
     Returns:
         The path of the verified file.
@@ -161,44 +198,54 @@ def download_file(
     Raises:
         ChecksumError: a URL served bytes with the wrong digest (and no other URL served the
             right ones).
-        DownloadError: no URL could be read (refused, unreachable, 404, truncated body); the
-            message lists each attempt.
+        DownloadError: no URL could be read (refused, unreachable, 404, truncated body, past
+            the deadline); the message lists each attempt.
         PermissionError: the folder is not writable.
     """
     if not remote.urls:
         raise DownloadError(f"no download URL is known for {remote.name}")
+    timeout = check_real("timeout", timeout, positive=True)
+    deadline = (
+        default_deadline() if deadline is None else check_real("deadline", deadline, positive=True)
+    )
     target_folder = Path(folder)
     created = not target_folder.exists()
     target_folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target_folder)  # of any file: the next download cleans up
     try:
-        return _download_into(remote, target_folder, timeout)
+        return _download_into(remote, target_folder, timeout, deadline)
     except BaseException:
         if created and not any(target_folder.iterdir()):
             target_folder.rmdir()
         raise
 
 
-def _download_into(remote: RemoteFile, target_folder: Path, timeout: float) -> Path:
+def _download_into(
+    remote: RemoteFile, target_folder: Path, timeout: float, deadline: float
+) -> Path:
     failures: list[str] = []
     checksum_failure: ChecksumError | None = None
+    destination = target_folder / remote.name
     for url in remote.urls:
         logger.info("downloading %s from %s", remote.name, url)
         try:
-            temp = _stream_to_temporary(url, target_folder, remote, timeout)
+            with atomic_write(destination, suffix=".part") as out:
+                _stream_into(out, url, remote, timeout, deadline)
         except ChecksumError as error:
             checksum_failure = error
             failures.append(str(error))
             continue
-        except PermissionError:
+        except (PermissionError, DiskFullError):
             raise
+        except DownloadDeadlineError as error:
+            failures.append(str(error))
+            continue
         except (OSError, ValueError, http.client.HTTPException) as error:
             # URLError / HTTPError (refused, 404), timeouts, truncated bodies, malformed URLs
             http_error = isinstance(error, urllib.error.HTTPError)
             reason = error if http_error else getattr(error, "reason", error)
             failures.append(f"{url}: {reason}")
             continue
-        destination = target_folder / remote.name
-        os.replace(temp, destination)
         return destination
     if checksum_failure is not None:
         raise ChecksumError("; ".join(failures))
@@ -233,6 +280,7 @@ def ensure_files(
     download: bool = True,
     mirrors: Sequence[str] | None = None,
     timeout: float = 30.0,
+    deadline: float | None = None,
 ) -> dict[str, Path]:
     """Local paths of ``files``, downloading the missing ones when ``download`` is True.
 
@@ -244,6 +292,7 @@ def ensure_files(
         mirrors: base URLs replacing each file's own URLs (``<mirror>/<name>``), e.g. a local
             mirror. Default: the publishers' URLs.
         timeout: seconds per connection / read.
+        deadline: seconds one file's download may take in all (see :func:`download_file`).
 
     Returns:
         ``{file name: path}`` (the path may be an alias such as an extracted folder).
@@ -276,7 +325,9 @@ def ensure_files(
                 _missing_message(dataset, missing, folder, f"{remote.name} cannot be downloaded")
             )
         try:
-            found[remote.name] = download_file(remote, folder / dataset, timeout=timeout)
+            found[remote.name] = download_file(
+                remote, folder / dataset, timeout=timeout, deadline=deadline
+            )
         except ChecksumError:
             raise
         except OSError as error:

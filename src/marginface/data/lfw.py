@@ -33,7 +33,6 @@ import logging
 import os
 import re
 import tarfile
-import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._atomic import atomic_write, remove_stale_temporaries
 from .base import DatasetBundle, ImageSet, PairSet
 from .download import RemoteFile, ensure_files
 from .imaging import check_image_size, decode_image, stack_images
@@ -208,21 +208,15 @@ def load_lfw_images(
         raise ValueError(f"{source}: no images named <Name>/<Name>_NNNN.jpg found")
     images = stack_images([d[2] for d in decoded])
     keys = [(d[0], d[1]) for d in decoded]
-    cache.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=".lfw-", suffix=".npz.part", dir=cache)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            np.savez(
-                out,
-                images=images,
-                names=np.asarray([k[0] for k in keys]),
-                numbers=np.asarray([k[1] for k in keys], dtype=np.int64),
-                fingerprint=np.asarray(fingerprint),
-            )
-        os.replace(temp_name, cache_file)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    remove_stale_temporaries(cache)
+    with atomic_write(cache_file) as out:
+        np.savez(
+            out,
+            images=images,
+            names=np.asarray([k[0] for k in keys]),
+            numbers=np.asarray([k[1] for k in keys], dtype=np.int64),
+            fingerprint=np.asarray(fingerprint),
+        )
     return images, keys
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from .base import DatasetBundle
 from .digits import load_digits
 from .folder import load_folder
+from .insightface import load_insightface
 from .lfw import load_lfw
 from .mnist import load_fashion_mnist, load_mnist
 from .omniglot import load_omniglot
@@ -25,6 +26,7 @@ _LOADERS: dict[str, Callable[..., DatasetBundle]] = {
     "lfw": load_lfw,
     "orl": load_orl,
     "yaleb": load_yaleb,
+    "insightface": load_insightface,
 }
 
 

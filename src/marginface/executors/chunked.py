@@ -47,7 +47,8 @@ from ._online_softmax import (
     merge_statistics,
     slice_statistics,
 )
-from .dense import NORMALIZE_EPS, compute_dtype
+from .dense import NORMALIZE_EPS, compute_dtype, row_norms
+from .sharding import ClassShard
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -56,6 +57,7 @@ __all__ = [
     "check_chunkable",
     "chunked_margin_cross_entropy",
     "gemm_dtype",
+    "sharded_margin_cross_entropy",
     "triton_available",
 ]
 
@@ -296,8 +298,11 @@ def _triton_statistics(chunks: _Chunks, scale_rows: Tensor, rule: Any) -> tuple[
     )
 
 
-def _adacos_log_b_avg(chunks: _Chunks, scale: Tensor, use_triton: bool) -> Tensor:
-    """AdaCos's ``log B_avg = log((1/N) Σ_i Σ_{j≠y_i} e^{s·cos θ_ij})`` from chunked sums."""
+def _adacos_log_b_avg(
+    chunks: _Chunks, scale: Tensor, use_triton: bool, shard: ClassShard | None = None
+) -> Tensor:
+    """AdaCos's ``log B_avg = log((1/N) Σ_i Σ_{j≠y_i} e^{s·cos θ_ij})`` from chunked sums
+    (merged over the ranks of ``shard``, if any)."""
     if use_triton:
         from .triton_kernels import NonTargetRule
 
@@ -307,41 +312,75 @@ def _adacos_log_b_avg(chunks: _Chunks, scale: Tensor, use_triton: bool) -> Tenso
     else:
         scaled = (chunks.x_hat * scale.to(chunks.x_hat.dtype)).to(chunks.gemm)  # (N, D)
         row_max, exp_sum = chunks.statistics(scaled)
+    if shard is not None:
+        row_max, exp_sum = shard.merge_statistics((row_max, exp_sum))
     per_row = row_max + torch.log(exp_sum)  # (N,)
     return torch.logsumexp(per_row, dim=0) - math.log(per_row.shape[0])
 
 
+def _target_cosine(
+    x_hat: Tensor, weight: Tensor, inv_norms: Tensor, targets: Tensor, k: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The target cosine of the rows whose target is among these weight rows (``targets >= 0``),
+    an indexed dot max-pooled over the target's sub-centers; 0 elsewhere.
+
+    Returns:
+        ``(cos_raw[N], target_rows[N], owned[N])``: the cosines, the winning weight row of each
+        owned row (0 elsewhere) and the owned-row mask.
+    """
+    owned = targets >= 0  # (N,)
+    cos_raw = torch.zeros(targets.shape[0], dtype=x_hat.dtype, device=x_hat.device)  # (N,)
+    target_rows = torch.zeros_like(targets)  # (N,)
+    index = owned.nonzero().squeeze(1)  # (r,)
+    if index.numel():
+        candidates = targets[index].unsqueeze(1) * k + torch.arange(k, device=targets.device)
+        centers = weight[candidates].to(x_hat.dtype)  # (r, K, D)
+        cos_k = torch.einsum("nd,nkd->nk", x_hat[index], centers) * inv_norms[candidates]
+        values, best = cos_k.max(dim=1)  # (r,)
+        cos_raw[index] = values
+        target_rows[index] = candidates.gather(1, best.unsqueeze(1)).squeeze(1)
+    return cos_raw, target_rows, owned
+
+
 class _ChunkedMarginCrossEntropy(torch.autograd.Function):
-    """``(x[N, D], weight[C·K, D]) -> loss[N]`` (cross-entropy part, without the regularizer)."""
+    """``(x[n, D], weight[c·K, D]) -> loss[N]`` (cross-entropy part, without the regularizer).
+
+    ``targets[N]`` is each row's class among these weight rows (``-1`` when another rank owns
+    it), ``labels[N]`` its global class (what the margin sees). Without a shard ``n = N`` and
+    ``targets`` are the labels; with a :class:`~.sharding.ClassShard`, ``x`` holds this rank's
+    rows, which are gathered into the global batch of ``N`` rows first.
+    """
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any,
         x: Tensor,
         weight: Tensor,
+        targets: Tensor,
         labels: Tensor,
         margin: Margin,
         sub_centers: int,
         chunk_size: int,
         gemm: torch.dtype,
         kernels: str | None,
+        shard: ClassShard | None,
     ) -> Tensor:
+        if shard is not None:
+            x = shard.gather_rows(x)  # (N, D), the global batch
         use_triton = _resolve_kernels(kernels, x, weight, gemm)
         accumulate = x.dtype
         n = x.shape[0]
         k = sub_centers
-        norms = torch.linalg.vector_norm(x, dim=1)  # (N,)
+        norms = row_norms(x)  # (N,), no overflow for entries beyond ~1.8e19 in float32
         x_hat = x / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1)  # (N, D)
         weight_norms = torch.linalg.vector_norm(weight, dim=1, dtype=accumulate)  # (C·K,)
         inv_norms = 1.0 / weight_norms.clamp_min(NORMALIZE_EPS)  # (C·K,)
-        chunks = _Chunks(x_hat, weight, inv_norms, labels, k, chunk_size, gemm)
+        chunks = _Chunks(x_hat, weight, inv_norms, targets, k, chunk_size, gemm)
 
-        # The target cosine: an indexed dot, max-pooled over the target's sub-centers.
-        candidates = labels.unsqueeze(1) * k + torch.arange(k, device=labels.device)  # (N, K)
-        centers = weight[candidates].to(accumulate)  # (N, K, D)
-        cos_k = torch.einsum("nd,nkd->nk", x_hat, centers) * inv_norms[candidates]  # (N, K)
-        cos_raw, best = cos_k.max(dim=1)  # (N,)
-        target_rows = candidates.gather(1, best.unsqueeze(1)).squeeze(1)  # (N,) rows of weight
+        # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
+        cos_raw, target_rows, owned = _target_cosine(x_hat, weight, inv_norms, targets, k)
+        if shard is not None:
+            shard.all_sum_(cos_raw)
 
         # The margin's hooks on a small graph of N-vectors, replayed in backward.
         with torch.enable_grad():
@@ -350,7 +389,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             cos_target = cos_leaf.clamp(-1.0, 1.0)
             if isinstance(margin, AdaCosMargin) and margin.training and margin.dynamic:
                 with torch.no_grad():
-                    log_b_avg = _adacos_log_b_avg(chunks, margin.scale.detach(), use_triton)
+                    log_b_avg = _adacos_log_b_avg(chunks, margin.scale.detach(), use_triton, shard)
                 margin.update_scale(log_b_avg, cos_target.detach())
                 context: Context = {"scale": margin.scale_for(norms_leaf)}
             else:
@@ -391,9 +430,12 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                     return margin.nontarget_cosine(cos, frozen) * scale_rows.unsqueeze(1)
 
                 stats = chunks.statistics(chunks.x_gemm, transform)
+            if shard is not None:
+                stats = shard.merge_statistics(stats)
             lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
 
-        ctx.save_for_backward(x, weight, norms, x_hat, inv_norms, lse, target_rows)
+        ctx.save_for_backward(x, weight, norms, x_hat, inv_norms, lse, target_rows, owned)
+        ctx.shard = shard
         ctx.chunks = chunks
         ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale)
         ctx.margin, ctx.frozen, ctx.fold, ctx.identity = margin, frozen, fold, identity
@@ -403,7 +445,8 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        x, weight, norms, x_hat, inv_norms, lse, target_rows = ctx.saved_tensors
+        x, weight, norms, x_hat, inv_norms, lse, target_rows, owned = ctx.saved_tensors
+        shard: ClassShard | None = ctx.shard
         chunks: _Chunks = ctx.chunks
         cos_leaf, norms_leaf, target_logit, row_scale = ctx.graph
         accumulate = x.dtype
@@ -476,6 +519,8 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         # The target: backward through the margin's small graph, then through the indexed dot.
         outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
         if scale_grad:
+            if shard is not None:  # each rank summed over its own classes
+                shard.all_sum_(grad_scale)
             outputs.append(row_scale)
             seeds.append(grad_scale)
         inputs = [cos_leaf] + ([norms_leaf] if norms_leaf is not None else [])
@@ -483,12 +528,15 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         # or retain_graph=True upstream); it holds only N-vectors.
         grads = torch.autograd.grad(outputs, inputs, seeds, allow_unused=True, retain_graph=True)
         grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(lse)
-        coefficient = (grad_cos * inv_norms[target_rows]).unsqueeze(1)  # (N, 1)
-        centers = weight[target_rows].to(accumulate)  # (N, D)
-        grad_x_hat += coefficient * centers
-        if grad_weight is not None:
-            partial = coefficient * x_hat  # (N, D)
-            _project_rows_into(grad_weight, target_rows, partial, centers, inv_norms[target_rows])
+        index = owned.nonzero().squeeze(1)  # (r,) rows whose target this weight holds
+        if index.numel():
+            rows = target_rows[index]  # (r,)
+            coefficient = (grad_cos[index] * inv_norms[rows]).unsqueeze(1)  # (r, 1)
+            centers = weight[rows].to(accumulate)  # (r, D)
+            grad_x_hat.index_add_(0, index, coefficient * centers)
+            if grad_weight is not None:
+                partial = coefficient * x_hat[index]  # (r, D)
+                _project_rows_into(grad_weight, rows, partial, centers, inv_norms[rows])
 
         # Through x̂ = x / max(‖x‖, eps) and through ‖x‖ itself.
         safe = norms > NORMALIZE_EPS
@@ -499,9 +547,12 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             tangent / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1),
             grad_x_hat / NORMALIZE_EPS,
         )
-        if norms_leaf is not None and len(grads) > 1 and grads[1] is not None:
+        leader = shard is None or shard.rank == 0  # terms every rank computed: add them once
+        if leader and norms_leaf is not None and len(grads) > 1 and grads[1] is not None:
             grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
-        return grad_x, grad_weight, None, None, None, None, None, None
+        if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
+            grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
+        return grad_x, grad_weight, None, None, None, None, None, None, None, None
 
 
 def _triton_backward(
@@ -657,10 +708,63 @@ def chunked_margin_cross_entropy(
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
         loss = _ChunkedMarginCrossEntropy.apply(
-            x, weight, labels, margin, sub_centers, chunk_size, gemm, kernels
+            x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels, None
         )
-        norms = torch.linalg.vector_norm(x, dim=1) if margin.requires_norms else None  # (N,)
+        norms = row_norms(x) if margin.requires_norms else None  # (N,)
         extra = margin.regularizer(norms)
         if extra is not None:
             loss = loss + extra
+    return loss
+
+
+def sharded_margin_cross_entropy(
+    embeddings: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    labels: Tensor,
+    margin: Margin,
+    shard: ClassShard,
+    *,
+    sub_centers: int = 1,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    kernels: str | None = None,
+) -> Tensor:
+    """Per-sample margin softmax cross-entropy of the *global* batch, classes sharded over the
+    ranks of ``shard`` (:mod:`~marginface.executors.sharding`).
+
+    Every rank calls it with its own rows; the embeddings are all-gathered, each rank runs the
+    chunked executor over its own classes, and the partial results merge by all-reductions, so
+    every rank returns the same ``Tensor[N_global]``. No rank holds more than
+    ``N_global × chunk_size`` logits. The labels were checked and gathered by the caller
+    (:meth:`~marginface.executors.sharding.ClassShard.gather_metadata`).
+
+    Args:
+        embeddings: ``Tensor[n_r, D]``, this rank's rows (``n_r`` may differ between ranks).
+        weight: ``Tensor[c·K, D]``, the centers of this rank's classes (or of its sample).
+        targets: ``Tensor[N_global]`` int64, each row's class among ``weight``'s, ``-1`` where
+            another rank owns it.
+        labels: ``Tensor[N_global]`` int64, the global labels (what the margin sees).
+        margin: the margin (every margin that runs chunked).
+        shard: this rank's :class:`~marginface.executors.sharding.ClassShard` (its ``counts``
+            set for this step).
+        sub_centers, chunk_size, kernels: as :func:`chunked_margin_cross_entropy`.
+
+    Returns:
+        ``Tensor[N_global]``, float32 (or float64), identical on every rank. The gradient
+        reaching ``embeddings`` is this rank's rows of the gradient of the global loss.
+    """
+    check_chunkable(margin)
+    dtype = compute_dtype(embeddings, weight)
+    gemm = gemm_dtype(embeddings, weight)
+    with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        x = embeddings.to(dtype)
+        loss = _ChunkedMarginCrossEntropy.apply(
+            x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard
+        )
+        norms = row_norms(x) if margin.requires_norms else None  # (n_r,)
+        extra = margin.regularizer(norms)  # (n_r,) or None, the same on every rank
+        if extra is not None:
+            rows = shard.rows
+            gathered = shard.gather_rows(extra.detach())  # (N,), only this rank's rows keep
+            loss = loss + torch.cat([gathered[: rows.start], extra, gathered[rows.stop :]])
     return loss

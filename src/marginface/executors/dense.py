@@ -8,7 +8,13 @@ from torch import Tensor
 
 from ..margins.base import Margin
 
-__all__ = ["compute_dtype", "dense_margin_cross_entropy", "normalized_cosine"]
+__all__ = [
+    "compute_dtype",
+    "dense_margin_cross_entropy",
+    "normalize_rows",
+    "normalized_cosine",
+    "row_norms",
+]
 
 NORMALIZE_EPS = 1e-12
 """``F.normalize``'s floor on the norm: a zero embedding normalizes to zero (all cosines 0)."""
@@ -25,6 +31,29 @@ def compute_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float32
 
 
+def _row_scale(x: Tensor) -> Tensor:
+    """``c_i = max(1, max_j |x_ij|)`` per row, ``Tensor[N, 1]``, detached. Rows whose entries
+    are all within [-1, 1] cannot overflow and are divided by exactly 1 (unchanged, bit for
+    bit, zero rows and ``F.normalize``'s ``eps`` semantics included)."""
+    return x.detach().abs().amax(dim=1, keepdim=True).clamp_min(1.0)
+
+
+def row_norms(x: Tensor) -> Tensor:
+    """``‖x_i‖₂`` of each row, ``Tensor[N, D] -> Tensor[N]``, without overflow or underflow:
+    computed as ``c_i·‖x_i / c_i‖`` with ``c_i = max(1, max_j |x_ij|)`` (detached; the gradient is
+    still exactly ``x_i / ‖x_i‖``). A plain float32 norm of a row with entries above ~1.8e19
+    squares to inf."""
+    scale = _row_scale(x)  # (N, 1)
+    return torch.linalg.vector_norm(x / scale, dim=1) * scale.squeeze(1)
+
+
+def normalize_rows(x: Tensor) -> Tensor:
+    """``x_i / ‖x_i‖₂`` of each row, ``Tensor[N, D]``, correct for rows whose norm overflows
+    the dtype (pre-scaled by ``max(1, max_j |x_ij|)``, detached: normalization is scale-invariant,
+    so values and gradients are those of ``F.normalize``); a zero row stays zero."""
+    return x / row_norms(x).clamp_min(NORMALIZE_EPS).unsqueeze(1)
+
+
 def normalized_cosine(embeddings: Tensor, weight: Tensor, sub_centers: int = 1) -> Tensor:
     """Cosines between rows of ``embeddings`` and class centers, max-pooled over sub-centers.
 
@@ -38,7 +67,7 @@ def normalized_cosine(embeddings: Tensor, weight: Tensor, sub_centers: int = 1) 
     Returns:
         ``Tensor[N, C]`` in the inputs' dtype (call under autocast-disabled code for fp32).
     """
-    x = F.normalize(embeddings, dim=1, eps=NORMALIZE_EPS)  # (N, D)
+    x = normalize_rows(embeddings)  # (N, D), safe for norms beyond the dtype's range
     w = F.normalize(weight, dim=1, eps=NORMALIZE_EPS)  # (C·K, D)
     cosine = x @ w.t()  # (N, C·K)
     if sub_centers > 1:
@@ -77,7 +106,7 @@ def dense_margin_cross_entropy(
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
         w = weight.to(dtype)
-        norms = torch.linalg.vector_norm(x, dim=1) if margin.requires_norms else None  # (N,)
+        norms = row_norms(x) if margin.requires_norms else None  # (N,)
         cosine = normalized_cosine(x, w, sub_centers)  # (N, C)
         logits = margin.apply(cosine, labels, norms)  # (N, C)
         loss = F.cross_entropy(logits, labels, reduction="none")  # (N,)

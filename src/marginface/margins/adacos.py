@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_int
+from .._validation import check_device, check_int
 from .base import Context, Margin
 
 __all__ = ["MIN_SCALE", "AdaCosMargin", "adacos_dynamic_scale", "adacos_fixed_scale"]
@@ -73,6 +73,7 @@ class AdaCosMargin(Margin):
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
         self.dynamic = bool(dynamic)
         initial = adacos_fixed_scale(self.num_classes)
+        device = check_device("device", device)
         self.register_buffer("scale", torch.tensor(initial, device=device))
 
     def scale_for(self, norms: Tensor | None) -> Tensor:

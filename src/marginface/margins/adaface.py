@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_real
+from .._validation import check_device, check_real
 from ._angles import arccos
 from .base import Context, Margin
 
@@ -71,6 +71,7 @@ class AdaFaceMargin(Margin):
         self.scale = check_real("scale", scale, positive=True)
         self.h = check_real("h", h, positive=True)
         self.momentum = check_real("momentum", momentum, nonnegative=True, at_most=1.0)
+        device = check_device("device", device)
         self.register_buffer("batch_mean", torch.tensor(20.0, device=device))
         self.register_buffer("batch_std", torch.tensor(100.0, device=device))
 

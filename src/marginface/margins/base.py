@@ -146,7 +146,7 @@ class Margin(nn.Module):
             ``Tensor[N, C]`` logits for softmax cross-entropy.
         """
         check_cosine(cosine)
-        check_labels(labels, cosine.shape[0], cosine.shape[1], allow_missing=True)
+        labels = check_labels(labels, cosine.shape[0], cosine.shape[1], allow_missing=True)
         check_norms(norms, cosine.shape[0], required=self.requires_norms)
         return self.apply(cosine, labels, norms)
 

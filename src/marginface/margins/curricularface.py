@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_choice, check_real
+from .._validation import check_choice, check_device, check_real
 from ._angles import cos_add
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
@@ -73,6 +73,7 @@ class CurricularFaceMargin(Margin):
         self.scale = check_real("scale", scale, positive=True)
         self.momentum = check_real("momentum", momentum, nonnegative=True, at_most=1.0)
         self.policy = check_choice("policy", policy, ANGLE_POLICIES)
+        device = check_device("device", device)
         self.register_buffer("t", torch.zeros((), device=device))
 
     def scale_for(self, norms: Tensor | None) -> float:

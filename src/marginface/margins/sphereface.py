@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_int, check_real
+from .._validation import check_device, check_int, check_real
 from .base import Context, Margin
 
 __all__ = ["SphereFaceMargin", "chebyshev_cos_multiple", "sphereface_psi"]
@@ -98,6 +98,7 @@ class SphereFaceMargin(Margin):
         self.lambda_gamma = check_real("lambda_gamma", lambda_gamma, nonnegative=True)
         self.lambda_power = check_real("lambda_power", lambda_power, nonnegative=True)
         self.lambda_min = check_real("lambda_min", lambda_min, nonnegative=True)
+        device = check_device("device", device)
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long, device=device))
 
     @property

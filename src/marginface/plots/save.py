@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._atomic import atomic_write
 from .._validation import check_int
 
 if TYPE_CHECKING:
@@ -41,16 +40,6 @@ def save_figure(figure: Figure, path: str | os.PathLike[str], *, dpi: int = 120)
     if target.suffix.lower() != ".png":
         raise ValueError(f"path must end in .png (PNG is the only format written), got {path!r}")
     dpi = check_int("dpi", dpi, minimum=1)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-    )
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            figure.savefig(stream, format="png", dpi=dpi)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
+    with atomic_write(target) as stream:
+        figure.savefig(stream, format="png", dpi=dpi)
     return target

@@ -11,7 +11,7 @@ from .evaluate import (
     verification_pairs,
     write_evaluation,
 )
-from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
+from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .optim import build_optimizer, build_scheduler, lr_factor
 from .run import (
     LoadedRun,
@@ -28,7 +28,6 @@ __all__ = [
     "EVALUATION_NAME",
     "RESUMABLE_KEYS",
     "TABLE_COLUMNS",
-    "CSVLogger",
     "CheckpointError",
     "Comparison",
     "Evaluation",
@@ -57,4 +56,5 @@ __all__ = [
     "train",
     "verification_pairs",
     "write_evaluation",
+    "write_history",
 ]

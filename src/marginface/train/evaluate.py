@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_write_text
 from ..data import DatasetBundle, PairSet
 from ..evaluation import (
     VerificationMetrics,
@@ -100,6 +100,8 @@ def evaluate_run(
     if bundle is None:
         bundle = load_bundle(config)
     test = bundle.test
+    if len(test) == 0 and bundle.verification:
+        return _evaluate_verification_sets(run, bundle, config)
     dev = next(run.model.parameters()).device
     embeddings = extract_embeddings(
         run.model,
@@ -127,6 +129,33 @@ def evaluate_run(
     return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr)
 
 
+def _evaluate_verification_sets(run: Any, bundle: DatasetBundle, config: Any) -> Evaluation:
+    """Datasets judged by verification sets only (insightface's ``.bin``): accuracy ± std,
+    AUC and EER of each set, flip-summed embeddings, 10 folds; the curves of the first set."""
+    device = next(run.model.parameters()).device
+    metrics: dict[str, float] = {}
+    first: tuple[np.ndarray, Any] | None = None
+    for name, verification in bundle.verification.items():
+        embeddings = extract_embeddings(
+            run.model,
+            verification.images,
+            batch_size=config.eval_batch_size,
+            device=device,
+            flip=True,
+            transform=verification.model_input,
+        ).numpy()
+        result = evaluate_pairs(embeddings, verification.pairs)
+        metrics[f"{name}_accuracy"] = float(result.accuracy)
+        metrics[f"{name}_accuracy_std"] = float(result.accuracy_std)
+        metrics[f"{name}_auc"] = float(result.auc)
+        if first is None:
+            first = (embeddings, result)
+    embeddings, result = first
+    labels = np.zeros(embeddings.shape[0], dtype=np.int64)
+    metrics["accuracy"] = math.nan
+    return Evaluation(metrics, embeddings, labels, result.fpr, result.tpr)
+
+
 def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:
     """Write ``evaluation.metrics`` as JSON (NaN as null), atomically."""
     path = Path(path)
@@ -134,7 +163,4 @@ def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:
         k: (None if isinstance(v, float) and not math.isfinite(v) else v)
         for k, v in evaluation.metrics.items()
     }
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(clean, indent=2, sort_keys=True) + "\n")

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-__all__ = ["CSVLogger", "TensorBoardLogger", "margin_state", "read_history"]
+from .._atomic import atomic_write_text
+
+__all__ = [
+    "TensorBoardLogger",
+    "format_history",
+    "margin_state",
+    "read_history",
+    "write_history",
+]
 
 
 def margin_state(loss: nn.Module) -> dict[str, float]:
@@ -31,44 +40,51 @@ def _parse(value: str) -> float | str:
 
 
 def read_history(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a history CSV, numbers as floats (``nan`` for empty cells)."""
-    with Path(path).open(newline="", encoding="utf-8") as handle:
-        return [
-            {k: (math.nan if v == "" else _parse(v)) for k, v in row.items()}
-            for row in csv.DictReader(handle)
-        ]
+    """The rows of a history CSV, numbers as floats (``nan`` for empty cells).
 
-
-class CSVLogger:
-    """Append one row per epoch to ``path``; the columns are fixed by the first row.
-
-    On resume, rows after ``keep_epochs`` are dropped (epochs that ran after the checkpoint).
+    Raises:
+        ValueError: the file is not UTF-8 text or not a CSV with a header (names the file).
     """
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            return [
+                {k: (math.nan if v in ("", None) else _parse(v)) for k, v in row.items()}
+                for row in csv.DictReader(handle)
+            ]
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"history file {path} is not UTF-8 text (byte {error.start}); it was not written "
+            "by marginface, or is damaged"
+        ) from None
+    except csv.Error as error:
+        raise ValueError(f"history file {path} is not a readable CSV: {error}") from None
 
-    def __init__(self, path: str | Path, *, keep_epochs: int | None = None) -> None:
-        self.path = Path(path)
-        self.fields: list[str] | None = None
-        if keep_epochs is not None and self.path.is_file():
-            rows = read_history(self.path)[:keep_epochs]
-            self.path.unlink()
-            for row in rows:
-                self.log(
-                    {
-                        k: ("" if isinstance(v, float) and math.isnan(v) else v)
-                        for k, v in row.items()
-                    }
-                )
 
-    def log(self, row: dict[str, Any]) -> None:
-        """Append ``row`` (keys must match the first row's)."""
-        new = self.fields is None and not self.path.is_file()
-        if self.fields is None:
-            self.fields = list(row)
-        with self.path.open("a", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=self.fields, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+def format_history(rows: list[dict[str, Any]]) -> str:
+    """The CSV text of ``rows``: one header with every key in order of first appearance, NaN
+    and missing cells empty."""
+    fields: list[str] = []
+    for row in rows:
+        fields += [key for key in row if key not in fields]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        )
+    return buffer.getvalue()
+
+
+def write_history(path: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """Write the whole history CSV atomically (a kill leaves the previous complete file).
+
+    The trainer rewrites it after every checkpoint from the history the checkpoint holds, so
+    ``history.csv`` is always a complete prefix of the checkpoint's history, and ``--resume``
+    completes it.
+    """
+    return atomic_write_text(path, format_history(rows) if rows else "")
 
 
 class TensorBoardLogger:

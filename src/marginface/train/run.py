@@ -17,9 +17,12 @@ from torch import nn
 
 from ..config import TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet, load_dataset
+from ..data.base import StreamedImageSet
 from ..models import create_model
 from ..registry import create_loss
 from .checkpoint import CheckpointError, load_checkpoint
+from .history import read_history
+from .sharded_checkpoint import has_sharded_checkpoint
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -75,7 +78,7 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
                 )
             shutil.rmtree(run_dir)
         elif resume:
-            if not (run_dir / CHECKPOINT_NAME).is_file():
+            if not (run_dir / CHECKPOINT_NAME).is_file() and not has_sharded_checkpoint(run_dir):
                 raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
             return run_dir
         else:
@@ -89,11 +92,13 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
     return run_dir
 
 
-def _limit(images: ImageSet, limit: int | None, seed: int) -> ImageSet:
+def _limit(images: Any, limit: int | None, seed: int) -> Any:
     if limit is None or limit >= len(images):
         return images
     rng = torch.Generator().manual_seed(seed)
     keep = torch.randperm(len(images), generator=rng)[:limit].sort().values.numpy()
+    if isinstance(images, StreamedImageSet):
+        return images.subset(keep)
     return ImageSet(images.images[keep], images.labels[keep], images.class_names)
 
 
@@ -109,7 +114,9 @@ def load_bundle(config: TrainConfig) -> DatasetBundle:
     train = _limit(bundle.train, config.limit, config.seed)
     if train is bundle.train:
         return bundle
-    return DatasetBundle(bundle.name, train, bundle.test, bundle.pairs, bundle.open_set)
+    return DatasetBundle(
+        bundle.name, train, bundle.test, bundle.pairs, bundle.open_set, bundle.verification
+    )
 
 
 def build_model_and_loss(
@@ -119,8 +126,10 @@ def build_model_and_loss(
     image_size: int | tuple[int, int],
     num_classes: int,
     device: torch.device | str = "cpu",
+    process_group: Any = None,
 ) -> tuple[nn.Module, nn.Module]:
-    """The backbone and the loss (with its class centers) the configuration describes."""
+    """The backbone and the loss (with its class centers) the configuration describes; with a
+    ``process_group`` the loss's classes are sharded over it (docs/distributed.md)."""
     model = create_model(
         config.model,
         embedding_dim=config.embedding_dim,
@@ -128,7 +137,12 @@ def build_model_and_loss(
         image_size=image_size,
         **config.model_options,
     )
-    loss = create_loss(config.loss, num_classes, config.embedding_dim, **config.loss_options)
+    options = dict(config.loss_options)
+    if config.sample_rate != 1.0:
+        options["sample_rate"] = config.sample_rate
+    if process_group is not None:
+        options["process_group"] = process_group
+    loss = create_loss(config.loss, num_classes, config.embedding_dim, **options)
     return model.to(device), loss.to(device)
 
 
@@ -142,6 +156,9 @@ class LoadedRun:
     meta: dict[str, Any]
     epoch: int
     run_dir: Path
+    history: list[dict[str, Any]]
+    """The per-epoch rows up to :attr:`epoch`: the checkpoint's own (format >= 2), so a kill
+    between the checkpoint and ``history.csv`` loses nothing; ``history.csv`` for format 1."""
 
 
 def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedRun:
@@ -151,6 +168,8 @@ def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> Load
     the configuration it claims.
     """
     run_dir = Path(run_dir)
+    if has_sharded_checkpoint(run_dir) and not (run_dir / CHECKPOINT_NAME).is_file():
+        return _load_sharded_run(run_dir, device)
     state = load_checkpoint(run_dir / CHECKPOINT_NAME)
     config = config_from_dict(state["config"], source=f"{run_dir / CHECKPOINT_NAME}")
     meta = state["meta"]
@@ -171,4 +190,42 @@ def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> Load
         ) from error
     model.to(device).eval()
     loss.to(device).eval()
-    return LoadedRun(config, model, loss, meta, int(state["epoch"]), run_dir)
+    epoch = int(state["epoch"])
+    if "history" in state:
+        history = [dict(row) for row in state["history"]][:epoch]
+    else:
+        csv_path = run_dir / HISTORY_NAME
+        history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
+    return LoadedRun(config, model, loss, meta, epoch, run_dir, history)
+
+
+def _load_sharded_run(run_dir: Path, device: str | torch.device) -> LoadedRun:
+    """:func:`load_run` of a run whose ranks wrote a sharded checkpoint: one process rebuilds
+    the unsharded model and loss (the optimizer state is not read)."""
+    from ..head import reshardable_state_dict
+    from .sharded_checkpoint import SHARDED_CHECKPOINT_NAME, load_sharded_tensors, read_sidecar
+
+    sidecar = read_sidecar(run_dir)
+    source = run_dir / SHARDED_CHECKPOINT_NAME
+    config = config_from_dict(dict(sidecar["config"]), source=str(source))
+    meta = sidecar["meta"]
+    size = meta["image_size"]
+    model, loss = build_model_and_loss(
+        config,
+        in_channels=meta["in_channels"],
+        image_size=tuple(size) if isinstance(size, list) else size,
+        num_classes=meta["num_classes"],
+    )
+    targets = {f"model/{k}": v for k, v in model.state_dict().items()}
+    targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(loss).items()})
+    try:
+        load_sharded_tensors(run_dir, targets, distributed=False, only_targets=True)
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"checkpoint {source} does not match its configuration: {error}"
+        ) from error
+    model.to(device).eval()
+    loss.to(device).eval()
+    epoch = int(sidecar["epoch"])
+    history = [dict(row) for row in sidecar.get("history", [])][:epoch]
+    return LoadedRun(config, model, loss, meta, epoch, run_dir, history)

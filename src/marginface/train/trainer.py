@@ -11,46 +11,94 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..config import TrainConfig, save_config
+from .._atomic import DiskFullError, remove_stale_temporaries
+from ..config import TrainConfig, config_from_dict, save_config
 from ..data import DatasetBundle
 from ..data.augment import build_augmentation
+from ..data.base import StreamedImageSet
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .distributed import (
+    RankFailureError,
+    all_ranks_true,
+    broadcast_object,
+    init_from_environment,
+    rank_slice,
+    torchrun_environment,
+)
 from .embeddings import extract_embeddings
 from .evaluate import evaluate_pairs, verification_pairs
-from .history import CSVLogger, TensorBoardLogger, margin_state, read_history
+from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .optim import build_optimizer, build_scheduler
 from .run import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
     HISTORY_NAME,
+    OutputExistsError,
     build_model_and_loss,
     load_bundle,
     prepare_run_dir,
     resolve_device,
 )
+from .sharded_checkpoint import (
+    SHARDED_CHECKPOINT_NAME,
+    as_class_rows,
+    checkpoint_entries,
+    has_sharded_checkpoint,
+    load_sharded_tensors,
+    read_sidecar,
+    save_sharded_checkpoint,
+)
 
-__all__ = ["RESUMABLE_KEYS", "Trainer", "TrainingDivergedError", "train"]
+__all__ = [
+    "RESUMABLE_KEYS",
+    "Trainer",
+    "TrainingDivergedError",
+    "TrainingInterrupted",
+    "train",
+]
 
 logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = frozenset(
-    {"epochs", "device", "threads", "tensorboard", "eval_batch_size", "flip", "data_dir"}
+    {
+        "epochs",
+        "device",
+        "threads",
+        "tensorboard",
+        "eval_batch_size",
+        "flip",
+        "data_dir",
+        "workers",
+        "dist_timeout",
+        "verify_every",
+    }
 )
 """Configuration keys that may change between an interrupted run and its ``--resume``."""
 
 EpochCallback = Callable[[dict[str, Any]], None]
 
+VERIFICATION_NAME = "verification.csv"
+"""Per-``verify_every``-steps accuracies of the verification sets (rank 0 writes it)."""
+
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is left in place."""
+    """The loss, the embeddings or a parameter became NaN or infinite; the message names the
+    parameter (if one is to blame) and says truthfully what is on disk: the last good
+    checkpoint, or none when no epoch was completed."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :meth:`Trainer.fit`; the message says what was kept and how to go on."""
 
 
 def _epoch_generator(seed: int, epoch: int, stream: int = 0) -> torch.Generator:
@@ -93,8 +141,25 @@ class Trainer:
         self.model: nn.Module | None = None
         self.loss: nn.Module | None = None
         self._pairs = None
+        self.distributed = False
+        self.rank, self.world = 0, 1
+        self.step_verification: list[dict[str, Any]] = []
+        self.step_callbacks: list[EpochCallback] = []
+        self.forward_model: nn.Module | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the run's files (rank 0, or the only process)."""
+        return self.rank == 0
 
     # ---------------------------------------------------------------- setup
+    def _init_distributed(self) -> None:
+        """Resolve the device and join torchrun's process group, if launched by torchrun."""
+        self.device = resolve_device(self.config.device)
+        self.distributed = init_from_environment(self.device.type, self.config.dist_timeout)
+        if self.distributed:
+            self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
     def _setup(self) -> None:
         config = self.config
         if config.threads is not None:
@@ -102,7 +167,17 @@ class Trainer:
         # Denormal floats slow CPU convolutions' backward passes by up to 10× on small images
         # (measured on digits); flushing them to zero changes nothing measurable otherwise.
         torch.set_flush_denormal(True)
-        self.device = resolve_device(config.device)
+        self._init_distributed()
+        if self.distributed:
+            self.rank, self.world = dist.get_rank(), dist.get_world_size()
+            environment = torchrun_environment()
+            if self.device.type == "cuda" and environment is not None:
+                self.device = torch.device("cuda", environment[2])
+            if config.batch_size < self.world:
+                raise ValueError(
+                    f"batch_size = {config.batch_size} is the global batch and must be >= the "
+                    f"world size {self.world}"
+                )
         if self.bundle is None:
             self.bundle = load_bundle(config)
         train = self.bundle.train
@@ -114,6 +189,7 @@ class Trainer:
             "image_size": height if height == width else (height, width),
             "num_classes": train.num_classes,
             "dataset": self.bundle.name,
+            "world_size": self.world,
         }
         torch.manual_seed(config.seed)
         self.model, self.loss = build_model_and_loss(
@@ -122,9 +198,16 @@ class Trainer:
             image_size=self.meta["image_size"],
             num_classes=train.num_classes,
             device=self.device,
+            process_group=dist.group.WORLD if self.distributed else None,
         )
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        self.forward_model = self.model
+        if self.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.forward_model = DistributedDataParallel(self.model, device_ids=device_ids)
         n = len(train)
         self.steps_per_epoch = math.ceil(n / config.batch_size)
         if n % config.batch_size == 1 and n > 1:  # a batch of one breaks BatchNorm
@@ -151,7 +234,8 @@ class Trainer:
         self.amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.amp]
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
         self.augmentation = build_augmentation(config.augment)
-        self.train_x = torch.as_tensor(train.images)
+        self.streamed = isinstance(train, StreamedImageSet)
+        self.train_x = None if self.streamed else torch.as_tensor(train.images)
         self.train_y = torch.as_tensor(train.labels, dtype=torch.int64)
 
     def _state(self, epoch: int) -> dict[str, Any]:
@@ -165,28 +249,24 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": torch.get_rng_state(),
+            "history": [dict(row) for row in self.history],
         }
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
 
     def _restore(self, path: Path) -> int:
+        """Load the checkpoint at ``path`` into the model, loss, optimizer, schedule, scaler
+        and RNG; set :attr:`history` from it (from ``history.csv`` for a format-1
+        checkpoint). Returns the number of completed epochs."""
+        if has_sharded_checkpoint(path.parent):
+            return self._restore_sharded(path.parent)
         state = load_checkpoint(path)
-        saved = state["config"]
-        current = self.config.to_dict()
-        differ = sorted(
-            k for k in current if k not in RESUMABLE_KEYS and saved.get(k) != current[k]
-        )
-        if differ:
-            details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in differ)
-            raise CheckpointError(
-                f"checkpoint {path} is from another configuration ({details}); "
-                "use --overwrite to start afresh"
-            )
+        self._check_same_config(self._saved_config(state["config"], path), path)
         try:
             self.model.load_state_dict(state["model"])
             self.loss.load_state_dict(state["loss"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(self._local_optimizer_state(state["optimizer"]))
         except (RuntimeError, ValueError, KeyError) as error:
             raise CheckpointError(f"checkpoint {path} does not fit this model: {error}") from error
         self.scheduler.load_state_dict(state["scheduler"])
@@ -194,61 +274,324 @@ class Trainer:
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
-        return int(state["epoch"])
+        epoch = int(state["epoch"])
+        if "history" in state:
+            self.history = [dict(row) for row in state["history"]][:epoch]
+        else:  # format 1: the CSV, cut to the checkpoint's epochs
+            csv_path = path.parent / HISTORY_NAME
+            self.history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
+        return epoch
+
+    def _saved_config(self, saved: dict[str, Any], source: Path) -> dict[str, Any]:
+        """The saved configuration with the defaults of keys added since it was written."""
+        return config_from_dict(dict(saved), source=str(source)).to_dict()
+
+    def _check_same_config(self, saved: dict[str, Any], source: Path) -> None:
+        current = self.config.to_dict()
+        differ = sorted(
+            k for k in current if k not in RESUMABLE_KEYS and saved.get(k) != current[k]
+        )
+        if differ:
+            details = ", ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in differ)
+            raise CheckpointError(
+                f"checkpoint {source} is from another configuration ({details}); "
+                "use --overwrite to start afresh"
+            )
+
+    def _weight_index(self) -> int | None:
+        """The class centers' index in the optimizer's state (None if not optimized)."""
+        position = 0
+        for group in self.optimizer.param_groups:
+            for parameter in group["params"]:
+                if parameter is self.loss.weight:
+                    return position
+                position += 1
+        return None
+
+    def _local_optimizer_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """An optimizer state dict saved by one process, with the class centers' state cut to
+        this rank's block when the head is sharded."""
+        shard = getattr(self.loss, "shard", None)
+        index = self._weight_index()
+        if shard is None or index is None or index not in state["state"]:
+            return state
+        k = self.loss.sub_centers
+        full = self.loss.num_classes * k
+        entries = dict(state["state"][index])
+        for key, value in entries.items():
+            if isinstance(value, Tensor) and value.dim() == 2 and value.shape[0] == full:
+                entries[key] = value[shard.start * k : shard.stop * k].clone()
+        return {**state, "state": {**state["state"], index: entries}}
+
+    def _restore_sharded(self, run_dir: Path) -> int:
+        """:meth:`_restore` from a checkpoint that ranks wrote through DCP (any world size)."""
+        folder = run_dir / SHARDED_CHECKPOINT_NAME
+        sidecar = read_sidecar(run_dir)
+        self._check_same_config(self._saved_config(sidecar["config"], folder), folder)
+        entries = checkpoint_entries(run_dir)
+        from ..head import reshardable_state_dict
+
+        targets: dict[str, Any] = {f"model/{k}": v for k, v in self.model.state_dict().items()}
+        targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(self.loss).items()})
+        index = self._weight_index()
+        prefix = f"optimizer/{index}/"
+        holders: dict[str, Tensor] = {}
+        for key, (size, dtype) in entries.items():
+            if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
+                holder = torch.empty_like(self.loss.weight, dtype=dtype)  # (c·K, D)
+                holders[key] = holder
+                targets[key] = as_class_rows(holder, self.loss)
+        filled = load_sharded_tensors(run_dir, targets, distributed=self.distributed)
+        optimizer_json = sidecar["optimizer"]
+        state: dict[Any, dict[str, Any]] = {}
+        for key, value in filled.items():
+            if key.startswith("optimizer/"):
+                _, position, name = key.split("/", 2)
+                value = holders.get(key, value)
+                state.setdefault(int(position), {})[name] = value
+        for position, extra in optimizer_json.get("state", {}).items():
+            state.setdefault(int(position), {}).update(extra)
+        try:
+            self.optimizer.load_state_dict(
+                {"state": state, "param_groups": optimizer_json["param_groups"]}
+            )
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CheckpointError(
+                f"checkpoint {folder} does not fit this model: {error}"
+            ) from error
+        self.scheduler.load_state_dict(sidecar["scheduler"])
+        self.scaler.load_state_dict(sidecar.get("scaler", {}))
+        rng = filled.get(f"rng/{self.rank}", filled.get("rng/0"))
+        if rng is not None:
+            torch.set_rng_state(rng)
+        epoch = int(sidecar["epoch"])
+        self.history = [dict(row) for row in sidecar.get("history", [])][:epoch]
+        return epoch
+
+    def _first_non_finite(self) -> str | None:
+        """The name of the first parameter (``model.<name>`` or ``loss.<name>``) holding a NaN
+        or inf, or None."""
+        for prefix, module in (("model", self.model), ("loss", self.loss)):
+            for name, parameter in module.named_parameters():
+                if not bool(torch.isfinite(parameter).all()):
+                    return f"{prefix}.{name}"
+        return None
+
+    def _way_forward(self) -> str:
+        """What the user can do now, true to what is on disk."""
+        checkpoint = self.run_dir / CHECKPOINT_NAME
+        sharded = has_sharded_checkpoint(self.run_dir)
+        if checkpoint.is_file() or sharded:
+            try:
+                if sharded:
+                    epoch = int(read_sidecar(self.run_dir)["epoch"])
+                else:
+                    epoch = int(load_checkpoint(checkpoint)["epoch"])
+            except CheckpointError:
+                epoch = None
+            done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
+            return (
+                f"{done} is kept in {self.run_dir}; continue with `marginface train --out "
+                f"{self.run_dir} --resume` (or start again with --overwrite)"
+            )
+        return (
+            f"no epoch was completed, so no checkpoint was written; start again with "
+            f"`marginface train ... --out {self.run_dir} --overwrite`"
+        )
+
+    def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
+        where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
+        parameter = self._first_non_finite()
+        cause = f"parameter {parameter} became non-finite" if parameter else what
+        return TrainingDivergedError(
+            f"{cause} at {where}; {self._way_forward()}. Try a lower lr, a warm-up, grad_clip "
+            "or another scale."
+        )
 
     # ---------------------------------------------------------------- loop
     def _batch(
-        self, index: Tensor, augment_generator: torch.Generator | None = None
+        self,
+        index: Tensor,
+        augment_generator: torch.Generator | None = None,
+        loaded: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        images = self.train_x[index].to(self.device, non_blocking=True)
+        """The images and labels of ``index`` on the device, augmented; ``loaded``: the
+        batch a DataLoader already read (streamed datasets)."""
+        if loaded is not None:
+            images = loaded[0].to(self.device, non_blocking=True)
+            labels = loaded[1].to(self.device, dtype=torch.int64, non_blocking=True)
+        else:
+            images = self.train_x[index].to(self.device, non_blocking=True)
+            labels = self.train_y[index].to(self.device, non_blocking=True)
         if self.augmentation is not None and augment_generator is not None:
             images = self.augmentation(images, augment_generator)
         if self.config.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return images, self.train_y[index].to(self.device, non_blocking=True)
+        return images, labels
+
+    def _loader(self, epoch: int, order: Tensor) -> Any:
+        """A DataLoader over this rank's share of every global batch of the epoch
+        (streamed datasets), with ``config.workers`` worker processes."""
+        from torch.utils.data import DataLoader
+
+        dataset = self.bundle.train.dataset
+        inner = getattr(dataset, "dataset", dataset)  # a Subset's dataset (--limit)
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
+        size = self.config.batch_size
+        batches = []
+        for step in range(self.steps_per_epoch):
+            index = order[step * size : (step + 1) * size]
+            if self.distributed:
+                index = rank_slice(index, self.rank, self.world)
+            batches.append(index.tolist())
+        return iter(
+            DataLoader(
+                dataset,
+                batch_sampler=batches,
+                num_workers=self.config.workers,
+                pin_memory=self.device.type == "cuda",
+            )
+        )
 
     def _train_epoch(self, epoch: int) -> float:
         config = self.config
         self.model.train()
         self.loss.train()
-        order = torch.randperm(len(self.train_x), generator=_epoch_generator(config.seed, epoch))
+        order = torch.randperm(len(self.train_y), generator=_epoch_generator(config.seed, epoch))
+        loader = self._loader(epoch, order) if self.streamed else None
         augment_generator = _epoch_generator(config.seed, epoch, stream=1)
         steps = range(self.steps_per_epoch)
-        if self.progress:
+        if self.progress and self.is_main:
             from tqdm.auto import tqdm
 
             steps = tqdm(steps, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False)
         total, count = 0.0, 0
+        began = time.perf_counter()
         for step in steps:
             index = order[step * config.batch_size : (step + 1) * config.batch_size]
-            images, labels = self._batch(index, augment_generator)
+            mine = rank_slice(index, self.rank, self.world) if self.distributed else index
+            loaded = next(loader) if loader is not None else None
+            images, labels = self._batch(mine, augment_generator, loaded)
             with torch.autocast(
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
             ):
-                embeddings = self.model(images)  # (B, D)
+                embeddings = self.forward_model(images)  # (b, D), this rank's rows
             finite = bool(torch.isfinite(embeddings).all())
-            loss = self.loss(embeddings.float(), labels) if finite else None
-            value = float(loss.detach()) if finite else math.nan
+            if self.distributed:
+                finite = all_ranks_true(finite, self.device)
+            if not finite:
+                raise self._diverged("the embeddings became non-finite", epoch, step)
+            loss = self.loss(embeddings.float(), labels)  # the global batch's loss
+            value = float(loss.detach())
             if not math.isfinite(value):
-                raise TrainingDivergedError(
-                    f"loss became {value} at epoch {epoch + 1}, step {step + 1}; the last good "
-                    f"checkpoint (epoch {epoch}) is kept in {self.run_dir}. Try a lower lr, "
-                    "a warm-up, grad_clip or another scale."
-                )
+                raise self._diverged(f"the loss became {value}", epoch, step)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             if config.grad_clip is not None:
                 self.scaler.unscale_(self.optimizer)
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+                self._clip_gradients(config.grad_clip)
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
             total += value * len(index)
             count += len(index)
-            if self.progress:
-                steps.set_postfix(loss=f"{value:.4f}")
+            completed = epoch * self.steps_per_epoch + step + 1
+            if (
+                config.verify_every
+                and self.bundle.verification
+                and (completed % config.verify_every == 0)
+            ):
+                self._log_step_verification(completed)
+            if self.progress and self.is_main:
+                elapsed = time.perf_counter() - began
+                remaining = elapsed / (step + 1) * (self.steps_per_epoch - step - 1)
+                steps.set_postfix(
+                    loss=f"{value:.4f}", img_s=f"{count / elapsed:.0f}", eta=f"{remaining:.0f}s"
+                )
         return total / count
+
+    def _log_step_verification(self, step: int) -> None:
+        """Every ``verify_every`` steps: the verification sets' accuracy, logged and (rank 0)
+        appended to ``verification.csv`` (step, then one column per set)."""
+        row: dict[str, Any] = {"step": step, **self._verify()}
+        self.model.train()
+        self.step_verification.append(row)
+        if self.is_main:
+            write_history(self.run_dir / VERIFICATION_NAME, self.step_verification)
+            for callback in self.step_callbacks:
+                callback(row)
+
+    def _clip_gradients(self, max_norm: float) -> None:
+        """Clip the global gradient norm to ``max_norm``; with a sharded head the centers'
+        squared norm is summed over ranks (the backbone's gradient is replicated by DDP)."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not self.distributed:
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            return
+        weight = self.loss.weight
+        sharded = [p for p in params if p is weight]
+        replicated = [p for p in params if p is not weight]
+        squares = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for p in replicated:
+            squares[0] += p.grad.detach().double().pow(2).sum()
+        for p in sharded:
+            squares[1] += p.grad.detach().double().pow(2).sum()
+        sharded_total = squares[1:].clone()
+        dist.all_reduce(sharded_total)
+        norm = float((squares[0] + sharded_total[0]).sqrt())
+        factor = max_norm / (norm + 1e-6)
+        if factor < 1:
+            for p in params:
+                p.grad.detach().mul_(factor)
+
+    def _images_per_epoch(self) -> int:
+        """Training images of the global batch per epoch (the batches actually run)."""
+        return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
+
+    def _prepare_run_dir(self, *, resume: bool, overwrite: bool) -> Path:
+        """:func:`prepare_run_dir` on rank 0; the other ranks raise the same error if it
+        failed, and wait for it otherwise."""
+        failure: tuple[str, str] | None = None
+        if self.is_main:
+            try:
+                prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
+                remove_stale_temporaries(self.run_dir)
+            except (OSError, ValueError) as error:
+                failure = (type(error).__name__, str(error))
+                if not self.distributed:
+                    raise
+        if self.distributed:
+            failure = broadcast_object(failure)
+            if failure is not None:
+                kinds = {"OutputExistsError": OutputExistsError, "CheckpointError": CheckpointError}
+                raise kinds.get(failure[0], ValueError)(failure[1])
+        return self.run_dir
+
+    def _save(self, epoch: int, checkpoint: Path) -> None:
+        """Write the checkpoint of ``epoch``: one file from one process, or every rank's share
+        through DCP; the other format, now older, is removed."""
+        if not self.distributed:
+            save_checkpoint(self._state(epoch), checkpoint)
+            stale = self.run_dir / SHARDED_CHECKPOINT_NAME
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            return
+        extra = {
+            "config": self.config.to_dict(),
+            "meta": self.meta,
+            "history": [dict(row) for row in self.history],
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+        save_sharded_checkpoint(
+            self.run_dir,
+            epoch=epoch,
+            model=self.model,
+            loss=self.loss,
+            optimizer=self.optimizer,
+            extra=extra,
+        )
 
     def _test_embeddings(self, *, flip: bool) -> Tensor:
         """Embeddings ``float32[N, D]`` (on the CPU) of the test images."""
@@ -272,10 +615,56 @@ class Trainer:
         embeddings = self._test_embeddings(flip=False).to(self.device)
         labels = torch.as_tensor(test.labels, device=self.device)
         self.loss.eval()
-        val_loss = float(self.loss(embeddings, labels))
-        predicted = self.loss.cosine(embeddings).argmax(dim=1)  # (N,) the seed's SoftmaxHead
+        if self.distributed:  # each rank passes its share; the loss is the whole set's
+            mine = rank_slice(torch.arange(len(labels)), self.rank, self.world)
+            val_loss = float(self.loss(embeddings[mine], labels[mine]))
+            predicted = self._sharded_argmax(embeddings)
+        else:
+            val_loss = float(self.loss(embeddings, labels))
+            predicted = self.loss.cosine(embeddings).argmax(dim=1)  # (N,) the seed's SoftmaxHead
         accuracy = float((predicted == labels).double().mean())
         return {"val_loss": val_loss, "accuracy": accuracy}
+
+    def _sharded_argmax(self, embeddings: Tensor) -> Tensor:
+        """The class of highest cosine for every row, ``Tensor[N]``, over the classes of every
+        rank (ties: the lowest class index, as ``argmax`` on one process)."""
+        cosine = self.loss.cosine(embeddings)  # (N, c) this rank's classes
+        if cosine.shape[1]:
+            values, index = cosine.max(dim=1)
+        else:
+            values = torch.full((cosine.shape[0],), -math.inf, device=cosine.device)
+            index = torch.zeros(cosine.shape[0], dtype=torch.int64, device=cosine.device)
+        index = index + self.loss.class_range[0]
+        every_value = [torch.empty_like(values) for _ in range(self.world)]
+        every_index = [torch.empty_like(index) for _ in range(self.world)]
+        dist.all_gather(every_value, values.contiguous())
+        dist.all_gather(every_index, index.contiguous())
+        best = torch.stack(every_value).argmax(dim=0)  # (N,) the first rank holding the max
+        return torch.stack(every_index).gather(0, best.unsqueeze(0)).squeeze(0)
+
+    @torch.no_grad()
+    def _verify(self) -> dict[str, float]:
+        """Accuracy ± std (10 folds, flip-summed embeddings, insightface's protocol through the
+        library's verification) of every verification set of the dataset."""
+        row: dict[str, float] = {}
+        for name, verification in self.bundle.verification.items():
+            embeddings = extract_embeddings(
+                self.model,
+                verification.images,
+                batch_size=self.config.eval_batch_size,
+                device=self.device,
+                channels_last=self.config.channels_last,
+                amp_dtype=self.amp_dtype,
+                flip=True,
+                transform=verification.model_input,
+            )
+            metrics = evaluate_pairs(embeddings.numpy(), verification.pairs)
+            row[f"{name}_accuracy"] = float(metrics.accuracy)
+            row[f"{name}_accuracy_std"] = float(metrics.accuracy_std)
+            logger.info(
+                "[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std
+            )
+        return row
 
     def _evaluate_open_set(self) -> dict[str, float]:
         """Open-set test data (new identities): verification of the test pairs instead of a
@@ -305,39 +694,78 @@ class Trainer:
             OutputExistsError: ``run_dir`` exists and neither ``resume`` nor ``overwrite``.
             CheckpointError: resuming from a missing, corrupt or incompatible checkpoint.
             TrainingDivergedError: the loss became NaN/inf (the last checkpoint is kept).
+            DiskFullError: a checkpoint did not fit (the previous one is kept; the message
+                says which and how to go on).
         """
-        run_dir = prepare_run_dir(self.run_dir, resume=resume, overwrite=overwrite)
+        self._init_distributed()
+        run_dir = self._prepare_run_dir(resume=resume, overwrite=overwrite)
         self._setup()
         start = 0
         checkpoint = run_dir / CHECKPOINT_NAME
+        self.history = []
         if resume:
             start = self._restore(checkpoint)
-        save_config(self.config, run_dir / CONFIG_NAME)
         history_path = run_dir / HISTORY_NAME
-        csv_log = CSVLogger(history_path, keep_epochs=start if resume else None)
-        self.history = read_history(history_path) if resume and history_path.is_file() else []
-        board = TensorBoardLogger(run_dir / "tensorboard") if self.config.tensorboard else None
+        self.step_verification = []
+        if resume and (run_dir / VERIFICATION_NAME).is_file():
+            done = start * self.steps_per_epoch
+            rows = read_history(run_dir / VERIFICATION_NAME)
+            self.step_verification = [row for row in rows if row["step"] <= done]
+        if self.is_main:
+            save_config(self.config, run_dir / CONFIG_NAME)
+            write_history(history_path, self.history)  # completes a CSV cut short by a kill
+        board = None
+        if self.config.tensorboard and self.is_main:
+            board = TensorBoardLogger(run_dir / "tensorboard")
         try:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
                 train_loss = self._train_epoch(epoch)
                 seconds = time.perf_counter() - began
+                parameter = self._first_non_finite()
+                if parameter is not None:
+                    raise self._diverged("", epoch, None)
                 row: dict[str, Any] = {
                     "epoch": epoch + 1,
                     "loss": train_loss,
                     **self._evaluate(),
+                    **self._verify(),
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "seconds": seconds,
+                    "images_per_second": self._images_per_epoch() / seconds,
                     **margin_state(self.loss),
                 }
-                save_checkpoint(self._state(epoch + 1), checkpoint)
-                csv_log.log(row)
-                if board is not None:
-                    board.log(row)
                 self.history.append(row)
-                logger.info("epoch %d: %s", epoch + 1, row)
-                for callback in self.callbacks:
-                    callback(row)
+                try:
+                    self._save(epoch + 1, checkpoint)
+                except BaseException as error:
+                    self.history.pop()
+                    if isinstance(error, DiskFullError):  # say what is kept and how to go on
+                        raise DiskFullError(
+                            error.errno,
+                            f"disk full: could not write {checkpoint} (free some space); "
+                            f"{self._way_forward()}",
+                            str(checkpoint),
+                        ) from error
+                    raise
+                if self.is_main:
+                    write_history(history_path, self.history)
+                    if board is not None:
+                        board.log(row)
+                    logger.info("epoch %d: %s", epoch + 1, row)
+                    for callback in self.callbacks:
+                        callback(row)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
+        except RuntimeError as error:
+            if not self.distributed or isinstance(error, TrainingDivergedError):
+                raise
+            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise RankFailureError(
+                f"rank {self.rank}: a collective failed (another rank died, raised, or hung past "
+                f"--dist-timeout = {self.config.dist_timeout:g} s): {first}; "
+                f"{self._way_forward()}"
+            ) from error
         finally:
             if board is not None:
                 board.close()

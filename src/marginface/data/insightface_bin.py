@@ -1,0 +1,104 @@
+"""insightface's ``.bin`` verification sets (lfw.bin, cfp_fp.bin, agedb_30.bin, ...), read safely.
+
+A ``.bin`` file is a pickle of ``(bins, issame_list)``: ``bins`` holds ``2·P`` encoded images
+(JPEG/PNG bytes, Python-2 ``str`` in the older files, sometimes ``uint8`` NumPy buffers) and
+``issame_list`` ``P`` booleans, pair ``p`` being images ``2p`` and ``2p + 1``. insightface
+evaluates them with 10-fold cross-validation over consecutive blocks of pairs.
+
+These files circulate from many hands and a pickle can run code, so they are read with
+:func:`~marginface.data.safe_pickle.restricted_load`: only bytes, bools, ints, lists, tuples and
+``bool``/``uint8`` arrays are admitted; anything else is refused before it is looked up.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .base import PairSet
+from .imaging import decode_image, stack_images
+from .safe_pickle import UnsafePickleError, restricted_load
+
+__all__ = ["VerificationBin", "load_verification_bin"]
+
+
+@dataclass(frozen=True)
+class VerificationBin:
+    """A decoded ``.bin`` verification set.
+
+    Attributes:
+        images: ``uint8[2P, C, H, W]`` (``C`` = 3 for RGB, 1 for grey).
+        same: ``bool[P]``: pair ``p`` (images ``2p``, ``2p+1``) shows one identity.
+    """
+
+    images: np.ndarray
+    same: np.ndarray
+
+    def pairs(self, num_folds: int = 10) -> PairSet:
+        """The pairs as a :class:`PairSet` with insightface's folds: ``num_folds`` consecutive
+        blocks of (nearly) equal size."""
+        count = len(self.same)
+        index = np.arange(2 * count, dtype=np.int64).reshape(count, 2)
+        fold = (np.arange(count, dtype=np.int64) * num_folds) // max(count, 1)
+        return PairSet(index, self.same.astype(bool), fold)
+
+
+def _as_bytes(item: object, position: int, source: str) -> bytes:
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    if isinstance(item, np.ndarray) and item.dtype == np.uint8 and item.ndim == 1:
+        return item.tobytes()
+    raise UnsafePickleError(
+        f"{source}: image {position} is a {type(item).__name__}, expected encoded image bytes"
+    )
+
+
+def load_verification_bin(
+    path: str | os.PathLike[str], *, image_size: int | None = None, rgb: bool = True
+) -> VerificationBin:
+    """Read and decode an insightface ``.bin`` verification set.
+
+    Args:
+        path: the ``.bin`` file.
+        image_size: resize every image to this side (None: keep, 112 for insightface's sets).
+        rgb: three channels (default) or luminance.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        UnsafePickleError: the pickle names anything beyond plain data (nothing from it runs),
+            is malformed, or does not hold ``(bins, issame_list)`` with ``2·len(issame_list)``
+            images.
+        ValueError: an image cannot be decoded (the message names its position).
+    """
+    path = Path(path)
+    source = str(path)
+    content = restricted_load(path)
+    if not isinstance(content, (tuple, list)) or len(content) != 2:
+        raise UnsafePickleError(f"{source}: expected a pickled (bins, issame_list) pair")
+    bins, issame = content
+    if not isinstance(bins, (list, tuple)):
+        raise UnsafePickleError(f"{source}: bins is a {type(bins).__name__}, expected a list")
+    same = np.asarray(issame)
+    if same.ndim != 1 or not (same.dtype == bool or np.issubdtype(same.dtype, np.integer)):
+        raise UnsafePickleError(f"{source}: issame_list must be a list of booleans")
+    if len(bins) != 2 * len(same) or not len(same):
+        raise UnsafePickleError(
+            f"{source}: {len(bins)} images for {len(same)} pairs; expected 2 per pair"
+        )
+    decoded = []
+    for position, item in enumerate(bins):
+        data = _as_bytes(item, position, source)
+        try:
+            decoded.append(decode_image(data, rgb=rgb, size=image_size))
+        except ValueError as error:
+            raise ValueError(f"{source}: image {position}: {error}") from None
+    try:
+        images = stack_images(decoded)
+    except ValueError as error:
+        raise ValueError(
+            f"{source}: images of different sizes ({error}); pass image_size"
+        ) from None
+    return VerificationBin(images, same.astype(bool))

@@ -1,0 +1,331 @@
+"""Checkpoints of distributed runs: every rank writes its share through
+``torch.distributed.checkpoint`` (DCP), and any world size reads them back.
+
+Layout, in the run folder::
+
+    checkpoint/              DCP files: tensors only
+      .metadata              DCP's index (read with a restricted unpickler, see below)
+      __<rank>_0.distcp      each rank's tensors
+      marginface.json        everything else, as JSON: format, epoch, config, meta (with the
+                             world size), history, scheduler, scaler, optimizer hyperparameters,
+                             and the sha256 of every file above
+
+Tensor keys: ``model/<name>`` (replicated), ``loss/<name>`` (the class centers as a DTensor
+``[C, K·D]`` sharded on dim 0, the margin's buffers replicated), ``optimizer/<param>/<key>``
+(the state of the class centers laid out like them, the backbone's replicated), ``rng/<rank>``.
+
+Writing is atomic at the level of the folder: every rank writes into
+``.checkpoint.<epoch>.tmp/``; after a barrier rank 0 adds ``marginface.json`` and swaps the
+folder in (``checkpoint/`` → ``.checkpoint.old/``, the new one → ``checkpoint/``, the old one
+removed). A kill between the two renames is repaired by the next run (:func:`recover`).
+
+Reading is safe: DCP's own reader unpickles ``.metadata`` with plain :mod:`pickle`; here it is
+read by an unpickler that admits only DCP's metadata classes, ``torch.Size``, dtypes and paths,
+and the tensors themselves with ``weights_only=True`` (DCP's default). Every file's sha256 is
+checked against ``marginface.json`` first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import pickle
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
+
+from .._atomic import atomic_write_text
+from ..head import MarginSoftmaxLoss
+from .checkpoint import CheckpointError
+
+__all__ = [
+    "SHARDED_CHECKPOINT_NAME",
+    "SIDECAR_NAME",
+    "as_class_rows",
+    "checkpoint_entries",
+    "has_sharded_checkpoint",
+    "load_sharded_tensors",
+    "read_sidecar",
+    "recover",
+    "save_sharded_checkpoint",
+]
+
+SHARDED_CHECKPOINT_NAME = "checkpoint"
+SIDECAR_NAME = "marginface.json"
+SHARDED_FORMAT = "marginface-sharded-checkpoint"
+_OLD = ".checkpoint.old"
+_SIDECAR_KEYS = ("epoch", "config", "meta", "history", "optimizer", "scheduler", "files")
+
+_SAFE_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+_SAFE_GLOBALS = {
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def __init__(self, stream: Any, path: Path) -> None:
+        super().__init__(stream)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in _SAFE_MODULES and not name.startswith("__"):
+            value = getattr(__import__(module, fromlist=[name]), name, None)
+            if isinstance(value, type):
+                return value
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if (module, name) in _SAFE_GLOBALS:
+            return getattr(__import__(module, fromlist=[name]), name)
+        raise CheckpointError(
+            f"refused to load {self._path}: it names {module}.{name}, which a checkpoint "
+            "index never holds (it could run code); nothing from it was executed"
+        )
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """DCP's file reader with ``.metadata`` read by a restricted unpickler."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = Path(self._get_metadata_path(kwargs.get("rank")))
+        data = path.read_bytes()
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(data), path).load()
+        except CheckpointError:
+            raise
+        except Exception as error:
+            raise CheckpointError(f"checkpoint index {path} is unreadable ({error})") from None
+        if not isinstance(metadata, Metadata):
+            raise CheckpointError(f"{path} is not a checkpoint index")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def has_sharded_checkpoint(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a complete sharded checkpoint (after :func:`recover`)."""
+    recover(run_dir)
+    return (Path(run_dir) / SHARDED_CHECKPOINT_NAME / SIDECAR_NAME).is_file()
+
+
+def recover(run_dir: str | Path) -> None:
+    """Repair a kill between the two renames of a checkpoint swap: when ``checkpoint/`` is
+    missing or incomplete and ``.checkpoint.old/`` is complete, put the old one back."""
+    run_dir = Path(run_dir)
+    current, old = run_dir / SHARDED_CHECKPOINT_NAME, run_dir / _OLD
+    if not old.is_dir():
+        return
+    if (current / SIDECAR_NAME).is_file():
+        shutil.rmtree(old, ignore_errors=True)
+    elif (old / SIDECAR_NAME).is_file():
+        if current.exists():
+            shutil.rmtree(current)
+        old.rename(current)
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    result = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name != SIDECAR_NAME:
+            hasher = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    hasher.update(block)
+            result[path.name] = hasher.hexdigest()
+    return result
+
+
+def _loss_weight_index(optimizer: torch.optim.Optimizer, loss: nn.Module) -> int | None:
+    weight = getattr(loss, "weight", None)
+    position = 0
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if parameter is weight:
+                return position
+            position += 1
+    return None
+
+
+def as_class_rows(tensor: torch.Tensor, loss: MarginSoftmaxLoss) -> torch.Tensor:
+    """A tensor shaped like the weight block, viewed as ``[c, K·D]`` (sharing its storage),
+    wrapped as a DTensor of global shape ``[C, K·D]`` when the head is sharded."""
+    k, d = loss.sub_centers, loss.embedding_dim
+    rows = tensor.detach().reshape(-1, k * d)
+    if loss.shard is None:
+        return rows
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = DeviceMesh.from_group(loss.shard.group or dist.group.WORLD, rows.device.type)
+    return DTensor.from_local(
+        rows,
+        mesh,
+        [Shard(0)],
+        run_check=False,
+        shape=torch.Size([loss.num_classes, k * d]),
+        stride=(k * d, 1),
+    )
+
+
+def _tensor_state(
+    model: nn.Module, loss: MarginSoftmaxLoss, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensors for DCP, optimizer's JSON part)``."""
+    tensors: dict[str, Any] = {f"model/{k}": v for k, v in model.state_dict().items()}
+    tensors.update({f"loss/{k}": v for k, v in loss.state_dict().items()})
+    state = optimizer.state_dict()
+    weight_index = _loss_weight_index(optimizer, loss)
+    plain: dict[str, Any] = {}
+    for index, entries in state["state"].items():
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                if index == weight_index and value.shape == loss.weight.shape:
+                    value = as_class_rows(value, loss)
+                tensors[f"optimizer/{index}/{key}"] = value
+            else:
+                plain.setdefault(str(index), {})[key] = value
+    return tensors, {"param_groups": state["param_groups"], "state": plain}
+
+
+def save_sharded_checkpoint(
+    run_dir: str | Path,
+    *,
+    epoch: int,
+    model: nn.Module,
+    loss: MarginSoftmaxLoss,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, Any],
+) -> Path:
+    """Write the checkpoint of ``epoch`` (all ranks call it). ``extra`` holds the JSON part
+    (config, meta, history, scheduler, scaler). Returns ``run_dir/checkpoint``."""
+    run_dir = Path(run_dir)
+    rank = dist.get_rank()
+    staging = run_dir / f".checkpoint.{epoch}.tmp"
+    if rank == 0 and staging.exists():
+        shutil.rmtree(staging)
+    dist.barrier()
+    tensors, optimizer_json = _tensor_state(model, loss, optimizer)
+    tensors[f"rng/{rank}"] = torch.get_rng_state()
+    dcp.save(tensors, checkpoint_id=staging)
+    dist.barrier()
+    final = run_dir / SHARDED_CHECKPOINT_NAME
+    if rank == 0:
+        sidecar = {
+            "format": SHARDED_FORMAT,
+            "version": 1,
+            "epoch": epoch,
+            "world_size": dist.get_world_size(),
+            "optimizer": optimizer_json,
+            **extra,
+            "files": _digests(staging),
+        }
+        atomic_write_text(staging / SIDECAR_NAME, json.dumps(sidecar, indent=1) + "\n")
+        old = run_dir / _OLD
+        if old.exists():
+            shutil.rmtree(old)
+        if final.exists():
+            final.rename(old)
+        staging.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
+    dist.barrier()
+    return final
+
+
+def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
+    """The JSON part of the sharded checkpoint in ``run_dir``, its files' digests checked.
+
+    Raises:
+        CheckpointError: missing, not ours, or a file whose sha256 differs (damaged).
+    """
+    recover(run_dir)
+    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    path = folder / SIDECAR_NAME
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {folder}")
+    try:
+        sidecar = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is damaged ({error})") from None
+    if not isinstance(sidecar, dict) or sidecar.get("format") != SHARDED_FORMAT:
+        raise CheckpointError(f"{path} is not a marginface checkpoint")
+    missing = [key for key in _SIDECAR_KEYS if key not in sidecar]
+    if missing:
+        raise CheckpointError(f"{path} is incomplete: no {', '.join(missing)}")
+    expected = sidecar.get("files", {})
+    actual = _digests(folder)
+    if expected != actual:
+        bad = sorted(
+            set(expected) ^ set(actual) | {k for k in expected if actual.get(k) != expected[k]}
+        )
+        raise CheckpointError(
+            f"checkpoint {folder} is damaged: {', '.join(bad)} do(es) not match their sha256; "
+            "restore it from a copy or start again with --overwrite"
+        )
+    return sidecar
+
+
+def _rank(distributed: bool) -> int:
+    return dist.get_rank() if distributed else 0
+
+
+def checkpoint_entries(run_dir: str | Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    """Every tensor of the sharded checkpoint in ``run_dir``: key → (global shape, dtype)."""
+    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    metadata = SafeFileSystemReader(folder).read_metadata()
+    entries = {}
+    for key, item in metadata.state_dict_metadata.items():
+        if not isinstance(item, TensorStorageMetadata):
+            raise CheckpointError(f"{folder}: entry {key!r} is not a tensor")
+        entries[key] = (item.size, item.properties.dtype)
+    return entries
+
+
+def load_sharded_tensors(
+    run_dir: str | Path, targets: dict[str, Any], *, distributed: bool, only_targets: bool = False
+) -> dict[str, Any]:
+    """Fill ``targets`` (key → tensor or DTensor, allocated by the caller in the layout it
+    wants) from the checkpoint; keys the checkpoint lacks are dropped, keys it has beyond
+    ``targets`` are allocated in full (replicated), unless ``only_targets``. Returns the filled
+    dict."""
+    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    reader = SafeFileSystemReader(folder)
+    metadata = reader.read_metadata()
+    filled: dict[str, Any] = {}
+    for key, item in metadata.state_dict_metadata.items():
+        if not isinstance(item, TensorStorageMetadata):
+            raise CheckpointError(f"{folder}: entry {key!r} is not a tensor")
+        if key in targets:
+            filled[key] = targets[key]
+        elif only_targets:
+            continue
+        elif (
+            not key.startswith("rng/")
+            or key == "rng/0"
+            or (distributed and key == f"rng/{dist.get_rank()}")
+        ):
+            filled[key] = torch.empty(item.size, dtype=item.properties.dtype)
+    if distributed:
+        dcp.load(filled, checkpoint_id=folder, storage_reader=reader)
+    else:
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+            warnings.filterwarnings("ignore", message=".*single process.*", category=UserWarning)
+            dcp.load(filled, checkpoint_id=folder, storage_reader=reader, no_dist=True)
+    return filled

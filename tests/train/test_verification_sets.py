@@ -1,0 +1,52 @@
+"""Verification sets evaluated during training: per-epoch columns and every-N-steps log."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marginface.config import TrainConfig
+from marginface.data import load_dataset
+from marginface.data.base import DatasetBundle, PairSet, VerificationSet
+from marginface.train import Trainer, evaluate_pairs, extract_embeddings, read_history
+
+
+def _bundle_with_sets() -> tuple[DatasetBundle, VerificationSet]:
+    bundle = load_dataset("digits", seed=0)
+    test = bundle.test
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, len(test), 200)
+    second = rng.integers(0, len(test), 200)
+    same = test.labels[first] == test.labels[second]
+    index = np.stack([np.arange(200) * 2, np.arange(200) * 2 + 1], axis=1)
+    images = np.empty((400, *test.images.shape[1:]), dtype=np.uint8)
+    images[0::2] = np.round(test.images[first] * 255).astype(np.uint8)
+    images[1::2] = np.round(test.images[second] * 255).astype(np.uint8)
+    fold = np.arange(200) * 10 // 200
+    verification = VerificationSet(images, PairSet(index, same, fold))
+    train = bundle.train
+    limited = type(train)(train.images[:120], train.labels[:120], train.class_names)
+    return (
+        DatasetBundle("digits", limited, test, verification={"digits_pairs": verification}),
+        verification,
+    )
+
+
+def test_verification_sets_are_logged_each_epoch_and_every_n_steps(tmp_path):
+    bundle, verification = _bundle_with_sets()
+    config = TrainConfig(
+        dataset="digits", epochs=2, batch_size=40, threads=1, device="cpu", verify_every=2
+    )
+    trainer = Trainer(config, tmp_path / "run", bundle=bundle)
+    trainer.fit()
+    rows = read_history(tmp_path / "run" / "history.csv")
+    assert {"digits_pairs_accuracy", "digits_pairs_accuracy_std"} <= set(rows[0])
+    # the same figure as the library's verification of the same pairs, recomputed here
+    floats = verification.images.astype(np.float32) / 255
+    embeddings = extract_embeddings(trainer.model, floats, device="cpu", flip=True)
+    expected = evaluate_pairs(embeddings.numpy(), verification.pairs)
+    assert rows[-1]["digits_pairs_accuracy"] == pytest.approx(expected.accuracy)
+    assert rows[-1]["digits_pairs_accuracy_std"] == pytest.approx(expected.accuracy_std)
+    steps = read_history(tmp_path / "run" / "verification.csv")
+    assert [row["step"] for row in steps] == [2, 4, 6]  # 3 steps per epoch, 2 epochs
+    assert all(0 <= row["digits_pairs_accuracy"] <= 1 for row in steps)
