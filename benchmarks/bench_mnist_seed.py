@@ -5,19 +5,22 @@ Keras' default) with an L2 penalty of 1e-5 on the conv kernels (here: Adam weigh
 the same gradient 2·1e-5·w, applied to every parameter). The seed reports 99.31% after 200
 epochs; its TensorFlow code takes ~17.5 s per epoch on the project's 2-core machine.
 
-``--recipe best`` (also ``examples/mnist_best.toml``): BatchNorm backbone with an extra dense
-layer of 256 before the 3-D embedding, dropout 0.1, Adam lr 3e-3 with one warm-up epoch and a
-cosine schedule, batch 256, random affine augmentation (shift <= 2 px, rotation <= 10°, zoom
-±10 %).
+``--recipe best`` is ``examples/mnist_best.toml``, read from that file (one source of truth):
+BatchNorm backbone with an extra dense layer of 256 before the 3-D embedding, dropout 0.1, Adam
+lr 3e-3 with one warm-up epoch and a cosine schedule, batch 256, random affine augmentation
+(shift <= 2 px, rotation <= 10°, zoom ±10 %), bf16 autocast. ``--recipe seed`` is
+``examples/mnist_seed.toml``. The command line overrides the epochs, seed, threads and, when
+given, amp (default: the recipe's own), lr, dropout, the dense layer and the augmentation.
 
 Usage (from the repository root)::
 
     python benchmarks/bench_mnist_seed.py --epochs 3                  # the seed's recipe, fp32
     python benchmarks/bench_mnist_seed.py --epochs 3 --amp bf16       # bf16 autocast on CPU
-    python benchmarks/bench_mnist_seed.py --recipe best --epochs 10 --seeds 0 1 2
+    python benchmarks/bench_mnist_seed.py --recipe best --epochs 10 --seeds 0 1 2   # bf16
 
 Prints one line per epoch and a summary with the median training seconds per epoch; writes
-``benchmarks/results/mnist_<recipe>_<amp>_seed<k>.csv`` (the trainer's history).
+``benchmarks/results/mnist_<recipe><tag>_<amp>_seed<k>.csv`` (the trainer's history; the folder
+is git-ignored: the tables in docs/benchmarks.md are copied from such files).
 """
 
 from __future__ import annotations
@@ -32,17 +35,18 @@ from pathlib import Path
 
 import torch
 
-from marginface.config import TrainConfig
+from marginface.config import TrainConfig, load_config
 from marginface.train import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / ".." / "shared" / "data"
 
 
-BEST_HIDDEN = 256
-"""The best recipe's extra dense layer (flattened features -> 256 -> BatchNorm -> ReLU -> 3)."""
-BEST_AUGMENT = {"translate": 2.0, "rotate": 10.0, "scale": 0.1}
-"""The best recipe's augmentation: shifts up to 2 px, rotations up to 10°, zoom ±10 %."""
+RECIPES = {
+    "seed": REPO / "examples" / "mnist_seed.toml",
+    "best": REPO / "examples" / "mnist_best.toml",
+}
+"""The recipes, as the example configurations the README gives to ``marginface train``."""
 
 
 def recipe(
@@ -50,48 +54,39 @@ def recipe(
     *,
     epochs: int,
     seed: int,
-    amp: str,
-    threads: int | None,
+    amp: str | None = None,
+    threads: int | None = None,
     augment: dict[str, float] | None = None,
     lr: float | None = None,
     dropout: float | None = None,
     hidden: int | None = None,
 ) -> TrainConfig:
-    common = {
-        "dataset": "mnist",
-        "embedding_dim": 3,
-        "loss": "curricularface",
-        "loss_options": {"scale": 30.0, "margin": 0.5},
+    """The configuration of recipe ``name`` (``RECIPES``) with the command line's overrides.
+
+    None leaves the recipe's value; ``hidden=0`` removes the extra dense layer; ``augment={}``
+    turns the augmentation off. MNIST is read from disk only (``download = false``).
+    """
+    if name not in RECIPES:
+        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {name!r}")
+    base = load_config(RECIPES[name])
+    model_options = dict(base.model_options)
+    if dropout is not None:
+        model_options["dropout"] = dropout
+    if hidden == 0:
+        model_options.pop("hidden", None)
+    elif hidden is not None:
+        model_options["hidden"] = hidden
+    overrides = {
         "epochs": epochs,
         "seed": seed,
         "amp": amp,
         "threads": threads,
-        "channels_last": True,
-        "dataset_options": {"download": False},
+        "lr": lr,
+        "augment": augment,
+        "model_options": model_options,
+        "dataset_options": {**base.dataset_options, "download": False},
     }
-    if name == "seed":
-        return TrainConfig(
-            model="seed-cnn",
-            batch_size=1024,
-            optimizer="adam",
-            lr=1e-3,
-            weight_decay=2e-5,
-            **common,
-        )
-    return TrainConfig(
-        model="seed-cnn-bn",
-        model_options={
-            "dropout": 0.1 if dropout is None else dropout,
-            **({} if hidden == 0 else {"hidden": BEST_HIDDEN if hidden is None else hidden}),
-        },
-        batch_size=256,
-        optimizer="adam",
-        lr=lr or 3e-3,
-        augment=BEST_AUGMENT if augment is None else augment,
-        schedule="cosine",
-        warmup_epochs=1.0,
-        **common,
-    )
+    return load_config(RECIPES[name], overrides)
 
 
 def main() -> None:
@@ -99,16 +94,21 @@ def main() -> None:
     parser.add_argument("--recipe", choices=("seed", "best"), default="seed")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--amp", choices=("none", "bf16"), default="none")
+    parser.add_argument(
+        "--amp",
+        choices=("none", "bf16"),
+        default=None,
+        help="autocast (default: the recipe's own: none for seed, bf16 for best)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
         "--augment",
         nargs="*",
         metavar="KEY=VALUE",
         default=None,
-        help="override the best recipe's augmentation (no values: none)",
+        help="override the recipe's augmentation (no values: none)",
     )
-    parser.add_argument("--lr", type=float, default=None, help="override the best recipe's lr")
+    parser.add_argument("--lr", type=float, default=None, help="override the recipe's lr")
     parser.add_argument("--dropout", type=float, default=None, help="override its dropout")
     parser.add_argument(
         "--hidden", type=int, default=None, help="override the extra dense layer (0: none)"
@@ -153,14 +153,14 @@ def main() -> None:
 
         trainer = Trainer(config, run_dir, callbacks=[show])
         history = trainer.fit(overwrite=True)
-        name = f"mnist_{args.recipe}{args.tag}_{args.amp}_seed{seed}.csv"
+        name = f"mnist_{args.recipe}{args.tag}_{config.amp}_seed{seed}.csv"
         shutil.copy(run_dir / "history.csv", results / name)
         shutil.rmtree(run_dir)
         seconds = [row["seconds"] for row in history]
         best = max(row["accuracy"] for row in history)
         first = next((row["epoch"] for row in history if row["accuracy"] >= 0.994), None)
         print(
-            f"summary recipe={args.recipe} amp={args.amp} seed={seed}: median train "
+            f"summary recipe={args.recipe} amp={config.amp} seed={seed}: median train "
             f"{statistics.median(seconds):.1f} s/epoch over {len(seconds)} epochs; final "
             f"accuracy {history[-1]['accuracy']:.4f}, best {best:.4f}; first epoch >= 99.4%: "
             f"{first}; load average {os.getloadavg()[0]:.2f}",

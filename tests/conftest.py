@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
 import marginface
 
-SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-
-
-def shared_path(*parts: str) -> Path:
-    """A file under ``../shared/data``: the test is skipped when it is absent, except under
-    ``CI=true``, where a missing offline dataset is a failure (CI always has shared/)."""
-    path = SHARED_DATA.resolve().joinpath(*parts)
-    if not path.exists():
-        message = f"offline dataset file {path} is absent"
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-            pytest.fail(f"{message} (CI=true: the offline data must be present)")
-        pytest.skip(message)
-    return path
+from ._shared_data import SHARED_DATA, require_shared_file  # noqa: F401 (SHARED_DATA re-exported)
 
 
 @pytest.fixture(scope="session")
 def shared_file():
-    """``shared_file("lfw", "pairs.txt")``: a file under ``../shared/data``
-    (:func:`shared_path`: skipped when absent, failed under ``CI=true``)."""
-    return shared_path
+    """``shared_file("lfw", "pairs.txt")``: a file under ``../shared/data``; skips when absent,
+    fails when absent under ``CI=true`` (:func:`tests._shared_data.require_shared_file`)."""
+    return require_shared_file
 
 
 # Constructor options that make every registered loss usable in a small generic test:

@@ -113,6 +113,7 @@ def test_empty_batch(arcface) -> None:
         (lambda: CurricularFaceMargin(momentum=1.5), r"momentum must be <= 1, got 1.5"),
         (lambda: AdaCosMargin(num_classes=1), r"num_classes must be >= 2, got 1"),
         (lambda: MagFaceMargin(lower_norm=50, upper_norm=20), r"upper_norm must be > lower_norm"),
+        (lambda: MagFaceMargin(lower_norm=20, upper_norm=20), r"upper_norm must be > lower_norm"),
         (lambda: MagFaceMargin(lower_margin=0.9), r"upper_margin must be >= lower_margin"),
         (lambda: AdaFaceMargin(h=0), r"h must be > 0, got 0"),
         (lambda: ElasticFaceMargin(kind="sphere"), r"kind must be one of 'arc', 'cos'"),
@@ -165,6 +166,8 @@ def test_functional_bad_cosine_and_norms() -> None:
         MF.margin_logits(torch.rand(2, 3), labels, MagFaceMargin())
     with pytest.raises(ValueError, match=r"norms must have shape \(2,\), got \(3,\)"):
         MF.margin_logits(torch.rand(2, 3), labels, MagFaceMargin(), torch.ones(3))
+    with pytest.raises(TypeError, match=r"norms must be a floating torch.Tensor.*\[20, 30\]"):
+        MF.margin_logits(torch.rand(2, 3), labels, MagFaceMargin(), torch.tensor([20, 30]))
     with pytest.raises(TypeError, match="margin must be a marginface Margin"):
         MF.margin_cross_entropy(torch.rand(2, 3), labels, "arcface")
     with pytest.raises(ValueError, match="got -1"):

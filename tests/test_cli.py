@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from marginface.cli import build_parser, main
-from marginface.train import read_history
+import marginface
+from marginface.cli import DEMO_LOSSES, build_parser, demo_config, main
+from marginface.config import PIPELINE_SCALE
+from marginface.train import load_checkpoint, load_run, read_history
 
 COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export")
 TINY = ["--limit", "200", "--epochs", "2", "--batch-size", "64", "--threads", "1"]
@@ -132,6 +135,48 @@ def test_compare_writes_report_and_prints_table(tmp_path, capsys):
     assert html.count("data:image/png;base64,") >= 4
     assert "<table>" in html
     assert main(["--quiet", "compare", "--losses", "normface", *TINY, "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("name", marginface.list_losses())
+def test_every_registered_loss_trains_from_the_cli(name, tmp_path):
+    """``marginface train --loss NAME`` with no options works for every loss (AdaCos once
+    failed: the default ``scale=30`` was passed to a loss without a scale), and the run's
+    config.toml and checkpoint record the options actually used."""
+    run = tmp_path / name
+    tiny = ["--limit", "48", "--epochs", "1", "--batch-size", "24", "--threads", "1"]
+    assert main(["--quiet", "train", "--loss", name, *tiny, "--out", str(run)]) == 0
+    saved = tomllib.loads((run / "config.toml").read_text())["loss_options"]
+    assert load_checkpoint(run / "checkpoint.pt")["config"]["loss_options"] == saved
+    margin = load_run(run).loss.margin
+    if name == "adacos":
+        assert saved == {}  # AdaCos chooses its own scale
+    else:
+        assert saved == {"scale": PIPELINE_SCALE}
+        assert float(margin.scale) == PIPELINE_SCALE  # the scale trained with, not 64
+
+
+def test_an_explicit_scale_overrides_the_pipeline_default(tmp_path):
+    run = tmp_path / "run"
+    tiny = ["--limit", "48", "--epochs", "1", "--batch-size", "24", "--threads", "1"]
+    options = ["--loss-option", "scale=64", "--loss-option", "margin=0.3"]
+    assert main(["--quiet", "train", "--loss", "arcface", *tiny, *options, "--out", str(run)]) == 0
+    saved = tomllib.loads((run / "config.toml").read_text())["loss_options"]
+    assert saved == {"scale": 64, "margin": 0.3}
+    assert load_run(run).loss.margin.scale == 64.0
+
+
+def test_train_help_explains_the_pipeline_scale(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "scale=30" in help_text and "64" in help_text
+
+
+def test_demo_trains_its_four_losses_with_scale_30():
+    for name in DEMO_LOSSES:
+        config = demo_config()
+        config.loss = name
+        assert config.resolved().loss_options == {"scale": 30.0}
 
 
 def test_demo_parser_needs_no_arguments():

@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from marginface.config import TrainConfig, config_from_dict, dump_toml, load_config, save_config
+from marginface.config import (
+    PIPELINE_SCALE,
+    TrainConfig,
+    config_from_dict,
+    default_loss_options,
+    dump_toml,
+    load_config,
+    resolve_loss_options,
+    save_config,
+)
 
 
 def test_toml_then_overrides(tmp_path):
@@ -65,3 +74,27 @@ def test_saved_config_round_trips(tmp_path):
 def test_every_example_configuration_loads(path):
     config = load_config(path)
     assert config.epochs >= 1
+
+
+def test_pipeline_loss_defaults_are_per_loss():
+    assert TrainConfig().loss_options == {}
+    assert default_loss_options("arcface") == {"scale": PIPELINE_SCALE} == {"scale": 30.0}
+    assert default_loss_options("adacos") == {}  # AdaCos takes no scale
+    assert default_loss_options("AM-Softmax") == {"scale": 30.0}  # aliases resolve
+    with pytest.raises(ValueError, match="unknown loss 'bogus'"):
+        default_loss_options("bogus")
+
+
+def test_explicit_loss_options_win_key_by_key():
+    options = {"margin": 0.2}
+    assert resolve_loss_options("cosface", options) == {"scale": 30.0, "margin": 0.2}
+    assert options == {"margin": 0.2}  # not modified
+    assert resolve_loss_options("cosface", {"scale": 64.0}) == {"scale": 64.0}
+    config = TrainConfig(loss="cosface", loss_options={"margin": 0.2})
+    resolved = config.resolved()
+    assert resolved.loss_options == {"scale": 30.0, "margin": 0.2}
+    assert config.loss_options == {"margin": 0.2}
+    assert resolved.resolved() == resolved  # idempotent
+    assert TrainConfig(loss="adacos", loss_options={"dynamic": False}).resolved().loss_options == {
+        "dynamic": False
+    }

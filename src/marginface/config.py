@@ -8,6 +8,7 @@ is written next to the run as ``config.toml`` (timm's habit) so that ``evaluate`
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import types
 import typing
@@ -23,12 +24,15 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 __all__ = [
     "AMP_MODES",
     "OPTIMIZERS",
+    "PIPELINE_SCALE",
     "SCHEDULES",
     "ConfigValueError",
     "TrainConfig",
     "config_from_dict",
+    "default_loss_options",
     "dump_toml",
     "load_config",
+    "resolve_loss_options",
     "save_config",
 ]
 
@@ -45,6 +49,35 @@ class ConfigValueError(ValueError):
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "step")
 AMP_MODES = ("none", "bf16", "fp16")
+
+PIPELINE_SCALE = 30.0
+"""The scale ``s`` the training pipeline (``marginface train``, ``compare``, ``demo``, the
+:class:`~marginface.train.Trainer`) gives every loss whose constructor takes ``scale`` unless
+``loss_options`` sets one. Deliberately not the library's default (64, the papers' value for
+512-D face embeddings): the pipeline's default embeddings are 3-D, where ``s = 30`` (the seeds'
+value) trains well and 64 saturates the softmax. Losses without a ``scale`` argument (AdaCos,
+which chooses its own) get nothing."""
+
+
+def default_loss_options(loss: str) -> dict[str, Any]:
+    """The pipeline's default keyword arguments of the registered loss ``loss``.
+
+    ``{"scale": PIPELINE_SCALE}`` when the loss class's constructor takes ``scale``
+    (ArcFace, CosFace, SphereFace's normalized variant...), else ``{}`` (AdaCos).
+
+    Raises:
+        ValueError: ``loss`` is not a registered name (the message lists the valid ones).
+    """
+    from .registry import get_loss_class
+
+    parameters = inspect.signature(get_loss_class(loss)).parameters
+    return {"scale": PIPELINE_SCALE} if "scale" in parameters else {}
+
+
+def resolve_loss_options(loss: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options a run actually passes to its loss: :func:`default_loss_options` ``(loss)``
+    overridden key by key by ``options`` (a new dict; ``options`` is not modified)."""
+    return {**default_loss_options(loss), **options}
 
 
 @dataclass
@@ -63,7 +96,10 @@ class TrainConfig:
         model_options: extra keyword arguments of the backbone (``dropout``, ``widths``...).
     Loss:
         loss: a registered loss (``marginface.list_losses()``). Default: curricularface.
-        loss_options: its keyword arguments (``scale``, ``margin``...). Default: ``scale=30``.
+        loss_options: its keyword arguments (``scale``, ``margin``...). Default: ``{}``, to
+            which the pipeline adds ``scale = 30`` (:data:`PIPELINE_SCALE`) for every loss that
+            takes a scale, unless set here (:meth:`resolved`). Not the library's 64: see
+            :data:`PIPELINE_SCALE`. The saved ``config.toml`` holds the resolved options.
     Optimization:
         epochs, batch_size: Defaults 20, 128.
         optimizer: ``adam``, ``adamw`` or ``sgd``. Default: adam (seed).
@@ -107,7 +143,7 @@ class TrainConfig:
     embedding_dim: int = 3
     model_options: dict[str, Any] = field(default_factory=dict)
     loss: str = "curricularface"
-    loss_options: dict[str, Any] = field(default_factory=lambda: {"scale": 30.0})
+    loss_options: dict[str, Any] = field(default_factory=dict)
     epochs: int = 20
     batch_size: int = 128
     optimizer: str = "adam"
@@ -182,6 +218,16 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (deep copy) of every field."""
         return dataclasses.asdict(self)
+
+    def resolved(self) -> TrainConfig:
+        """A copy whose ``loss_options`` are the ones the run uses:
+        :func:`resolve_loss_options` ``(loss, loss_options)``. Idempotent.
+
+        Raises:
+            ValueError: ``loss`` is not a registered loss name.
+        """
+        options = resolve_loss_options(self.loss, self.loss_options)
+        return dataclasses.replace(self, loss_options=options)
 
 
 def _field_names() -> list[str]:

@@ -8,11 +8,18 @@ Each class only builds its margin; the formula, units and defaults are documente
 * ``device``, ``dtype``: where and how the class centers (and the margin's buffers) are created.
 
 They are passed on to :class:`~marginface.head.MarginSoftmaxLoss`, which rejects unknown ones.
+
+**One source of truth for defaults.** A loss's margin parameters take their defaults from the
+margin class's signature (:func:`margin_defaults`), read when this module is imported: change a
+default on the margin and the named loss follows. The signature of each loss shows the values
+(``help(ArcFaceLoss)``), and a generated "Defaults" line closes each docstring. The only
+deliberate difference: :class:`AMSoftmaxLoss`'s ``scale`` (30, the AM-Softmax paper's).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, TypeVar
 
 import torch
 
@@ -32,6 +39,7 @@ from .margins import (
 from .registry import register_loss
 
 __all__ = [
+    "AM_SOFTMAX_SCALE",
     "AMSoftmaxLoss",
     "AdaCosLoss",
     "AdaFaceLoss",
@@ -44,24 +52,67 @@ __all__ = [
     "NormFaceLoss",
     "SphereFaceLoss",
     "SubCenterArcFaceLoss",
+    "margin_defaults",
 ]
 
 Device = torch.device | str | None
+L = TypeVar("L", bound=type)
+
+AM_SOFTMAX_SCALE = 30.0
+"""AM-Softmax's ``s`` (Wang et al., 2018), where CosFace's paper uses 64."""
 
 
+def margin_defaults(margin_class: type) -> dict[str, Any]:
+    """``{name: default}`` of every constructor parameter of ``margin_class`` that has one.
+
+    >>> margin_defaults(ArcFaceMargin)["margin"]
+    0.5
+    """
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(margin_class).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+def _document_defaults(cls: L) -> L:
+    """Close ``cls``'s docstring with its defaults, read from its own signature (so from the
+    margin's): the docstring cannot drift from the code."""
+    shown = ", ".join(
+        f"``{name}={parameter.default!r}``"
+        for name, parameter in inspect.signature(cls).parameters.items()
+        if parameter.default is not inspect.Parameter.empty and name != "device"
+    )
+    cls.__doc__ = f"{inspect.cleandoc(cls.__doc__ or '')}\n\nDefaults: {shown}.\n"
+    return cls
+
+
+_NORM = margin_defaults(NormFaceMargin)
+_SPHERE = margin_defaults(SphereFaceMargin)
+_COS = margin_defaults(CosFaceMargin)
+_ARC = margin_defaults(ArcFaceMargin)
+_COMBINED = margin_defaults(CombinedMargin)
+_CURRICULAR = margin_defaults(CurricularFaceMargin)
+_ADACOS = margin_defaults(AdaCosMargin)
+_MAG = margin_defaults(MagFaceMargin)
+_ADAFACE = margin_defaults(AdaFaceMargin)
+_ELASTIC = margin_defaults(ElasticFaceMargin)
+
+
+@_document_defaults
 @register_loss("normface", "softmax")
 class NormFaceLoss(MarginSoftmaxLoss):
     """NormFace: ``s·cos θ`` on normalized embeddings and centers (:class:`NormFaceMargin`).
 
     Args:
-        scale: ``s``. Default: 30.0.
+        scale: ``s``.
     """
 
     def __init__(
         self,
         num_classes: int,
         embedding_dim: int,
-        scale: float = 30.0,
+        scale: float = _NORM["scale"],
         *,
         device: Device = None,
         **options: Any,
@@ -76,16 +127,17 @@ class NormFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("sphereface", "a-softmax")
 class SphereFaceLoss(MarginSoftmaxLoss):
     """SphereFace / A-Softmax: ``ψ(θ) = (-1)^k cos(mθ) - 2k`` with annealing
     (:class:`SphereFaceMargin`).
 
     Args:
-        margin: integer ``m >= 1``. Default: 4.
+        margin: integer ``m >= 1``.
         scale: None (default) scales by the feature norm (original); a float, the normalized
             variant.
-        lambda_base, lambda_gamma, lambda_power, lambda_min: annealing. Defaults: 1000, 0.12, 1, 5.
+        lambda_base, lambda_gamma, lambda_power, lambda_min: annealing.
         gradient: ``"exact"`` or ``"straight_through"``.
     """
 
@@ -93,14 +145,14 @@ class SphereFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: int = 4,
-        scale: float | None = None,
+        margin: int = _SPHERE["margin"],
+        scale: float | None = _SPHERE["scale"],
         *,
-        lambda_base: float = 1000.0,
-        lambda_gamma: float = 0.12,
-        lambda_power: float = 1.0,
-        lambda_min: float = 5.0,
-        gradient: str = "exact",
+        lambda_base: float = _SPHERE["lambda_base"],
+        lambda_gamma: float = _SPHERE["lambda_gamma"],
+        lambda_power: float = _SPHERE["lambda_power"],
+        lambda_min: float = _SPHERE["lambda_min"],
+        gradient: str = _SPHERE["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -123,25 +175,27 @@ class SphereFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("cosface", "lmcl")
 class CosFaceLoss(MarginSoftmaxLoss):
     """CosFace: ``s·(cos θ_y - m)`` (:class:`CosFaceMargin`).
 
     Args:
-        margin: ``m`` in cosine units. Default: 0.35.
-        scale: ``s``. Default: 64.0.
-        conditional: subtract ``m`` only where ``cos θ_y > m`` (seed 001). Default: False.
+        margin: ``m`` in cosine units.
+        scale: ``s``.
+        conditional: subtract ``m`` only where ``cos θ_y > m`` (seed 001).
+        gradient: ``"exact"`` or ``"straight_through"``.
     """
 
     def __init__(
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float = 0.35,
-        scale: float = 64.0,
+        margin: float = _COS["margin"],
+        scale: float = _COS["scale"],
         *,
-        conditional: bool = False,
-        gradient: str = "exact",
+        conditional: bool = _COS["conditional"],
+        gradient: str = _COS["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -155,29 +209,32 @@ class CosFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("amsoftmax", "am-softmax")
 class AMSoftmaxLoss(CosFaceLoss):
-    """AM-Softmax: CosFace with the AM-Softmax paper's defaults, ``s = 30, m = 0.35``."""
+    """AM-Softmax: CosFace with the AM-Softmax paper's scale, ``s = 30``
+    (:data:`AM_SOFTMAX_SCALE`; CosFace's own default is 64) and CosFace's margin."""
 
     def __init__(
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float = 0.35,
-        scale: float = 30.0,
+        margin: float = _COS["margin"],
+        scale: float = AM_SOFTMAX_SCALE,
         **kwargs: Any,
     ) -> None:
         super().__init__(num_classes, embedding_dim, margin, scale, **kwargs)
 
 
+@_document_defaults
 @register_loss("arcface", "aam-softmax")
 class ArcFaceLoss(MarginSoftmaxLoss):
     """ArcFace: ``s·cos(θ_y + m)`` (:class:`ArcFaceMargin`).
 
     Args:
-        margin: ``m`` in radians, ``[0, π)``. Default: 0.5.
-        scale: ``s``. Default: 64.0.
-        policy: where ``θ_y + m > π``: ``"linear"`` (default), ``"easy"``, ``"clip"``, ``"none"``.
+        margin: ``m`` in radians, ``[0, π)``.
+        scale: ``s``.
+        policy: where ``θ_y + m > π``: ``"linear"``, ``"easy"``, ``"clip"``, ``"none"``.
         gradient: ``"exact"`` or ``"straight_through"``.
     """
 
@@ -185,11 +242,11 @@ class ArcFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float = 0.5,
-        scale: float = 64.0,
+        margin: float = _ARC["margin"],
+        scale: float = _ARC["scale"],
         *,
-        policy: str = "linear",
-        gradient: str = "exact",
+        policy: str = _ARC["policy"],
+        gradient: str = _ARC["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -203,15 +260,16 @@ class ArcFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("combined", "combined-margin")
 class CombinedMarginLoss(MarginSoftmaxLoss):
     """Combined margin: ``s·(cos(m1·θ_y + m2) - m3)`` (:class:`CombinedMargin`).
 
     Args:
-        m1: multiplicative angular (SphereFace). Default: 1.0.
-        m2: additive angular, radians (ArcFace). Default: 0.5.
-        m3: additive cosine (CosFace). Default: 0.0.
-        scale: ``s``. Default: 64.0.
+        m1: multiplicative angular (SphereFace).
+        m2: additive angular, radians (ArcFace).
+        m3: additive cosine (CosFace).
+        scale: ``s``.
         policy, gradient: as for :class:`ArcFaceLoss`.
     """
 
@@ -219,13 +277,13 @@ class CombinedMarginLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        m1: float = 1.0,
-        m2: float = 0.5,
-        m3: float = 0.0,
-        scale: float = 64.0,
+        m1: float = _COMBINED["m1"],
+        m2: float = _COMBINED["m2"],
+        m3: float = _COMBINED["m3"],
+        scale: float = _COMBINED["scale"],
         *,
-        policy: str = "linear",
-        gradient: str = "exact",
+        policy: str = _COMBINED["policy"],
+        gradient: str = _COMBINED["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -239,15 +297,16 @@ class CombinedMarginLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("curricularface", "curricular")
 class CurricularFaceLoss(MarginSoftmaxLoss):
     """CurricularFace: ArcFace positive, hard negatives ``cos θ_j·(t + cos θ_j)``
     (:class:`CurricularFaceMargin`).
 
     Args:
-        margin: ``m`` in radians. Default: 0.5.
-        scale: ``s``. Default: 64.0.
-        momentum: ``α`` of ``t``'s moving average. Default: 0.99.
+        margin: ``m`` in radians.
+        scale: ``s``.
+        momentum: ``α`` of ``t``'s moving average.
         policy, gradient: as for :class:`ArcFaceLoss`.
     """
 
@@ -255,12 +314,12 @@ class CurricularFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float = 0.5,
-        scale: float = 64.0,
+        margin: float = _CURRICULAR["margin"],
+        scale: float = _CURRICULAR["scale"],
         *,
-        momentum: float = 0.99,
-        policy: str = "linear",
-        gradient: str = "exact",
+        momentum: float = _CURRICULAR["momentum"],
+        policy: str = _CURRICULAR["policy"],
+        gradient: str = _CURRICULAR["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -276,12 +335,13 @@ class CurricularFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("adacos")
 class AdaCosLoss(MarginSoftmaxLoss):
     """AdaCos: no margin, scale ``√2·log(C - 1)`` or adapted per batch (:class:`AdaCosMargin`).
 
     Args:
-        dynamic: adapt the scale per batch in training mode. Default: True.
+        dynamic: adapt the scale per batch in training mode.
     """
 
     def __init__(
@@ -289,7 +349,7 @@ class AdaCosLoss(MarginSoftmaxLoss):
         num_classes: int,
         embedding_dim: int,
         *,
-        dynamic: bool = True,
+        dynamic: bool = _ADACOS["dynamic"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -303,14 +363,14 @@ class AdaCosLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("subcenter-arcface", "subcenter")
 class SubCenterArcFaceLoss(MarginSoftmaxLoss):
     """Sub-center ArcFace (Deng et al., 2020): ``K`` centers per class, the cosine max-pooled
     over them, then ArcFace's margin.
 
     Args:
-        sub_centers: ``K >= 1``. Default: 3 (paper). ``.weight`` has shape ``(C·K, D)``,
-            class-major.
+        sub_centers: ``K >= 1`` (paper: 3). ``.weight`` has shape ``(C·K, D)``, class-major.
         margin, scale, policy, gradient: as for :class:`ArcFaceLoss`.
     """
 
@@ -318,12 +378,12 @@ class SubCenterArcFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float = 0.5,
-        scale: float = 64.0,
+        margin: float = _ARC["margin"],
+        scale: float = _ARC["scale"],
         *,
         sub_centers: int = 3,
-        policy: str = "linear",
-        gradient: str = "exact",
+        policy: str = _ARC["policy"],
+        gradient: str = _ARC["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -338,16 +398,17 @@ class SubCenterArcFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("magface")
 class MagFaceLoss(MarginSoftmaxLoss):
     """MagFace: margin linear in the clamped feature norm, plus ``λ_g·g(a)``
     (:class:`MagFaceMargin`).
 
     Args:
-        scale: ``s``. Default: 64.0.
-        lower_norm, upper_norm: ``l_a, u_a``. Defaults: 10, 110.
-        lower_margin, upper_margin: ``l_m, u_m`` radians. Defaults: 0.45, 0.8.
-        regularizer_weight: ``λ_g``. Default: 35.0.
+        scale: ``s``.
+        lower_norm, upper_norm: ``l_a, u_a``.
+        lower_margin, upper_margin: ``l_m, u_m`` radians.
+        regularizer_weight: ``λ_g``.
         policy, gradient: as for :class:`ArcFaceLoss`.
     """
 
@@ -355,15 +416,15 @@ class MagFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        scale: float = 64.0,
+        scale: float = _MAG["scale"],
         *,
-        lower_norm: float = 10.0,
-        upper_norm: float = 110.0,
-        lower_margin: float = 0.45,
-        upper_margin: float = 0.8,
-        regularizer_weight: float = 35.0,
-        policy: str = "linear",
-        gradient: str = "exact",
+        lower_norm: float = _MAG["lower_norm"],
+        upper_norm: float = _MAG["upper_norm"],
+        lower_margin: float = _MAG["lower_margin"],
+        upper_margin: float = _MAG["upper_margin"],
+        regularizer_weight: float = _MAG["regularizer_weight"],
+        policy: str = _MAG["policy"],
+        gradient: str = _MAG["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -386,15 +447,16 @@ class MagFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("adaface")
 class AdaFaceLoss(MarginSoftmaxLoss):
     """AdaFace: quality-adaptive margin from normalized feature norms (:class:`AdaFaceMargin`).
 
     Args:
-        margin: ``m``. Default: 0.4.
-        scale: ``s``. Default: 64.0.
-        h: concentration. Default: 0.333.
-        momentum: weight of the new batch in the norm statistics. Default: 0.01.
+        margin: ``m``.
+        scale: ``s``.
+        h: concentration.
+        momentum: weight of the new batch in the norm statistics.
         gradient: ``"exact"`` or ``"straight_through"``.
     """
 
@@ -402,12 +464,12 @@ class AdaFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float = 0.4,
-        scale: float = 64.0,
+        margin: float = _ADAFACE["margin"],
+        scale: float = _ADAFACE["scale"],
         *,
-        h: float = 0.333,
-        momentum: float = 0.01,
-        gradient: str = "exact",
+        h: float = _ADAFACE["h"],
+        momentum: float = _ADAFACE["momentum"],
+        gradient: str = _ADAFACE["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -421,17 +483,18 @@ class AdaFaceLoss(MarginSoftmaxLoss):
         )
 
 
+@_document_defaults
 @register_loss("elasticface", "elastic")
 class ElasticFaceLoss(MarginSoftmaxLoss):
     """ElasticFace: per-sample margin ``~ N(m, σ)`` on ArcFace or CosFace
     (:class:`ElasticFaceMargin`).
 
     Args:
-        margin: the mean ``m``. Default: 0.5 for ``kind="arc"``, 0.35 for ``"cos"``.
-        scale: ``s``. Default: 64.0.
-        kind: ``"arc"`` (default) or ``"cos"``.
-        std: ``σ``. Default: 0.05.
-        plus: ElasticFace+ assignment. Default: False.
+        margin: the mean ``m``; None: 0.5 for ``kind="arc"``, 0.35 for ``"cos"``.
+        scale: ``s``.
+        kind: ``"arc"`` or ``"cos"``.
+        std: ``σ``.
+        plus: ElasticFace+ assignment.
         seed: seed for the margin draws, or None.
         policy, gradient: as for :class:`ArcFaceLoss`.
     """
@@ -440,15 +503,15 @@ class ElasticFaceLoss(MarginSoftmaxLoss):
         self,
         num_classes: int,
         embedding_dim: int,
-        margin: float | None = None,
-        scale: float = 64.0,
+        margin: float | None = _ELASTIC["margin"],
+        scale: float = _ELASTIC["scale"],
         *,
-        kind: str = "arc",
-        std: float = 0.05,
-        plus: bool = False,
-        seed: int | None = None,
-        policy: str = "linear",
-        gradient: str = "exact",
+        kind: str = _ELASTIC["kind"],
+        std: float = _ELASTIC["std"],
+        plus: bool = _ELASTIC["plus"],
+        seed: int | None = _ELASTIC["seed"],
+        policy: str = _ELASTIC["policy"],
+        gradient: str = _ELASTIC["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:

@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-SHARED_DATA = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
-
-
-def _shared_file(*parts: str) -> Path:
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        message = f"offline dataset file {path} is absent"
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-            pytest.fail(f"{message} (CI=true: the offline data must be present)")
-        pytest.skip(message)
-    return path
+from tests._shared_data import SHARED_DATA, require_shared_file
 
 
 @pytest.fixture(scope="session")
 def shared_file():
-    """``shared_file("mnist", name)``: a file under ``../shared/data``; skips when absent, fails
-    under ``CI=true`` (CI always has shared/ beside the clone)."""
-    return _shared_file
+    """``shared_file("mnist", name)``: a file under ``../shared/data``; skips when absent,
+    fails when absent under ``CI=true`` (:func:`tests._shared_data.require_shared_file`)."""
+    return require_shared_file
 
 
 @pytest.fixture(scope="session")

@@ -164,3 +164,25 @@ def test_default_folder_is_the_cache(local_mirror, served_labels, tmp_path, monk
     found = ensure_files("mnist", [remote], None, mirrors=[local_mirror.url])
     assert found[LABELS] == tmp_path / "xdg" / "marginface" / "mnist" / LABELS
     assert file_digest(found[LABELS]) == LABELS_SHA256
+
+
+def _pinned_files() -> list[tuple[str, RemoteFile]]:
+    from marginface.data.lfw import LFW_PAIRS
+    from marginface.data.mnist import FASHION_MNIST_FILES, MNIST_FILES
+    from marginface.data.omniglot import OMNIGLOT_FILES
+
+    return [
+        *(("mnist", remote) for remote in MNIST_FILES),
+        *(("fashion-mnist", remote) for remote in FASHION_MNIST_FILES if "labels" in remote.name),
+        *(("omniglot", remote) for remote in OMNIGLOT_FILES.values()),
+        ("lfw", LFW_PAIRS),
+    ]
+
+
+@pytest.mark.parametrize(("folder", "remote"), _pinned_files(), ids=lambda v: getattr(v, "name", v))
+def test_pinned_digests_match_the_shared_files(folder, remote, shared_file):
+    """The sha256 pins (MNIST, the Fashion-MNIST label files, Omniglot, LFW pairs) are the
+    digests of the real files. (The Fashion-MNIST image files are md5-pinned, the publisher's
+    value: no copy is at hand to compute their sha256.)"""
+    assert remote.algorithm == "sha256"
+    assert file_digest(shared_file(folder, remote.name), "sha256") == remote.digest

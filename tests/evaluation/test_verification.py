@@ -206,3 +206,39 @@ def test_accepts_tensors_and_matches_numpy() -> None:
 def test_bad_input_names_the_argument(kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         verification_metrics(**kwargs)
+
+
+def test_tar_at_far_includes_a_point_exactly_at_the_far() -> None:
+    """A threshold whose measured FAR equals the target counts (``FPR <= far``): 1 false accept
+    in 1000 impostors is a FAR of exactly 1e-3."""
+    impostor = np.r_[np.linspace(0.0, 0.9, 999), 3.0]
+    genuine = np.r_[np.full(3, 4.0), np.full(7, 3.0)]  # 7 tie with the top impostor
+    scores = np.r_[impostor, genuine]
+    same = np.r_[np.zeros(1000, bool), np.ones(10, bool)]
+    fpr, tpr, _ = roc_curve(scores, same)
+    assert fpr[np.searchsorted(fpr, 1e-3)] == 1e-3  # the ROC has that point exactly
+    assert tar_at_far(fpr, tpr, 1e-3, 1000) == 1.0  # threshold 3.0: FAR 1/1000, TAR 10/10
+
+
+@pytest.mark.parametrize(
+    ("same", "threshold", "accuracy"),
+    [
+        ([True, True, True, True, False], np.nextafter(1.0, -np.inf), 0.8),  # accept all
+        ([False, True, True, True, False], 1.5, 0.8),  # reject the lowest only
+        ([False, False, False, False, True], 4.5, 1.0),
+        ([False, False, False, True, False], 3.5, 0.8),
+    ],
+)
+def test_best_threshold_at_the_ends(same, threshold, accuracy) -> None:
+    scores = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    found, measured = best_threshold(scores, np.array(same))
+    assert found == threshold and measured == pytest.approx(accuracy)
+    assert ((scores >= found) == np.array(same)).mean() == pytest.approx(accuracy)
+
+
+def test_as_dict_reports_the_pair_counts() -> None:
+    scores, same = random_pairs(1, n=200)
+    result = verification_metrics(scores, same).as_dict()
+    assert result["num_genuine"] == int(same.sum())
+    assert result["num_impostor"] == int((~same).sum())
+    assert {"accuracy", "accuracy_std", "threshold", "auc", "eer", "tar@far=1e-01"} <= set(result)

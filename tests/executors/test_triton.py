@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import math
 import os
 from collections import Counter
 from types import ModuleType
@@ -273,3 +274,53 @@ def test_blocks_must_be_powers_of_two(kernels: ModuleType) -> None:
         kernels.Blocks(n=16, c=24, d=16)
     with pytest.raises(ValueError, match=r"Blocks.n must be a power of two >= 16, got 8"):
         kernels.Blocks(n=8)
+
+
+def test_kernel_entry_points_check_their_inputs(kernels: ModuleType) -> None:
+    """Each entry point validates dtypes, strides and the sub-center count before launching."""
+    x_hat = torch.randn(4, 16, device=DEVICE)
+    weight = torch.randn(6, 16, device=DEVICE)
+    inv_norms = torch.ones(6, device=DEVICE)
+    labels = torch.zeros(4, dtype=torch.long, device=DEVICE)
+    scale = torch.ones(4, device=DEVICE)
+    lse, grad = torch.zeros(4, device=DEVICE), torch.ones(4, device=DEVICE)
+    rule = kernels.NonTargetRule()
+    calls = {
+        "nontarget_statistics": lambda x, w, k: kernels.nontarget_statistics(
+            x, w, inv_norms, labels, scale, rule, sub_centers=k, chunk_size=16
+        ),
+        "embedding_gradient": lambda x, w, k: kernels.embedding_gradient(
+            x, w, inv_norms, labels, scale, rule, lse, grad, sub_centers=k, chunk_size=16
+        ),
+        "weight_gradient": lambda x, w, k: kernels.weight_gradient(
+            x, w, inv_norms, labels, scale, rule, lse, grad, start=0, stop=1, sub_centers=k
+        ),
+    }
+    for call in calls.values():
+        with pytest.raises(TypeError, match="the Triton kernels need x_hat and weight in one"):
+            call(x_hat.double(), weight.double(), 1)
+        with pytest.raises(ValueError, match="unit stride along D"):
+            call(x_hat, weight.t().contiguous().t(), 1)
+        with pytest.raises(ValueError, match=r"weight rows 6 not a multiple of K = 4"):
+            call(x_hat, weight, 4)
+
+
+def test_curricular_rule_in_the_kernel_is_strict_at_the_threshold(kernels: ModuleType) -> None:
+    """A non-target cosine equal to ``τ = cos(θ_y + m)`` is not hard (the PyTorch rule's
+    ``>``): with exactly representable cosines the kernel must agree to the last bit."""
+    dim = 16
+    x_hat = torch.zeros(1, dim)
+    x_hat[0, 0] = 1.0
+    weight = torch.zeros(3, dim)
+    weight[0, 1], weight[1, 0], weight[2, 0] = 1.0, 0.25, 0.5  # cosines 0 (target), 0.25, 0.5
+    inv_norms = torch.ones(3)
+    labels = torch.tensor([0])
+    scale = torch.ones(1)
+    rule = kernels.NonTargetRule(
+        threshold=torch.tensor([0.25], device=DEVICE), t=torch.tensor([0.5], device=DEVICE)
+    )
+    inputs = (v.to(DEVICE) for v in (x_hat, weight, inv_norms, labels, scale))
+    row_max, exp_sum = kernels.nontarget_statistics(*inputs, rule, sub_centers=1, chunk_size=16)
+    # 0.25 stays 0.25 (not hard); 0.5 is hard: 0.5·(t + 0.5) = 0.5
+    expected = math.log(math.exp(0.25) + math.exp(0.5))
+    assert float((row_max + torch.log(exp_sum)).cpu()) == pytest.approx(expected, rel=1e-6)

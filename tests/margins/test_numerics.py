@@ -101,3 +101,12 @@ def test_large_scale_loss_is_accurate() -> None:
     ref = margin_cross_entropy(cosine.double(), labels, CosFaceMargin(0.35, 64.0), reduction="none")
     torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-12)
     assert (loss >= 0).all()
+
+
+def test_arccos_clamps_cosines_just_outside_the_unit_interval() -> None:
+    """Rounding can put a normalized cosine a few ulps beyond ±1; θ must still be 0 or π."""
+    from marginface.margins._angles import arccos
+
+    cosine = torch.tensor([1.0000001, -1.0000001, 1.5, -2.0])
+    theta = arccos(cosine)
+    assert theta.tolist() == pytest.approx([0.0, math.pi, 0.0, math.pi])

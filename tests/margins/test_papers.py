@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -11,11 +12,18 @@ import torch
 from marginface.margins import (
     AdaCosMargin,
     AdaFaceMargin,
+    ArcFaceMargin,
+    CombinedMargin,
+    CosFaceMargin,
     CurricularFaceMargin,
     ElasticFaceMargin,
     MagFaceMargin,
+    NormFaceMargin,
     SphereFaceMargin,
 )
+from marginface.margins.adacos import MIN_SCALE, adacos_dynamic_scale
+from marginface.margins.arcface import additive_angular_margin
+from marginface.margins.curricularface import curricular_negative
 from marginface.margins.elasticface import assign_elastic_plus
 from marginface.margins.sphereface import chebyshev_cos_multiple, sphereface_psi
 
@@ -69,6 +77,67 @@ def test_adacos_dynamic_scale_against_paper() -> None:
     s = math.log(b_avg) / math.cos(min(math.pi / 4, theta_med_torch))
     assert math.isclose(float(margin.scale), s, rel_tol=1e-5)
     np.testing.assert_allclose(logits, np.float32(s) * c, rtol=1e-6)
+
+
+def _adacos_hand_scale(cosine: np.ndarray, labels: np.ndarray, s_old: float) -> float:
+    """AdaCos Eq. 15 by hand: ``log(B_avg) / cos(min(π/4, θ_med))``, ``θ_med`` the median
+    target angle (odd ``N``: the middle value, no convention involved)."""
+    rows = np.arange(len(labels))
+    onehot = np.zeros_like(cosine, dtype=bool)
+    onehot[rows, labels] = True
+    b_avg = np.exp(np.float32(s_old) * cosine)[~onehot].sum() / len(labels)
+    theta_med = float(np.median(np.arccos(cosine[rows, labels])))
+    return math.log(b_avg) / math.cos(min(math.pi / 4, theta_med))
+
+
+@pytest.mark.parametrize(
+    "target_angles",
+    [
+        # median 0.3 < π/4: the uncapped median sets the scale; mean 0.5, max 1.4 differ
+        [0.1, 1.4, 0.3, 0.2, 0.5],
+        # median 1.0 > π/4: the cap; mean 0.72 < π/4 would not be capped
+        [1.0, 0.1, 1.2, 0.2, 1.1],
+    ],
+    ids=["median-below-cap", "median-above-cap"],
+)
+def test_adacos_scale_uses_the_median_target_angle(target_angles: list[float]) -> None:
+    angles = np.array(target_angles)
+    n, c = len(angles), 10
+    g = torch.Generator().manual_seed(1)
+    cosine = torch.rand(n, c, generator=g, dtype=torch.float64) - 0.5
+    labels = torch.tensor([3, 0, 9, 3, 5])
+    cosine[torch.arange(n), labels] = torch.from_numpy(np.cos(angles))
+    margin = AdaCosMargin(c).train()
+    s_old = float(margin.scale)
+    margin(cosine, labels)
+    expected = _adacos_hand_scale(cosine.numpy(), labels.numpy(), s_old)
+    assert math.isclose(float(margin.scale), expected, rel_tol=1e-6)
+    # the test can tell the median from the mean and from no cap
+    mean_angle = float(angles.mean())
+    log_b = expected * math.cos(min(math.pi / 4, float(np.median(angles))))
+    for wrong in (log_b / math.cos(min(math.pi / 4, mean_angle)), log_b / math.cos(1.0)):
+        assert not math.isclose(float(margin.scale), wrong, rel_tol=1e-3)
+
+
+def test_adacos_dynamic_scale_caps_the_angle_at_quarter_pi() -> None:
+    log_b = torch.tensor(2.0, dtype=torch.float64)
+    below = adacos_dynamic_scale(log_b, torch.tensor(0.5, dtype=torch.float64))
+    assert math.isclose(float(below), 2.0 / math.cos(0.5), rel_tol=1e-12)
+    for theta in (math.pi / 4, 1.0, 3.0):
+        capped = adacos_dynamic_scale(log_b, torch.tensor(theta, dtype=torch.float64))
+        assert math.isclose(float(capped), 2.0 / math.cos(math.pi / 4), rel_tol=1e-12)
+    floored = adacos_dynamic_scale(torch.tensor(0.1), torch.tensor(0.2))
+    assert float(floored) == MIN_SCALE  # 0.1 / cos 0.2 < 1
+
+
+def test_adacos_update_scale_clamps_target_cosines_beyond_one() -> None:
+    """Rounding can put a cosine a few ulps past ±1; its angle is then 0 or π, never NaN."""
+    margin = AdaCosMargin(10)
+    log_b = torch.tensor(2.0)
+    margin.update_scale(log_b, torch.tensor([1.5, -1.5, 0.5, 1.0000001, -1.0000001]))
+    assert math.isclose(float(margin.scale), 2.0 / math.cos(math.pi / 4), rel_tol=1e-6)  # θ: π/3
+    margin.update_scale(log_b, torch.tensor([1.5, 1.5, -1.5]))  # median θ = 0
+    assert math.isclose(float(margin.scale), 2.0, rel_tol=1e-6)
 
 
 def test_adacos_fixed_scale_does_not_move() -> None:
@@ -188,3 +257,107 @@ def test_sphereface_normalized_variant_has_fixed_scale() -> None:
     rows = torch.arange(8)
     logits = margin(cosine, labels)
     torch.testing.assert_close(logits[rows, labels], 30 * sphereface_psi(cosine[rows, labels], 4))
+
+
+# ----------------------------------------------------------------------- boundaries of the papers'
+# rules: strict inequalities, clips, and the defaults the docs (docs/losses.md) give as the papers'
+
+
+def test_curricular_negative_at_the_threshold_is_not_hard() -> None:
+    """Hard means ``cos θ_j > cos(θ_y + m)``, strictly (paper, Eq. 7; authors' ``mask``)."""
+    threshold = torch.tensor([[0.25]], dtype=torch.float64)
+    cosine = torch.tensor([[0.25, 0.2500001, 0.2499999]], dtype=torch.float64)
+    out = curricular_negative(cosine, threshold, 0.5)
+    expected = [0.25, 0.2500001 * (0.5 + 0.2500001), 0.2499999]
+    np.testing.assert_allclose(out.numpy()[0], expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("margin", "m1"),
+    [
+        (ArcFaceMargin(0.5, 1.0, policy="easy"), 1.0),
+        (CombinedMargin(1.0, 0.5, 0.0, 1.0, policy="easy"), 1.0),
+        (CombinedMargin(1.2, 0.5, 0.0, 1.0, policy="easy"), 1.2),  # the general path
+    ],
+    ids=["arcface", "combined-m1=1", "combined-m1=1.2"],
+)
+def test_easy_policy_leaves_a_right_angle_alone(margin, m1: float) -> None:
+    """insightface's easy margin: ``where(cos > 0, cos(m1·θ + m), cos)``, strictly positive."""
+    cosine = torch.tensor([[0.0, 0.3], [1e-6, 0.3], [-1e-6, 0.3]], dtype=torch.float64)
+    logits = margin(cosine, torch.tensor([0, 0, 0]))
+    assert float(logits[0, 0]) == 0.0  # θ = π/2 exactly: no margin
+    assert float(logits[1, 0]) == pytest.approx(math.cos(m1 * math.acos(1e-6) + 0.5), rel=1e-9)
+    assert float(logits[2, 0]) == -1e-6
+
+
+def test_linear_policy_with_per_sample_margins() -> None:
+    """Beyond ``θ + m > π`` the linear fallback is ``cos θ - m·sin m`` for tensor margins too
+    (MagFace's and ElasticFace's per-sample ``m``)."""
+    c = torch.tensor([-0.999, -0.99, -0.95, 0.2], dtype=torch.float64)
+    m = torch.tensor([0.5, 0.3, 0.8, 0.45], dtype=torch.float64)
+    out = additive_angular_margin(c, m, "linear").numpy()
+    np.testing.assert_allclose(out, reference_arcface_target(c.numpy(), m.numpy()), rtol=1e-12)
+
+
+def test_adaface_quality_is_clipped_to_the_unit_interval() -> None:
+    """``ẑ = clip(h·(‖z‖ - μ) / (σ + ε), -1, 1)`` (paper Eq. 11): both ends are reached."""
+    cosine, labels = _batch(4)
+    norms = torch.tensor([0.5, 100.0, 20.0, 21.0], dtype=torch.float64)
+    margin = AdaFaceMargin(0.4, 64.0).eval()  # eval: the statistics stay as set
+    margin.batch_mean.fill_(20.0)
+    margin.batch_std.fill_(1.0)
+    logits = margin(cosine, labels, norms).numpy()
+    z = np.clip((norms.numpy() - 20.0) / (1.0 + 1e-3) * 0.333, -1, 1)
+    assert z[0] == -1.0 and z[1] == 1.0 and -1 < z[3] < 1
+    c = np.clip(cosine.numpy(), -1 + 1e-3, 1 - 1e-3)
+    rows, y = np.arange(4), labels.numpy()
+    theta_m = np.clip(np.arccos(c[rows, y]) - 0.4 * z, 1e-3, np.pi - 1e-3)
+    expected = cosine.numpy().copy()
+    expected[rows, y] = np.cos(theta_m) - (0.4 * z + 0.4)
+    np.testing.assert_allclose(logits, 64 * expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("std", [0.05, 1.0])
+def test_elasticface_draws_have_the_asked_spread(std: float) -> None:
+    margin = ElasticFaceMargin("cos", 0.35, std=std, seed=0).train()  # "arc" clips to [0, π)
+    drawn = margin.draw(torch.zeros(4000, dtype=torch.float64))
+    assert float(drawn.std()) == pytest.approx(std, rel=0.05)
+    assert float(drawn.mean()) == pytest.approx(0.35, abs=4 * std / math.sqrt(4000))
+
+
+PAPER_DEFAULTS = {
+    NormFaceMargin: {"scale": 30.0},
+    SphereFaceMargin: {
+        "margin": 4,
+        "scale": None,
+        "lambda_base": 1000.0,
+        "lambda_gamma": 0.12,
+        "lambda_power": 1.0,
+        "lambda_min": 5.0,
+    },
+    CosFaceMargin: {"margin": 0.35, "scale": 64.0, "conditional": False},
+    ArcFaceMargin: {"margin": 0.5, "scale": 64.0, "policy": "linear"},
+    CombinedMargin: {"m1": 1.0, "m2": 0.5, "m3": 0.0, "scale": 64.0, "policy": "linear"},
+    CurricularFaceMargin: {"margin": 0.5, "scale": 64.0, "momentum": 0.99},
+    AdaCosMargin: {"dynamic": True},
+    MagFaceMargin: {
+        "scale": 64.0,
+        "lower_norm": 10.0,
+        "upper_norm": 110.0,
+        "lower_margin": 0.45,
+        "upper_margin": 0.8,
+        "regularizer_weight": 35.0,
+    },
+    AdaFaceMargin: {"margin": 0.4, "scale": 64.0, "h": 0.333, "momentum": 0.01},
+    ElasticFaceMargin: {"kind": "arc", "margin": None, "scale": 64.0, "std": 0.05, "plus": False},
+}
+"""The defaults docs/losses.md states (the papers' values, AM-Softmax aside): pinned here so a
+changed default is a failing test, not a silent change to every named loss."""
+
+
+@pytest.mark.parametrize("margin_class", list(PAPER_DEFAULTS), ids=lambda c: c.__name__)
+def test_margin_defaults_are_the_documented_ones(margin_class) -> None:
+    parameters = inspect.signature(margin_class).parameters
+    for name, value in PAPER_DEFAULTS[margin_class].items():
+        assert parameters[name].default == value, name
+    assert parameters["gradient"].default == "exact"

@@ -45,6 +45,60 @@ def test_optimizers(name):
     assert build_optimizer([param], name, lr=0.1).param_groups[0]["lr"] == 0.1
 
 
+def test_optimizer_classes_and_options():
+    param = torch.nn.Parameter(torch.ones(2))
+    adam = build_optimizer([param], "adam", lr=0.1, weight_decay=0.01)
+    adamw = build_optimizer([param], "adamw", lr=0.1, weight_decay=0.01)
+    sgd = build_optimizer([param], "sgd", lr=0.1, weight_decay=0.01, momentum=0.8)
+    # exact types: torch's AdamW subclasses Adam, so isinstance would not tell them apart
+    assert type(adam) is torch.optim.Adam and type(adamw) is torch.optim.AdamW
+    assert type(sgd) is torch.optim.SGD
+    assert sgd.param_groups[0]["momentum"] == 0.8 and not sgd.param_groups[0]["nesterov"]
+    for optimizer in (adam, adamw, sgd):
+        assert optimizer.param_groups[0]["weight_decay"] == 0.01
+
+
+def reference_steps(name: str, p: float, grad: float, *, lr: float, wd: float, mu: float) -> float:
+    """Three steps of ``name`` on one parameter with a constant loss gradient ``grad``, by hand:
+    Adam and SGD add the L2 term ``wd·p`` to the gradient; AdamW decays ``p`` by ``1 - lr·wd``
+    before its Adam step (Loshchilov & Hutter's decoupled weight decay); SGD uses momentum
+    ``mu`` (PyTorch's form: the first buffer is the gradient, no dampening)."""
+    m = v = buf = 0.0
+    for t in (1, 2, 3):
+        g = grad
+        if name == "adamw":
+            p *= 1.0 - lr * wd
+        else:
+            g = grad + wd * p
+        if name == "sgd":
+            buf = g if t == 1 else mu * buf + g
+            p -= lr * buf
+        else:
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            p -= lr * (m / (1 - 0.9**t)) / (math.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    return p
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
+def test_optimizer_steps_match_the_hand_computation(name):
+    """Swapping Adam and AdamW (L2 vs decoupled decay) or dropping SGD's momentum fails."""
+    options = {"lr": 0.1, "wd": 0.2, "mu": 0.9}
+    param = torch.nn.Parameter(torch.tensor([2.0], dtype=torch.float64))
+    optimizer = build_optimizer(
+        [param], name, lr=0.1, weight_decay=options["wd"], momentum=options["mu"]
+    )
+    for _ in range(3):
+        param.grad = torch.tensor([0.5], dtype=torch.float64)
+        optimizer.step()
+    expected = {n: reference_steps(n, 2.0, 0.5, **options) for n in ("adam", "adamw", "sgd")}
+    assert float(param.detach()) == pytest.approx(expected[name], rel=1e-9)
+    others = [value for other, value in expected.items() if other != name]
+    assert all(abs(value - expected[name]) > 1e-3 for value in others)
+    no_momentum = reference_steps("sgd", 2.0, 0.5, lr=0.1, wd=0.2, mu=0.0)
+    assert abs(no_momentum - expected["sgd"]) > 1e-3
+
+
 def test_unknown_names_list_the_valid_ones():
     param = torch.nn.Parameter(torch.ones(2))
     with pytest.raises(ValueError, match="adam, adamw, sgd"):

@@ -53,7 +53,7 @@ def test_history_has_loss_state_columns_and_checkpoint_has_buffers(tmp_path):
 
 
 def test_adacos_logs_its_scale(tmp_path):
-    trainer = train(quick(loss="adacos", loss_options={}, epochs=1), tmp_path / "run")
+    trainer = train(quick(loss="adacos", epochs=1), tmp_path / "run")  # no scale passed
     assert trainer.history[0]["scale"] == pytest.approx(float(trainer.loss.margin.scale))
 
 

@@ -110,7 +110,11 @@ class Trainer:
     """Train ``config.model`` with ``config.loss`` on ``config.dataset`` into ``run_dir``.
 
     Args:
-        config: the resolved :class:`~marginface.config.TrainConfig`.
+        config: the :class:`~marginface.config.TrainConfig`. The trainer keeps (as
+            ``.config``), uses and saves its :meth:`~marginface.config.TrainConfig.resolved`
+            copy: ``loss_options`` with the pipeline's per-loss defaults filled in (``scale =
+            30`` for every loss that takes a scale), so ``config.toml`` and the checkpoint show
+            the options actually used.
         run_dir: the output directory (see :mod:`marginface.train.run`).
         bundle: the dataset, if already loaded (else :func:`load_bundle` ``(config)``).
         progress: show a tqdm bar per epoch (stderr). Default: False.
@@ -128,7 +132,7 @@ class Trainer:
         progress: bool = False,
         callbacks: list[EpochCallback] | None = None,
     ) -> None:
-        self.config = config
+        self.config = config.resolved()  # ValueError for an unknown loss, before any output
         self.run_dir = Path(run_dir)
         self.bundle = bundle
         self.progress = progress

@@ -1,0 +1,98 @@
+"""tools/mutate.py finds the mutants it promises and never touches what it should not."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+TOY = '''"""Docstring with 1 < 2."""
+
+__all__ = ["f"]
+
+
+def f(x, items):
+    """Also 3 + 4."""
+    if x < 0 and not items:
+        raise ValueError(f"bad {x + 1}")
+    total = torch.median(x) * 2.5 - 1
+    items.append(total)
+    return total
+'''
+
+
+@pytest.fixture(scope="module")
+def mutate():
+    spec = importlib.util.spec_from_file_location("mutate_under_test", REPO / "tools" / "mutate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture
+def toy_mutants(mutate, tmp_path):
+    path = tmp_path / "toy.py"
+    path.write_text(TOY)
+    return mutate.find_mutants(path, mutate.Target("toy", str(path), ("tests",)))
+
+
+def test_every_kind_of_mutant_is_found(toy_mutants):
+    descriptions = {(m.kind, m.description) for m in toy_mutants}
+    expected = {
+        ("compare", "x < 0 -> x <= 0"),
+        ("boolean", "x < 0 and not items -> x < 0 or not items"),
+        ("unary", "not items -> items"),
+        ("negate-if", "x < 0 and not items -> not (x < 0 and (not items))"),
+        ("call", "torch.median(x) -> torch.mean(x)"),
+        ("operator", "torch.median(x) * 2.5 -> torch.median(x) / 2.5"),
+        ("operator", "torch.median(x) * 2.5 - 1 -> torch.median(x) * 2.5 + 1"),
+        ("constant", "2.5 -> 3.5"),
+        ("drop", "drop `items.append(total)`"),
+    }
+    assert expected <= descriptions
+
+
+def test_docstrings_raise_and_all_are_left_alone(toy_mutants):
+    source = TOY.encode()
+    lines = {m.line for m in toy_mutants}
+    assert not lines & {1, 3, 7, 9}  # module docstring, __all__, function docstring, raise
+    for mutant in toy_mutants:
+        mutated = mutant.apply(source)
+        assert mutated != source
+        ast.parse(mutated)  # every mutant is valid Python
+        assert mutated[: mutant.start] == source[: mutant.start]
+
+
+def test_adacos_median_to_mean_is_in_the_catalogue(mutate):
+    found = mutate.all_mutants("margins/adacos.py")
+    assert any(
+        "torch.median(" in m.description and "torch.mean(" in m.replacement
+        for m in found["src/marginface/margins/adacos.py"]
+    )
+
+
+def test_resume_mutants_stay_inside_restore(mutate):
+    found = mutate.all_mutants("train/trainer.py")["src/marginface/train/trainer.py"]
+    source = (REPO / "src/marginface/train/trainer.py").read_text().splitlines()
+    start = next(i for i, line in enumerate(source, 1) if "def _restore(" in line)
+    end = next(i for i, line in enumerate(source, 1) if i > start and line.startswith("    def "))
+    assert found and all(start < m.line < end for m in found)
+
+
+def test_sampling_is_repeatable_and_covers_every_file(mutate):
+    found = mutate.all_mutants("margins/a")  # adacos, adaface, arcface
+    first = mutate.sample(found, 20, seed=3)
+    second = mutate.sample(found, 20, seed=3)
+    assert [(m.path, m.start, m.kind) for m in first] == [(m.path, m.start, m.kind) for m in second]
+    assert {m.path for m in first} == set(found)  # every file, even the small ones
+    assert 20 <= len(first) <= 20 + 2 * len(found)
+    assert mutate.sample(found, 20, seed=4) != first
