@@ -170,17 +170,9 @@ def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> Load
     run_dir = Path(run_dir)
     if has_sharded_checkpoint(run_dir) and not (run_dir / CHECKPOINT_NAME).is_file():
         return _load_sharded_run(run_dir, device)
-    state = load_checkpoint(run_dir / CHECKPOINT_NAME)
-    config = config_from_dict(state["config"], source=f"{run_dir / CHECKPOINT_NAME}")
-    meta = state["meta"]
-    model, loss = build_model_and_loss(
-        config,
-        in_channels=meta["in_channels"],
-        image_size=tuple(meta["image_size"])
-        if isinstance(meta["image_size"], list)
-        else meta["image_size"],
-        num_classes=meta["num_classes"],
-    )
+    source = run_dir / CHECKPOINT_NAME
+    state = load_checkpoint(source)
+    model, loss, config = _rebuild(state["config"], state["meta"], source)
     try:
         model.load_state_dict(state["model"])
         loss.load_state_dict(state["loss"])
@@ -188,15 +180,30 @@ def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> Load
         raise CheckpointError(
             f"checkpoint in {run_dir} does not match its configuration: {error}"
         ) from error
-    model.to(device).eval()
-    loss.to(device).eval()
     epoch = int(state["epoch"])
     if "history" in state:
         history = [dict(row) for row in state["history"]][:epoch]
     else:
         csv_path = run_dir / HISTORY_NAME
         history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
-    return LoadedRun(config, model, loss, meta, epoch, run_dir, history)
+    model.to(device).eval()
+    loss.to(device).eval()
+    return LoadedRun(config, model, loss, state["meta"], epoch, run_dir, history)
+
+
+def _rebuild(
+    saved: dict[str, Any], meta: dict[str, Any], source: Path
+) -> tuple[nn.Module, nn.Module, TrainConfig]:
+    """The unsharded model and loss a saved configuration and its metadata describe."""
+    config = config_from_dict(dict(saved), source=str(source))
+    size = meta["image_size"]
+    model, loss = build_model_and_loss(
+        config,
+        in_channels=meta["in_channels"],
+        image_size=tuple(size) if isinstance(size, list) else size,
+        num_classes=meta["num_classes"],
+    )
+    return model, loss, config
 
 
 def _load_sharded_run(run_dir: Path, device: str | torch.device) -> LoadedRun:
@@ -207,15 +214,7 @@ def _load_sharded_run(run_dir: Path, device: str | torch.device) -> LoadedRun:
 
     sidecar = read_sidecar(run_dir)
     source = run_dir / SHARDED_CHECKPOINT_NAME
-    config = config_from_dict(dict(sidecar["config"]), source=str(source))
-    meta = sidecar["meta"]
-    size = meta["image_size"]
-    model, loss = build_model_and_loss(
-        config,
-        in_channels=meta["in_channels"],
-        image_size=tuple(size) if isinstance(size, list) else size,
-        num_classes=meta["num_classes"],
-    )
+    model, loss, config = _rebuild(sidecar["config"], sidecar["meta"], source)
     targets = {f"model/{k}": v for k, v in model.state_dict().items()}
     targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(loss).items()})
     try:
@@ -228,4 +227,4 @@ def _load_sharded_run(run_dir: Path, device: str | torch.device) -> LoadedRun:
     loss.to(device).eval()
     epoch = int(sidecar["epoch"])
     history = [dict(row) for row in sidecar.get("history", [])][:epoch]
-    return LoadedRun(config, model, loss, meta, epoch, run_dir, history)
+    return LoadedRun(config, model, loss, sidecar["meta"], epoch, run_dir, history)
