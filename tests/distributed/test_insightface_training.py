@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -81,3 +82,18 @@ def test_two_processes_on_the_converted_dataset_then_one(dataset, tmp_path, caps
     assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "2"]) == 0
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
     capsys.readouterr()
+
+
+def test_a_corrupt_record_read_by_a_worker_is_one_line_naming_file_and_record(
+    dataset, tmp_path, capsys
+):
+    data = tmp_path / "data"
+    shutil.copytree(dataset, data)
+    offset = int((data / "train.idx").read_text().splitlines()[3].split("\t")[1])
+    with (data / "train.rec").open("r+b") as handle:  # key 3's JPEG loses its SOI marker
+        handle.seek(offset + 8 + 24)
+        handle.write(b"\0\0\0\0")
+    args = [*_args(data, tmp_path / "run", 1), "--workers", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.rec" in err[0] and "Traceback" not in err[0], err

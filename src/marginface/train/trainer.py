@@ -471,7 +471,7 @@ class Trainer:
         for step in steps:
             index = order[step * config.batch_size : (step + 1) * config.batch_size]
             mine = rank_slice(index, self.rank, self.world) if self.distributed else index
-            loaded = next(loader) if loader is not None else None
+            loaded = _next_batch(loader) if loader is not None else None
             images, labels = self._batch(mine, augment_generator, loaded)
             with torch.autocast(
                 self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
@@ -770,6 +770,20 @@ class Trainer:
             if board is not None:
                 board.close()
         return self.history
+
+
+def _next_batch(loader: Any) -> tuple[Tensor, Tensor]:
+    """The next batch of a DataLoader; an error raised in a worker process (a corrupt record,
+    say) is re-raised with its own one-line message instead of the worker's traceback."""
+    try:
+        return next(loader)
+    except (ValueError, OSError) as error:
+        text = str(error)
+        if "DataLoader worker process" not in text:
+            raise
+        last = [line for line in text.splitlines() if line.strip()][-1].strip()
+        prefix = f"{type(error).__name__}: "
+        raise type(error)(last[len(prefix) :] if last.startswith(prefix) else last) from None
 
 
 def train(
