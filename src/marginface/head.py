@@ -37,6 +37,7 @@ __all__ = [
     "IMPLEMENTATIONS",
     "REDUCTIONS",
     "MarginSoftmaxLoss",
+    "class_rows",
     "reshardable_state_dict",
 ]
 
@@ -353,27 +354,34 @@ def reshardable_state_dict(loss: MarginSoftmaxLoss) -> dict[str, Any]:
     return state
 
 
-def _weight_as_dtensor(
-    module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
-) -> dict:
-    """``state_dict`` hook of a sharded head: the weight block as a DTensor of global shape
-    ``[C, K·D]`` sharded on dim 0 (``torch.chunk``'s split, which is the class partition)."""
+def class_rows(tensor: Tensor, loss: MarginSoftmaxLoss) -> Tensor:
+    """A tensor shaped like ``loss.weight`` (the weight itself, or optimizer state of it),
+    viewed as one row per class, ``[c, K·D]``, sharing its storage; for a sharded head a
+    DTensor of global shape ``[C, K·D]`` sharded on dim 0 (``torch.chunk``'s split, which is
+    the class partition), the layout ``torch.distributed.checkpoint`` reshards."""
+    k, d = loss.sub_centers, loss.embedding_dim
+    rows = tensor.detach().reshape(-1, k * d)
+    if loss.shard is None:
+        return rows
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Shard
 
-    key = prefix + "weight"
-    shard = module.shard
-    k, d = module.sub_centers, module.embedding_dim
-    local = state_dict[key].view(shard.stop - shard.start, k * d)
-    mesh = DeviceMesh.from_group(shard.group or dist.group.WORLD, local.device.type)
-    state_dict[key] = DTensor.from_local(
-        local,
+    mesh = DeviceMesh.from_group(loss.shard.group or dist.group.WORLD, rows.device.type)
+    return DTensor.from_local(
+        rows,
         mesh,
         [Shard(0)],
         run_check=False,
-        shape=torch.Size([module.num_classes, k * d]),
+        shape=torch.Size([loss.num_classes, k * d]),
         stride=(k * d, 1),
     )
+
+
+def _weight_as_dtensor(
+    module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
+) -> dict:
+    """``state_dict`` hook of a sharded head: the weight block as :func:`class_rows`."""
+    state_dict[prefix + "weight"] = class_rows(state_dict[prefix + "weight"], module)
     return state_dict
 
 

@@ -44,13 +44,12 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from .._atomic import atomic_write_text
-from ..head import MarginSoftmaxLoss
+from ..head import MarginSoftmaxLoss, class_rows
 from .checkpoint import CheckpointError
 
 __all__ = [
     "SHARDED_CHECKPOINT_NAME",
     "SIDECAR_NAME",
-    "as_class_rows",
     "checkpoint_entries",
     "has_sharded_checkpoint",
     "load_sharded_tensors",
@@ -163,27 +162,6 @@ def _loss_weight_index(optimizer: torch.optim.Optimizer, loss: nn.Module) -> int
     return None
 
 
-def as_class_rows(tensor: torch.Tensor, loss: MarginSoftmaxLoss) -> torch.Tensor:
-    """A tensor shaped like the weight block, viewed as ``[c, K·D]`` (sharing its storage),
-    wrapped as a DTensor of global shape ``[C, K·D]`` when the head is sharded."""
-    k, d = loss.sub_centers, loss.embedding_dim
-    rows = tensor.detach().reshape(-1, k * d)
-    if loss.shard is None:
-        return rows
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import DTensor, Shard
-
-    mesh = DeviceMesh.from_group(loss.shard.group or dist.group.WORLD, rows.device.type)
-    return DTensor.from_local(
-        rows,
-        mesh,
-        [Shard(0)],
-        run_check=False,
-        shape=torch.Size([loss.num_classes, k * d]),
-        stride=(k * d, 1),
-    )
-
-
 def _tensor_state(
     model: nn.Module, loss: MarginSoftmaxLoss, optimizer: torch.optim.Optimizer
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -197,7 +175,7 @@ def _tensor_state(
         for key, value in entries.items():
             if isinstance(value, torch.Tensor):
                 if index == weight_index and value.shape == loss.weight.shape:
-                    value = as_class_rows(value, loss)
+                    value = class_rows(value, loss)
                 tensors[f"optimizer/{index}/{key}"] = value
             else:
                 plain.setdefault(str(index), {})[key] = value

@@ -26,6 +26,7 @@ from ..config import TrainConfig, config_from_dict, save_config
 from ..data import DatasetBundle
 from ..data.augment import build_augmentation
 from ..data.base import StreamedImageSet
+from ..head import class_rows
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .distributed import (
     RankFailureError,
@@ -51,7 +52,6 @@ from .run import (
 )
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
-    as_class_rows,
     checkpoint_entries,
     has_sharded_checkpoint,
     load_sharded_tensors,
@@ -340,7 +340,7 @@ class Trainer:
             if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
                 holder = torch.empty_like(self.loss.weight, dtype=dtype)  # (c·K, D)
                 holders[key] = holder
-                targets[key] = as_class_rows(holder, self.loss)
+                targets[key] = class_rows(holder, self.loss)
         filled = load_sharded_tensors(run_dir, targets, distributed=self.distributed)
         optimizer_json = sidecar["optimizer"]
         state: dict[Any, dict[str, Any]] = {}
