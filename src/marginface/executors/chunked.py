@@ -251,7 +251,7 @@ class _Chunks:
                 converted = self.scratch(part.shape[0], dim, dtype).copy_(part)
                 torch.linalg.vector_norm(converted, dim=1, out=norms[lo : lo + block])
             self.release()
-        return 1.0 / norms.clamp_min(NORMALIZE_EPS)
+        return norms.clamp_min_(NORMALIZE_EPS).reciprocal_()  # in place: C-vectors add up
 
     def scratch(self, rows: int, cols: int, dtype: torch.dtype) -> Tensor:
         """``Tensor[rows, cols]`` of ``dtype`` (uninitialized) in the pass's buffer for that
