@@ -48,7 +48,8 @@ AUTO_CHUNKED_MIN_LOGITS = 1 << 24
 """``impl="auto"`` runs chunked once a batch's logit matrix has at least this many entries
 (``N·C >= 16M``, 64 MB in fp32, e.g. N = 512 and C >= 32768), on any device. Measured on a
 2-core CPU (``benchmarks/bench_fused.py``, N = D = 512): at C = 10k fp32 the dense path was
-faster, at C = 100k the chunked one (and it needs ~14 MB instead of ~780 MB)."""
+faster, at C = 100k the chunked one (and a step adds 43 MB instead of 806 MB,
+``benchmarks/bench_memory.py``)."""
 
 
 class MarginSoftmaxLoss(nn.Module):
