@@ -64,10 +64,10 @@ __all__ = [
 
 DEFAULT_CHUNK_LOGITS = 1 << 22
 """Logits per chunk (``N·chunk_size·K``) when ``chunk_size`` is not given: 4M, i.e. a 16 MB
-float32 chunk, 8192 classes per chunk at N = 512, K = 1 (:func:`default_chunk_size`). 8192 was
-the fastest of 2048-16384 on a 2-core CPU (``benchmarks/bench_fused.py --sweep-chunks``,
-N = D = 512, C = 100k, fp32); bounding the chunk's bytes rather than its classes keeps the
-executor's extra memory flat as N grows."""
+float32 chunk, 8192 classes per chunk at N = 512, K = 1 (:func:`default_chunk_size`). In a sweep
+on a 2-core CPU (``benchmarks/bench_fused.py --sweep-chunks``, N = D = 512, C = 100k, fp32)
+2048 and 4096 were much slower and 16384 ~10% faster but with twice the memory; bounding the
+chunk's logits rather than its classes keeps the executor's extra memory flat as N grows."""
 
 PROJECTION_BLOCK = 256
 """Weight rows per block when a half-precision weight gradient is projected (see
