@@ -71,8 +71,8 @@ class MarginSoftmaxLoss(nn.Module):
             batch once ``N·C >= AUTO_CHUNKED_MIN_LOGITS`` (16M) and the margin can run chunked, else
             dense.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
-            per batch so that a chunk holds 4M logits (16 MB in fp32; 8192 classes at N = 512;
-            :func:`~marginface.executors.chunked.default_chunk_size`).
+            per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
+            5461 with a bf16 weight; :func:`~marginface.executors.chunked.default_chunk_size`).
         device, dtype: where and how the class centers are created.
         process_group: shard the classes over this ``torch.distributed`` group (e.g.
             ``torch.distributed.group.WORLD``); None (default): one process holds every class.

@@ -12,21 +12,23 @@ from torch.profiler import ProfilerActivity, profile
 
 import marginface
 from marginface.executors.chunked import (
-    DEFAULT_CHUNK_LOGITS,
+    DEFAULT_CHUNK_BYTES,
     MIN_DEFAULT_CHUNK,
     PROJECTION_BLOCK,
     default_chunk_size,
 )
 
 
-def test_default_chunk_size_bounds_the_logits_of_a_chunk() -> None:
+def test_default_chunk_size_bounds_the_bytes_of_a_chunk() -> None:
     assert default_chunk_size(512) == 8192
     assert default_chunk_size(4096) == 1024
     assert default_chunk_size(512, sub_centers=4) == 2048
-    assert default_chunk_size(1) == DEFAULT_CHUNK_LOGITS
+    assert default_chunk_size(512, bytes_per_logit=6) == 5461  # a bf16 weight
+    assert default_chunk_size(1) == DEFAULT_CHUNK_BYTES // 4
     assert default_chunk_size(10**7) == MIN_DEFAULT_CHUNK
-    for rows in (1, 7, 512, 3000, 65536):
-        assert rows * default_chunk_size(rows) <= DEFAULT_CHUNK_LOGITS
+    for rows in (1, 7, 512, 3000, 32768):  # above, the 64-class minimum exceeds the bound
+        for per_logit in (4, 6, 8):
+            assert rows * default_chunk_size(rows, 1, per_logit) * per_logit <= DEFAULT_CHUNK_BYTES
 
 
 def allocations(dtype: torch.dtype, n: int, d: int, c: int, chunk: int) -> list[int]:

@@ -10,7 +10,7 @@ on every executor.
 """
 
 from .chunked import (
-    DEFAULT_CHUNK_LOGITS,
+    DEFAULT_CHUNK_BYTES,
     check_chunkable,
     chunked_margin_cross_entropy,
     default_chunk_size,
@@ -18,7 +18,7 @@ from .chunked import (
 from .dense import compute_dtype, dense_margin_cross_entropy, normalized_cosine
 
 __all__ = [
-    "DEFAULT_CHUNK_LOGITS",
+    "DEFAULT_CHUNK_BYTES",
     "check_chunkable",
     "chunked_margin_cross_entropy",
     "compute_dtype",

@@ -51,7 +51,7 @@ from .dense import NORMALIZE_EPS, compute_dtype, row_norms
 from .sharding import ClassShard
 
 __all__ = [
-    "DEFAULT_CHUNK_LOGITS",
+    "DEFAULT_CHUNK_BYTES",
     "KERNELS",
     "KERNELS_ENV",
     "check_chunkable",
@@ -62,19 +62,22 @@ __all__ = [
     "triton_available",
 ]
 
-DEFAULT_CHUNK_LOGITS = 1 << 22
-"""Logits per chunk (``N·chunk_size·K``) when ``chunk_size`` is not given: 4M, i.e. a 16 MB
-float32 chunk, 8192 classes per chunk at N = 512, K = 1 (:func:`default_chunk_size`). In a sweep
-on a 2-core CPU (``benchmarks/bench_fused.py --sweep-chunks``, N = D = 512, C = 100k, fp32)
-2048 and 4096 were much slower and 16384 ~10% faster but with twice the memory; bounding the
-chunk's logits rather than its classes keeps the executor's extra memory flat as N grows."""
+DEFAULT_CHUNK_BYTES = 1 << 24
+"""Bytes of the chunk workspace (``N·chunk_size·K`` logits in float32, plus their bf16/fp16
+copy when the GEMM runs in half precision) when ``chunk_size`` is not given: 16 MiB, i.e. 8192
+classes per chunk at N = 512, K = 1 in float32, 5461 with a bf16 weight
+(:func:`default_chunk_size`). Measured on a 2-core CPU (N = D = 512, C = 100k): float32 chunks
+of 4096 and 16384 classes were 3% and 10% slower than 8192; with a bf16 weight 5461 and 4096
+were 2-5% faster than 8192. Bounding the chunk's bytes rather than its classes keeps the
+executor's extra memory flat as N grows."""
 
 PROJECTION_BLOCK = 256
 """Weight rows per block when a half-precision weight gradient is projected (see
 :func:`_project_into`): its float32 temporaries stay at ``3·256·D`` floats."""
 
 MIN_DEFAULT_CHUNK = 64
-"""The smallest chunk :func:`default_chunk_size` picks (so ``N·K > 65536`` exceeds the 16 MB)."""
+"""The smallest chunk :func:`default_chunk_size` picks (so a float32 chunk of ``N·K > 65536``
+rows exceeds the 16 MiB)."""
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -92,10 +95,14 @@ TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """GEMM dtypes the Triton kernels run in (float64 runs on PyTorch)."""
 
 
-def default_chunk_size(rows: int, sub_centers: int = 1) -> int:
-    """Classes per chunk when ``chunk_size`` is None: ``DEFAULT_CHUNK_LOGITS // (N·K)``, at
-    least :data:`MIN_DEFAULT_CHUNK` (8192 for N = 512, K = 1; 1024 for N = 4096)."""
-    return max(MIN_DEFAULT_CHUNK, DEFAULT_CHUNK_LOGITS // max(1, rows * sub_centers))
+def default_chunk_size(rows: int, sub_centers: int = 1, bytes_per_logit: int = 4) -> int:
+    """Classes per chunk when ``chunk_size`` is None: ``DEFAULT_CHUNK_BYTES // (N·K·bytes)``,
+    at least :data:`MIN_DEFAULT_CHUNK`. ``bytes_per_logit``: 4 in float32, 6 with a bf16/fp16
+    GEMM (its output plus the float32 copy), 8 in float64. Float32, K = 1: 8192 classes for
+    N = 512, 1024 for N = 4096."""
+    return max(
+        MIN_DEFAULT_CHUNK, DEFAULT_CHUNK_BYTES // max(1, rows * sub_centers * bytes_per_logit)
+    )
 
 
 def triton_available() -> bool:
@@ -443,7 +450,8 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         norms = row_norms(x)  # (N,), no overflow for entries beyond ~1.8e19 in float32
         x_hat = x / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1)  # (N, D)
         if chunk_size is None:  # N is the global batch's
-            chunk_size = default_chunk_size(n, k)
+            per_logit = accumulate.itemsize + (gemm.itemsize if gemm != accumulate else 0)
+            chunk_size = default_chunk_size(n, k, per_logit)
         chunks = _Chunks(x_hat, weight, targets, k, chunk_size, gemm)
         inv_norms = chunks.inv_norms  # (C·K,)
 
@@ -777,8 +785,8 @@ def chunked_margin_cross_entropy(
         margin: the margin; see :func:`check_chunkable` for which run chunked.
         sub_centers: ``K >= 1``. Chunks hold whole classes (``chunk_size·K`` weight rows).
         chunk_size: classes per chunk, ``>= 1``. Default: None,
-            :func:`default_chunk_size` (``N·chunk·K`` = 4M logits, 16 MB in fp32; 8192 classes
-            for N = 512, K = 1).
+            :func:`default_chunk_size` (a 16 MiB workspace: 8192 classes for N = 512, K = 1
+            in float32, 5461 with a bf16 weight).
         kernels: who runs the per-chunk work, one of :data:`KERNELS`. Default: None, read
             from the environment variable :data:`KERNELS_ENV` (``MARGINFACE_KERNELS``; unset
             means ``"auto"``: Triton for CUDA tensors when triton imports, for the identity and
