@@ -4,11 +4,14 @@ Every function accepts torch tensors (any device; detached) or NumPy arrays and 
 Python floats or NumPy arrays.
 
 * :func:`closed_set_accuracy` -- argmax of cosines to the class centers (the seed's SoftmaxHead).
+* :func:`target_and_nearest_angles` -- each sample's angle to its class center and to the
+  nearest other one.
 * :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
 * :func:`verification_metrics` -- LFW 10-fold accuracy, ROC AUC, EER, TAR at FAR.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
 """
 
+from .angles import target_and_nearest_angles
 from .closed_set import closed_set_accuracy, cosine_to_centers
 from .pairs import NUM_FOLDS, pair_scores, sample_pairs
 from .retrieval import retrieval_metrics
@@ -39,5 +42,6 @@ __all__ = [
     "roc_curve",
     "sample_pairs",
     "tar_at_far",
+    "target_and_nearest_angles",
     "verification_metrics",
 ]
