@@ -4,6 +4,7 @@ tiny digits run, config errors, refusal to overwrite, compare's report."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import tomllib
 import marginface
 from marginface.cli import DEMO_LOSSES, build_parser, demo_config, main
 from marginface.config import PIPELINE_SCALE
+from marginface.data import load_dataset
 from marginface.train import load_checkpoint, load_run, read_history
 
 COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export")
@@ -134,6 +136,20 @@ def test_compare_writes_report_and_prints_table(tmp_path, capsys):
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4
     assert "<table>" in html
+    # one interactive figure per 3-D embedding, with the learned centers and hover angles
+    assert html.count('id="plotly-bundle"') == 1
+    specs = [
+        json.loads(text)
+        for text in re.findall(r'class="plotly-spec">(.*?)</script>', html, flags=re.DOTALL)
+    ]
+    assert [spec["layout"]["title"]["text"] for spec in specs] == ["normface", "cosface"]
+    for spec in specs:
+        names = [trace.get("name") for trace in spec["data"]]
+        assert "class centers" in names and "class 0" in names
+        points = [t for t in spec["data"] if re.fullmatch(r"class \d+", str(t.get("name")))]
+        assert sum(len(t["x"]) for t in points) == len(load_dataset("digits").test)
+        assert all("θ to its center" in t["hovertemplate"] for t in points)
+    assert "Angle distributions on the test set" in html
     assert main(["--quiet", "compare", "--losses", "normface", *TINY, "--out", str(out)]) == 2
 
 

@@ -1,11 +1,14 @@
 """Pictures (matplotlib): embeddings on the circle and sphere, margin curves, training curves,
-ROC curves, and an atomic PNG writer.
+ROC curves, angle distributions, and an atomic PNG writer; interactive 3-D embeddings as plotly
+figure specifications (:func:`sphere_figure`, rendered by :mod:`marginface.report`).
 
-Every function returns a :class:`matplotlib.figure.Figure` on its own Agg canvas (see
+Every ``plot_*`` function returns a :class:`matplotlib.figure.Figure` on its own Agg canvas (see
 :mod:`._figure`): importing this package does not import matplotlib or change its backend.
 """
 
+from .angles import plot_angle_distributions
 from .embeddings import plot_embedding_grid, plot_embeddings
+from .interactive import sphere_figure
 from .margin_curves import DEFAULT_NORM, default_margins, margin_curve, plot_margin_curves
 from .roc import plot_roc
 from .save import save_figure
@@ -15,6 +18,7 @@ __all__ = [
     "DEFAULT_NORM",
     "default_margins",
     "margin_curve",
+    "plot_angle_distributions",
     "plot_embedding_grid",
     "plot_embeddings",
     "plot_margin_curves",
@@ -22,4 +26,5 @@ __all__ = [
     "plot_state_curve",
     "plot_training_curves",
     "save_figure",
+    "sphere_figure",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 from ..config import TrainConfig
 from ..registry import get_loss_class
 from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
+from .pictures import draw_run_pictures, report_sections
 from .run import OutputExistsError, load_bundle
 from .trainer import Trainer
 
@@ -59,49 +60,6 @@ def _prepare(out_dir: Path, *, overwrite: bool, replace_own: bool) -> None:
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARKER).write_text("written by marginface compare/demo\n", encoding="utf-8")
-
-
-def draw_run_pictures(
-    runs: dict[str, tuple[list[dict[str, Any]], Evaluation, Any]], out_dir: Path
-) -> dict[str, Path]:
-    """Draw the comparison's pictures into ``out_dir`` and return ``{caption: png_path}``.
-
-    Args:
-        runs: ``{loss_name: (history, evaluation, loss_module)}``.
-    """
-    from ..plots import (
-        plot_embedding_grid,
-        plot_margin_curves,
-        plot_roc,
-        plot_state_curve,
-        plot_training_curves,
-        save_figure,
-    )
-
-    images: dict[str, Path] = {}
-    dims = {evaluation.embeddings.shape[1] for _, evaluation, _ in runs.values()}
-    if dims <= {2, 3}:
-        panels = {name: (ev.embeddings, ev.labels) for name, (_, ev, _) in runs.items()}
-        images["Test embeddings"] = save_figure(
-            plot_embedding_grid(panels), out_dir / "embeddings.png"
-        )
-    margins = {name: loss.margin for name, (_, _, loss) in runs.items()}
-    images["Margin curves (target logit / s against θ)"] = save_figure(
-        plot_margin_curves(margins), out_dir / "margin_curves.png"
-    )
-    curves = {name: (ev.fpr, ev.tpr) for name, (_, ev, _) in runs.items() if len(ev.fpr)}
-    if curves:
-        images["ROC of test pairs"] = save_figure(plot_roc(curves), out_dir / "roc.png")
-    for name, (history, _, loss) in runs.items():
-        images[f"Training curves: {name}"] = save_figure(
-            plot_training_curves(history), out_dir / f"training_{name}.png"
-        )
-        for key, buffer in loss.margin.named_buffers():
-            if buffer.numel() == 1 and key in history[0]:
-                images[f"{name}: {key} over training"] = save_figure(
-                    plot_state_curve(history, key), out_dir / f"state_{name}_{key}.png"
-                )
-    return images
 
 
 def compare_losses(
@@ -165,7 +123,7 @@ def compare_losses(
         title=title,
         rows=rows,
         columns=TABLE_COLUMNS,
-        images=images,
         notes=notes,
+        sections=report_sections(runs, images),
     )
     return Comparison(rows, report, images)
