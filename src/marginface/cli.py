@@ -204,6 +204,49 @@ def _resumed_config(args: argparse.Namespace, run_dir: Path):
     return _named_option_errors(lambda: config_from_dict(values, source=str(checkpoint)))
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is at the time of each record (so a
+    redirected or captured stderr receives the lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+class _Formatter(logging.Formatter):
+    """INFO records as their bare message (progress lines, "downloading ..."); others with
+    their level and logger: ``WARNING marginface.data.lfw: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno == logging.INFO:
+            return record.getMessage()
+        return f"{record.levelname} {record.name}: {super().format(record)}"
+
+
+def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
+    """Send the ``marginface`` loggers to stderr: INFO and above by default (progress lines,
+    downloads), WARNING and above with ``quiet``, DEBUG with ``verbose`` (``verbose`` wins).
+    Other libraries' loggers are left alone. Calling it again replaces the previous set-up."""
+    package = logging.getLogger("marginface")
+    for handler in list(package.handlers):
+        if isinstance(handler, _StderrHandler):
+            package.removeHandler(handler)
+    handler = _StderrHandler()
+    handler.setFormatter(_Formatter("%(message)s"))
+    package.addHandler(handler)
+    if verbose:
+        package.setLevel(logging.DEBUG)
+    else:
+        package.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
 def _echo(args: argparse.Namespace, text: str) -> None:
     if not args.quiet:
         print(text, flush=True)
@@ -248,7 +291,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
         if args.resume:
             config = _resumed_config(args, out)
-    trainer = Trainer(config, out, progress=not args.quiet, callbacks=[_epoch_printer(args)])
+    trainer = Trainer(
+        config,
+        out,
+        progress=not args.quiet,
+        progress_seconds=args.progress_seconds,
+        callbacks=[_epoch_printer(args)],
+    )
     trainer.step_callbacks.append(_verification_printer(args))
     trainer.fit(resume=args.resume, overwrite=args.overwrite)
     if trainer.is_main:
@@ -291,6 +340,7 @@ def _run_compare(
         overwrite=args.overwrite,
         replace_own=demo,
         progress=not args.quiet,
+        progress_seconds=args.progress_seconds,
         on_row=on_row,
         title=title,
         notes=[f"command: {command}", "configuration: " + repr(config)],
@@ -397,13 +447,36 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ parser
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return value
+
+
+def _add_progress_option(parser: argparse.ArgumentParser) -> None:
+    from .train.progress import DEFAULT_PROGRESS_SECONDS
+
+    parser.add_argument(
+        "--progress-seconds",
+        type=_seconds,
+        default=DEFAULT_PROGRESS_SECONDS,
+        metavar="S",
+        help="when stderr is not a terminal (a log file, CI), a progress line (step, loss, "
+        f"img/s, ETA) every S seconds and at every epoch's end instead of a bar (default "
+        f"{DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marginface`` (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
         prog="marginface",
         description="Train, evaluate and show embeddings learned with margin-based softmax losses.",
     )
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars or chatter")
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress output or chatter (warnings only)"
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     # the same two flags after the subcommand (``marginface train ... --quiet``); SUPPRESS keeps
     # a flag given before the subcommand from being reset by the subcommand's default
@@ -422,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder")
     demo.add_argument("--epochs", type=int, help="override the demo's epochs (30)")
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
+    _add_progress_option(demo)
     demo.set_defaults(func=cmd_demo)
 
     train = sub.add_parser(
@@ -432,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode = train.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the run in --out")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    _add_progress_option(train)
     train.set_defaults(func=cmd_train)
 
     evaluate = sub.add_parser(
@@ -459,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_options(compare, with_loss=False)
     compare.add_argument("--out", type=Path, help="output folder (default runs/compare-<data>)")
     compare.add_argument("--overwrite", action="store_true", help="replace --out")
+    _add_progress_option(compare)
     compare.set_defaults(func=cmd_compare)
 
     plot = sub.add_parser(
@@ -504,10 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (errors: 2 with a one-line message)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(quiet=args.quiet, verbose=args.verbose)
     prefix = f"marginface {args.command}"
     try:
         return int(args.func(args))

@@ -15,6 +15,7 @@ from ..config import TrainConfig
 from ..registry import get_loss_class
 from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
 from .pictures import draw_run_pictures, report_sections
+from .progress import DEFAULT_PROGRESS_SECONDS
 from .run import OutputExistsError, load_bundle
 from .trainer import Trainer
 
@@ -70,7 +71,8 @@ def compare_losses(
     loss_options: dict[str, dict[str, Any]] | None = None,
     overwrite: bool = False,
     replace_own: bool = False,
-    progress: bool = False,
+    progress: bool | str = False,
+    progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     title: str = "marginface comparison",
     notes: Sequence[str] = (),
@@ -84,7 +86,8 @@ def compare_losses(
         overwrite: replace an existing ``out_dir`` written by a previous compare/demo (an
             unrelated folder is never deleted); ``replace_own``: the same without asking (the
             demo's default).
-        progress: tqdm bars while training.
+        progress, progress_seconds: training progress (see :class:`Trainer`): a tqdm bar on a
+            terminal, else a log line every ``progress_seconds`` and per epoch.
         on_row: called with each loss's table row as soon as it is measured.
 
     Returns:
@@ -104,7 +107,13 @@ def compare_losses(
         config = dataclasses.replace(base, loss=name, loss_options=options)
         run_dir = out_dir / name
         began = time.perf_counter()
-        trainer = Trainer(config, run_dir, bundle=bundle, progress=progress)
+        trainer = Trainer(
+            config,
+            run_dir,
+            bundle=bundle,
+            progress=progress,
+            progress_seconds=progress_seconds,
+        )
         history = trainer.fit()
         seconds = time.perf_counter() - began
         evaluation = evaluate_run(run_dir, device=config.device, bundle=bundle)

@@ -40,6 +40,7 @@ from .embeddings import extract_embeddings
 from .evaluate import evaluate_pairs, verification_pairs
 from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .optim import build_optimizer, build_scheduler
+from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
@@ -117,7 +118,13 @@ class Trainer:
             the options actually used.
         run_dir: the output directory (see :mod:`marginface.train.run`).
         bundle: the dataset, if already loaded (else :func:`load_bundle` ``(config)``).
-        progress: show a tqdm bar per epoch (stderr). Default: False.
+        progress: training progress on rank 0: ``True`` or ``"auto"``: a tqdm bar per epoch
+            when stderr is a terminal, else a log line (logger ``marginface.train.progress``,
+            INFO) every ``progress_seconds`` and at the end of every epoch, with step, loss,
+            img/s and ETA (:mod:`marginface.train.progress`); ``"bar"``, ``"lines"``;
+            ``False`` or ``"none"``: nothing. Default: False.
+        progress_seconds: seconds between two progress lines (>= 0). Default:
+            :data:`~marginface.train.progress.DEFAULT_PROGRESS_SECONDS` (30).
         callbacks: called with each epoch's log row after its checkpoint is written.
 
     Use :meth:`fit`.
@@ -129,13 +136,24 @@ class Trainer:
         run_dir: str | Path,
         *,
         bundle: DatasetBundle | None = None,
-        progress: bool = False,
+        progress: bool | str = False,
+        progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         callbacks: list[EpochCallback] | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
         self.run_dir = Path(run_dir)
         self.bundle = bundle
-        self.progress = progress
+        self.progress = resolve_progress_mode(progress)
+        if isinstance(progress_seconds, bool) or not (
+            isinstance(progress_seconds, int | float)
+            and math.isfinite(progress_seconds)
+            and progress_seconds >= 0
+        ):
+            raise ValueError(
+                f"progress_seconds must be a finite number >= 0, got {progress_seconds!r}"
+            )
+        self.progress_seconds = float(progress_seconds)
+        self._reporter = ProgressReporter("none", epochs=1, steps_per_epoch=1)
         self.callbacks = list(callbacks or [])
         self.history: list[dict[str, Any]] = []
         self.model: nn.Module | None = None
@@ -461,55 +479,62 @@ class Trainer:
         order = torch.randperm(len(self.train_y), generator=_epoch_generator(config.seed, epoch))
         loader = self._loader(epoch, order) if self.streamed else None
         augment_generator = _epoch_generator(config.seed, epoch, stream=1)
-        steps = range(self.steps_per_epoch)
-        if self.progress and self.is_main:
-            from tqdm.auto import tqdm
-
-            steps = tqdm(steps, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False)
+        progress = self._reporter.epoch(epoch)
         total, count = 0.0, 0
-        began = time.perf_counter()
-        for step in steps:
-            index = order[step * config.batch_size : (step + 1) * config.batch_size]
-            mine = rank_slice(index, self.rank, self.world) if self.distributed else index
-            loaded = _next_batch(loader) if loader is not None else None
-            images, labels = self._batch(mine, augment_generator, loaded)
-            with torch.autocast(
-                self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
-            ):
-                embeddings = self.forward_model(images)  # (b, D), this rank's rows
-            finite = bool(torch.isfinite(embeddings).all())
-            if self.distributed:
-                finite = all_ranks_true(finite, self.device)
-            if not finite:
-                raise self._diverged("the embeddings became non-finite", epoch, step)
-            loss = self.loss(embeddings.float(), labels)  # the global batch's loss
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise self._diverged(f"the loss became {value}", epoch, step)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-            if config.grad_clip is not None:
-                self.scaler.unscale_(self.optimizer)
-                self._clip_gradients(config.grad_clip)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
-            total += value * len(index)
-            count += len(index)
-            completed = epoch * self.steps_per_epoch + step + 1
-            if (
-                config.verify_every
-                and self.bundle.verification
-                and (completed % config.verify_every == 0)
-            ):
-                self._log_step_verification(completed)
-            if self.progress and self.is_main:
-                elapsed = time.perf_counter() - began
-                remaining = elapsed / (step + 1) * (self.steps_per_epoch - step - 1)
-                steps.set_postfix(
-                    loss=f"{value:.4f}", img_s=f"{count / elapsed:.0f}", eta=f"{remaining:.0f}s"
-                )
+        try:
+            for step in range(self.steps_per_epoch):
+                value, size = self._train_step(epoch, step, order, loader, augment_generator)
+                total += value * size
+                count += size
+                progress.update(step, loss=value, mean_loss=total / count, images=count)
+        finally:
+            progress.close()
         return total / count
+
+    def _train_step(
+        self,
+        epoch: int,
+        step: int,
+        order: Tensor,
+        loader: Any,
+        augment_generator: torch.Generator,
+    ) -> tuple[float, int]:
+        """One optimizer step; returns the batch's loss and its number of images (the global
+        batch's)."""
+        config = self.config
+        index = order[step * config.batch_size : (step + 1) * config.batch_size]
+        mine = rank_slice(index, self.rank, self.world) if self.distributed else index
+        loaded = _next_batch(loader) if loader is not None else None
+        images, labels = self._batch(mine, augment_generator, loaded)
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
+            embeddings = self.forward_model(images)  # (b, D), this rank's rows
+        finite = bool(torch.isfinite(embeddings).all())
+        if self.distributed:
+            finite = all_ranks_true(finite, self.device)
+        if not finite:
+            raise self._diverged("the embeddings became non-finite", epoch, step)
+        loss = self.loss(embeddings.float(), labels)  # the global batch's loss
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise self._diverged(f"the loss became {value}", epoch, step)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if config.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)
+            self._clip_gradients(config.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        completed = epoch * self.steps_per_epoch + step + 1
+        if (
+            config.verify_every
+            and self.bundle.verification
+            and (completed % config.verify_every == 0)
+        ):
+            self._log_step_verification(completed)
+        return value, len(index)
 
     def _log_step_verification(self, step: int) -> None:
         """Every ``verify_every`` steps: the verification sets' accuracy, logged and (rank 0)
@@ -661,7 +686,7 @@ class Trainer:
             metrics = evaluate_pairs(embeddings.numpy(), verification.pairs)
             row[f"{name}_accuracy"] = float(metrics.accuracy)
             row[f"{name}_accuracy_std"] = float(metrics.accuracy_std)
-            logger.info(
+            logger.debug(
                 "[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std
             )
         return row
@@ -714,6 +739,13 @@ class Trainer:
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
             write_history(history_path, self.history)  # completes a CSV cut short by a kill
+        self._reporter = ProgressReporter(
+            self.progress if self.is_main else "none",
+            epochs=self.config.epochs,
+            steps_per_epoch=self.steps_per_epoch,
+            start_epoch=start,
+            interval=self.progress_seconds,
+        )
         board = None
         if self.config.tensorboard and self.is_main:
             board = TensorBoardLogger(run_dir / "tensorboard")
@@ -752,7 +784,7 @@ class Trainer:
                     write_history(history_path, self.history)
                     if board is not None:
                         board.log(row)
-                    logger.info("epoch %d: %s", epoch + 1, row)
+                    logger.debug("epoch %d: %s", epoch + 1, row)
                     for callback in self.callbacks:
                         callback(row)
         except KeyboardInterrupt:
