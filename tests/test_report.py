@@ -126,12 +126,13 @@ def test_page_is_responsive(tmp_path):
     page = write_report(
         tmp_path / "r.html",
         title="t",
-        rows=[{"loss": "arcface", "accuracy": 0.5}],
+        rows=[{"loss": "arcface", "verification_accuracy": 0.5}],
         notes=[long_value],
         sections=[Section("Pictures", [Image("w", wide), Image("n", narrow), Table([{"a": 1}])])],
     ).read_text()
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
     assert page.count('<div class="table-box"><table>') == 2
+    assert "<th>verification_<wbr>accuracy</th>" in page  # a long name may wrap
     assert re.search(r"\.table-box \{[^}]*overflow-x: auto", page)
     assert re.search(r"pre \{[^}]*white-space: pre-wrap;[^}]*overflow-wrap: anywhere", page)
     assert re.search(r"img \{[^}]*max-width: 100%;[^}]*height: auto", page)

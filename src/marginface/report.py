@@ -43,8 +43,9 @@ logger = logging.getLogger(__name__)
 
 Row = Mapping[str, object]
 
-WIDE_ASPECT = 1.6
-"""An :class:`Image` wider than this (width / height) spans the whole row of the page."""
+WIDE_ASPECT = 3.0
+"""An :class:`Image` wider than this (width / height) spans the whole row of the page (the
+grids of one panel per loss); narrower ones share a row two by two on a laptop."""
 
 
 def _cell(value: object) -> str:
@@ -90,7 +91,8 @@ class Table:
     def to_html(self) -> str:
         """The block's HTML."""
         columns = list(self.columns or (self.rows[0].keys() if self.rows else []))
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+        # a long column name may break after its underscores (verification_<wbr>accuracy)
+        head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in columns)
         body = "".join(
             "<tr>"
             + "".join(f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in columns)
@@ -230,7 +232,8 @@ h1 { font-size: 1.6em; overflow-wrap: anywhere; }
 nav ul { padding-left: 1.2em; }
 .table-box { overflow-x: auto; max-width: 100%; margin: 1em 0; }
 table { border-collapse: collapse; }
-th, td { border: 1px solid #ccc; padding: 4px 10px; text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #ccc; padding: 4px 10px; text-align: right; }
+td { white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f0f0f0; }
 pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; overflow-wrap: anywhere; }
