@@ -73,7 +73,9 @@ class MarginSoftmaxLoss(nn.Module):
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
             5461 with a bf16 weight; :func:`~marginface.executors.chunked.default_chunk_size`).
-        device, dtype: where and how the class centers are created.
+        device, dtype: where and how the class centers are created. With ``torch.float64``
+            the margin's floating buffers (CurricularFace's ``t``, AdaFace's statistics...) are
+            made float64 too; otherwise they stay float32.
         process_group: shard the classes over this ``torch.distributed`` group (e.g.
             ``torch.distributed.group.WORLD``); None (default): one process holds every class.
             Rank ``r`` owns the contiguous block :attr:`class_range` (blocks of ``⌈C/W⌉``) and
@@ -136,6 +138,8 @@ class MarginSoftmaxLoss(nn.Module):
             None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
+        if dtype == torch.float64:  # the running statistics keep float64 precision too
+            margin.to(dtype=torch.float64)
         self.margin = margin
         self.shard: ClassShard | None = None
         start, stop = 0, self.num_classes

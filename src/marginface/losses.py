@@ -457,6 +457,8 @@ class AdaFaceLoss(MarginSoftmaxLoss):
         scale: ``s``.
         h: concentration.
         momentum: weight of the new batch in the norm statistics.
+        cosine_clamp: ``δ``; ``δ > 0`` clamps every cosine to ``[-1 + δ, 1 - δ]`` before the
+            margin (the authors' code: ``1e-3``); 0 (default) does not.
         gradient: ``"exact"`` or ``"straight_through"``.
     """
 
@@ -469,11 +471,20 @@ class AdaFaceLoss(MarginSoftmaxLoss):
         *,
         h: float = _ADAFACE["h"],
         momentum: float = _ADAFACE["momentum"],
+        cosine_clamp: float = _ADAFACE["cosine_clamp"],
         gradient: str = _ADAFACE["gradient"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        ada = AdaFaceMargin(margin, scale, h=h, momentum=momentum, gradient=gradient, device=device)
+        ada = AdaFaceMargin(
+            margin,
+            scale,
+            h=h,
+            momentum=momentum,
+            cosine_clamp=cosine_clamp,
+            gradient=gradient,
+            device=device,
+        )
         super().__init__(
             num_classes,
             embedding_dim,

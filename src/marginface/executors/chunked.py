@@ -148,7 +148,7 @@ def _triton_rule(margin: Margin, context: Context, rows: int, like: Tensor) -> A
     from .triton_kernels import NonTargetRule
 
     method = type(margin).nontarget_cosine
-    if method is Margin.nontarget_cosine:
+    if margin.nontarget_is_identity():
         return NonTargetRule()
     if method is CurricularFaceMargin.nontarget_cosine:
         threshold, t = context["threshold"], context["t"]
@@ -476,7 +476,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             row_scale = _row_scale(context["scale"], n, x_hat)  # (N,)
             target_logit = target.to(accumulate) * row_scale  # (N,)
 
-        identity = not _overrides(margin, "nontarget_cosine")
+        identity = margin.nontarget_is_identity()
         if not identity:
             for key, value in context.items():
                 if key != "scale" and isinstance(value, Tensor) and value.requires_grad:

@@ -16,19 +16,23 @@ __all__ = ["ANGLE_POLICIES", "ArcFaceMargin", "additive_angular_margin"]
 ANGLE_POLICIES = ("linear", "easy", "clip", "none")
 """What to do where ``θ + m > π`` (``cos(θ + m)`` would start increasing again):
 
-* ``"linear"``: ``cos θ - m·sin m`` there (insightface's and CurricularFace's code). The target
-  logit stays monotone non-increasing in θ; it steps down by ``cos m + m sin m - 1`` at
-  ``θ = π - m``.
+* ``"linear"``: ``cos θ - m·sin m`` there (insightface's code before December 2022,
+  CurricularFace's and MagFace's with ``easy_margin=False``). The target logit stays monotone
+  non-increasing in θ; it steps down by ``cos m + m sin m - 1`` at ``θ = π - m``.
 * ``"easy"``: apply the margin only where ``cos θ > 0`` (``θ < π/2``); elsewhere ``cos θ``.
 * ``"clip"``: clip ``θ + m`` to π (target cosine -1, zero gradient beyond).
 * ``"none"``: ``cos(θ + m)`` everywhere (non-monotone beyond ``π - m``).
+
+The boundary ``θ = π - m`` itself belongs to the fallback (``"linear"``, ``"clip"``): the margin
+is kept only where ``cos θ > cos(π - m)``, the comparison of insightface's, CurricularFace's and
+MagFace's code, with the threshold computed as they do (``cos(π - m)``, shift ``sin(π - m)·m``).
 """
 
 
 def additive_angular_margin(
     cos_target: Tensor, margin: float | Tensor, policy: str = "linear"
 ) -> Tensor:
-    r"""``cos(θ_y + m)`` from ``cos θ_y``, with ``policy`` where ``θ_y + m > π``.
+    r"""``cos(θ_y + m)`` from ``cos θ_y``, with ``policy`` where ``θ_y + m >= π``.
 
     Computed as ``c·cos m - sin θ·sin m`` (no arccos), so the value is exact near θ = 0. The
     derivative ``cos m + sin m·cos θ / sin θ`` is the true one, capped near ``cos θ = ±1``
@@ -47,13 +51,14 @@ def additive_angular_margin(
         return shifted
     if policy == "easy":
         return torch.where(cos_target > 0, shifted, cos_target)
+    # cos(π - m) and sin(π - m)·m, computed as the reference codes do (bit-identical thresholds)
     if isinstance(margin, Tensor):
-        threshold = -torch.cos(margin)  # cos(π - m)
-        fallback_shift = margin * torch.sin(margin)
+        threshold = torch.cos(math.pi - margin)
+        fallback_shift = torch.sin(math.pi - margin) * margin
     else:
-        threshold = -math.cos(margin)
-        fallback_shift = margin * math.sin(margin)
-    beyond = cos_target < threshold  # θ + m > π
+        threshold = math.cos(math.pi - margin)
+        fallback_shift = math.sin(math.pi - margin) * margin
+    beyond = cos_target <= threshold  # θ + m >= π: the boundary takes the fallback
     if policy == "linear":
         return torch.where(beyond, cos_target - fallback_shift, shifted)
     if policy == "clip":

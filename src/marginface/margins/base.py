@@ -97,6 +97,15 @@ class Margin(nn.Module):
         """
         return cosine
 
+    def nontarget_is_identity(self) -> bool:
+        """Whether :meth:`nontarget_cosine` returns its input unchanged for this instance.
+
+        True exactly when the class does not override :meth:`nontarget_cosine`; a margin whose
+        override is the identity for some settings (AdaFace without ``cosine_clamp``) says so, so
+        that executors keep their identity fast paths.
+        """
+        return type(self).nontarget_cosine is Margin.nontarget_cosine
+
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """Per-sample term added to the cross-entropy (MagFace's ``λ_g·g(a)``), or None."""
         return None

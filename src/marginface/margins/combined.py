@@ -18,7 +18,10 @@ __all__ = ["CombinedMargin", "combined_margin"]
 def combined_margin(
     cos_target: Tensor, m1: float, m2: float, m3: float, policy: str = "linear"
 ) -> Tensor:
-    r"""``cos(m1·θ + m2) - m3`` with ``policy`` where the angle ``m1·θ + m2`` exceeds π.
+    r"""``cos(m1·θ + m2) - m3`` with ``policy`` where the angle ``m1·θ + m2`` reaches π.
+
+    The boundary ``m1·θ + m2 = π`` takes the fallback, as in
+    :func:`~marginface.margins.arcface.additive_angular_margin`.
 
     All three margins are active at once (insightface's ``CombinedMarginLoss`` drops m2
     whenever m3 > 0). The policy acts on the angular part only; m3 is always subtracted, so
@@ -46,12 +49,12 @@ def combined_margin(
     if policy == "easy":
         angular = torch.where(cos_target > 0, angular, cos_target)
     elif policy == "clip":
-        angular = torch.where(angle > math.pi, torch.full_like(angular, -1.0), angular)
+        angular = torch.where(angle >= math.pi, torch.full_like(angular, -1.0), angular)
     elif policy == "linear":
         theta_c = (math.pi - m2) / m1  # boundary angle: m1·θ_c + m2 = π
         if theta_c < math.pi:
             fallback = cos_target - (math.pi - theta_c) * math.sin(theta_c)
-            angular = torch.where(angle > math.pi, fallback, angular)
+            angular = torch.where(angle >= math.pi, fallback, angular)
     elif policy != "none":
         raise ValueError(f"policy must be one of {ANGLE_POLICIES}, got {policy!r}")
     return angular - m3

@@ -54,7 +54,9 @@ class ElasticFaceMargin(Margin):
         kind: ``"arc"`` (angular, radians) or ``"cos"`` (cosine units). Default: ``"arc"``.
         margin: the mean ``m >= 0``. Default: 0.5 for arc, 0.35 for cos (paper).
         scale: ``s > 0``. Default: 64.0 (paper).
-        std: ``σ >= 0``. Default: 0.05 (paper; its "+" runs use 0.0175 for arc, 0.025 for cos).
+        std: ``σ >= 0``. Default: 0.05 (paper and authors' config, plain losses), whatever
+            ``plus`` is. For "+": 0.0175 for arc (paper and config); for cos 0.025 (paper) or
+            0.02 (the authors' ``config/config.py``).
         plus: the ElasticFace+ assignment. Default: False.
         seed: seed of the margin generator, or None for torch's global generator.
         policy: (arc only) behaviour where ``θ_y + m_i > π``. Default: ``"linear"`` (the authors'
