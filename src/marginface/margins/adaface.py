@@ -50,6 +50,9 @@ class AdaFaceMargin(Margin):
         h: concentration ``h > 0``. Default: 0.333 (paper).
         momentum: ``α`` in [0, 1], weight of the new batch. Default: 0.01 (authors' ``t_alpha``).
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     requires_norms = True
@@ -64,9 +67,12 @@ class AdaFaceMargin(Margin):
         h: float = 0.333,
         momentum: float = 0.01,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         self.scale = check_real("scale", scale, positive=True)
         self.h = check_real("h", h, positive=True)
@@ -103,4 +109,7 @@ class AdaFaceMargin(Margin):
         return adaface_target(cos_target, quality.to(cos_target.dtype), self.margin, self.eps)
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, h={self.h}, momentum={self.momentum}"
+        return (
+            f"margin={self.margin}, scale={self.scale}, h={self.h}, momentum={self.momentum}"
+            + self._filtering_repr()
+        )

@@ -59,6 +59,9 @@ class MagFaceMargin(Margin):
         gradient: ``"exact"`` (default): the gradient reaches the norm through ``m(a)`` as well
             as through ``g(a)``. ``"straight_through"``: the whole target shift is a constant
             (no gradient through ``m(a)``); the regularizer keeps its gradient.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     requires_norms = True
@@ -74,8 +77,11 @@ class MagFaceMargin(Margin):
         regularizer_weight: float = 35.0,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.scale = check_real("scale", scale, positive=True)
         self.lower_norm = check_real("lower_norm", lower_norm, positive=True)
         self.upper_norm = check_real("upper_norm", upper_norm, positive=True)
@@ -127,5 +133,5 @@ class MagFaceMargin(Margin):
         return (
             f"scale={self.scale}, norm=[{self.lower_norm}, {self.upper_norm}], "
             f"margin=[{self.lower_margin}, {self.upper_margin}], "
-            f"regularizer_weight={self.regularizer_weight}"
+            f"regularizer_weight={self.regularizer_weight}" + self._filtering_repr()
         )
