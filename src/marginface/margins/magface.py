@@ -55,7 +55,9 @@ class MagFaceMargin(Margin):
         lower_norm, upper_norm: ``l_a, u_a``. Defaults: 10, 110 (paper).
         lower_margin, upper_margin: ``l_m, u_m`` in radians. Defaults: 0.45, 0.8 (paper).
         regularizer_weight: ``λ_g >= 0``. Default: 35.0 (paper).
-        policy: behaviour where ``θ_y + m(a) > π``. Default: ``"linear"`` (authors' code).
+        policy: behaviour of the target. Default: ``"easy"``, the authors' code (``MagLinear``'s
+            ``easy_margin=True``, which their training builder never overrides): the margin
+            only where ``cos θ_y > 0``. ``"linear"`` is their ``easy_margin=False`` branch.
         gradient: ``"exact"`` (default): the gradient reaches the norm through ``m(a)`` as well
             as through ``g(a)``. ``"straight_through"``: the whole target shift is a constant
             (no gradient through ``m(a)``); the regularizer keeps its gradient.
@@ -75,7 +77,7 @@ class MagFaceMargin(Margin):
         lower_margin: float = 0.45,
         upper_margin: float = 0.8,
         regularizer_weight: float = 35.0,
-        policy: str = "linear",
+        policy: str = "easy",
         gradient: str = "exact",
         interclass_filtering_threshold: float = 0.0,
     ) -> None:
