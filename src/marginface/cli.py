@@ -314,7 +314,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _echo(args, f"written to {path}")
+    if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
+        _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _write_quality_report(run_dir: Path, evaluation) -> Path:
+    """``RUN/erc.png`` (error versus reject, feature magnitude as quality) and
+    ``RUN/evaluation.html`` (the metrics and that figure)."""
+    from .plots import plot_error_versus_reject, save_figure
+    from .report import write_evaluation_report
+
+    caption = "Error versus reject: pairs of lowest quality (min ‖x‖ of the two) rejected"
+    image = save_figure(
+        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / "erc.png"
+    )
+    return write_evaluation_report(
+        run_dir / "evaluation.html",
+        title=f"marginface evaluation: {run_dir.name}",
+        metrics=evaluation.metrics,
+        images={caption: image},
+    )
 
 
 def _run_compare(
@@ -497,7 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
         name="evaluate",
         help="metrics of a trained run",
         description="Closed-set accuracy, 10-fold pair verification (accuracy, AUC, EER, "
-        "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json.",
+        "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json. For a MagFace "
+        "run also the error-versus-reject curve (feature magnitude as quality: accuracy as the "
+        "lowest-quality pairs are rejected): erc.png and evaluation.html.",
     )
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument("--device", default="auto")
