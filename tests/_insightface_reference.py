@@ -1,9 +1,16 @@
 """insightface's ``CombinedMarginLoss`` (``recognition/arcface_torch/losses.py``) written out
-for the tests, on cosines: the inter-class filter under ``no_grad``, then the ArcFace branch
-(``arccos_``/``cos_`` in place under ``no_grad``: a straight-through target, no guard at
-θ + m > π) or the CosFace branch, then the scale. Independent of marginface's code."""
+for the tests, on cosines: the inter-class filter under ``no_grad``, then the ArcFace branch or
+the CosFace branch, then the scale. Independent of marginface's code.
+
+insightface's ArcFace branch exists in two versions: ``"arccos"`` (``arccos_``/``cos_`` in place
+under ``no_grad``: a straight-through target, no guard at θ + m > π; marginface's
+``policy="none", gradient="straight_through"``) and ``"formula"`` (``cos θ cos m - sin θ sin m``
+with ``easy_margin = False``: ``cos θ - sin(π - m)·m`` beyond ``cos(π - m)``, exact gradient;
+marginface's ``policy="linear", gradient="exact"``)."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +26,7 @@ def insightface_logits(
     m2: float,
     m3: float,
     interclass_filtering_threshold: float = 0.0,
+    arcface_branch: str = "arccos",
 ) -> Tensor:
     """``CombinedMarginLoss.forward`` before the cross-entropy, ``Tensor[N, C]``.
 
@@ -41,7 +49,17 @@ def insightface_logits(
     else:
         logits = logits * 1.0  # a non-leaf copy, as their logits are
     target_logit = logits[index_positive, labels[index_positive].view(-1)]
-    if m1 == 1.0 and m3 == 0.0:
+    if m1 == 1.0 and m3 == 0.0 and arcface_branch == "formula":
+        sin_theta = torch.sqrt(1.0 - torch.pow(target_logit, 2))
+        cos_theta_m = target_logit * math.cos(m2) - sin_theta * math.sin(m2)
+        final_target_logit = torch.where(
+            target_logit > math.cos(math.pi - m2),
+            cos_theta_m,
+            target_logit - math.sin(math.pi - m2) * m2,
+        )
+        logits[index_positive, labels[index_positive].view(-1)] = final_target_logit
+        logits = logits * s
+    elif m1 == 1.0 and m3 == 0.0:
         with torch.no_grad():
             target_logit.arccos_()
             logits.arccos_()

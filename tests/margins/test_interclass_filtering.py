@@ -28,7 +28,17 @@ MATCHED = {
         (1.0, 0.5, 0.0),
     ),
     "cosface": ("cosface", {"margin": 0.35}, (1.0, 0.0, 0.35)),
+    # insightface's other ArcFace branch: cos θ cos m - sin θ sin m, easy_margin = False
+    "arcface-formula": (
+        "arcface",
+        {"margin": 0.5, "policy": "linear", "gradient": "exact"},
+        (1.0, 0.5, 0.0),
+    ),
 }
+
+
+def _branch(name: str) -> str:
+    return "formula" if name.endswith("formula") else "arccos"
 
 
 def _cosines(seed: int = 0, *, with_missing: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,7 +100,8 @@ def test_the_filter_function_matches_loops_and_protects_targets():
 def test_margin_logits_and_gradient_equal_insightface(name, with_missing):
     _, options, (m1, m2, m3) = MATCHED[name]
     cosine, labels = _cosines(2, with_missing=with_missing)
-    margin_class = ArcFaceMargin if name == "arcface" else CosFaceMargin
+    cosine[0, labels[0]] = -0.95  # θ + m > π: the branches' fallbacks
+    margin_class = ArcFaceMargin if name.startswith("arcface") else CosFaceMargin
     margin_options = {k: v for k, v in options.items() if k != "margin"}
     margin = margin_class(
         options["margin"], 64.0, interclass_filtering_threshold=THRESHOLD, **margin_options
@@ -99,7 +110,14 @@ def test_margin_logits_and_gradient_equal_insightface(name, with_missing):
     theirs_in = cosine.clone().requires_grad_(True)
     mine = margin(mine_in, labels)
     theirs = insightface_logits(
-        theirs_in, labels, s=64.0, m1=m1, m2=m2, m3=m3, interclass_filtering_threshold=THRESHOLD
+        theirs_in,
+        labels,
+        s=64.0,
+        m1=m1,
+        m2=m2,
+        m3=m3,
+        interclass_filtering_threshold=THRESHOLD,
+        arcface_branch=_branch(name),
     )
     torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-12)
     seed = torch.randn(N, C, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -144,7 +162,14 @@ def test_head_loss_and_gradients_equal_insightface(name, impl, sub_centers):
     pooled = (F.normalize(theirs_x) @ F.normalize(theirs_w).t()).view(N, C, sub_centers)
     cosine = pooled.amax(dim=2)  # (N, C)
     theirs = insightface_loss(
-        cosine, labels, s=64.0, m1=m1, m2=m2, m3=m3, interclass_filtering_threshold=THRESHOLD
+        cosine,
+        labels,
+        s=64.0,
+        m1=m1,
+        m2=m2,
+        m3=m3,
+        interclass_filtering_threshold=THRESHOLD,
+        arcface_branch=_branch(name),
     )
     (theirs * torch.arange(1.0, N + 1, dtype=torch.float64)).sum().backward()
     torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
