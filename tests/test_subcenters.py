@@ -171,3 +171,28 @@ def test_bad_arguments_raise_naming_them(call, error, text):
     embeddings, labels, weight = _problem()
     with pytest.raises(error, match=text):
         call(weight, embeddings, labels)
+
+
+def test_more_bad_arguments():
+    embeddings, labels, weight = _problem()
+    with pytest.raises(TypeError, match=r"weight must be a floating Tensor of shape \(C·K, D\)"):
+        sub_center_counts(embeddings, labels, weight.long(), K)
+    with pytest.raises(ValueError, match=r"weight must have shape \(C·K, D\) with K = 3"):
+        keep_dominant_centers(weight[:-1], torch.zeros(C, dtype=torch.long), K)
+    head = marginface.SubCenterArcFaceLoss(C, D, sub_centers=K, dtype=torch.float64)
+    head.class_range = (0, 2)  # as a sharded head holding classes 0 and 1
+    with pytest.raises(ValueError, match=r"no sample has a label in this head's classes \[0, 2\)"):
+        head.dominant_sub_centers(embeddings[:3], torch.tensor([2, 3, 3]))
+
+
+def test_a_streamed_training_set_is_a_clear_error():
+    import numpy as np
+
+    from marginface.data.base import DatasetBundle, ImageSet, StreamedImageSet
+    from marginface.train.cleaning import training_embeddings
+
+    streamed = StreamedImageSet(dataset=None, labels=np.zeros(2, dtype=np.int64))
+    test = ImageSet(np.zeros((1, 1, 2, 2), dtype=np.float32), np.zeros(1, dtype=np.int64))
+    bundle = DatasetBundle("rec", streamed, test)
+    with pytest.raises(ValueError, match="streamed from disk; sub-center clean-up embeds"):
+        training_embeddings(None, bundle)

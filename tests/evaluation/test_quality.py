@@ -99,3 +99,8 @@ def test_pair_quality_errors():
         pair_quality(np.ones(2), np.array([[0, 2]]))
     with pytest.raises(TypeError, match="index must have an integer dtype"):
         pair_quality(np.ones(2), np.array([[0.0, 1.0]]))
+
+
+def test_pair_quality_index_shape_error():
+    with pytest.raises(ValueError, match=r"index must have shape \(P, 2\), got \(3,\)"):
+        pair_quality(np.ones(4), np.array([0, 1, 2]))
