@@ -16,7 +16,7 @@ from marginface.cli import DEMO_LOSSES, build_parser, demo_config, main
 from marginface.config import PIPELINE_SCALE
 from marginface.train import load_checkpoint, load_run, read_history
 
-COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export")
+COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export", "outliers")
 TINY = ["--limit", "200", "--epochs", "2", "--batch-size", "64", "--threads", "1"]
 
 

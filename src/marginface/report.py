@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ._atomic import atomic_write_text
 
-__all__ = ["format_table", "write_report"]
+__all__ = ["format_table", "write_evaluation_report", "write_report"]
 
 Row = Mapping[str, object]
 
@@ -108,3 +108,17 @@ def write_report(
         parts += [_image_html(caption, Path(p)) for caption, p in images.items()]
     parts.append("</body></html>")
     return atomic_write_text(path, "\n".join(parts) + "\n")
+
+
+def write_evaluation_report(
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    metrics: Mapping[str, object],
+    images: Mapping[str, str | os.PathLike[str]],
+) -> Path:
+    """The report of one evaluated run (``marginface evaluate``): its metrics as a two-column
+    table and its pictures (e.g. a MagFace run's error-versus-reject curve), through
+    :func:`write_report`."""
+    rows = [{"metric": key, "value": value} for key, value in metrics.items()]
+    return write_report(path, title=title, rows=rows, columns=("metric", "value"), images=images)

@@ -62,6 +62,9 @@ class AdaFaceMargin(Margin):
             rule stops being the identity, which costs the chunked executor its fastest path
             (scale folded into the GEMM) and the Triton kernels.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     requires_norms = True
@@ -77,9 +80,12 @@ class AdaFaceMargin(Margin):
         momentum: float = 0.01,
         cosine_clamp: float = 0.0,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         self.scale = check_real("scale", scale, positive=True)
         self.h = check_real("h", h, positive=True)
@@ -131,4 +137,5 @@ class AdaFaceMargin(Margin):
 
     def extra_repr(self) -> str:
         text = f"margin={self.margin}, scale={self.scale}, h={self.h}, momentum={self.momentum}"
-        return text + (f", cosine_clamp={self.cosine_clamp}" if self.cosine_clamp else "")
+        text += f", cosine_clamp={self.cosine_clamp}" if self.cosine_clamp else ""
+        return text + self._filtering_repr()

@@ -78,6 +78,9 @@ class ArcFaceMargin(Margin):
         policy: behaviour where ``θ_y + m > π``, one of :data:`ANGLE_POLICIES`.
             Default: ``"linear"``.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     def __init__(
@@ -87,8 +90,11 @@ class ArcFaceMargin(Margin):
         *,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         self.scale = check_real("scale", scale, positive=True)
         self.policy = check_choice("policy", policy, ANGLE_POLICIES)
@@ -100,4 +106,7 @@ class ArcFaceMargin(Margin):
         return additive_angular_margin(cos_target, self.margin, self.policy)
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, policy={self.policy!r}"
+        return (
+            f"margin={self.margin}, scale={self.scale}, policy={self.policy!r}"
+            + self._filtering_repr()
+        )

@@ -74,6 +74,9 @@ class CombinedMargin(Margin):
         scale: ``s > 0``. Default: 64.0.
         policy: behaviour where ``m1·θ + m2 > π``. Default: ``"linear"``.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
 
     insightface's published combinations include ``(1.0, 0.3, 0.2)`` and ``(1.0, 0.5, 0.0)``.
     """
@@ -87,8 +90,11 @@ class CombinedMargin(Margin):
         *,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.m1 = check_real("m1", m1, positive=True)
         self.m2 = check_real("m2", m2, nonnegative=True, below=math.pi)
         self.m3 = check_real("m3", m3, nonnegative=True)
@@ -104,4 +110,5 @@ class CombinedMargin(Margin):
     def extra_repr(self) -> str:
         return (
             f"m1={self.m1}, m2={self.m2}, m3={self.m3}, scale={self.scale}, policy={self.policy!r}"
+            + self._filtering_repr()
         )

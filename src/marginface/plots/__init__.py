@@ -1,5 +1,5 @@
 """Pictures (matplotlib): embeddings on the circle and sphere, margin curves, training curves,
-ROC curves, and an atomic PNG writer.
+ROC curves, error-versus-reject curves, and an atomic PNG writer.
 
 Every function returns a :class:`matplotlib.figure.Figure` on its own Agg canvas (see
 :mod:`._figure`): importing this package does not import matplotlib or change its backend.
@@ -7,6 +7,7 @@ Every function returns a :class:`matplotlib.figure.Figure` on its own Agg canvas
 
 from .embeddings import plot_embedding_grid, plot_embeddings
 from .margin_curves import DEFAULT_NORM, default_margins, margin_curve, plot_margin_curves
+from .quality import plot_error_versus_reject
 from .roc import plot_roc
 from .save import save_figure
 from .training import plot_state_curve, plot_training_curves
@@ -17,6 +18,7 @@ __all__ = [
     "margin_curve",
     "plot_embedding_grid",
     "plot_embeddings",
+    "plot_error_versus_reject",
     "plot_margin_curves",
     "plot_roc",
     "plot_state_curve",

@@ -71,6 +71,7 @@ def draw_run_pictures(
     """
     from ..plots import (
         plot_embedding_grid,
+        plot_error_versus_reject,
         plot_margin_curves,
         plot_roc,
         plot_state_curve,
@@ -92,6 +93,11 @@ def draw_run_pictures(
     curves = {name: (ev.fpr, ev.tpr) for name, (_, ev, _) in runs.items() if len(ev.fpr)}
     if curves:
         images["ROC of test pairs"] = save_figure(plot_roc(curves), out_dir / "roc.png")
+    quality = {name: ev.erc for name, (_, ev, _) in runs.items() if ev.erc is not None}
+    if quality:  # MagFace runs: the feature magnitude as a quality score
+        images["Error versus reject (feature magnitude as quality)"] = save_figure(
+            plot_error_versus_reject(quality), out_dir / "erc.png"
+        )
     for name, (history, _, loss) in runs.items():
         images[f"Training curves: {name}"] = save_figure(
             plot_training_curves(history), out_dir / f"training_{name}.png"
