@@ -18,7 +18,7 @@ from marginface.config import PIPELINE_SCALE
 from marginface.data import load_dataset
 from marginface.train import load_checkpoint, load_run, read_history
 
-COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export")
+COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export", "outliers")
 TINY = ["--limit", "200", "--epochs", "2", "--batch-size", "64", "--threads", "1"]
 
 

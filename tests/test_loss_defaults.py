@@ -88,6 +88,7 @@ def test_margin_defaults_reads_the_signature():
         "scale": 64.0,
         "policy": "linear",
         "gradient": "exact",
+        "interclass_filtering_threshold": 0.0,
     }
 
 

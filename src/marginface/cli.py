@@ -283,6 +283,8 @@ def _verification_printer(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     from .train import Trainer
 
+    if args.drop_non_dominant is not None:
+        return _train_with_dominant_centers(args)
     if args.resume and args.out is not None:
         out = args.out
         config = _resumed_config(args, out)
@@ -305,6 +307,58 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_with_dominant_centers(args: argparse.Namespace) -> int:
+    """``train --drop-non-dominant RUN``: a new run from RUN's checkpoint with one center per
+    class (each class's dominant sub-center), the command line's options applied."""
+    from .train import Trainer
+    from .train.cleaning import continue_with_dominant_centers
+
+    if args.resume:
+        raise ValueError("--drop-non-dominant starts a new run from RUN; it cannot --resume")
+    source = Path(args.drop_non_dominant)
+    overrides = _explicit_values(args)
+    device = overrides.get("device", "auto")
+    config, state, dominant = _named_option_errors(
+        lambda: continue_with_dominant_centers(source, overrides, device=device)
+    )
+    out = args.out or source.with_name(source.name + "-dominant")
+    moved = sum(1 for k in dominant.tolist() if k != 0)
+    _echo(
+        args,
+        f"kept the dominant sub-center of each of {dominant.numel()} classes ({moved} not "
+        f"sub-center 0); training with one center per class into {out}",
+    )
+    trainer = Trainer(
+        config,
+        out,
+        progress=not args.quiet,
+        progress_seconds=args.progress_seconds,
+        callbacks=[_epoch_printer(args)],
+        initial_state=state,
+    )
+    trainer.fit(overwrite=args.overwrite)
+    if trainer.is_main:
+        _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
+    return 0
+
+
+def cmd_outliers(args: argparse.Namespace) -> int:
+    from .train.cleaning import run_outliers, write_outliers_csv
+
+    outliers, labels, names = run_outliers(
+        args.run_dir, threshold_degrees=args.threshold, device=args.device
+    )
+    out = args.out or Path(args.run_dir) / "outliers.csv"
+    path = write_outliers_csv(out, outliers, labels, names)
+    flagged, total = outliers.indices.numel(), labels.numel()
+    print(
+        f"{flagged} of {total} training samples ({100.0 * flagged / total:.2f}%) are farther "
+        f"than {outliers.threshold_degrees:g} degrees from their class's dominant sub-center"
+    )
+    _echo(args, f"written to {path}")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .report import format_table
     from .train import EVALUATION_NAME, evaluate_run, write_evaluation
@@ -314,7 +368,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _echo(args, f"written to {path}")
+    if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
+        _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _write_quality_report(run_dir: Path, evaluation) -> Path:
+    """``RUN/erc.png`` (error versus reject, feature magnitude as quality) and
+    ``RUN/evaluation.html`` (the metrics and that figure)."""
+    from .plots import plot_error_versus_reject, save_figure
+    from .report import write_evaluation_report
+
+    caption = "Error versus reject: pairs of lowest quality (min ‖x‖ of the two) rejected"
+    image = save_figure(
+        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / "erc.png"
+    )
+    return write_evaluation_report(
+        run_dir / "evaluation.html",
+        title=f"marginface evaluation: {run_dir.name}",
+        metrics=evaluation.metrics,
+        images={caption: image},
+    )
 
 
 def _run_compare(
@@ -506,6 +580,15 @@ def build_parser() -> argparse.ArgumentParser:
     mode = train.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the run in --out")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    train.add_argument(
+        "--drop-non-dominant",
+        type=Path,
+        metavar="RUN",
+        help="start from RUN's checkpoint (a sub-center run) keeping only each class's dominant "
+        "sub-center (K = 1; Sub-center ArcFace's clean-up) and train into --out (default "
+        "RUN-dominant) with RUN's configuration and this command line's options; the optimizer "
+        "and schedule start afresh",
+    )
     _add_progress_option(train)
     train.set_defaults(func=cmd_train)
 
@@ -514,12 +597,31 @@ def build_parser() -> argparse.ArgumentParser:
         name="evaluate",
         help="metrics of a trained run",
         description="Closed-set accuracy, 10-fold pair verification (accuracy, AUC, EER, "
-        "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json.",
+        "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json. For a MagFace "
+        "run also the error-versus-reject curve (feature magnitude as quality: accuracy as the "
+        "lowest-quality pairs are rejected): erc.png and evaluation.html.",
     )
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument("--device", default="auto")
     evaluate.add_argument("--flip", action="store_true", default=None, help="flip-averaged")
     evaluate.set_defaults(func=cmd_evaluate)
+
+    outliers = sub.add_parser(
+        parents=[common],
+        name="outliers",
+        help="training samples far from their class's dominant sub-center (CSV)",
+        description="Sub-center ArcFace's noise detection: embed the run's training set, find "
+        "each class's dominant sub-center (the one most samples are nearest to) and write the "
+        "samples whose angle to it exceeds --threshold degrees as a CSV (index, label, "
+        "class_name, angle_degrees, dominant_sub_center).",
+    )
+    outliers.add_argument("run_dir", type=Path)
+    outliers.add_argument(
+        "--threshold", type=float, default=75.0, help="angle in degrees (default 75, the paper's)"
+    )
+    outliers.add_argument("--out", type=Path, help="CSV file (default RUN_DIR/outliers.csv)")
+    outliers.add_argument("--device", default="auto")
+    outliers.set_defaults(func=cmd_outliers)
 
     compare = sub.add_parser(
         parents=[common],

@@ -31,6 +31,13 @@ from .executors.dense import (
 )
 from .executors.sharding import ClassShard, scale_gradient
 from .margins.base import Margin
+from .subcenters import (
+    PAPER_OUTLIER_DEGREES,
+    Outliers,
+    find_outliers,
+    keep_dominant_centers,
+    sub_center_counts,
+)
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
@@ -73,7 +80,9 @@ class MarginSoftmaxLoss(nn.Module):
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
             5461 with a bf16 weight; :func:`~marginface.executors.chunked.default_chunk_size`).
-        device, dtype: where and how the class centers are created.
+        device, dtype: where and how the class centers are created. With ``torch.float64``
+            the margin's floating buffers (CurricularFace's ``t``, AdaFace's statistics...) are
+            made float64 too; otherwise they stay float32.
         process_group: shard the classes over this ``torch.distributed`` group (e.g.
             ``torch.distributed.group.WORLD``); None (default): one process holds every class.
             Rank ``r`` owns the contiguous block :attr:`class_range` (blocks of ``⌈C/W⌉``) and
@@ -136,6 +145,8 @@ class MarginSoftmaxLoss(nn.Module):
             None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
+        if dtype == torch.float64:  # the running statistics keep float64 precision too
+            margin.to(dtype=torch.float64)
         self.margin = margin
         self.shard: ClassShard | None = None
         start, stop = 0, self.num_classes
@@ -275,6 +286,86 @@ class MarginSoftmaxLoss(nn.Module):
             chunk_size=self.chunk_size,
         )
         return per_sample
+
+    # ------------------------------------------------------------ sub-center clean-up
+    def _own_samples(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The samples of the classes in :attr:`class_range`: ``(positions, x, local labels)``."""
+        check_embeddings(embeddings, self.embedding_dim)
+        labels = check_labels(labels, embeddings.shape[0], self.num_classes)
+        start, stop = self.class_range
+        positions = ((labels >= start) & (labels < stop)).nonzero().squeeze(1)  # (n,)
+        if positions.numel() == 0:
+            raise ValueError(
+                f"no sample has a label in this head's classes [{start}, {stop}); a sharded "
+                "head judges its own classes: pass the same samples on every rank"
+            )
+        return positions, embeddings[positions], labels[positions] - start
+
+    def dominant_sub_centers(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """Each class's dominant sub-center (the one with the most samples nearest to it;
+        :func:`~marginface.subcenters.dominant_sub_centers`), ``int64[c]`` for the classes of
+        :attr:`class_range` (all ``C`` unless sharded; a sharded head judges its own classes
+        from the samples given, so pass the same samples, e.g. the training set, on every rank).
+
+        Args:
+            embeddings: ``Tensor[N, D]``, typically the training set's.
+            labels: ``Tensor[N]`` in ``[0, C)``.
+        """
+        _, x, local = self._own_samples(embeddings, labels)
+        counts = sub_center_counts(x, local, self.weight, self.sub_centers)
+        return counts.argmax(dim=1)
+
+    def find_outliers(
+        self,
+        embeddings: Tensor,
+        labels: Tensor,
+        *,
+        threshold_degrees: float = PAPER_OUTLIER_DEGREES,
+    ) -> Outliers:
+        """The samples farther than ``threshold_degrees`` (default 75°, the Sub-center ArcFace
+        paper's) from their class's dominant sub-center
+        (:func:`~marginface.subcenters.find_outliers`). ``indices`` and ``angles`` refer to the
+        samples given; a sharded head judges only its own classes (the other samples' angles
+        are NaN), and ``dominant``/``counts`` cover :attr:`class_range`."""
+        positions, x, local = self._own_samples(embeddings, labels)
+        found = find_outliers(
+            x, local, self.weight, self.sub_centers, threshold_degrees=threshold_degrees
+        )
+        angles = torch.full(
+            (embeddings.shape[0],), float("nan"), dtype=torch.float64, device=found.angles.device
+        )
+        angles[positions.to(angles.device)] = found.angles
+        indices = positions.to(found.indices.device)[found.indices]
+        return Outliers(indices, angles, found.dominant, found.counts, found.threshold_degrees)
+
+    def drop_non_dominant_centers(self, dominant: Tensor) -> None:
+        """Keep only each class's dominant sub-center: the head becomes ``K = 1`` in place.
+
+        :attr:`weight` is replaced by a new ``Parameter[c, D]`` (same dtype, device and
+        ``requires_grad``), so build the optimizer after this call. A sharded head keeps the
+        dominant centers of its own block.
+
+        Args:
+            dominant: ``int64`` in ``[0, K)``, one entry per class: ``[C]`` (all classes; a
+                sharded head takes its :attr:`class_range`) or ``[c]`` (this head's classes),
+                e.g. :meth:`dominant_sub_centers`.
+
+        Raises:
+            ValueError: the head has one center per class already, or ``dominant`` has the
+                wrong shape or values.
+        """
+        if self.sub_centers == 1:
+            raise ValueError("this head has one center per class already (sub_centers = 1)")
+        start, stop = self.class_range
+        if (
+            isinstance(dominant, Tensor)
+            and self.shard is not None
+            and tuple(dominant.shape) == (self.num_classes,)
+        ):
+            dominant = dominant[start:stop]
+        kept = keep_dominant_centers(self.weight, dominant, self.sub_centers)  # (c, D)
+        self.weight = nn.Parameter(kept, requires_grad=self.weight.requires_grad)
+        self.sub_centers = 1
 
     def executor(self, batch_size: int) -> str:
         """The executor a batch of ``batch_size`` rows runs on: ``"dense"`` or ``"chunked"``."""

@@ -106,6 +106,8 @@ class NormFaceLoss(MarginSoftmaxLoss):
 
     Args:
         scale: ``s``.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -114,10 +116,13 @@ class NormFaceLoss(MarginSoftmaxLoss):
         embedding_dim: int,
         scale: float = _NORM["scale"],
         *,
+        interclass_filtering_threshold: float = _NORM["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        margin = NormFaceMargin(scale)
+        margin = NormFaceMargin(
+            scale, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -139,6 +144,8 @@ class SphereFaceLoss(MarginSoftmaxLoss):
             variant.
         lambda_base, lambda_gamma, lambda_power, lambda_min: annealing.
         gradient: ``"exact"`` or ``"straight_through"``.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -153,6 +160,7 @@ class SphereFaceLoss(MarginSoftmaxLoss):
         lambda_power: float = _SPHERE["lambda_power"],
         lambda_min: float = _SPHERE["lambda_min"],
         gradient: str = _SPHERE["gradient"],
+        interclass_filtering_threshold: float = _SPHERE["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -164,6 +172,7 @@ class SphereFaceLoss(MarginSoftmaxLoss):
             lambda_power=lambda_power,
             lambda_min=lambda_min,
             gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
             device=device,
         )
         super().__init__(
@@ -185,6 +194,8 @@ class CosFaceLoss(MarginSoftmaxLoss):
         scale: ``s``.
         conditional: subtract ``m`` only where ``cos θ_y > m`` (seed 001).
         gradient: ``"exact"`` or ``"straight_through"``.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -196,10 +207,17 @@ class CosFaceLoss(MarginSoftmaxLoss):
         *,
         conditional: bool = _COS["conditional"],
         gradient: str = _COS["gradient"],
+        interclass_filtering_threshold: float = _COS["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        cos = CosFaceMargin(margin, scale, conditional=conditional, gradient=gradient)
+        cos = CosFaceMargin(
+            margin,
+            scale,
+            conditional=conditional,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -236,6 +254,8 @@ class ArcFaceLoss(MarginSoftmaxLoss):
         scale: ``s``.
         policy: where ``θ_y + m > π``: ``"linear"``, ``"easy"``, ``"clip"``, ``"none"``.
         gradient: ``"exact"`` or ``"straight_through"``.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -247,10 +267,17 @@ class ArcFaceLoss(MarginSoftmaxLoss):
         *,
         policy: str = _ARC["policy"],
         gradient: str = _ARC["gradient"],
+        interclass_filtering_threshold: float = _ARC["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        arc = ArcFaceMargin(margin, scale, policy=policy, gradient=gradient)
+        arc = ArcFaceMargin(
+            margin,
+            scale,
+            policy=policy,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -271,6 +298,8 @@ class CombinedMarginLoss(MarginSoftmaxLoss):
         m3: additive cosine (CosFace).
         scale: ``s``.
         policy, gradient: as for :class:`ArcFaceLoss`.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -284,10 +313,19 @@ class CombinedMarginLoss(MarginSoftmaxLoss):
         *,
         policy: str = _COMBINED["policy"],
         gradient: str = _COMBINED["gradient"],
+        interclass_filtering_threshold: float = _COMBINED["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        combined = CombinedMargin(m1, m2, m3, scale, policy=policy, gradient=gradient)
+        combined = CombinedMargin(
+            m1,
+            m2,
+            m3,
+            scale,
+            policy=policy,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -308,6 +346,8 @@ class CurricularFaceLoss(MarginSoftmaxLoss):
         scale: ``s``.
         momentum: ``α`` of ``t``'s moving average.
         policy, gradient: as for :class:`ArcFaceLoss`.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -320,11 +360,18 @@ class CurricularFaceLoss(MarginSoftmaxLoss):
         momentum: float = _CURRICULAR["momentum"],
         policy: str = _CURRICULAR["policy"],
         gradient: str = _CURRICULAR["gradient"],
+        interclass_filtering_threshold: float = _CURRICULAR["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
         curricular = CurricularFaceMargin(
-            margin, scale, momentum=momentum, policy=policy, gradient=gradient, device=device
+            margin,
+            scale,
+            momentum=momentum,
+            policy=policy,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+            device=device,
         )
         super().__init__(
             num_classes,
@@ -342,6 +389,8 @@ class AdaCosLoss(MarginSoftmaxLoss):
 
     Args:
         dynamic: adapt the scale per batch in training mode.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -350,10 +399,16 @@ class AdaCosLoss(MarginSoftmaxLoss):
         embedding_dim: int,
         *,
         dynamic: bool = _ADACOS["dynamic"],
+        interclass_filtering_threshold: float = _ADACOS["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        ada = AdaCosMargin(num_classes, dynamic=dynamic, device=device)
+        ada = AdaCosMargin(
+            num_classes,
+            dynamic=dynamic,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+            device=device,
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -372,6 +427,8 @@ class SubCenterArcFaceLoss(MarginSoftmaxLoss):
     Args:
         sub_centers: ``K >= 1`` (paper: 3). ``.weight`` has shape ``(C·K, D)``, class-major.
         margin, scale, policy, gradient: as for :class:`ArcFaceLoss`.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -384,10 +441,17 @@ class SubCenterArcFaceLoss(MarginSoftmaxLoss):
         sub_centers: int = 3,
         policy: str = _ARC["policy"],
         gradient: str = _ARC["gradient"],
+        interclass_filtering_threshold: float = _ARC["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        arc = ArcFaceMargin(margin, scale, policy=policy, gradient=gradient)
+        arc = ArcFaceMargin(
+            margin,
+            scale,
+            policy=policy,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -410,6 +474,8 @@ class MagFaceLoss(MarginSoftmaxLoss):
         lower_margin, upper_margin: ``l_m, u_m`` radians.
         regularizer_weight: ``λ_g``.
         policy, gradient: as for :class:`ArcFaceLoss`.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -425,6 +491,7 @@ class MagFaceLoss(MarginSoftmaxLoss):
         regularizer_weight: float = _MAG["regularizer_weight"],
         policy: str = _MAG["policy"],
         gradient: str = _MAG["gradient"],
+        interclass_filtering_threshold: float = _MAG["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
@@ -437,6 +504,7 @@ class MagFaceLoss(MarginSoftmaxLoss):
             regularizer_weight=regularizer_weight,
             policy=policy,
             gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
         )
         super().__init__(
             num_classes,
@@ -457,7 +525,11 @@ class AdaFaceLoss(MarginSoftmaxLoss):
         scale: ``s``.
         h: concentration.
         momentum: weight of the new batch in the norm statistics.
+        cosine_clamp: ``δ``; ``δ > 0`` clamps every cosine to ``[-1 + δ, 1 - δ]`` before the
+            margin (the authors' code: ``1e-3``); 0 (default) does not.
         gradient: ``"exact"`` or ``"straight_through"``.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -469,11 +541,22 @@ class AdaFaceLoss(MarginSoftmaxLoss):
         *,
         h: float = _ADAFACE["h"],
         momentum: float = _ADAFACE["momentum"],
+        cosine_clamp: float = _ADAFACE["cosine_clamp"],
         gradient: str = _ADAFACE["gradient"],
+        interclass_filtering_threshold: float = _ADAFACE["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
-        ada = AdaFaceMargin(margin, scale, h=h, momentum=momentum, gradient=gradient, device=device)
+        ada = AdaFaceMargin(
+            margin,
+            scale,
+            h=h,
+            momentum=momentum,
+            cosine_clamp=cosine_clamp,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
+            device=device,
+        )
         super().__init__(
             num_classes,
             embedding_dim,
@@ -497,6 +580,8 @@ class ElasticFaceLoss(MarginSoftmaxLoss):
         plus: ElasticFace+ assignment.
         seed: seed for the margin draws, or None.
         policy, gradient: as for :class:`ArcFaceLoss`.
+        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
+            noise; insightface's filter); 0 = off.
     """
 
     def __init__(
@@ -512,11 +597,20 @@ class ElasticFaceLoss(MarginSoftmaxLoss):
         seed: int | None = _ELASTIC["seed"],
         policy: str = _ELASTIC["policy"],
         gradient: str = _ELASTIC["gradient"],
+        interclass_filtering_threshold: float = _ELASTIC["interclass_filtering_threshold"],
         device: Device = None,
         **options: Any,
     ) -> None:
         elastic = ElasticFaceMargin(
-            kind, margin, scale, std=std, plus=plus, seed=seed, policy=policy, gradient=gradient
+            kind,
+            margin,
+            scale,
+            std=std,
+            plus=plus,
+            seed=seed,
+            policy=policy,
+            gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
         )
         super().__init__(
             num_classes,

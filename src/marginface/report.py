@@ -36,6 +36,7 @@ __all__ = [
     "Text",
     "format_table",
     "plotly_bundle",
+    "write_evaluation_report",
     "write_report",
 ]
 
@@ -347,3 +348,17 @@ def write_report(
         parts.append(f"<script>{_RENDER}</script>")
     parts.append("</body></html>")
     return atomic_write_text(path, "\n".join(parts) + "\n")
+
+
+def write_evaluation_report(
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    metrics: Mapping[str, object],
+    images: Mapping[str, str | os.PathLike[str]],
+) -> Path:
+    """The report of one evaluated run (``marginface evaluate``): its metrics as a two-column
+    table and its pictures (e.g. a MagFace run's error-versus-reject curve), through
+    :func:`write_report`."""
+    rows = [{"metric": key, "value": value} for key, value in metrics.items()]
+    return write_report(path, title=title, rows=rows, columns=("metric", "value"), images=images)

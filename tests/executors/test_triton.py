@@ -255,6 +255,26 @@ def test_unknown_nontarget_rule_raises_for_triton_and_falls_back_for_auto(
     assert launches["embedding_gradient"] == 0
 
 
+def test_interclass_filtering_raises_for_triton_and_runs_torch_for_auto(
+    kernels: ModuleType, launches: Counter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernels have no inter-class filter compiled in: asking for them is an error, and
+    "auto" (or MARGINFACE_KERNELS=auto) runs the PyTorch path, which equals dense."""
+    _, k, x, weight, labels, upstream = make_case("arcface", torch.float32)
+    margin = ArcFaceMargin(interclass_filtering_threshold=0.2).to(DEVICE)
+    with pytest.raises(ValueError, match=r"interclass_filtering_threshold > 0 has no Triton"):
+        run("triton", margin, k, x, weight, labels, upstream)
+    monkeypatch.setenv(KERNELS_ENV, "triton")
+    with pytest.raises(ValueError, match=r"interclass_filtering_threshold > 0 has no Triton"):
+        run(None, margin, k, x, weight, labels, upstream)
+    monkeypatch.delenv(KERNELS_ENV)
+    expected = run("dense", margin, k, x, weight, labels, upstream)
+    actual = run("auto", margin, k, x, weight, labels, upstream)
+    for a, e in zip(actual, expected, strict=True):
+        assert relative_error(a, e) <= 1e-5
+    assert sum(launches.values()) == 0
+
+
 def test_float64_raises_for_triton(kernels: ModuleType) -> None:
     margin, k, x, weight, labels, upstream = make_case("arcface", torch.float64)
     with pytest.raises(ValueError, match=r"kernels='triton' supports GEMM dtypes"):

@@ -150,14 +150,23 @@ def test_adacos_fixed_scale_does_not_move() -> None:
 def test_magface_against_paper() -> None:
     cosine, labels = _batch()
     norms = torch.tensor([5.0, 10.0, 30.0, 60.0, 90.0, 110.0, 150.0, 45.0], dtype=torch.float64)
-    margin = MagFaceMargin(64.0)
-    logits = margin(cosine, labels, norms).numpy()
     a = np.clip(norms.numpy(), 10, 110)
     m = (0.8 - 0.45) / 100 * (a - 10) + 0.45
     c = cosine.numpy()
     rows = np.arange(8)
+    target = c[rows, labels.numpy()]
+    assert (target < 0).any() and (target > 0).any()  # both branches of the easy margin
+    # the default: the authors' MagLinear (easy_margin=True), margin only where cos θ_y > 0
+    margin = MagFaceMargin(64.0)
+    logits = margin(cosine, labels, norms).numpy()
     expected = c.copy()
-    expected[rows, labels.numpy()] = reference_arcface_target(c[rows, labels.numpy()], m)
+    expected[rows, labels.numpy()] = np.where(
+        target > 0, np.cos(np.arccos(target) + m), target
+    )
+    np.testing.assert_allclose(logits, 64 * expected, rtol=1e-10, atol=1e-10)
+    # policy="linear": their easy_margin=False branch
+    logits = MagFaceMargin(64.0, policy="linear")(cosine, labels, norms).numpy()
+    expected[rows, labels.numpy()] = reference_arcface_target(target, m)
     np.testing.assert_allclose(logits, 64 * expected, rtol=1e-10, atol=1e-10)
     reg = margin.regularizer(norms).numpy()
     np.testing.assert_allclose(reg, 35.0 * (1 / a + a / 110**2), rtol=1e-12)
@@ -347,6 +356,7 @@ PAPER_DEFAULTS = {
         "lower_margin": 0.45,
         "upper_margin": 0.8,
         "regularizer_weight": 35.0,
+        "policy": "easy",  # the authors' MagLinear(easy_margin=True)
     },
     AdaFaceMargin: {"margin": 0.4, "scale": 64.0, "h": 0.333, "momentum": 0.01},
     ElasticFaceMargin: {"kind": "arc", "margin": None, "scale": 64.0, "std": 0.05, "plus": False},

@@ -9,11 +9,14 @@ Python floats or NumPy arrays.
 * :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
 * :func:`verification_metrics` -- LFW 10-fold accuracy, ROC AUC, EER, TAR at FAR.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
+* :func:`error_versus_reject`, :func:`pair_quality` -- a quality score's error-versus-reject
+  curve (MagFace's feature magnitude).
 """
 
 from .angles import target_and_nearest_angles
 from .closed_set import closed_set_accuracy, cosine_to_centers
 from .pairs import NUM_FOLDS, pair_scores, sample_pairs
+from .quality import ErrorVersusReject, error_versus_reject, pair_quality
 from .retrieval import retrieval_metrics
 from .verification import (
     DEFAULT_FAR_TARGETS,
@@ -30,12 +33,15 @@ from .verification import (
 __all__ = [
     "DEFAULT_FAR_TARGETS",
     "NUM_FOLDS",
+    "ErrorVersusReject",
     "VerificationMetrics",
     "best_threshold",
     "closed_set_accuracy",
     "cosine_to_centers",
     "equal_error_rate",
+    "error_versus_reject",
     "kfold_accuracy",
+    "pair_quality",
     "pair_scores",
     "retrieval_metrics",
     "roc_auc",

@@ -40,6 +40,7 @@ from .._validation import check_choice, check_int
 from ..margins.adacos import AdaCosMargin
 from ..margins.base import Context, Margin
 from ..margins.curricularface import CurricularFaceMargin
+from ..margins.filtering import interclass_filter
 from ._online_softmax import (
     add_shifted_slice,
     empty_statistics,
@@ -148,7 +149,7 @@ def _triton_rule(margin: Margin, context: Context, rows: int, like: Tensor) -> A
     from .triton_kernels import NonTargetRule
 
     method = type(margin).nontarget_cosine
-    if method is Margin.nontarget_cosine:
+    if margin.nontarget_is_identity():
         return NonTargetRule()
     if method is CurricularFaceMargin.nontarget_cosine:
         threshold, t = context["threshold"], context["t"]
@@ -375,11 +376,24 @@ def _triton_statistics(chunks: _Chunks, scale_rows: Tensor, rule: Any) -> tuple[
 
 
 def _adacos_log_b_avg(
-    chunks: _Chunks, scale: Tensor, use_triton: bool, shard: ClassShard | None = None
+    chunks: _Chunks,
+    scale: Tensor,
+    use_triton: bool,
+    shard: ClassShard | None = None,
+    threshold: float = 0.0,
 ) -> Tensor:
     """AdaCos's ``log B_avg = log((1/N) Σ_i Σ_{j≠y_i} e^{s·cos θ_ij})`` from chunked sums
-    (merged over the ranks of ``shard``, if any)."""
-    if use_triton:
+    (merged over the ranks of ``shard``, if any), on the inter-class-filtered cosines when
+    ``threshold > 0`` (as the dense path's ``prepare`` sees them)."""
+    if threshold > 0:
+        n = chunks.x_hat.shape[0]
+        scale_rows = _row_scale(scale, n, chunks.x_hat).unsqueeze(1)  # (N, 1)
+
+        def transform(cos: Tensor) -> Tensor:
+            return interclass_filter(cos, None, threshold) * scale_rows
+
+        row_max, exp_sum = chunks.statistics(chunks.x_gemm, transform)
+    elif use_triton:
         from .triton_kernels import NonTargetRule
 
         n = chunks.x_hat.shape[0]
@@ -444,6 +458,14 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         if shard is not None:
             x = shard.gather_rows(x)  # (N, D), the global batch
         use_triton = _resolve_kernels(kernels, x, weight, gemm)
+        threshold = margin.interclass_filtering_threshold  # 0: off
+        if threshold > 0 and use_triton:  # the kernels have no filter compiled in
+            if kernels == "triton" or os.environ.get(KERNELS_ENV) == "triton":
+                raise ValueError(
+                    "interclass_filtering_threshold > 0 has no Triton kernel; use "
+                    "kernels='torch' (or leave kernels unset)"
+                )
+            use_triton = False
         accumulate = x.dtype
         n = x.shape[0]
         k = sub_centers
@@ -467,7 +489,9 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             cos_target = cos_leaf.clamp(-1.0, 1.0)
             if isinstance(margin, AdaCosMargin) and margin.training and margin.dynamic:
                 with torch.no_grad():
-                    log_b_avg = _adacos_log_b_avg(chunks, margin.scale.detach(), use_triton, shard)
+                    log_b_avg = _adacos_log_b_avg(
+                        chunks, margin.scale.detach(), use_triton, shard, threshold
+                    )
                 margin.update_scale(log_b_avg, cos_target.detach())
                 context: Context = {"scale": margin.scale_for(norms_leaf)}
             else:
@@ -476,7 +500,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             row_scale = _row_scale(context["scale"], n, x_hat)  # (N,)
             target_logit = target.to(accumulate) * row_scale  # (N,)
 
-        identity = not _overrides(margin, "nontarget_cosine")
+        identity = margin.nontarget_is_identity()
         if not identity:
             for key, value in context.items():
                 if key != "scale" and isinstance(value, Tensor) and value.requires_grad:
@@ -487,7 +511,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                     )
         frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
         scale_rows = row_scale.detach()  # (N,)
-        fold = identity and not row_scale.requires_grad
+        fold = identity and not row_scale.requires_grad and threshold == 0
         rule = _triton_rule(margin, frozen, n, x_hat) if use_triton else None
         if use_triton and rule is None:
             if kernels == "triton" or os.environ.get(KERNELS_ENV) == "triton":
@@ -505,6 +529,8 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             else:
 
                 def transform(cos: Tensor) -> Tensor:
+                    if threshold > 0:  # the target column is replaced afterwards
+                        cos = cos.masked_fill_(cos > threshold, 0.0)
                     return margin.nontarget_cosine(cos, frozen) * scale_rows.unsqueeze(1)
 
                 stats = chunks.statistics(chunks.x_gemm, transform)
@@ -517,6 +543,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         ctx.chunks = chunks
         ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale)
         ctx.margin, ctx.frozen, ctx.fold, ctx.identity = margin, frozen, fold, identity
+        ctx.threshold = threshold
         ctx.rule = rule  # the Triton kernels' non-target rule, None on the PyTorch path
         return lse - target_logit.detach()
 
@@ -562,6 +589,10 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                 g_cos[slot_rows, slot_cols] = 0.0
             else:
                 cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
+                dirty = None
+                if ctx.threshold > 0:  # filtered entries: value 0, gradient 0
+                    dirty = cos > ctx.threshold  # (N, c)
+                    cos.masked_fill_(dirty, 0.0)
                 with torch.enable_grad():
                     cos_in = cos.requires_grad_(not ctx.identity)
                     g = ctx.margin.nontarget_cosine(cos_in, ctx.frozen)  # (N, c)
@@ -579,7 +610,9 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                     with torch.enable_grad():
                         objective = torch.dot(g.reshape(-1), g_g.reshape(-1))
                     (g_cos,) = torch.autograd.grad(objective, cos_in)
-                del cos, cos_in, g, g_value, prob, g_logit, g_g
+                if dirty is not None:
+                    g_cos = g_cos.masked_fill_(dirty, 0.0)
+                del cos, cos_in, g, g_value, prob, g_logit, g_g, dirty
             if best is not None:  # route each class's gradient to its winning sub-center
                 pooled = g_cos.new_zeros(g_cos.shape[0], stop - start, k)  # (N, c, K)
                 g_cos = pooled.scatter_(2, best.unsqueeze(2), g_cos.unsqueeze(2)).view(

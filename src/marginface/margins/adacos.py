@@ -52,11 +52,16 @@ class AdaCosMargin(Margin):
         s \leftarrow \frac{\log B_{avg}}{\cos\big(\min(\tfrac{\pi}{4}, \theta_{med})\big)}
 
     ``s`` starts at the fixed scale ``√2·log(C - 1)`` and is a buffer, saved in ``state_dict``;
-    it carries no gradient. ``B_avg`` is computed as a log-sum-exp, so it cannot overflow.
+    it carries no gradient. ``B_avg`` is computed as a log-sum-exp, so it cannot overflow. With
+    ``interclass_filtering_threshold > 0``, ``B_avg`` is taken over the filtered cosines (the
+    non-target logits the softmax sees), on every executor.
 
     Args:
         num_classes: ``C >= 2``, needed for the initial scale.
         dynamic: adapt the scale per batch (default True); False keeps the fixed scale.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     stateful = True
@@ -67,9 +72,12 @@ class AdaCosMargin(Margin):
         *,
         dynamic: bool = True,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
         self.dynamic = bool(dynamic)
         initial = adacos_fixed_scale(self.num_classes)
@@ -124,4 +132,4 @@ class AdaCosMargin(Margin):
         return cos_target
 
     def extra_repr(self) -> str:
-        return f"num_classes={self.num_classes}, dynamic={self.dynamic}"
+        return f"num_classes={self.num_classes}, dynamic={self.dynamic}" + self._filtering_repr()

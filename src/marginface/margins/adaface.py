@@ -44,12 +44,27 @@ class AdaFaceMargin(Margin):
     (``μ ← α·mean + (1 - α)·μ``, likewise ``σ`` with the unbiased batch std), updated before use in
     training mode only, and saved in ``state_dict``; they start at 20 and 100 (authors' code).
 
+    The statistics are not updated from a batch of one row: its unbiased std is NaN, which the
+    authors' code writes into its running ``σ`` (every later ``ẑ`` is then NaN); here ``μ`` and
+    ``σ`` keep their values and that row is normalized with them.
+
     Args:
         margin: ``m >= 0``. Default: 0.4 (paper).
         scale: ``s > 0``. Default: 64.0 (paper).
         h: concentration ``h > 0``. Default: 0.333 (paper).
         momentum: ``α`` in [0, 1], weight of the new batch. Default: 0.01 (authors' ``t_alpha``).
+        cosine_clamp: ``δ`` in [0, 1). ``δ > 0`` clamps every cosine, target and non-target, to
+            ``[-1 + δ, 1 - δ]`` before the margin, with zero gradient outside (the authors' code
+            uses ``δ = 1e-3``, "for stability"). Default: 0.0, no clamp: the target's arccos has a
+            finite gradient at ``±1`` here anyway (:mod:`~marginface.margins._angles`), a clamp
+            would zero the gradient of a non-target class lying within ``acos(1 - δ)`` (2.6° for
+            ``δ = 1e-3``) of the embedding, the most confusable class, and with it the non-target
+            rule stops being the identity, which costs the chunked executor its fastest path
+            (scale folded into the GEMM) and the Triton kernels.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     requires_norms = True
@@ -63,14 +78,19 @@ class AdaFaceMargin(Margin):
         *,
         h: float = 0.333,
         momentum: float = 0.01,
+        cosine_clamp: float = 0.0,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         self.scale = check_real("scale", scale, positive=True)
         self.h = check_real("h", h, positive=True)
         self.momentum = check_real("momentum", momentum, nonnegative=True, at_most=1.0)
+        self.cosine_clamp = check_real("cosine_clamp", cosine_clamp, nonnegative=True, below=1.0)
         device = check_device("device", device)
         self.register_buffer("batch_mean", torch.tensor(20.0, device=device))
         self.register_buffer("batch_std", torch.tensor(100.0, device=device))
@@ -100,7 +120,22 @@ class AdaFaceMargin(Margin):
 
     def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
         quality = context["quality"]
+        cos_target = self.clamp_cosine(cos_target)  # (N,)
         return adaface_target(cos_target, quality.to(cos_target.dtype), self.margin, self.eps)
 
+    def nontarget_cosine(self, cosine: Tensor, context: Context) -> Tensor:
+        return self.clamp_cosine(cosine)
+
+    def nontarget_is_identity(self) -> bool:
+        return self.cosine_clamp == 0.0
+
+    def clamp_cosine(self, cosine: Tensor) -> Tensor:
+        """``clamp(cos, -1 + δ, 1 - δ)``, ``δ = cosine_clamp``: ``Tensor[...]``; as is if δ = 0."""
+        if self.cosine_clamp == 0.0:
+            return cosine
+        return cosine.clamp(-1.0 + self.cosine_clamp, 1.0 - self.cosine_clamp)
+
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, h={self.h}, momentum={self.momentum}"
+        text = f"margin={self.margin}, scale={self.scale}, h={self.h}, momentum={self.momentum}"
+        text += f", cosine_clamp={self.cosine_clamp}" if self.cosine_clamp else ""
+        return text + self._filtering_repr()

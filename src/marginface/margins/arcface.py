@@ -16,19 +16,23 @@ __all__ = ["ANGLE_POLICIES", "ArcFaceMargin", "additive_angular_margin"]
 ANGLE_POLICIES = ("linear", "easy", "clip", "none")
 """What to do where ``θ + m > π`` (``cos(θ + m)`` would start increasing again):
 
-* ``"linear"``: ``cos θ - m·sin m`` there (insightface's and CurricularFace's code). The target
-  logit stays monotone non-increasing in θ; it steps down by ``cos m + m sin m - 1`` at
-  ``θ = π - m``.
+* ``"linear"``: ``cos θ - m·sin m`` there (insightface's code before December 2022,
+  CurricularFace's and MagFace's with ``easy_margin=False``). The target logit stays monotone
+  non-increasing in θ; it steps down by ``cos m + m sin m - 1`` at ``θ = π - m``.
 * ``"easy"``: apply the margin only where ``cos θ > 0`` (``θ < π/2``); elsewhere ``cos θ``.
 * ``"clip"``: clip ``θ + m`` to π (target cosine -1, zero gradient beyond).
 * ``"none"``: ``cos(θ + m)`` everywhere (non-monotone beyond ``π - m``).
+
+The boundary ``θ = π - m`` itself belongs to the fallback (``"linear"``, ``"clip"``): the margin
+is kept only where ``cos θ > cos(π - m)``, the comparison of insightface's, CurricularFace's and
+MagFace's code, with the threshold computed as they do (``cos(π - m)``, shift ``sin(π - m)·m``).
 """
 
 
 def additive_angular_margin(
     cos_target: Tensor, margin: float | Tensor, policy: str = "linear"
 ) -> Tensor:
-    r"""``cos(θ_y + m)`` from ``cos θ_y``, with ``policy`` where ``θ_y + m > π``.
+    r"""``cos(θ_y + m)`` from ``cos θ_y``, with ``policy`` where ``θ_y + m >= π``.
 
     Computed as ``c·cos m - sin θ·sin m`` (no arccos), so the value is exact near θ = 0. The
     derivative ``cos m + sin m·cos θ / sin θ`` is the true one, capped near ``cos θ = ±1``
@@ -47,13 +51,14 @@ def additive_angular_margin(
         return shifted
     if policy == "easy":
         return torch.where(cos_target > 0, shifted, cos_target)
+    # cos(π - m) and sin(π - m)·m, computed as the reference codes do (bit-identical thresholds)
     if isinstance(margin, Tensor):
-        threshold = -torch.cos(margin)  # cos(π - m)
-        fallback_shift = margin * torch.sin(margin)
+        threshold = torch.cos(math.pi - margin)
+        fallback_shift = torch.sin(math.pi - margin) * margin
     else:
-        threshold = -math.cos(margin)
-        fallback_shift = margin * math.sin(margin)
-    beyond = cos_target < threshold  # θ + m > π
+        threshold = math.cos(math.pi - margin)
+        fallback_shift = math.sin(math.pi - margin) * margin
+    beyond = cos_target <= threshold  # θ + m >= π: the boundary takes the fallback
     if policy == "linear":
         return torch.where(beyond, cos_target - fallback_shift, shifted)
     if policy == "clip":
@@ -73,6 +78,9 @@ class ArcFaceMargin(Margin):
         policy: behaviour where ``θ_y + m > π``, one of :data:`ANGLE_POLICIES`.
             Default: ``"linear"``.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     def __init__(
@@ -82,8 +90,11 @@ class ArcFaceMargin(Margin):
         *,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         self.scale = check_real("scale", scale, positive=True)
         self.policy = check_choice("policy", policy, ANGLE_POLICIES)
@@ -95,4 +106,7 @@ class ArcFaceMargin(Margin):
         return additive_angular_margin(cos_target, self.margin, self.policy)
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, policy={self.policy!r}"
+        return (
+            f"margin={self.margin}, scale={self.scale}, policy={self.policy!r}"
+            + self._filtering_repr()
+        )

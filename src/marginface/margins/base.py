@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .._validation import check_choice, check_labels
+from .filtering import check_filtering_threshold, interclass_filter
 
 __all__ = ["GRADIENT_MODES", "Context", "Margin"]
 
@@ -47,6 +48,10 @@ class Margin(nn.Module):
             the target's margin is treated as a constant shift, so ``∂logit_y/∂cos θ_y = scale``
             as for plain NormFace (insightface's behaviour, where the margin is applied in place
             under ``no_grad``). Non-target logits always get their exact gradient.
+        interclass_filtering_threshold: ``τ`` in [0, 1]. Default: 0 (off). Above 0, every
+            non-target cosine ``> τ`` is set to 0 before the margin (value and gradient), as
+            insightface's ``interclass_filtering_threshold``
+            (:mod:`~marginface.margins.filtering`). Runs on every executor.
 
     Labels of ``-1`` mark rows whose class is not among these ``C`` columns (a class-sharded
     executor's convention): such rows get no margin at all.
@@ -58,9 +63,14 @@ class Margin(nn.Module):
     stateful: ClassVar[bool] = False
     """Whether the margin updates buffers in training mode (CurricularFace's t, AdaCos's s...)."""
 
-    def __init__(self, *, gradient: str = "exact") -> None:
+    def __init__(
+        self, *, gradient: str = "exact", interclass_filtering_threshold: float = 0.0
+    ) -> None:
         super().__init__()
         self.gradient = check_choice("gradient", gradient, GRADIENT_MODES)
+        self.interclass_filtering_threshold = check_filtering_threshold(
+            interclass_filtering_threshold
+        )
 
     # ------------------------------------------------------------------ hooks
     def scale_for(self, norms: Tensor | None) -> Tensor | float:
@@ -97,6 +107,15 @@ class Margin(nn.Module):
         """
         return cosine
 
+    def nontarget_is_identity(self) -> bool:
+        """Whether :meth:`nontarget_cosine` returns its input unchanged for this instance.
+
+        True exactly when the class does not override :meth:`nontarget_cosine`; a margin whose
+        override is the identity for some settings (AdaFace without ``cosine_clamp``) says so, so
+        that executors keep their identity fast paths.
+        """
+        return type(self).nontarget_cosine is Margin.nontarget_cosine
+
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """Per-sample term added to the cross-entropy (MagFace's ``λ_g·g(a)``), or None."""
         return None
@@ -116,8 +135,11 @@ class Margin(nn.Module):
 
         The target logit is written as a correction added at the label's column
         (``scatter_add_``), whose backward passes the gradient through unchanged instead of
-        copying the ``N×C`` matrix as an overwrite would.
+        copying the ``N×C`` matrix as an overwrite would. With inter-class filtering on, the
+        filtered cosines are what every hook (``prepare`` included) sees.
         """
+        if self.interclass_filtering_threshold > 0:
+            cosine = interclass_filter(cosine, labels, self.interclass_filtering_threshold)
         has_target = labels >= 0  # (N,)
         index = labels.clamp_min(0).unsqueeze(1)  # (N, 1)
         raw_target = cosine.gather(1, index)  # (N, 1), unclamped
@@ -152,6 +174,11 @@ class Margin(nn.Module):
 
     def extra_repr(self) -> str:
         return f"gradient={self.gradient!r}" if self.gradient != "exact" else ""
+
+    def _filtering_repr(self) -> str:
+        """``", interclass_filtering_threshold=τ"`` when the filter is on, else ``""``."""
+        threshold = self.interclass_filtering_threshold
+        return f", interclass_filtering_threshold={threshold}" if threshold > 0 else ""
 
 
 def check_cosine(cosine: object) -> Tensor:

@@ -18,7 +18,10 @@ __all__ = ["CombinedMargin", "combined_margin"]
 def combined_margin(
     cos_target: Tensor, m1: float, m2: float, m3: float, policy: str = "linear"
 ) -> Tensor:
-    r"""``cos(m1·θ + m2) - m3`` with ``policy`` where the angle ``m1·θ + m2`` exceeds π.
+    r"""``cos(m1·θ + m2) - m3`` with ``policy`` where the angle ``m1·θ + m2`` reaches π.
+
+    The boundary ``m1·θ + m2 = π`` takes the fallback, as in
+    :func:`~marginface.margins.arcface.additive_angular_margin`.
 
     All three margins are active at once (insightface's ``CombinedMarginLoss`` drops m2
     whenever m3 > 0). The policy acts on the angular part only; m3 is always subtracted, so
@@ -46,12 +49,12 @@ def combined_margin(
     if policy == "easy":
         angular = torch.where(cos_target > 0, angular, cos_target)
     elif policy == "clip":
-        angular = torch.where(angle > math.pi, torch.full_like(angular, -1.0), angular)
+        angular = torch.where(angle >= math.pi, torch.full_like(angular, -1.0), angular)
     elif policy == "linear":
         theta_c = (math.pi - m2) / m1  # boundary angle: m1·θ_c + m2 = π
         if theta_c < math.pi:
             fallback = cos_target - (math.pi - theta_c) * math.sin(theta_c)
-            angular = torch.where(angle > math.pi, fallback, angular)
+            angular = torch.where(angle >= math.pi, fallback, angular)
     elif policy != "none":
         raise ValueError(f"policy must be one of {ANGLE_POLICIES}, got {policy!r}")
     return angular - m3
@@ -71,6 +74,9 @@ class CombinedMargin(Margin):
         scale: ``s > 0``. Default: 64.0.
         policy: behaviour where ``m1·θ + m2 > π``. Default: ``"linear"``.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
 
     insightface's published combinations include ``(1.0, 0.3, 0.2)`` and ``(1.0, 0.5, 0.0)``.
     """
@@ -84,8 +90,11 @@ class CombinedMargin(Margin):
         *,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.m1 = check_real("m1", m1, positive=True)
         self.m2 = check_real("m2", m2, nonnegative=True, below=math.pi)
         self.m3 = check_real("m3", m3, nonnegative=True)
@@ -101,4 +110,5 @@ class CombinedMargin(Margin):
     def extra_repr(self) -> str:
         return (
             f"m1={self.m1}, m2={self.m2}, m3={self.m3}, scale={self.scale}, policy={self.policy!r}"
+            + self._filtering_repr()
         )

@@ -42,6 +42,9 @@ class CosFaceMargin(Margin):
         scale: ``s > 0``. Default: 64.0 (CosFace paper; AM-Softmax uses 30).
         conditional: subtract ``m`` only where ``cos θ_y > m`` (seed 001's variant). Default: False.
         gradient: ``"exact"`` or ``"straight_through"`` (identical here: the margin is a shift).
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     def __init__(
@@ -51,8 +54,11 @@ class CosFaceMargin(Margin):
         *,
         conditional: bool = False,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True)
         self.scale = check_real("scale", scale, positive=True)
         self.conditional = bool(conditional)
@@ -64,4 +70,7 @@ class CosFaceMargin(Margin):
         return additive_cosine_margin(cos_target, self.margin, conditional=self.conditional)
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, conditional={self.conditional}"
+        return (
+            f"margin={self.margin}, scale={self.scale}, conditional={self.conditional}"
+            + self._filtering_repr()
+        )

@@ -54,6 +54,9 @@ class CurricularFaceMargin(Margin):
             code).
         gradient: ``"exact"`` (default) or ``"straight_through"`` (target only). ``t`` and the
             hard-negative mask carry no gradient, as in the paper.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     stateful = True
@@ -66,9 +69,12 @@ class CurricularFaceMargin(Margin):
         momentum: float = 0.99,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         self.scale = check_real("scale", scale, positive=True)
         self.momentum = check_real("momentum", momentum, nonnegative=True, at_most=1.0)
@@ -104,4 +110,7 @@ class CurricularFaceMargin(Margin):
         return curricular_negative(cosine, threshold.to(cosine.dtype), context["t"])
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, momentum={self.momentum}"
+        return (
+            f"margin={self.margin}, scale={self.scale}, momentum={self.momentum}"
+            + self._filtering_repr()
+        )

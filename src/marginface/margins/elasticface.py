@@ -54,12 +54,17 @@ class ElasticFaceMargin(Margin):
         kind: ``"arc"`` (angular, radians) or ``"cos"`` (cosine units). Default: ``"arc"``.
         margin: the mean ``m >= 0``. Default: 0.5 for arc, 0.35 for cos (paper).
         scale: ``s > 0``. Default: 64.0 (paper).
-        std: ``σ >= 0``. Default: 0.05 (paper; its "+" runs use 0.0175 for arc, 0.025 for cos).
+        std: ``σ >= 0``. Default: 0.05 (paper and authors' config, plain losses), whatever
+            ``plus`` is. For "+": 0.0175 for arc (paper and config); for cos 0.025 (paper) or
+            0.02 (the authors' ``config/config.py``).
         plus: the ElasticFace+ assignment. Default: False.
         seed: seed of the margin generator, or None for torch's global generator.
         policy: (arc only) behaviour where ``θ_y + m_i > π``. Default: ``"linear"`` (the authors'
             code applies ``cos(θ + m_i)`` unguarded, which is ``"none"``).
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     def __init__(
@@ -73,8 +78,11 @@ class ElasticFaceMargin(Margin):
         seed: int | None = None,
         policy: str = "linear",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.kind = check_choice("kind", kind, ELASTIC_KINDS)
         default = 0.5 if self.kind == "arc" else 0.35
         below = math.pi if self.kind == "arc" else None
@@ -123,5 +131,5 @@ class ElasticFaceMargin(Margin):
     def extra_repr(self) -> str:
         return (
             f"kind={self.kind!r}, margin={self.margin}, scale={self.scale}, std={self.std}, "
-            f"plus={self.plus}"
+            f"plus={self.plus}" + self._filtering_repr()
         )

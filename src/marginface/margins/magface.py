@@ -55,10 +55,15 @@ class MagFaceMargin(Margin):
         lower_norm, upper_norm: ``l_a, u_a``. Defaults: 10, 110 (paper).
         lower_margin, upper_margin: ``l_m, u_m`` in radians. Defaults: 0.45, 0.8 (paper).
         regularizer_weight: ``λ_g >= 0``. Default: 35.0 (paper).
-        policy: behaviour where ``θ_y + m(a) > π``. Default: ``"linear"`` (authors' code).
+        policy: behaviour of the target. Default: ``"easy"``, the authors' code (``MagLinear``'s
+            ``easy_margin=True``, which their training builder never overrides): the margin
+            only where ``cos θ_y > 0``. ``"linear"`` is their ``easy_margin=False`` branch.
         gradient: ``"exact"`` (default): the gradient reaches the norm through ``m(a)`` as well
             as through ``g(a)``. ``"straight_through"``: the whole target shift is a constant
             (no gradient through ``m(a)``); the regularizer keeps its gradient.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     requires_norms = True
@@ -72,10 +77,13 @@ class MagFaceMargin(Margin):
         lower_margin: float = 0.45,
         upper_margin: float = 0.8,
         regularizer_weight: float = 35.0,
-        policy: str = "linear",
+        policy: str = "easy",
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.scale = check_real("scale", scale, positive=True)
         self.lower_norm = check_real("lower_norm", lower_norm, positive=True)
         self.upper_norm = check_real("upper_norm", upper_norm, positive=True)
@@ -127,5 +135,5 @@ class MagFaceMargin(Margin):
         return (
             f"scale={self.scale}, norm=[{self.lower_norm}, {self.upper_norm}], "
             f"margin=[{self.lower_margin}, {self.upper_margin}], "
-            f"regularizer_weight={self.regularizer_weight}"
+            f"regularizer_weight={self.regularizer_weight}" + self._filtering_repr()
         )

@@ -21,10 +21,21 @@ class NormFaceMargin(Margin):
         scale: ``s > 0``, the radius of the hypersphere the logits live on. Default: 30.0
             (the scale used by the seeds' ``SoftmaxHead``).
         gradient: see :class:`~marginface.margins.base.Margin` (no effect: there is no margin).
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
-    def __init__(self, scale: float = 30.0, *, gradient: str = "exact") -> None:
-        super().__init__(gradient=gradient)
+    def __init__(
+        self,
+        scale: float = 30.0,
+        *,
+        gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
+    ) -> None:
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.scale = check_real("scale", scale, positive=True)
 
     def scale_for(self, norms: Tensor | None) -> float:
@@ -34,4 +45,4 @@ class NormFaceMargin(Margin):
         return cos_target
 
     def extra_repr(self) -> str:
-        return f"scale={self.scale}"
+        return f"scale={self.scale}" + self._filtering_repr()

@@ -74,6 +74,9 @@ class SphereFaceMargin(Margin):
             1000, 0.12, 1, 5 (the authors' Caffe prototxt). ``lambda_base = lambda_min = 0``
             gives plain ψ.
         gradient: ``"exact"`` (default) or ``"straight_through"``.
+        interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
+            0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
+            Default: 0 (off).
     """
 
     stateful = True
@@ -88,9 +91,12 @@ class SphereFaceMargin(Margin):
         lambda_power: float = 1.0,
         lambda_min: float = 5.0,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.margin = check_int("margin", margin, minimum=1)
         self.scale = None if scale is None else check_real("scale", scale, positive=True)
         self.requires_norms = self.scale is None
@@ -132,4 +138,7 @@ class SphereFaceMargin(Margin):
         return (lam * cos_target + psi) / (1.0 + lam)
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, lambda_min={self.lambda_min}"
+        return (
+            f"margin={self.margin}, scale={self.scale}, lambda_min={self.lambda_min}"
+            + self._filtering_repr()
+        )

@@ -13,8 +13,11 @@ import numpy as np
 from .._atomic import atomic_write_text
 from ..data import DatasetBundle, PairSet
 from ..evaluation import (
+    ErrorVersusReject,
     VerificationMetrics,
     closed_set_accuracy,
+    error_versus_reject,
+    pair_quality,
     pair_scores,
     retrieval_metrics,
     sample_pairs,
@@ -24,15 +27,21 @@ from .embeddings import extract_embeddings
 from .run import load_bundle, load_run, resolve_device
 
 __all__ = [
+    "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
     "Evaluation",
     "evaluate_pairs",
     "evaluate_run",
+    "magnitude_quality_curve",
     "verification_pairs",
     "write_evaluation",
 ]
 
 EVALUATION_NAME = "evaluation.json"
+
+ERC_REPORTED_FRACTIONS = (0.1, 0.2, 0.3, 0.5)
+"""Rejected fractions whose accuracy a MagFace run's metrics list (``erc_accuracy@reject=0.10``
+...); the whole curve is :attr:`Evaluation.erc`."""
 
 
 @dataclass
@@ -46,6 +55,8 @@ class Evaluation:
         embeddings: ``float32[N, D]`` of the test images (flip-averaged if asked).
         labels: ``int64[N]``.
         fpr, tpr: the ROC curve of the pairs.
+        erc: for a MagFace run, the error-versus-reject curve of the pairs with the feature
+            magnitude as quality (:func:`magnitude_quality_curve`); None otherwise.
     """
 
     metrics: dict[str, float]
@@ -53,6 +64,7 @@ class Evaluation:
     labels: np.ndarray
     fpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    erc: ErrorVersusReject | None = None
 
 
 def verification_pairs(bundle: DatasetBundle, *, num_pairs: int = 6000, seed: int = 0) -> PairSet:
@@ -75,6 +87,24 @@ def evaluate_pairs(embeddings: np.ndarray, pairs: PairSet) -> VerificationMetric
     scores = pair_scores(embeddings, pairs.index)
     folds = pairs.fold if len(np.unique(pairs.fold)) >= 2 else None
     return verification_metrics(scores, pairs.same, folds=folds)
+
+
+def magnitude_quality_curve(embeddings: np.ndarray, pairs: PairSet) -> ErrorVersusReject:
+    """MagFace's feature magnitude as a quality score: verification accuracy of ``pairs`` as the
+    lowest-quality fraction is rejected (:func:`~marginface.evaluation.error_versus_reject`),
+    a pair's quality being the smaller of its two embeddings' norms ``‖x‖`` (the embeddings as
+    evaluated: flip-averaged when the evaluation flips), the threshold fixed at the one of
+    highest accuracy on all pairs."""
+    magnitudes = np.linalg.norm(np.asarray(embeddings, dtype=np.float64), axis=1)  # (N,)
+    quality = pair_quality(magnitudes, pairs.index)  # (P,)
+    scores = pair_scores(embeddings, pairs.index)  # (P,)
+    return error_versus_reject(scores, pairs.same, quality)
+
+
+def _is_magface(loss: Any) -> bool:
+    from ..margins import MagFaceMargin
+
+    return isinstance(getattr(loss, "margin", None), MagFaceMargin)
 
 
 def evaluate_run(
@@ -126,7 +156,13 @@ def evaluate_run(
         metrics[name] = math.nan if value is None else float(value)
     metrics["pairs"] = float(len(pairs))
     metrics.update({k: float(v) for k, v in retrieval_metrics(embeddings, labels).items()})
-    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr)
+    erc = magnitude_quality_curve(embeddings, pairs) if _is_magface(run.loss) else None
+    if erc is not None:
+        curve = erc.as_dict()
+        for fraction in ERC_REPORTED_FRACTIONS:
+            key = f"erc_accuracy@reject={fraction:.2f}"
+            metrics[key] = curve[key]
+    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc)
 
 
 def _evaluate_verification_sets(run: Any, bundle: DatasetBundle, config: Any) -> Evaluation:

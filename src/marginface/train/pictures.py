@@ -43,7 +43,8 @@ def class_centers(evaluation: Evaluation, loss: Any) -> tuple[np.ndarray, int] |
 def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     """Draw the runs' pictures into ``out_dir`` and return ``{caption: png_path}``: the test
     embeddings (2-D and 3-D runs), the angle distributions (closed-set runs), margin curves,
-    ROC, training curves and the margins' state over training.
+    ROC, error versus reject (MagFace runs: the feature magnitude as quality), training curves
+    and the margins' state over training.
 
     Args:
         runs: ``{loss_name: (history, evaluation, loss_module)}``.
@@ -53,6 +54,7 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     from ..plots import (
         plot_angle_distributions,
         plot_embedding_grid,
+        plot_error_versus_reject,
         plot_margin_curves,
         plot_roc,
         plot_state_curve,
@@ -86,6 +88,11 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     curves = {name: (ev.fpr, ev.tpr) for name, (_, ev, _) in runs.items() if len(ev.fpr)}
     if curves:
         images["ROC of test pairs"] = save_figure(plot_roc(curves), out_dir / "roc.png")
+    quality = {name: ev.erc for name, (_, ev, _) in runs.items() if ev.erc is not None}
+    if quality:  # MagFace runs: the feature magnitude as a quality score
+        images["Error versus reject (feature magnitude as quality)"] = save_figure(
+            plot_error_versus_reject(quality), out_dir / "erc.png"
+        )
     for name, (history, _, loss) in runs.items():
         images[f"Training curves: {name}"] = save_figure(
             plot_training_curves(history), out_dir / f"training_{name}.png"

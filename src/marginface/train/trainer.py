@@ -126,6 +126,10 @@ class Trainer:
         progress_seconds: seconds between two progress lines (>= 0). Default:
             :data:`~marginface.train.progress.DEFAULT_PROGRESS_SECONDS` (30).
         callbacks: called with each epoch's log row after its checkpoint is written.
+        initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
+            (not resumed) run before its first step, e.g. a sub-center run cut to one center
+            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`).
+            The optimizer and schedule start afresh.
 
     Use :meth:`fit`.
     """
@@ -139,6 +143,7 @@ class Trainer:
         progress: bool | str = False,
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         callbacks: list[EpochCallback] | None = None,
+        initial_state: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
         self.run_dir = Path(run_dir)
@@ -164,6 +169,7 @@ class Trainer:
         self.step_verification: list[dict[str, Any]] = []
         self.step_callbacks: list[EpochCallback] = []
         self.forward_model: nn.Module | None = None
+        self.initial_state = initial_state
 
     @property
     def is_main(self) -> bool:
@@ -730,6 +736,9 @@ class Trainer:
         self.history = []
         if resume:
             start = self._restore(checkpoint)
+        elif self.initial_state is not None:
+            self.model.load_state_dict(self.initial_state["model"])
+            self.loss.load_state_dict(self.initial_state["loss"])
         history_path = run_dir / HISTORY_NAME
         self.step_verification = []
         if resume and (run_dir / VERIFICATION_NAME).is_file():
