@@ -185,8 +185,9 @@ Block = Table | Text | Image | PlotlyFigure
 
 @dataclass(frozen=True)
 class Section:
-    """A heading and its blocks, in order; consecutive figures (images, plotly figures) share
-    a responsive grid (two columns on a laptop, one on a phone)."""
+    """A heading, an optional introductory paragraph (``intro``, plain text) and its blocks,
+    in order; consecutive figures (images, plotly figures) share a responsive grid (two
+    columns on a laptop, one on a phone)."""
 
     title: str
     blocks: Sequence[Block] = field(default_factory=tuple)
