@@ -104,9 +104,14 @@ class SphereFaceMargin(Margin):
     @property
     def current_lambda(self) -> float:
         """λ at the current iteration."""
-        step = float(self.iteration)
+        return float(self.lambda_tensor())
+
+    def lambda_tensor(self) -> Tensor:
+        """λ at the current iteration as a 0-dim float64 tensor on the buffers' device (no host
+        sync, so ``torch.compile`` traces it without a graph break)."""
+        step = self.iteration.to(torch.float64)
         annealed = self.lambda_base * (1.0 + self.lambda_gamma * step) ** (-self.lambda_power)
-        return max(self.lambda_min, annealed)
+        return annealed.clamp_min(self.lambda_min)
 
     def scale_for(self, norms: Tensor | None) -> Tensor | float:
         if self.scale is not None:
@@ -124,10 +129,11 @@ class SphereFaceMargin(Margin):
     ) -> Context:
         if self.training:
             self.iteration += 1
-        return {"scale": self.scale_for(norms), "lambda": self.current_lambda}
+        return {"scale": self.scale_for(norms), "lambda": self.lambda_tensor()}
 
     def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
-        lam = float(context["lambda"])
+        lam = context["lambda"]
+        lam = lam.to(cos_target.dtype) if isinstance(lam, Tensor) else float(lam)
         psi = sphereface_psi(cos_target, self.margin)
         return (lam * cos_target + psi) / (1.0 + lam)
 
