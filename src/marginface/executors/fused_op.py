@@ -112,8 +112,7 @@ def _triton_rule(rule: int, threshold: Tensor, t: Tensor, rows: int) -> Any:
     )
 
 
-@torch.library.custom_op("marginface::chunked_nontarget_lse", mutates_args=())
-def _nontarget_lse(
+def _nontarget_lse_impl(
     x_hat: Tensor,
     weight: Tensor,
     labels: Tensor,
@@ -150,6 +149,11 @@ def _nontarget_lse(
     return lse, cos_target.clone(), chunks.inv_norms
 
 
+_nontarget_lse = torch.library.custom_op(
+    "marginface::chunked_nontarget_lse", _nontarget_lse_impl, mutates_args=()
+)
+
+
 @_nontarget_lse.register_fake
 def _nontarget_lse_fake(
     x_hat: Tensor,
@@ -169,8 +173,7 @@ def _nontarget_lse_fake(
     return x_hat.new_empty(n), cos_target.new_empty(n), x_hat.new_empty(weight.shape[0])
 
 
-@torch.library.custom_op("marginface::chunked_nontarget_lse_backward", mutates_args=())
-def _nontarget_lse_backward(
+def _nontarget_lse_backward_impl(
     grad_lse: Tensor,
     grad_cos: Tensor,
     x_hat: Tensor,
@@ -230,6 +233,11 @@ def _nontarget_lse_backward(
     )
 
 
+_nontarget_lse_backward = torch.library.custom_op(
+    "marginface::chunked_nontarget_lse_backward", _nontarget_lse_backward_impl, mutates_args=()
+)
+
+
 @_nontarget_lse_backward.register_fake
 def _nontarget_lse_backward_fake(
     grad_lse: Tensor,
@@ -266,6 +274,14 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
 def _backward(
     ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
 ) -> tuple[Tensor | None, ...]:
+    return _backward_through(_nontarget_lse_backward, ctx, grad_lse, grad_cos)
+
+
+def _backward_through(
+    backward: Any, ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None
+) -> tuple[Tensor | None, ...]:
+    """The gradients of the forward op's 11 inputs, by ``backward`` (the op or its
+    implementation)."""
     x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms = ctx.saved_tensors
     k, chunk_size, rule, kernels = ctx.options
     need_weight, need_scale = ctx.needs_input_grad[1], ctx.needs_input_grad[5]
@@ -273,7 +289,7 @@ def _backward(
         grad_lse = torch.zeros_like(lse)
     if grad_cos is None:
         grad_cos = torch.zeros_like(lse)
-    grad_x_hat, grad_weight, grad_scale = torch.ops.marginface.chunked_nontarget_lse_backward(
+    grad_x_hat, grad_weight, grad_scale = backward(
         grad_lse,
         grad_cos,
         x_hat,
@@ -309,6 +325,32 @@ def _backward(
 
 
 _nontarget_lse.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerNontargetLse(torch.autograd.Function):
+    """The same forward and backward as the operators, called directly (outside
+    ``torch.compile``): a custom op's first call imports ``torch._dynamo`` (sympy included,
+    ~140 MB resident, measured), which an eager training loop should not pay."""
+
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
+        output = _nontarget_lse_impl(*inputs)
+        _setup_context(ctx, inputs, output)
+        ctx.mark_non_differentiable(output[2])
+        return output
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        return _backward_through(_nontarget_lse_backward_impl, ctx, grad_lse, grad_cos)
+
+
+def _nontarget_lse_call(*inputs: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """The forward op under ``torch.compile``, its eager twin otherwise."""
+    if torch.compiler.is_compiling():
+        return _nontarget_lse(*inputs)
+    return _EagerNontargetLse.apply(*inputs)
 
 
 def _target_cosine(x_hat: Tensor, weight: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -361,7 +403,7 @@ def fused_margin_cross_entropy(
     if isinstance(margin, AdaCosMargin) and margin.training and margin.dynamic:
         with torch.no_grad():  # log B_avg with the old scale: one more pass over the classes
             old = _row_scale(margin.scale.detach(), n, x)  # (N,)
-            per_row, _, _ = _nontarget_lse(
+            per_row, _, _ = _nontarget_lse_call(
                 x_hat.detach(), weight.detach(), labels, target_rows, cos_raw, old, empty,
                 empty, k, chunk_size, RULE_IDENTITY, kernels,
             )  # fmt: skip
@@ -376,7 +418,7 @@ def fused_margin_cross_entropy(
     else:
         threshold, t = empty, empty
     row_scale = _row_scale(context["scale"], n, x)  # (N,), a gradient for SphereFace's ‖x‖
-    lse_nt, cos_pass, _ = _nontarget_lse(
+    lse_nt, cos_pass, _ = _nontarget_lse_call(
         x_hat, weight, labels, target_rows, cos_raw, row_scale, threshold, t, k, chunk_size,
         rule, kernels,
     )  # fmt: skip
