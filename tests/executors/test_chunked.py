@@ -330,3 +330,31 @@ def test_dense_function_is_the_reference() -> None:
     actual = chunked_margin_cross_entropy(x, w, labels, margin, chunk_size=2)
     assert relative_error(actual, expected) <= 1e-12
     assert relative_error(dense_margin_cross_entropy(x, w, labels, margin), expected) <= 1e-12
+
+
+class _OwnRuleCurricularFace(marginface.margins.CurricularFaceMargin):
+    """CurricularFace's rule written as another margin's own ``nontarget_cosine``: the custom
+    ops do not know it, so the chunked executor runs its autograd Function (the path the
+    sharded head takes too)."""
+
+    def nontarget_cosine(self, cosine, context):
+        return super().nontarget_cosine(cosine, context)
+
+
+def test_a_rule_the_ops_do_not_know_runs_the_function_path_and_matches_dense() -> None:
+    from marginface.executors.fused_op import nontarget_rule
+
+    assert nontarget_rule(_OwnRuleCurricularFace()) is None
+    dense = marginface.MarginSoftmaxLoss(37, D, _OwnRuleCurricularFace(), reduction="none")
+    chunked = marginface.MarginSoftmaxLoss(
+        37, D, _OwnRuleCurricularFace(), reduction="none", impl="chunked", chunk_size=5
+    )
+    chunked.load_state_dict(dense.state_dict())
+    for seed in range(2):
+        x, labels = make_batch(37, torch.float32, seed)
+        upstream = torch.rand(N)
+        expected = step(dense, x, labels, upstream)
+        actual = step(chunked, x, labels, upstream)
+        for a, e in zip(actual, expected, strict=True):
+            assert relative_error(a, e) <= 1e-5
+        assert relative_error(chunked.margin.t, dense.margin.t) <= 1e-6
