@@ -57,8 +57,9 @@ DEFAULT_MEMORY_BUDGET = 1 << 28
 copies that is ``N·C·K <= 16M`` logits (:data:`AUTO_CHUNKED_MIN_LOGITS`, e.g. N = 512 and
 C <= 32768), where the dense path was also the faster one in eager mode on a 2-core CPU
 (``benchmarks/bench_fused.py``: at C = 10k fp32 dense was faster, at C = 100k chunked).
-Under ``torch.compile`` dense is the faster one at C = 100k too, if its memory fits
-(docs/fused.md, "Choosing an executor")."""
+Under ``torch.compile`` in float32, dense was the faster one at C = 100k too (1.40 s vs
+1.74 s a step, for 426 MB extra instead of 56; ``benchmarks/bench_compile.py``): raise the
+budget to get it (docs/fused.md, "Choosing an executor")."""
 
 AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 """``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
