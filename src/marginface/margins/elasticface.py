@@ -57,8 +57,8 @@ class ElasticFaceMargin(Margin):
         std: ``σ >= 0``. Default: 0.05 (paper; its "+" runs use 0.0175 for arc, 0.025 for cos).
         plus: the ElasticFace+ assignment. Default: False.
         seed: seed of the margin generator, or None for torch's global generator. The seeded
-            generator's state is the non-persistent buffer ``generator_state`` (not saved in
-            ``state_dict``, as before); :attr:`generator` returns a copy of it.
+            generator's state is the tensor attribute ``generator_state`` (not a buffer: not
+            in ``state_dict``, as before); :attr:`generator` returns a generator holding it.
         policy: (arc only) behaviour where ``θ_y + m_i > π``. Default: ``"linear"`` (the authors'
             code applies ``cos(θ + m_i)`` unguarded, which is ``"none"``).
         gradient: ``"exact"`` (default) or ``"straight_through"``.
@@ -88,9 +88,9 @@ class ElasticFaceMargin(Margin):
         self.plus = bool(plus)
         self.policy = check_choice("policy", policy, ANGLE_POLICIES)
         self.seeded = seed is not None
-        if seed is not None:  # the generator's state as a (non-persistent) buffer
+        if seed is not None:  # the generator's state (CPU uint8), advanced in place by draws
             state = torch.Generator().manual_seed(check_int("seed", seed)).get_state()
-            self.register_buffer("generator_state", state, persistent=False)
+            self.generator_state = state  # not a buffer: not model state, stays on the CPU
 
     @property
     def generator(self) -> torch.Generator | None:
