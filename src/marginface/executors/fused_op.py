@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ..margins.adacos import AdaCosMargin
 from ..margins.base import Margin
@@ -340,6 +341,7 @@ class _EagerNontargetLse(torch.autograd.Function):
         return output
 
     @staticmethod
+    @once_differentiable
     def backward(  # type: ignore[override]
         ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
     ) -> tuple[Tensor | None, ...]:
