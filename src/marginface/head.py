@@ -88,8 +88,8 @@ class MarginSoftmaxLoss(nn.Module):
             run chunked (else dense).
         memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices take,
             an integer ``>= 0``. Default: :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to
-            ``N·C = 16M`` in float32). Raise it to run dense (the fastest under
-            ``torch.compile`` when it fits) on larger batches; 0 runs chunked always.
+            ``N·C = 16M`` in float32). Raise it to run dense on larger batches (in float32
+            the fastest under ``torch.compile``, if it fits); 0 runs chunked always.
             Not consulted by ``"dense"``/``"chunked"``.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
