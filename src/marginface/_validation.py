@@ -84,6 +84,9 @@ def check_embeddings(embeddings: object, embedding_dim: int | None = None) -> to
         embeddings: the candidate tensor.
         embedding_dim: the expected ``D``, or ``None`` to accept any.
 
+    Under ``torch.compile`` (:func:`torch.compiler.is_compiling`) the finiteness check, which
+    reads the values back to the host, is skipped; types and shapes are still checked.
+
     Returns:
         ``embeddings`` unchanged.
     """
@@ -103,6 +106,8 @@ def check_embeddings(embeddings: object, embedding_dim: int | None = None) -> to
             f"embeddings must have D = embedding_dim = {embedding_dim} columns, "
             f"got shape {tuple(embeddings.shape)}"
         )
+    if torch.compiler.is_compiling():  # a value check is a host sync: a graph break
+        return embeddings
     if not bool(torch.isfinite(embeddings).all()):
         bad = int((~torch.isfinite(embeddings)).any(dim=1).sum())
         raise ValueError(f"embeddings contain non-finite values (NaN or inf) in {bad} row(s)")
@@ -121,6 +126,9 @@ def check_labels(
         allow_missing: also accept ``-1``, meaning "this row's class is not among these C" (the
             convention of class-sharded executors).
 
+    Under ``torch.compile`` the range check, which reads the values back to the host, is
+    skipped; type and shape are still checked.
+
     Returns:
         ``labels`` as ``int64`` (every integer dtype — int8, int16, int32, uint8... — is
         accepted and converted, so that no executor mistakes ``uint8`` labels for a mask).
@@ -136,7 +144,7 @@ def check_labels(
             f"labels must have one entry per row: expected N = {batch_size}, got {labels.shape[0]}"
         )
     low = -1 if allow_missing else 0
-    if labels.numel() > 0:
+    if labels.numel() > 0 and not torch.compiler.is_compiling():  # no host sync under compile
         smallest, largest = int(labels.min()), int(labels.max())
         if smallest < low or largest >= num_classes:
             bad = smallest if smallest < low else largest

@@ -41,6 +41,8 @@ from .subcenters import (
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
+    "DEFAULT_MEMORY_BUDGET",
+    "DENSE_LOGIT_COPIES",
     "IMPLEMENTATIONS",
     "REDUCTIONS",
     "MarginSoftmaxLoss",
@@ -51,12 +53,25 @@ __all__ = [
 REDUCTIONS = ("mean", "sum", "none")
 IMPLEMENTATIONS = ("dense", "chunked", "auto")
 
-AUTO_CHUNKED_MIN_LOGITS = 1 << 24
-"""``impl="auto"`` runs chunked once a batch's logit matrix has at least this many entries
-(``N·C >= 16M``, 64 MB in fp32, e.g. N = 512 and C >= 32768), on any device. Measured on a
-2-core CPU (``benchmarks/bench_fused.py``, N = D = 512): at C = 10k fp32 the dense path was
-faster, at C = 100k the chunked one (and a step adds 43 MB instead of 806 MB,
-``benchmarks/bench_memory.py``)."""
+DENSE_LOGIT_COPIES = 4
+"""How many ``N×C·K`` matrices (in the compute dtype) a dense training step holds at its peak,
+beyond the inputs, the weight and the gradients a training loop holds anyway: measured 806 MB
+extra at N = 512, C = 100k, float32 (``benchmarks/bench_memory.py``), 4.1 times the 195 MiB
+logits (cosines, logits, softmax and its gradient)."""
+
+DEFAULT_MEMORY_BUDGET = 1 << 28
+"""``impl="auto"``'s default ``memory_budget``: 256 MiB. With :data:`DENSE_LOGIT_COPIES` float32
+copies that is ``N·C·K <= 16M`` logits (:data:`AUTO_CHUNKED_MIN_LOGITS`, e.g. N = 512 and
+C <= 32768), where the dense path was also the faster one in eager mode on a 2-core CPU
+(``benchmarks/bench_fused.py``: at C = 10k fp32 dense was faster, at C = 100k chunked).
+Under ``torch.compile`` in float32, dense was the faster one at C = 100k too (1.40 s vs
+1.74 s a step, for 426 MB extra instead of 56; ``benchmarks/bench_compile.py``): raise the
+budget to get it (docs/fused.md, "Choosing an executor")."""
+
+AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
+"""``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
+(16M, 64 MB of logits, e.g. N = 512 and C > 32768). Kept for reference; the rule itself is
+:meth:`MarginSoftmaxLoss.dense_step_bytes` against ``memory_budget``."""
 
 
 class MarginSoftmaxLoss(nn.Module):
@@ -74,9 +89,15 @@ class MarginSoftmaxLoss(nn.Module):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``Tensor[N]``).
         impl: the executor. ``"dense"`` (default) materializes the ``N×C`` logits;
             ``"chunked"`` never does (:mod:`marginface.executors.chunked`; raises
-            ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks chunked per
-            batch once ``N·C >= AUTO_CHUNKED_MIN_LOGITS`` (16M) and the margin can run chunked, else
-            dense.
+            ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks per batch by
+            memory: dense while its logits fit ``memory_budget``
+            (:meth:`dense_step_bytes` ``<= memory_budget``), else chunked if the margin can
+            run chunked (else dense).
+        memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices take,
+            an integer ``>= 0``. Default: :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to
+            ``N·C = 16M`` in float32). Raise it to run dense on larger batches (in float32
+            the fastest under ``torch.compile``, if it fits); 0 runs chunked always.
+            Not consulted by ``"dense"``/``"chunked"``.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
             5461 with a bf16 weight; :func:`~marginface.executors.chunked.default_chunk_size`).
@@ -120,6 +141,7 @@ class MarginSoftmaxLoss(nn.Module):
         reduction: str = "mean",
         impl: str = "dense",
         chunk_size: int | None = None,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         process_group: dist.ProcessGroup | None = None,
@@ -144,6 +166,7 @@ class MarginSoftmaxLoss(nn.Module):
         self.chunk_size = (
             None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
+        self.memory_budget = check_int("memory_budget", memory_budget, minimum=0)
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
         if dtype == torch.float64:  # the running statistics keep float64 precision too
             margin.to(dtype=torch.float64)
@@ -371,7 +394,7 @@ class MarginSoftmaxLoss(nn.Module):
         """The executor a batch of ``batch_size`` rows runs on: ``"dense"`` or ``"chunked"``."""
         if self.impl != "auto":
             return self.impl
-        if batch_size * self.num_classes < AUTO_CHUNKED_MIN_LOGITS:
+        if self.dense_step_bytes(batch_size) <= self.memory_budget:
             return "dense"
         try:
             check_chunkable(self.margin)
@@ -379,12 +402,21 @@ class MarginSoftmaxLoss(nn.Module):
             return "dense"
         return "chunked"
 
+    def dense_step_bytes(self, batch_size: int) -> int:
+        """Estimated bytes a dense training step holds beyond the inputs, the weight and the
+        gradients: ``DENSE_LOGIT_COPIES · N · C·K · itemsize`` (8 for a float64 weight, else
+        4: the dense math runs in float32 or float64). 819 MB at N = 512, C = 100k, float32
+        (measured: 806 MB)."""
+        itemsize = 8 if self.weight.dtype == torch.float64 else 4
+        return DENSE_LOGIT_COPIES * batch_size * self.num_classes * self.sub_centers * itemsize
+
     def extra_repr(self) -> str:
         extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""
         return (
             f"num_classes={self.num_classes}, embedding_dim={self.embedding_dim}{extra}, "
             f"reduction={self.reduction!r}, impl={self.impl!r}"
             + (f", chunk_size={self.chunk_size}" if self.impl != "dense" else "")
+            + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
         )
 
 

@@ -344,3 +344,34 @@ def test_curricular_rule_in_the_kernel_is_strict_at_the_threshold(kernels: Modul
     # 0.25 stays 0.25 (not hard); 0.5 is hard: 0.5·(t + 0.5) = 0.5
     expected = math.log(math.exp(0.25) + math.exp(0.5))
     assert float((row_max + torch.log(exp_sum)).cpu()) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["arcface", "curricularface", "subcenter-arcface"])
+def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> None:
+    """Under ``torch.compile`` the custom operators call the same kernels (here under the
+    interpreter; on CUDA compiled), with no graph break, and give eager's loss and gradients."""
+    margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
+
+    def step(function):
+        x_in = x.clone().requires_grad_(True)
+        w_in = weight.clone().requires_grad_(True)
+        (function(x_in, w_in) * upstream).sum().backward()
+        return function(x_in, w_in).detach(), x_in.grad, w_in.grad
+
+    def loss(x_in, w_in):
+        return chunked_margin_cross_entropy(
+            x_in, w_in, labels, margin, sub_centers=k, chunk_size=CHUNK, kernels="triton"
+        )
+
+    margin.eval()  # no buffer update between the calls below
+    expected = step(loss)
+    eager_launches = dict(launches)
+    torch._dynamo.reset()
+    try:
+        actual = step(torch.compile(loss, backend="aot_eager", fullgraph=True))
+    finally:
+        torch._dynamo.reset()
+    assert launches["nontarget_statistics"] == 2 * eager_launches["nontarget_statistics"]
+    assert launches["embedding_gradient"] == 2 * eager_launches["embedding_gradient"] > 0
+    for a, e in zip(actual, expected, strict=True):
+        assert relative_error(a, e) <= 1e-6

@@ -227,6 +227,7 @@ class _Chunks:
         sub_centers: int,
         chunk_size: int,
         gemm: torch.dtype,
+        inv_norms: Tensor | None = None,
     ) -> None:
         self.x_hat = x_hat  # (N, D), compute dtype
         self.weight = weight  # (C·K, D), its own dtype
@@ -238,7 +239,9 @@ class _Chunks:
         self.x_gemm = x_hat.to(gemm)  # (N, D)
         self.capacity = x_hat.shape[0] * min(chunk_size, self.num_classes) * sub_centers
         self._buffers: dict[torch.dtype, Tensor] = {}  # the workspace, capacity elements each
-        self.inv_norms = self._inverse_norms(x_hat.dtype)  # (C·K,), compute dtype
+        if inv_norms is None:  # (C·K,), compute dtype; given: the forward's, reused
+            inv_norms = self._inverse_norms(x_hat.dtype)
+        self.inv_norms = inv_norms
 
     def _inverse_norms(self, dtype: torch.dtype) -> Tensor:
         """``1 / max(‖w_j‖, eps)`` of every weight row, ``Tensor[C·K]`` in ``dtype``.
@@ -324,6 +327,117 @@ class _Chunks:
             values, index = pooled.max(dim=2)
             return values, index
         return pooled.amax(dim=2), None
+
+    def nontarget_gradient(
+        self,
+        *,
+        fold: bool,
+        identity: bool,
+        nontarget: Any,
+        rule: Any,
+        scale: Tensor,
+        lse: Tensor,
+        grad: Tensor,
+        grad_x_hat: Tensor,
+        grad_weight: Tensor | None,
+        grad_scale: Tensor | None,
+        weight: Tensor,
+        derivative: Any = None,
+        filter_threshold: float = 0.0,
+    ) -> None:
+        """The backward's pass over the chunks: add the non-target part of ``∂L/∂x̂`` (and of
+        ``∂L/∂s`` into ``grad_scale``) in place, write every row of ``grad_weight``.
+
+        ``lse``, ``grad``: ``Tensor[N]``, the log-sum-exp the probabilities are taken against
+        and the gradient reaching it (``p_ij·grad_i = e^{z_ij - lse_i}·grad_i``: the full
+        log-sum-exp with the loss's gradient, or the non-target one with the gradient reaching
+        it). ``nontarget``: the margin's non-target rule, ``cos -> g(cos)`` (differentiable);
+        ``identity``: whether it is the identity; ``fold``: identity and a scale without
+        gradient (the scale rides in the GEMM); ``rule``: the Triton kernels' rule, or None
+        for the PyTorch ops. ``scale``: ``Tensor[N]``. ``derivative``: ``cos -> g'(cos)``
+        (elementwise), or None to take the vector-Jacobian product of ``nontarget`` by
+        autograd (which does not record inside a custom operator's implementation).
+        ``filter_threshold``: inter-class filtering's ``τ`` (0: off); non-target cosines above
+        it take the value 0 and no gradient (``fold`` must be False then).
+        """
+        chunks, k, x_hat = self, self.k, self.x_hat
+        accumulate, inv_norms = self.inv_norms.dtype, self.inv_norms
+        if fold:
+            factor = grad * scale  # (N,), ∂L/∂cos = factor · softmax
+            shift = lse - torch.log(factor.abs())  # (N,), +inf where factor = 0
+            negative = bool((factor < 0).any())
+            scaled_rows = (x_hat * scale.unsqueeze(1)).to(chunks.gemm)  # (N, D)
+
+        if rule is not None:
+            _triton_backward(chunks, rule, scale, lse, grad, grad_x_hat, grad_scale)
+            if grad_weight is not None:
+                _triton_weight_gradient(chunks, rule, scale, lse, grad, grad_weight, weight)
+
+        def chunk_gradient(start: int, stop: int) -> None:
+            """Add one chunk's non-target part of ``∂L/∂x̂`` (and ``∂L/∂s``), write its rows of
+            ``∂L/∂W``. A function, so that every ``N×c`` temporary is freed on return, before the
+            next chunk allocates its own."""
+            slot_rows, slot_cols = chunks.target_slots(start, stop)
+            if fold:
+                logits, best = chunks.cosine(start, stop, scaled_rows, argmax=True, shift=shift)
+                g_cos = logits.exp_()  # (N, c) = ∂L/∂cos, in the workspace
+                if negative:
+                    g_cos.mul_(torch.sign(factor).unsqueeze(1))
+                g_cos[slot_rows, slot_cols] = 0.0
+            else:
+                cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
+                dirty = None
+                if filter_threshold > 0:  # filtered entries: value 0, gradient 0
+                    dirty = cos > filter_threshold  # (N, c)
+                    cos.masked_fill_(dirty, 0.0)
+                with torch.enable_grad():
+                    cos_in = cos.requires_grad_(not identity and derivative is None)
+                    g = nontarget(cos_in)  # (N, c)
+                g_value = g.detach()
+                prob = (g_value * scale.unsqueeze(1)).sub_(lse.unsqueeze(1)).exp_()  # (N, c)
+                prob[slot_rows, slot_cols] = 0.0
+                g_logit = prob.mul_(grad.unsqueeze(1))  # (N, c), ∂L/∂logit
+                if grad_scale is not None:
+                    grad_scale.add_((g_logit * g_value).sum(dim=1))
+                g_g = g_logit.mul_(scale.unsqueeze(1))  # ∂L/∂g
+                if identity:
+                    g_cos = g_g
+                elif derivative is not None:  # g'(cos) given (no autograd inside an operator)
+                    g_cos = g_g.mul_(derivative(cos))
+                else:  # the vector-Jacobian product with g_g, as the gradient of a scalar
+                    # (see the target's below: grad_outputs would import sympy)
+                    with torch.enable_grad():
+                        objective = torch.dot(g.reshape(-1), g_g.reshape(-1))
+                    (g_cos,) = torch.autograd.grad(objective, cos_in)
+                if dirty is not None:
+                    g_cos = g_cos.masked_fill_(dirty, 0.0)
+                del cos, cos_in, g, g_value, prob, g_logit, g_g, dirty
+            if best is not None:  # route each class's gradient to its winning sub-center
+                pooled = g_cos.new_zeros(g_cos.shape[0], stop - start, k)  # (N, c, K)
+                g_cos = pooled.scatter_(2, best.unsqueeze(2), g_cos.unsqueeze(2)).view(
+                    g_cos.shape[0], -1
+                )  # (N, c·K)
+            lo, hi = start * k, stop * k
+            centers = chunks.weight_rows(start, stop)  # (c·K, D)
+            if chunks.gemm == accumulate:
+                g_dot = g_cos.mul_(inv_norms[lo:hi])  # (N, c·K), ∂L/∂(x̂·w)
+                grad_x_hat.addmm_(g_dot, centers)
+            else:  # scale, then round to the GEMM dtype into its workspace (torch.mul with
+                # a bf16 out= would compute into a hidden float32 N×c temporary first)
+                g_cos.mul_(inv_norms[lo:hi])
+                g_dot = chunks.scratch(g_cos.shape[0], g_cos.shape[1], chunks.gemm).copy_(g_cos)
+                grad_x_hat.add_(torch.mm(g_dot, centers))
+            if grad_weight is not None:
+                if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
+                    partial = torch.mm(g_dot.t(), chunks.x_gemm, out=grad_weight[lo:hi])
+                else:
+                    partial = torch.mm(g_dot.t(), chunks.x_gemm).to(accumulate)  # (c·K, D)
+                _project_into(grad_weight, lo, hi, partial, weight, inv_norms)
+
+        if rule is None:
+            for start, stop in chunks.ranges():
+                chunk_gradient(start, stop)
+            chunks.release()
 
     def target_slots(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
         """Rows whose label lies in ``[start, stop)`` and that label's column in the chunk."""
@@ -559,86 +673,25 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         scale = row_scale.detach()  # (N,)
         scale_grad = row_scale.requires_grad
         want_weight = ctx.needs_input_grad[1]
-        k = chunks.k
 
         grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
         grad_weight = torch.empty_like(weight) if want_weight else None  # (C·K, D), every row
         # is written by exactly one chunk below
         grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
-        if ctx.fold:
-            factor = grad * scale  # (N,), ∂L/∂cos = factor · softmax
-            shift = lse - torch.log(factor.abs())  # (N,), +inf where factor = 0
-            negative = bool((factor < 0).any())
-            scaled_rows = (x_hat * scale.unsqueeze(1)).to(chunks.gemm)  # (N, D)
-
-        if ctx.rule is not None:
-            _triton_backward(chunks, ctx.rule, scale, lse, grad, grad_x_hat, grad_scale)
-            if grad_weight is not None:
-                _triton_weight_gradient(chunks, ctx.rule, scale, lse, grad, grad_weight, weight)
-
-        def chunk_gradient(start: int, stop: int) -> None:
-            """Add one chunk's non-target part of ``∂L/∂x̂`` (and ``∂L/∂s``), write its rows of
-            ``∂L/∂W``. A function, so that every ``N×c`` temporary is freed on return, before the
-            next chunk allocates its own."""
-            slot_rows, slot_cols = chunks.target_slots(start, stop)
-            if ctx.fold:
-                logits, best = chunks.cosine(start, stop, scaled_rows, argmax=True, shift=shift)
-                g_cos = logits.exp_()  # (N, c) = ∂L/∂cos, in the workspace
-                if negative:
-                    g_cos.mul_(torch.sign(factor).unsqueeze(1))
-                g_cos[slot_rows, slot_cols] = 0.0
-            else:
-                cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
-                dirty = None
-                if ctx.threshold > 0:  # filtered entries: value 0, gradient 0
-                    dirty = cos > ctx.threshold  # (N, c)
-                    cos.masked_fill_(dirty, 0.0)
-                with torch.enable_grad():
-                    cos_in = cos.requires_grad_(not ctx.identity)
-                    g = ctx.margin.nontarget_cosine(cos_in, ctx.frozen)  # (N, c)
-                g_value = g.detach()
-                prob = (g_value * scale.unsqueeze(1)).sub_(lse.unsqueeze(1)).exp_()  # (N, c)
-                prob[slot_rows, slot_cols] = 0.0
-                g_logit = prob.mul_(grad.unsqueeze(1))  # (N, c), ∂L/∂logit
-                if grad_scale is not None:
-                    grad_scale.add_((g_logit * g_value).sum(dim=1))
-                g_g = g_logit.mul_(scale.unsqueeze(1))  # ∂L/∂g
-                if ctx.identity:
-                    g_cos = g_g
-                else:  # the vector-Jacobian product with g_g, as the gradient of a scalar
-                    # (see the target's below: grad_outputs would import sympy)
-                    with torch.enable_grad():
-                        objective = torch.dot(g.reshape(-1), g_g.reshape(-1))
-                    (g_cos,) = torch.autograd.grad(objective, cos_in)
-                if dirty is not None:
-                    g_cos = g_cos.masked_fill_(dirty, 0.0)
-                del cos, cos_in, g, g_value, prob, g_logit, g_g, dirty
-            if best is not None:  # route each class's gradient to its winning sub-center
-                pooled = g_cos.new_zeros(g_cos.shape[0], stop - start, k)  # (N, c, K)
-                g_cos = pooled.scatter_(2, best.unsqueeze(2), g_cos.unsqueeze(2)).view(
-                    g_cos.shape[0], -1
-                )  # (N, c·K)
-            lo, hi = start * k, stop * k
-            centers = chunks.weight_rows(start, stop)  # (c·K, D)
-            if chunks.gemm == accumulate:
-                g_dot = g_cos.mul_(inv_norms[lo:hi])  # (N, c·K), ∂L/∂(x̂·w)
-                grad_x_hat.addmm_(g_dot, centers)
-            else:  # scale, then round to the GEMM dtype into its workspace (torch.mul with
-                # a bf16 out= would compute into a hidden float32 N×c temporary first)
-                g_cos.mul_(inv_norms[lo:hi])
-                g_dot = chunks.scratch(g_cos.shape[0], g_cos.shape[1], chunks.gemm).copy_(g_cos)
-                grad_x_hat.add_(torch.mm(g_dot, centers))
-            if grad_weight is not None:
-                if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
-                    partial = torch.mm(g_dot.t(), chunks.x_gemm, out=grad_weight[lo:hi])
-                else:
-                    partial = torch.mm(g_dot.t(), chunks.x_gemm).to(accumulate)  # (c·K, D)
-                _project_into(grad_weight, lo, hi, partial, weight, inv_norms)
-
-        if ctx.rule is None:
-            for start, stop in chunks.ranges():
-                chunk_gradient(start, stop)
-            chunks.release()
+        chunks.nontarget_gradient(
+            fold=ctx.fold,
+            identity=ctx.identity,
+            nontarget=lambda cos: ctx.margin.nontarget_cosine(cos, ctx.frozen),
+            rule=ctx.rule,
+            scale=scale,
+            lse=lse,
+            grad=grad,
+            grad_x_hat=grad_x_hat,
+            grad_weight=grad_weight,
+            grad_scale=grad_scale,
+            weight=weight,
+            filter_threshold=ctx.threshold,
+        )
 
         # The target: backward through the margin's small graph, then through the indexed dot.
         outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
@@ -842,11 +895,26 @@ def chunked_margin_cross_entropy(
         )
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
+    from .fused_op import fused_margin_cross_entropy, nontarget_rule
+
+    rule = nontarget_rule(margin)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
-        loss = _ChunkedMarginCrossEntropy.apply(
-            x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels, None
-        )
+        if rule is not None:  # the custom ops: torch.compile traces them without graph breaks
+            loss = fused_margin_cross_entropy(
+                x,
+                weight,
+                labels,
+                margin,
+                rule,
+                sub_centers=sub_centers,
+                chunk_size=chunk_size,
+                kernels=kernels,
+            )
+        else:  # another non-target rule: the autograd Function (a graph break under compile)
+            loss = _ChunkedMarginCrossEntropy.apply(
+                x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels, None
+            )
         norms = row_norms(x) if margin.requires_norms else None  # (N,)
         extra = margin.regularizer(norms)
         if extra is not None:

@@ -112,21 +112,42 @@ class AdaCosMargin(Margin):
                     ),
                 )
                 log_b_avg = torch.logsumexp(logits.flatten(), dim=0) - math.log(cosine.shape[0])
-                self.update_scale(log_b_avg, cos_target[has_target])
+                self.update_scale(log_b_avg, cos_target, valid=has_target)
         return {"scale": self.scale.detach()}
 
-    def update_scale(self, log_b_avg: Tensor, target_cosines: Tensor) -> None:
+    def update_scale(
+        self, log_b_avg: Tensor, target_cosines: Tensor, valid: Tensor | None = None
+    ) -> None:
         """Set the scale from ``log B_avg`` and the batch's target cosines ``Tensor[M]``.
 
         Exposed so that executors that never hold the full cosine matrix (chunked, sharded) can
         accumulate ``log B_avg`` themselves.
+
+        Args:
+            log_b_avg: 0-dim.
+            target_cosines: ``Tensor[M]``.
+            valid: ``Tensor[M]`` of bool, the entries that count (rows with a target), or None
+                for all. The median is ``torch.median``'s (the lower one for an even count);
+                with no valid entry the scale is unchanged. Computed without a host sync (no
+                boolean indexing), so ``torch.compile`` traces it in one graph.
         """
         if target_cosines.numel() == 0:
             return
         with torch.no_grad():
-            theta_median = torch.median(torch.arccos(target_cosines.clamp(-1.0, 1.0)))
-            new_scale = adacos_dynamic_scale(log_b_avg, theta_median)
-            self.scale.copy_(new_scale.to(self.scale))
+            theta = torch.arccos(target_cosines.reshape(-1).clamp(-1.0, 1.0))  # (M,)
+            if valid is None:
+                theta_median = torch.median(theta)
+                count = None
+            else:  # invalid entries sort last; the lower median of the valid ones
+                valid = valid.reshape(-1)
+                count = valid.sum()
+                ordered = torch.where(valid, theta, torch.full_like(theta, math.inf)).sort().values
+                middle = ((count - 1).clamp_min(0) // 2).reshape(1)
+                theta_median = ordered.gather(0, middle).reshape(())
+            new_scale = adacos_dynamic_scale(log_b_avg, theta_median).to(self.scale)
+            if count is not None:
+                new_scale = torch.where(count > 0, new_scale, self.scale)
+            self.scale.copy_(new_scale)
 
     def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
         return cos_target

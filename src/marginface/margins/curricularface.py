@@ -94,9 +94,12 @@ class CurricularFaceMargin(Margin):
     ) -> Context:
         has_target = labels >= 0  # (N,)
         with torch.no_grad():
-            if self.training and bool(has_target.any()):
-                mean_target = cos_target[has_target].mean()
-                self.t.mul_(self.momentum).add_((1.0 - self.momentum) * mean_target.to(self.t))
+            if self.training:  # no host sync: a batch without targets leaves t unchanged
+                count = has_target.sum()
+                total = torch.where(has_target, cos_target, torch.zeros_like(cos_target)).sum()
+                mean_target = (total / count.clamp_min(1)).to(self.t)
+                updated = self.t * self.momentum + (1.0 - self.momentum) * mean_target
+                self.t.copy_(torch.where(count > 0, updated, self.t))
             threshold = cos_add(cos_target, self.margin)  # cos(θ_y + m), (N,)
             threshold = torch.where(has_target, threshold, torch.full_like(threshold, 2.0))
         return {"scale": self.scale, "threshold": threshold.unsqueeze(1), "t": self.t.detach()}

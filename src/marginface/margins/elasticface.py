@@ -58,7 +58,9 @@ class ElasticFaceMargin(Margin):
             ``plus`` is. For "+": 0.0175 for arc (paper and config); for cos 0.025 (paper) or
             0.02 (the authors' ``config/config.py``).
         plus: the ElasticFace+ assignment. Default: False.
-        seed: seed of the margin generator, or None for torch's global generator.
+        seed: seed of the margin generator, or None for torch's global generator. The seeded
+            generator's state is the tensor attribute ``generator_state`` (not a buffer: not
+            in ``state_dict``, as before); :attr:`generator` returns a generator holding it.
         policy: (arc only) behaviour where ``θ_y + m_i > π``. Default: ``"linear"`` (the authors'
             code applies ``cos(θ + m_i)`` unguarded, which is ``"none"``).
         gradient: ``"exact"`` (default) or ``"straight_through"``.
@@ -93,9 +95,19 @@ class ElasticFaceMargin(Margin):
         self.std = check_real("std", std, nonnegative=True)
         self.plus = bool(plus)
         self.policy = check_choice("policy", policy, ANGLE_POLICIES)
-        self.generator: torch.Generator | None = None
-        if seed is not None:
-            self.generator = torch.Generator().manual_seed(check_int("seed", seed))
+        self.seeded = seed is not None
+        if seed is not None:  # the generator's state (CPU uint8), advanced in place by draws
+            state = torch.Generator().manual_seed(check_int("seed", seed)).get_state()
+            self.generator_state = state  # not a buffer: not model state, stays on the CPU
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """A generator holding the margin's current draw state (a copy), or None if unseeded."""
+        if not self.seeded:
+            return None
+        generator = torch.Generator()
+        generator.set_state(self.generator_state.cpu())
+        return generator
 
     def scale_for(self, norms: Tensor | None) -> float:
         return self.scale
@@ -105,7 +117,12 @@ class ElasticFaceMargin(Margin):
         n = cos_target.shape[0]
         if not self.training or self.std == 0.0:
             return torch.full((n,), self.margin, dtype=cos_target.dtype, device=cos_target.device)
-        drawn = torch.normal(self.margin, self.std, size=(n,), generator=self.generator)
+        if self.seeded:  # a custom op: torch.compile keeps it in the graph, same draws
+            from ._compile_ops import seeded_normal
+
+            drawn = seeded_normal(self.generator_state, n, self.margin, self.std)
+        else:
+            drawn = torch.normal(self.margin, self.std, size=(n,))
         drawn = drawn.to(device=cos_target.device, dtype=cos_target.dtype)
         if self.plus:
             drawn = assign_elastic_plus(drawn, cos_target.detach())

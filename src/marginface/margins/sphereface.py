@@ -110,9 +110,17 @@ class SphereFaceMargin(Margin):
     @property
     def current_lambda(self) -> float:
         """λ at the current iteration."""
-        step = float(self.iteration)
-        annealed = self.lambda_base * (1.0 + self.lambda_gamma * step) ** (-self.lambda_power)
-        return max(self.lambda_min, annealed)
+        return float(self.lambda_tensor())
+
+    def lambda_tensor(self, iteration: Tensor | None = None) -> Tensor:
+        """λ at the current iteration (or at ``iteration``) as a 0-dim float64 tensor on the
+        buffers' device (no host sync, so ``torch.compile`` traces it without a graph break)."""
+        from ._compile_ops import annealed_lambda  # an operator: saved, never recomputed
+
+        step = self.iteration if iteration is None else iteration
+        return annealed_lambda(
+            step, self.lambda_base, self.lambda_gamma, self.lambda_power, self.lambda_min
+        )
 
     def scale_for(self, norms: Tensor | None) -> Tensor | float:
         if self.scale is not None:
@@ -128,12 +136,15 @@ class SphereFaceMargin(Margin):
         norms: Tensor | None,
         cosine: Tensor | None = None,
     ) -> Context:
+        iteration = self.iteration
         if self.training:
-            self.iteration += 1
-        return {"scale": self.scale_for(norms), "lambda": self.current_lambda}
+            iteration = self.iteration + 1
+            self.iteration.copy_(iteration)
+        return {"scale": self.scale_for(norms), "lambda": self.lambda_tensor(iteration)}
 
     def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
-        lam = float(context["lambda"])
+        lam = context["lambda"]
+        lam = lam.to(cos_target.dtype) if isinstance(lam, Tensor) else float(lam)
         psi = sphereface_psi(cos_target, self.margin)
         return (lam * cos_target + psi) / (1.0 + lam)
 
