@@ -139,3 +139,25 @@ def test_inductor_compiled_chunked_equals_eager(name: str) -> None:
     # Inductor fuses and reorders the float32 arithmetic of the small graph around the ops
     # (observed up to 4e-5 relative on ∂x after a step, where x̂'s projection cancels)
     assert_same(run_steps(compiled, function), run_steps(eager, eager), tolerance=2e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("arcface", {"interclass_filtering_threshold": 0.2}),
+        ("curricularface", {"interclass_filtering_threshold": 0.2}),
+        ("adaface", {"cosine_clamp": 1e-3}),
+    ],
+)
+def test_options_outside_the_custom_ops_compile_with_a_break_and_equal_eager(
+    name: str, options: dict
+) -> None:
+    """Inter-class filtering and AdaFace's clamp run on the chunked autograd Function: a graph
+    break under compile (docs/fused.md), the same results as eager."""
+    from marginface.executors.fused_op import nontarget_rule
+
+    eager = make_loss(name, "chunked", **options)
+    assert nontarget_rule(eager.margin) is None
+    compiled = make_loss(name, "chunked", **options)
+    function = torch.compile(compiled, backend="aot_eager")
+    assert_same(run_steps(compiled, function), run_steps(eager, eager))
