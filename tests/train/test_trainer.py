@@ -245,3 +245,24 @@ def test_open_set_runs_log_verification_of_their_test_pairs_each_epoch(tmp_path)
         history[-1]["verification_accuracy"], abs=1e-9
     )
     assert final.metrics["auc"] == pytest.approx(history[-1]["auc"], abs=1e-6)
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_fit_restores_the_floating_point_mode_it_found(tmp_path, before):
+    """The trainer flushes denormals while it trains (faster CPU convolutions) and leaves the
+    process as it found it: a later subnormal float is still representable (hypothesis checks
+    exactly this) unless the caller had asked for flushing."""
+    from marginface.train.trainer import flushes_denormals
+
+    torch.set_flush_denormal(before)
+    try:
+        seen: list[bool] = []
+        trainer = Trainer(quick(epochs=1, limit=64), tmp_path / "run", progress="none")
+        trainer.callbacks.append(lambda *args, **kwargs: seen.append(flushes_denormals()))
+        trainer.fit()
+        assert seen == [True]  # during training
+        assert flushes_denormals() is before
+        tiny = torch.full((1,), 1e-39)
+        assert (tiny * 1.0).item() == (0.0 if before else tiny.item())
+    finally:
+        torch.set_flush_denormal(False)
