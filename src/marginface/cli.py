@@ -281,8 +281,6 @@ def _verification_printer(args: argparse.Namespace):
 
 # ------------------------------------------------------------------ commands
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import Trainer
-
     if args.drop_non_dominant is not None:
         return _train_with_dominant_centers(args)
     if args.resume and args.out is not None:
@@ -293,15 +291,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
         if args.resume:
             config = _resumed_config(args, out)
+    return _fit(args, config, out, resume=args.resume)
+
+
+def _fit(
+    args: argparse.Namespace,
+    config: Any,
+    out: Path,
+    *,
+    resume: bool = False,
+    initial_state: dict[str, Any] | None = None,
+) -> int:
+    """Train ``config`` into ``out`` with the command line's progress, printers and
+    ``--overwrite``; say where the run is."""
+    from .train import Trainer
+
     trainer = Trainer(
         config,
         out,
         progress=not args.quiet,
         progress_seconds=args.progress_seconds,
         callbacks=[_epoch_printer(args)],
+        initial_state=initial_state,
     )
     trainer.step_callbacks.append(_verification_printer(args))
-    trainer.fit(resume=args.resume, overwrite=args.overwrite)
+    trainer.fit(resume=resume, overwrite=args.overwrite)
     if trainer.is_main:
         _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0
@@ -310,7 +324,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_with_dominant_centers(args: argparse.Namespace) -> int:
     """``train --drop-non-dominant RUN``: a new run from RUN's checkpoint with one center per
     class (each class's dominant sub-center), the command line's options applied."""
-    from .train import Trainer
     from .train.cleaning import continue_with_dominant_centers
 
     if args.resume:
@@ -328,18 +341,7 @@ def _train_with_dominant_centers(args: argparse.Namespace) -> int:
         f"kept the dominant sub-center of each of {dominant.numel()} classes ({moved} not "
         f"sub-center 0); training with one center per class into {out}",
     )
-    trainer = Trainer(
-        config,
-        out,
-        progress=not args.quiet,
-        progress_seconds=args.progress_seconds,
-        callbacks=[_epoch_printer(args)],
-        initial_state=state,
-    )
-    trainer.fit(overwrite=args.overwrite)
-    if trainer.is_main:
-        _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
-    return 0
+    return _fit(args, config, out, initial_state=state)
 
 
 def cmd_outliers(args: argparse.Namespace) -> int:
