@@ -70,7 +70,7 @@ def get_head_class(name: str) -> type[MarginHead]:
     )
 
 
-def create_head(name: str, num_classes: int, **options: Any) -> MarginHead:
+def create_head(name: str, /, num_classes: int, **options: Any) -> MarginHead:
     """Build the Keras head of a registered loss: ``create_head("arcface", num_classes=10,
     margin=0.5)``. ``options`` are the PyTorch loss's margin options (same names and defaults)
     plus Keras's ``name``, ``dtype``, ``trainable`` and ``centers_initializer``,

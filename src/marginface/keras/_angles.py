@@ -22,18 +22,23 @@ __all__ = ["SIN2_FLOOR", "arccos", "at_least", "at_most", "clamp", "cos_add", "s
 def clamp(x, low, high):
     """``x`` clipped to ``[low, high]``, the bounds taken in x's dtype (``keras.ops.clip`` turns a
     Python float bound into a float32 tensor on torch, rounding ``π - 1e-3`` for float64)."""
-    return ops.clip(x, ops.cast(low, x.dtype), ops.cast(high, x.dtype))
+    dtype = x.dtype
+    return ops.clip(
+        x, ops.convert_to_tensor(low, dtype=dtype), ops.convert_to_tensor(high, dtype=dtype)
+    )
 
 
 def at_least(x, floor):
     """``max(x, floor)`` elementwise for a Python number ``floor``, in x's dtype (Keras 3.12+'s
     ``ops.maximum`` returns float32 for a float64 tensor on torch, keras-team/keras#23704)."""
-    return ops.where(x > floor, x, ops.cast(floor, x.dtype))  # a bare float would be float32
+    bound = ops.convert_to_tensor(floor, dtype=x.dtype)  # a bare float would be float32
+    return ops.where(x > floor, x, bound)
 
 
 def at_most(x, ceiling):
     """``min(x, ceiling)`` elementwise for a Python number ``ceiling``, in x's dtype."""
-    return ops.where(x < ceiling, x, ops.cast(ceiling, x.dtype))
+    bound = ops.convert_to_tensor(ceiling, dtype=x.dtype)
+    return ops.where(x < ceiling, x, bound)
 
 
 def sin_from_cos(cosine):

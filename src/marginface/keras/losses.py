@@ -120,6 +120,7 @@ class CurricularFaceLoss(keras.losses.Loss):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
+            dtype=self.dtype,  # keras.losses.Loss's own config leaves it out
             margin=self.margin,
             scale=self.scale,
             momentum=self.momentum,
