@@ -46,7 +46,8 @@ DEFAULT_DATA = REPO / ".." / "shared" / "data"
 def backbone(embedding_dim: int = 3) -> keras.Model:
     """Seed 000's CNN: ``(28, 28)`` images -> ``(embedding_dim,)`` embeddings."""
     images = keras.Input((28, 28), name="images")
-    x = layers.Reshape((28, 28, 1))(images)
+    channels_first = keras.config.image_data_format() == "channels_first"
+    x = layers.Reshape((1, 28, 28) if channels_first else (28, 28, 1))(images)
     x = layers.ZeroPadding2D(padding=2)(x)
     for filters in (32, 64, 128):
         x = layers.Conv2D(
@@ -106,11 +107,19 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=30.0)
     parser.add_argument("--margin", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--data-format",
+        choices=("channels_last", "channels_first"),
+        default="channels_last",
+        help="Keras's image data format (channels_first is faster on the torch backend; "
+        "TensorFlow's CPU convolutions need channels_last)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="train on a subset (smoke runs)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
     if not (args.data_dir / "mnist").is_dir():
         raise SystemExit(f"MNIST not found under {args.data_dir}/mnist (pass --data-dir)")
+    keras.config.set_image_data_format(args.data_format)
     keras.utils.set_random_seed(args.seed)
     bundle = load_mnist(data_dir=args.data_dir, download=False, limit=args.limit)
     train_x, train_y = bundle.train.images[:, 0], bundle.train.labels.astype("int32")
@@ -118,6 +127,7 @@ def main() -> None:
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"keras {keras.__version__} ({keras.backend.backend()}), head {args.head}, "
+        f"{args.data_format}, "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
