@@ -89,8 +89,8 @@ def main() -> None:
     args = parser.parse_args()
     bundle = load_mnist(data_dir=args.data_dir, download=False)
     train_x, test_x = bundle.train.images[:, 0], bundle.test.images[:, 0]
-    train_y = tf.keras.utils.to_categorical(bundle.train.labels, num_classes=10)
-    test_y = tf.keras.utils.to_categorical(bundle.test.labels, num_classes=10)
+    train_y = tf.keras.utils.to_categorical(bundle.train.labels, 10).astype("float32")
+    test_y = tf.keras.utils.to_categorical(bundle.test.labels, 10).astype("float32")
     print(f"tensorflow {tf.__version__}, load average {os.getloadavg()[0]:.2f}", flush=True)
 
     model_input = layers.Input(shape=(28, 28))
