@@ -38,9 +38,10 @@ class CurricularFaceLoss(keras.losses.Loss):
     ``1 - α`` on the batch), the cosines are not clipped to ``1 - 1e-7``, and the default scale is
     the paper's 64 (seed 000 uses ``scale=30``).
 
-    ``t`` is updated eagerly (torch backend, TensorFlow) and inside ``tf.function``; under JAX's
-    ``jit`` a ``Loss`` has no state that ``model.fit`` carries from step to step, so with JAX use
-    the :class:`~marginface.keras.CurricularFace` layer, whose ``t`` is layer state.
+    ``t`` moves under ``model.fit`` on the torch and TensorFlow backends; on JAX a ``Loss`` has no
+    state that Keras's training step carries from step to step (``model.fit`` runs, ``t`` stays
+    0), so with JAX use the :class:`~marginface.keras.CurricularFace` layer, whose ``t`` is layer
+    state.
 
     Args:
         margin: ``m`` in radians, ``0 <= m < π``. Default: 0.5 (paper).
