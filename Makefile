@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv mutate
+.PHONY: demo test lint bench clean venv mutate test-keras-jax test-keras-tensorflow
 
 venv: $(STAMP)
 
@@ -19,6 +19,18 @@ $(STAMP): pyproject.toml constraints.txt
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/python -m pytest -n 2 -q
+
+# The Keras frontend's tests (parity with the PyTorch losses) on other Keras backends; make test
+# runs them on the torch backend. See docs/keras.md for the recorded results.
+test-keras-jax: $(STAMP)
+	$(PIP) install --quiet -c constraints.txt "jax[cpu]"
+	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/keras -q
+
+# TensorFlow goes to a folder of its own (~1.5 GB), put on the path for this target only.
+TF_SITE := $(VENV)/tensorflow-site
+test-keras-tensorflow: $(STAMP)
+	test -d $(TF_SITE) || $(PIP) install --quiet --target $(TF_SITE) -c constraints.txt tensorflow-cpu
+	KERAS_BACKEND=tensorflow PYTHONPATH=$(TF_SITE) $(BIN)/python -m pytest tests/keras -q
 
 demo: $(STAMP)
 	$(BIN)/marginface demo
