@@ -10,6 +10,7 @@ as a user calls it, with ``SparseCategoricalCrossentropy(from_logits=True) + sum
 from __future__ import annotations
 
 import copy
+import math
 import zlib
 
 import keras
@@ -235,3 +236,27 @@ def _frozen_call(keras_loss, labels, cosine, t):
     clone = mfk.CurricularFaceLoss.from_config(keras_loss.get_config())
     clone.t.assign(t)
     return clone(labels, cosine)
+
+
+@pytest.mark.parametrize("m", [0.3, 0.5, 1.2])
+def test_boundary_takes_the_fallback_as_in_pytorch(m: float) -> None:
+    """At θ + m = π exactly (and m1·θ + m2 = π for the combined margin) the Keras margins take
+    the fallback, like the PyTorch ones (docs/parity.md); one step above it the margin applies."""
+    from marginface.keras import functional as kf
+    from marginface.margins.arcface import additive_angular_margin
+    from marginface.margins.combined import combined_margin
+
+    at = torch.tensor([math.cos(math.pi - m)], dtype=torch.float64)
+    above = torch.nextafter(at, torch.tensor(1.0, dtype=torch.float64))
+    for value in (at, above):
+        x = ops.convert_to_tensor(value.numpy(), dtype="float64")
+        for policy in ("linear", "clip"):
+            got = np.asarray(ops.convert_to_numpy(kf.additive_angular_margin(x, m, policy)))
+            want = additive_angular_margin(value, m, policy).numpy()
+            assert np.array_equal(got, want), (policy, value.item(), got, want)
+    half = ops.convert_to_tensor(np.array([math.cos(math.pi / 2)]), dtype="float64")
+    for policy in ("linear", "clip"):
+        got = ops.convert_to_numpy(kf.combined_margin(half, 2.0, 0.0, 0.0, policy))
+        want = combined_margin(torch.tensor([math.cos(math.pi / 2)], dtype=torch.float64), 2.0,
+                               0.0, 0.0, policy).numpy()  # fmt: skip
+        assert np.array_equal(np.asarray(got), want), policy

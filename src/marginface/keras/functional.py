@@ -100,13 +100,14 @@ def additive_angular_margin(cos_target, margin, policy: str = "linear"):
         return shifted
     if policy == "easy":
         return ops.where(cos_target > 0, shifted, cos_target)
+    # cos(π - m) and sin(π - m)·m, computed as the PyTorch margin (and the reference codes) do
     if isinstance(margin, (int, float)):
-        threshold = -math.cos(margin)  # cos(π - m)
-        fallback_shift = margin * math.sin(margin)
+        threshold = math.cos(math.pi - margin)
+        fallback_shift = math.sin(math.pi - margin) * margin
     else:
-        threshold = -ops.cos(margin)
-        fallback_shift = margin * ops.sin(margin)
-    beyond = cos_target < threshold  # θ + m > π
+        threshold = ops.cos(math.pi - margin)
+        fallback_shift = ops.sin(math.pi - margin) * margin
+    beyond = cos_target <= threshold  # θ + m >= π: the boundary takes the fallback
     if policy == "linear":
         return ops.where(beyond, cos_target - fallback_shift, shifted)
     if policy == "clip":
@@ -133,12 +134,12 @@ def combined_margin(cos_target, m1: float, m2: float, m3: float, policy: str = "
     if policy == "easy":
         angular = ops.where(cos_target > 0, angular, cos_target)
     elif policy == "clip":
-        angular = ops.where(angle > math.pi, ops.full_like(angular, -1.0), angular)
+        angular = ops.where(angle >= math.pi, ops.full_like(angular, -1.0), angular)
     elif policy == "linear":
         theta_c = (math.pi - m2) / m1  # boundary angle: m1·θ_c + m2 = π
         if theta_c < math.pi:
             fallback = cos_target - (math.pi - theta_c) * math.sin(theta_c)
-            angular = ops.where(angle > math.pi, fallback, angular)
+            angular = ops.where(angle >= math.pi, fallback, angular)
     elif policy != "none":
         raise ValueError(f"policy must be one of {ANGLE_POLICIES}, got {policy!r}")
     return angular - m3
