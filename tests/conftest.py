@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 import torch
+
+# Triton's CPU interpreter for tests/executors/test_triton.py on machines without CUDA: it is
+# read when triton is imported, and some test modules import it indirectly at collection
+# (torch._inductor), so it is set here, in the conftest pytest loads first, whatever the order
+# of the files asked for (tests/executors/conftest.py explains the conditions).
+if "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import marginface
 
