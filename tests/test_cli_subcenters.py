@@ -106,3 +106,29 @@ def test_drop_non_dominant_errors(subcenter_run, tmp_path, capsys):
     )
     assert main(["train", "--drop-non-dominant", str(k1), "--out", str(tmp_path / "y")]) == 2
     assert "one center per class already" in capsys.readouterr().err
+
+
+def test_drop_outliers_leaves_the_flagged_samples_out_of_the_new_run(subcenter_run, tmp_path):
+    """``--drop-outliers DEGREES``: the samples farther than DEGREES from their class's
+    dominant sub-center (by hand) become the new run's ``exclude``, and the new run trains on
+    the others only."""
+    labels, _, angles, _ = _by_hand(subcenter_run)
+    threshold = float(np.percentile(angles, 80))
+    flagged = [i for i, angle in enumerate(angles) if angle > threshold]
+    assert 0 < len(flagged) < len(angles)
+    out = tmp_path / "clean"
+    args = ["--quiet", "train", "--drop-non-dominant", str(subcenter_run), "--out", str(out)]
+    assert main([*args, "--epochs", "1", "--drop-outliers", str(threshold)]) == 0
+    config = load_run(out).config
+    assert config.exclude == flagged
+    train = load_bundle(config).train
+    assert len(train) == len(labels) - len(flagged)
+    kept = [i for i in range(len(labels)) if i not in set(flagged)]
+    np.testing.assert_array_equal(np.asarray(train.labels), labels[kept])
+    full = load_bundle(config, exclude=False).train
+    np.testing.assert_array_equal(train.images, full.images[kept])
+
+
+def test_drop_outliers_needs_drop_non_dominant(tmp_path, capsys):
+    assert main(["train", *TINY, "--drop-outliers", "--out", str(tmp_path / "x")]) == 2
+    assert "--drop-outliers goes with --drop-non-dominant" in capsys.readouterr().err

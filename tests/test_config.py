@@ -98,3 +98,23 @@ def test_explicit_loss_options_win_key_by_key():
     assert TrainConfig(loss="adacos", loss_options={"dynamic": False}).resolved().loss_options == {
         "dynamic": False
     }
+
+
+def test_exclude_lists_training_positions():
+    from marginface.config import ConfigValueError, TrainConfig
+
+    assert TrainConfig(exclude=[5, 1, 5]).exclude == [1, 5]
+    for bad in ([-1], [1.5], [True], ["3"]):
+        with pytest.raises(ConfigValueError, match="exclude"):
+            TrainConfig(exclude=bad)
+    with pytest.raises(TypeError, match="exclude"):
+        TrainConfig(exclude=3)
+
+
+def test_exclude_beyond_the_training_set_is_a_clear_error():
+    from marginface.config import ConfigValueError, TrainConfig
+    from marginface.train import load_bundle
+
+    with pytest.raises(ConfigValueError, match="position 99 but the training set has 50"):
+        load_bundle(TrainConfig(limit=50, exclude=[3, 99]))
+    assert len(load_bundle(TrainConfig(limit=50, exclude=[0, 49])).train) == 48

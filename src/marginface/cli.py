@@ -283,6 +283,8 @@ def _verification_printer(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     if args.drop_non_dominant is not None:
         return _train_with_dominant_centers(args)
+    if args.drop_outliers is not None:
+        raise ValueError("--drop-outliers goes with --drop-non-dominant RUN")
     if args.resume and args.out is not None:
         out = args.out
         config = _resumed_config(args, out)
@@ -332,14 +334,21 @@ def _train_with_dominant_centers(args: argparse.Namespace) -> int:
     overrides = _explicit_values(args)
     device = overrides.get("device", "auto")
     config, state, dominant = _named_option_errors(
-        lambda: continue_with_dominant_centers(source, overrides, device=device)
+        lambda: continue_with_dominant_centers(
+            source, overrides, device=device, drop_outliers=args.drop_outliers
+        )
     )
     out = args.out or source.with_name(source.name + "-dominant")
     moved = sum(1 for k in dominant.tolist() if k != 0)
     _echo(
         args,
         f"kept the dominant sub-center of each of {dominant.numel()} classes ({moved} not "
-        f"sub-center 0); training with one center per class into {out}",
+        f"sub-center 0); training with one center per class into {out}"
+        + (
+            f", leaving out {len(config.exclude)} training samples (exclude)"
+            if config.exclude
+            else ""
+        ),
     )
     return _fit(args, config, out, initial_state=state)
 
@@ -590,6 +599,17 @@ def build_parser() -> argparse.ArgumentParser:
         "sub-center (K = 1; Sub-center ArcFace's clean-up) and train into --out (default "
         "RUN-dominant) with RUN's configuration and this command line's options; the optimizer "
         "and schedule start afresh",
+    )
+    train.add_argument(
+        "--drop-outliers",
+        type=float,
+        nargs="?",
+        const=75.0,
+        default=None,
+        metavar="DEGREES",
+        help="with --drop-non-dominant: also leave out of training the samples farther than "
+        "DEGREES (default 75, the paper's) from their class's dominant sub-center (config key "
+        "'exclude'; `marginface outliers RUN` lists them)",
     )
     _add_progress_option(train)
     train.set_defaults(func=cmd_train)

@@ -89,6 +89,9 @@ class TrainConfig:
         data_dir: where the dataset's files are (else ``MARGINFACE_DATA``, else the cache).
         image_size: resize images to this side in pixels (None: the dataset's own size).
         limit: cap on the number of training images (quick runs), or None.
+        exclude: positions in the training set (after ``limit``) left out of training, e.g.
+            the likely label noise ``marginface outliers`` flags (Sub-center ArcFace's
+            clean-up; ``train --drop-non-dominant RUN --drop-outliers``). Default: none.
         dataset_options: extra keyword arguments of the loader (``fold`` for LFW, ...).
     Model:
         model: a registered backbone (``marginface.models.list_models()``). Default: seed-cnn.
@@ -138,6 +141,7 @@ class TrainConfig:
     data_dir: str | None = None
     image_size: int | None = None
     limit: int | None = None
+    exclude: list[int] = field(default_factory=list)
     dataset_options: dict[str, Any] = field(default_factory=dict)
     model: str = "seed-cnn"
     embedding_dim: int = 3
@@ -171,6 +175,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
+        bad = [v for v in self.exclude if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+        if bad:
+            raise ConfigValueError(
+                "exclude", f"exclude must list training-set positions (ints >= 0), got {bad[0]!r}"
+            )
+        self.exclude = sorted(set(self.exclude))
         if not 0 < self.sample_rate <= 1:
             raise ConfigValueError(
                 "sample_rate", f"sample_rate must be in (0, 1], got {self.sample_rate!r}"

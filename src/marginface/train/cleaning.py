@@ -69,7 +69,7 @@ def run_outliers(
     center). Returns ``(outliers, labels[N], class_names)``."""
     run = load_run(run_dir, device=resolve_device(device))
     if bundle is None:
-        bundle = load_bundle(run.config)
+        bundle = load_bundle(run.config, exclude=False)  # positions as config.exclude counts
     dev = next(run.model.parameters()).device
     embeddings, labels = training_embeddings(run, bundle, device=dev)
     outliers = run.loss.find_outliers(
@@ -100,13 +100,16 @@ def continue_with_dominant_centers(
     *,
     device: str = "auto",
     bundle: DatasetBundle | None = None,
+    drop_outliers: float | None = None,
 ) -> tuple[TrainConfig, dict[str, dict[str, Any]], Tensor]:
     """What a run that continues the sub-center run in ``run_dir`` with ``K = 1`` starts from.
 
     The dominant sub-center of every class is found on the run's training set, the head keeps
     only those (:meth:`~marginface.head.MarginSoftmaxLoss.drop_non_dominant_centers`), and the
     configuration is the run's with ``loss_options["sub_centers"] = 1`` and ``overrides``
-    applied (e.g. ``{"epochs": 5}``).
+    applied (e.g. ``{"epochs": 5}``). ``drop_outliers``: an angle in degrees (the paper: 75):
+    the training samples farther than it from their class's dominant sub-center are added to
+    the new run's ``exclude`` (the paper's clean-up drops them as label noise); None keeps them.
 
     Returns:
         ``(config, initial_state, dominant[C])``: pass the first two to
@@ -123,13 +126,19 @@ def continue_with_dominant_centers(
             "--drop-non-dominant continues a sub-center run"
         )
     if bundle is None:
-        bundle = load_bundle(run.config)
+        bundle = load_bundle(run.config, exclude=False)  # positions as config.exclude counts
     dev = next(run.model.parameters()).device
     embeddings, labels = training_embeddings(run, bundle, device=dev)
-    dominant = loss.dominant_sub_centers(embeddings.to(loss.weight.device), labels)
+    embeddings = embeddings.to(loss.weight.device)
+    dominant = loss.dominant_sub_centers(embeddings, labels)
+    flagged: list[int] = []
+    if drop_outliers is not None:
+        outliers = loss.find_outliers(embeddings, labels, threshold_degrees=drop_outliers)
+        flagged = outliers.indices.tolist()
     loss.drop_non_dominant_centers(dominant)
     values = {**run.config.to_dict(), **(overrides or {})}
     values["loss_options"] = {**values.get("loss_options", {}), "sub_centers": 1}
+    values["exclude"] = sorted({*values.get("exclude", []), *flagged})
     config = config_from_dict(values, source=f"{run_dir} with --drop-non-dominant")
     state = {
         "model": {k: v.detach().cpu() for k, v in run.model.state_dict().items()},

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from ..config import TrainConfig, config_from_dict
+from ..config import ConfigValueError, TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet, load_dataset
 from ..data.base import StreamedImageSet
 from ..models import create_model
@@ -102,9 +103,28 @@ def _limit(images: Any, limit: int | None, seed: int) -> Any:
     return ImageSet(images.images[keep], images.labels[keep], images.class_names)
 
 
-def load_bundle(config: TrainConfig) -> DatasetBundle:
+def _exclude(images: Any, positions: list[int]) -> Any:
+    """``images`` without the items at ``positions`` (sorted, unique)."""
+    if positions[-1] >= len(images):
+        raise ConfigValueError(
+            "exclude",
+            f"exclude names position {positions[-1]} but the training set has {len(images)} "
+            "images (positions count from 0, after limit)",
+        )
+    keep = np.setdiff1d(np.arange(len(images)), np.asarray(positions, dtype=np.int64))
+    if isinstance(images, StreamedImageSet):
+        return images.subset(keep)
+    return ImageSet(images.images[keep], images.labels[keep], images.class_names)
+
+
+def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
     """Load ``config.dataset`` with its options; ``config.limit`` keeps a seeded random subset
-    of the training images."""
+    of the training images, then ``config.exclude`` (positions in that subset) are left out
+    (``exclude=False``: kept, the positions ``config.exclude`` and the outliers CSV refer to).
+
+    Raises:
+        ConfigValueError: an ``exclude`` position beyond the training set.
+    """
     options: dict[str, Any] = {"seed": config.seed, **config.dataset_options}
     if config.data_dir is not None:
         options["data_dir"] = config.data_dir
@@ -112,6 +132,8 @@ def load_bundle(config: TrainConfig) -> DatasetBundle:
         options["image_size"] = config.image_size
     bundle = load_dataset(config.dataset, **options)
     train = _limit(bundle.train, config.limit, config.seed)
+    if exclude and config.exclude:
+        train = _exclude(train, config.exclude)
     if train is bundle.train:
         return bundle
     return DatasetBundle(
