@@ -81,3 +81,18 @@ def test_backward_does_not_import_sympy() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_dot_equals_the_row_sums_of_the_product(dtype: torch.dtype) -> None:
+    """``_row_dot``: blocks of ROW_DOT_BLOCK rows in half precision (a partial last block
+    included), one batched GEMM in float32; both the row sums of the float64 product."""
+    from marginface.executors.chunked import ROW_DOT_BLOCK, _row_dot
+
+    rows = 2 * ROW_DOT_BLOCK + 37
+    a, b = torch.randn(rows, 64).to(dtype), torch.randn(rows, 64).to(dtype)
+    expected = (a.double() * b.double()).sum(1)
+    got = _row_dot(a, b)
+    assert got.dtype == dtype and got.shape == (rows,)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the result's own rounding
+    torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance * 8)

@@ -802,10 +802,28 @@ def _triton_weight_gradient(
         _project_into(grad_weight, lo, hi, partial, weight, chunks.inv_norms)
 
 
+ROW_DOT_BLOCK = 1024
+"""Rows per block of :func:`_row_dot`'s half-precision product (``1024·D`` elements: 1 MB at
+D = 512 in bf16)."""
+
+
 def _row_dot(a: Tensor, b: Tensor) -> Tensor:
-    """Row-wise dot products ``Tensor[R, D], Tensor[R, D] -> Tensor[R]`` as one batched GEMM
-    (faster on CPU than ``vecdot``, which materializes the product)."""
-    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(a.shape[0])
+    """Row-wise dot products ``Tensor[R, D], Tensor[R, D] -> Tensor[R]`` (in ``a``'s dtype).
+
+    float32/float64: one batched GEMM (``bmm`` of ``R`` 1×D·D×1 products; no ``R×D``
+    temporary). bf16/fp16: ``Σ_d a_rd·b_rd`` over blocks of :data:`ROW_DOT_BLOCK` rows, as the
+    CPU's half-precision ``bmm`` of such thin products is slow: at R = 8192, D = 512 on the
+    2-core CPU 0.64 ms against 6.6 ms (the bf16 weight gradient's projection spent 13% of a
+    step in it; C = 1M bf16 step 10.1 -> 8.3 s). (Blocked float32 would be faster too, 0.86 vs
+    2.5 ms, but measured 2-5 MB more peak memory under ``torch.compile``.)
+    """
+    if a.dtype in (torch.float32, torch.float64):
+        return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(a.shape[0])
+    out = torch.empty(a.shape[0], dtype=a.dtype, device=a.device)  # (R,)
+    for start in range(0, a.shape[0], ROW_DOT_BLOCK):
+        stop = start + ROW_DOT_BLOCK
+        torch.sum(a[start:stop] * b[start:stop], dim=1, out=out[start:stop])
+    return out
 
 
 def _projection_coefficient(rows: Tensor, inv_norms: Tensor, partial: Tensor) -> Tensor:
