@@ -152,14 +152,21 @@ def _triton_rule(margin: Margin, context: Context, rows: int, like: Tensor) -> A
     if margin.nontarget_is_identity():
         return NonTargetRule()
     if method is CurricularFaceMargin.nontarget_cosine:
-        threshold, t = context["threshold"], context["t"]
-        threshold = torch.as_tensor(threshold, dtype=torch.float32, device=like.device)
-        t = torch.as_tensor(t, dtype=torch.float32, device=like.device)
-        return NonTargetRule(
-            threshold=threshold.reshape(-1).expand(rows).contiguous(),
-            t=t.reshape(-1).expand(rows).contiguous(),
-        )
+        return _curricular_triton_rule(context["threshold"], context["t"], rows, like.device)
     return None
+
+
+def _curricular_triton_rule(threshold: Any, t: Any, rows: int, device: torch.device) -> Any:
+    """CurricularFace's rule for the kernels: ``threshold`` and ``t`` (scalars, ``[N]`` or
+    ``[N, 1]``) as float32 ``[N]`` vectors."""
+    from .triton_kernels import NonTargetRule
+
+    threshold = torch.as_tensor(threshold, dtype=torch.float32, device=device)
+    t = torch.as_tensor(t, dtype=torch.float32, device=device)
+    return NonTargetRule(
+        threshold=threshold.reshape(-1).expand(rows).contiguous(),
+        t=t.reshape(-1).expand(rows).contiguous(),
+    )
 
 
 def gemm_dtype(embeddings: Tensor, weight: Tensor) -> torch.dtype:

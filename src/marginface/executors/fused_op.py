@@ -49,6 +49,7 @@ from ..margins.base import Margin
 from ..margins.curricularface import CurricularFaceMargin, curricular_negative
 from .chunked import (
     _Chunks,
+    _curricular_triton_rule,
     _overrides,
     _project_rows_into,
     _resolve_kernels,
@@ -111,10 +112,7 @@ def _triton_rule(rule: int, threshold: Tensor, t: Tensor, rows: int) -> Any:
 
     if rule == RULE_IDENTITY:
         return NonTargetRule()
-    return NonTargetRule(
-        threshold=threshold.to(torch.float32).reshape(-1).expand(rows).contiguous(),
-        t=t.to(torch.float32).reshape(-1).expand(rows).contiguous(),
-    )
+    return _curricular_triton_rule(threshold, t, rows, threshold.device)
 
 
 def _nontarget_lse_impl(

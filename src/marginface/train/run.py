@@ -98,6 +98,11 @@ def _limit(images: Any, limit: int | None, seed: int) -> Any:
         return images
     rng = torch.Generator().manual_seed(seed)
     keep = torch.randperm(len(images), generator=rng)[:limit].sort().values.numpy()
+    return _take(images, keep)
+
+
+def _take(images: Any, keep: np.ndarray) -> Any:
+    """The items ``keep`` (sorted indices) of an in-memory or streamed training set."""
     if isinstance(images, StreamedImageSet):
         return images.subset(keep)
     return ImageSet(images.images[keep], images.labels[keep], images.class_names)
@@ -112,9 +117,7 @@ def _exclude(images: Any, positions: list[int]) -> Any:
             "images (positions count from 0, after limit)",
         )
     keep = np.setdiff1d(np.arange(len(images)), np.asarray(positions, dtype=np.int64))
-    if isinstance(images, StreamedImageSet):
-        return images.subset(keep)
-    return ImageSet(images.images[keep], images.labels[keep], images.class_names)
+    return _take(images, keep)
 
 
 def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
