@@ -289,11 +289,24 @@ def test_cpu_without_interpreter_raises(kernels: ModuleType, monkeypatch: pytest
         run("triton", ArcFaceMargin(), k, x, weight, labels, upstream)
 
 
-def test_blocks_must_be_powers_of_two(kernels: ModuleType) -> None:
+def test_blocks_are_validated(kernels: ModuleType) -> None:
     with pytest.raises(ValueError, match=r"Blocks.c must be a power of two >= 16, got 24"):
         kernels.Blocks(n=16, c=24, d=16)
     with pytest.raises(ValueError, match=r"Blocks.n must be a power of two >= 16, got 8"):
         kernels.Blocks(n=8)
+    with pytest.raises(ValueError, match=r"Blocks.d must be a power of two >= 16, got True"):
+        kernels.Blocks(d=True)
+    with pytest.raises(
+        ValueError, match=r"Blocks.warps must be a power of two in \[1, 32\], got 3"
+    ):
+        kernels.Blocks(warps=3)
+    with pytest.raises(
+        ValueError, match=r"Blocks.warps must be a power of two in \[1, 32\], got 64"
+    ):
+        kernels.Blocks(warps=64)
+    with pytest.raises(ValueError, match=r"Blocks.stages must be an integer >= 1, got 0"):
+        kernels.Blocks(stages=0)
+    assert kernels.Blocks(warps=8, stages=2).warps == 8
 
 
 def test_kernel_entry_points_check_their_inputs(kernels: ModuleType) -> None:

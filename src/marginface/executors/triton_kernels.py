@@ -54,18 +54,41 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class Blocks:
-    """Tile sizes: rows ``n``, classes ``c`` and embedding dimensions ``d`` per tile, each a
-    power of two ``>= 16`` (``tl.dot``'s minimum)."""
+    """Tile sizes and launch options of a kernel.
+
+    ``n``, ``c``, ``d``: rows, classes and embedding dimensions per tile, each a power of two
+    ``>= 16`` (``tl.dot``'s minimum). ``warps``: warps per program (a power of two in
+    ``[1, 32]``), ``stages``: software-pipelining stages of the loops (``>= 1``). The defaults
+    are Triton's own launch defaults (4 warps, 3 stages) with 64×64×32 tiles; no tile size has
+    been tuned on a GPU yet (docs/benchmarks.md).
+    """
 
     n: int = 64
     c: int = 64
     d: int = 32
+    warps: int = 4
+    stages: int = 3
 
     def __post_init__(self) -> None:
         for name in ("n", "c", "d"):
             value = getattr(self, name)
-            if value < 16 or value & (value - 1):
-                raise ValueError(f"Blocks.{name} must be a power of two >= 16, got {value}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < 16
+                or value & (value - 1)
+            ):
+                raise ValueError(f"Blocks.{name} must be a power of two >= 16, got {value!r}")
+        warps = self.warps
+        if (
+            isinstance(warps, bool)
+            or not isinstance(warps, int)
+            or not 1 <= warps <= 32
+            or (warps & (warps - 1))
+        ):
+            raise ValueError(f"Blocks.warps must be a power of two in [1, 32], got {warps!r}")
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"Blocks.stages must be an integer >= 1, got {self.stages!r}")
 
 
 def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
@@ -477,6 +500,7 @@ def nontarget_statistics(
         K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
         DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+        num_warps=blocks.warps, num_stages=blocks.stages,
     )  # fmt: skip
     merged_max = row_max.amax(dim=0)  # (N,)
     shift = torch.where(torch.isfinite(merged_max), merged_max, torch.zeros_like(merged_max))
@@ -526,6 +550,7 @@ def embedding_gradient(
         K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
         DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+        num_warps=blocks.warps, num_stages=blocks.stages,
     )  # fmt: skip
     return grad_x.sum(dim=0), grad_scale.sum(dim=0)
 
@@ -574,5 +599,6 @@ def weight_gradient(
         K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
         DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+        num_warps=blocks.warps, num_stages=blocks.stages,
     )  # fmt: skip
     return out

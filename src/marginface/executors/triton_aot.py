@@ -1,0 +1,209 @@
+"""Compile the chunked executor's Triton kernels ahead of time, for a CUDA architecture, on a
+machine without a GPU, and read what each compiled kernel uses.
+
+The kernels of :mod:`~marginface.executors.triton_kernels` are compiled by Triton when they
+are first launched on a GPU. This module runs the same compiler (Triton's front end, its MLIR
+passes, LLVM and ``ptxas``, all shipped in the ``triton`` wheel) for a named target, e.g. the
+H100/H200's ``sm_90``, with the specializations a launch on PyTorch tensors gets (16-byte
+aligned pointers, sizes divisible by 16 marked as such), and reports per kernel:
+
+* registers per thread, spilled bytes (``LOCAL``) and shared memory (bytes), read from the cubin
+  with the ``cuobjdump`` shipped beside ``ptxas``;
+* whether the matrix products became Hopper's warp-group MMA (``wgmma``) or the older ``mma``.
+
+What it cannot tell: speed (no GPU runs), nor whether the compiled code computes the right
+numbers (the interpreter tests and the GPU tests do that). It is used by
+``tests/executors/test_triton_aot.py`` (every kernel, dtype and rule compiles for ``sm_90``) and
+``benchmarks/triton_resources.py`` (the resource table of the tile candidates that a tuning run
+on a GPU then times).
+
+Importing this module imports :mod:`triton` (and :mod:`~marginface.executors.triton_kernels`,
+which must not have been imported under ``TRITON_INTERPRET=1``: the interpreter's kernels cannot
+be compiled).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from . import triton_kernels
+from .triton_kernels import Blocks
+
+__all__ = ["KERNELS", "CompiledKernel", "compile_kernel"]
+
+KERNELS = ("statistics", "embedding_gradient", "weight_gradient")
+"""The three kernels: the forward's ``(max, Σexp)`` and the backward's ``∂x̂`` and ``∂W``."""
+
+_TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_INT_POINTERS = ("label_ptr",)
+_OPERAND_POINTERS = ("x_ptr", "w_ptr")
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """What one compiled kernel uses on its target.
+
+    Attributes:
+        kernel: one of :data:`KERNELS`.
+        dtype: the GEMM dtype (``torch.float32``, ``torch.bfloat16`` or ``torch.float16``).
+        blocks: the tile sizes, warps and pipeline stages it was compiled with.
+        arch: the compute capability as an integer (``90`` for ``sm_90``).
+        registers: registers per thread.
+        spilled_bytes: local memory per thread (register spills), bytes; 0 when nothing spills.
+        shared_bytes: shared memory per program, bytes (Triton's figure, which includes the
+            pipeline's buffers).
+        wgmma: whether the products use Hopper's ``wgmma`` instructions.
+        mma: whether they use the pre-Hopper ``mma`` instructions.
+    """
+
+    kernel: str
+    dtype: torch.dtype
+    blocks: Blocks
+    arch: int
+    registers: int
+    spilled_bytes: int
+    shared_bytes: int
+    wgmma: bool
+    mma: bool
+
+
+def _kernel_function(kernel: str) -> triton.runtime.jit.JITFunction:
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    function = getattr(triton_kernels, f"_{kernel}_kernel")
+    if not isinstance(function, triton.runtime.jit.JITFunction):
+        raise RuntimeError(
+            "marginface.executors.triton_kernels was imported under TRITON_INTERPRET=1; its "
+            "interpreted kernels cannot be compiled (import it in a process without it)"
+        )
+    return function
+
+
+def _signature(
+    function: triton.runtime.jit.JITFunction, dtype: torch.dtype, dim: int, chunk: int
+) -> tuple[dict[str, str], dict[tuple[int], list]]:
+    """Triton's signature of the kernel's runtime arguments and the divisibility attributes a
+    launch gives them: every pointer (PyTorch allocations are 256-byte aligned) and the sizes
+    ``dim``, ``chunk`` and strides ``= dim`` when divisible by 16 (row counts and class ranges
+    are left unspecialized: they vary from call to call)."""
+    signature: dict[str, str] = {}
+    attributes: dict[tuple[int], list] = {}
+    divisible = [["tt.divisibility", 16]]
+    sizes = {"dim": dim, "chunk": chunk, "stride_x": dim, "stride_w": dim}
+    for index, name in enumerate(function.arg_names):
+        if name.isupper():
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            if name in _OPERAND_POINTERS:
+                signature[name] = "*" + _TRITON_TYPES[dtype]
+            else:
+                signature[name] = "*i64" if name in _INT_POINTERS else "*fp32"
+            attributes[(index,)] = divisible
+        else:
+            signature[name] = "i32"
+            if name in sizes and sizes[name] % 16 == 0:
+                attributes[(index,)] = divisible
+    return signature, attributes
+
+
+def _resource_usage(cubin: bytes) -> tuple[int, int]:
+    """``(registers, local bytes)`` of the one function in ``cubin``, from ``cuobjdump``."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kernel.cubin"
+        path.write_bytes(cubin)
+        report = subprocess.run(
+            [str(tool), "--dump-resource-usage", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    found = re.search(r"REG:(\d+).*?LOCAL:(\d+)", report)
+    if found is None:
+        raise RuntimeError(f"cuobjdump printed no resource usage: {report!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def compile_kernel(
+    kernel: str,
+    dtype: torch.dtype,
+    *,
+    blocks: Blocks | None = None,
+    sub_centers: int = 1,
+    curricular: bool = False,
+    dim: int = 512,
+    chunk: int = 8192,
+    arch: int = 90,
+) -> CompiledKernel:
+    """Compile one kernel for ``sm_<arch>`` and return what it uses.
+
+    Args:
+        kernel: ``"statistics"``, ``"embedding_gradient"`` or ``"weight_gradient"``.
+        dtype: the GEMM dtype of ``x̂`` and ``W``: float32 (IEEE products), bfloat16 or float16.
+        blocks: tiles, warps and stages; default :class:`~.triton_kernels.Blocks` ``()``.
+        sub_centers: ``K`` (a compile-time constant of the kernels).
+        curricular: CurricularFace's non-target rule instead of the identity.
+        dim: the embedding dimension ``D`` the launch would have (only its divisibility by
+            16 matters to the compiler). Default: 512.
+        chunk: classes per program of the forward and ``∂x̂`` kernels (likewise). Default 8192.
+        arch: compute capability, e.g. 90 (H100/H200), 80 (A100). Default: 90.
+
+    Returns:
+        The :class:`CompiledKernel`.
+
+    Raises:
+        ValueError: an unknown kernel, a dtype the kernels do not take, ``sub_centers < 1``.
+        triton.CompilationError / RuntimeError: the kernel does not compile (the point of
+            calling this), e.g. tiles whose buffers exceed the target's shared memory.
+    """
+    function = _kernel_function(kernel)
+    if dtype not in _TRITON_TYPES:
+        raise ValueError(f"dtype must be one of {tuple(_TRITON_TYPES)}, got {dtype}")
+    if isinstance(sub_centers, bool) or not isinstance(sub_centers, int) or sub_centers < 1:
+        raise ValueError(f"sub_centers must be an integer >= 1, got {sub_centers!r}")
+    blocks = blocks or Blocks()
+    signature, attributes = _signature(function, dtype, dim, chunk)
+    constants = {
+        "K": sub_centers,
+        "CURRICULAR": curricular,
+        "PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "DOT_UPCAST": False,
+        "BLOCK_N": blocks.n,
+        "BLOCK_C": blocks.c,
+        "BLOCK_D": blocks.d,
+    }
+    names = function.arg_names
+    source = ASTSource(
+        function,
+        signature,
+        constexprs={(names.index(name),): value for name, value in constants.items()},
+        attrs=attributes,
+    )
+    compiled = triton.compile(
+        source,
+        target=GPUTarget("cuda", arch, 32),
+        options={"num_warps": blocks.warps, "num_stages": blocks.stages},
+    )
+    registers, spilled = _resource_usage(compiled.asm["cubin"])
+    ptx = compiled.asm["ptx"]
+    return CompiledKernel(
+        kernel=kernel,
+        dtype=dtype,
+        blocks=blocks,
+        arch=arch,
+        registers=registers,
+        spilled_bytes=spilled,
+        shared_bytes=int(compiled.metadata.shared),
+        wgmma="wgmma" in ptx,
+        mma=re.search(r"\bmma\.sync", ptx) is not None,
+    )

@@ -1,0 +1,122 @@
+"""The Triton kernels compile for the H100/H200 (``sm_90``) on this GPU-less machine.
+
+The interpreter tests (test_triton.py) check the kernels' arithmetic, but the interpreter never
+runs Triton's compiler: a kernel that the compiler rejects (a dtype mismatch in ``tl.dot`` on
+bf16, a constexpr misuse, tiles that overflow shared memory) would first fail on a GPU. Here the
+real compiler (front end, MLIR passes, LLVM, ptxas) builds every kernel for ``sm_90``, in a
+subprocess without ``TRITON_INTERPRET`` (this process's kernels are the interpreter's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+pytestmark = pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no CUDA backend")
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# every kernel × dtype with CurricularFace's rule (the larger code path), K = 1; and bf16 with
+# K = 2 sub-centers (the static loop over sub-centers); default tiles (64×64×32, 4 warps, 3 stages)
+SCRIPT = """
+import json, warnings
+import torch
+warnings.filterwarnings("ignore")
+from marginface.executors.triton_aot import KERNELS, compile_kernel
+cases = [(k, d, 1) for k in KERNELS for d in ("float32", "bfloat16", "float16")]
+cases += [(k, "bfloat16", 2) for k in KERNELS]
+out = []
+for kernel, dtype, k in cases:
+    r = compile_kernel(kernel, getattr(torch, dtype), sub_centers=k, curricular=True)
+    out.append(dict(kernel=kernel, dtype=dtype, K=k, registers=r.registers,
+                    spilled=r.spilled_bytes, shared=r.shared_bytes, wgmma=r.wgmma, mma=r.mma))
+print(json.dumps(out))
+"""
+
+H100_SHARED_BYTES = 227 * 1024  # the most shared memory one block may have on sm_90
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    # a cache of its own: every kernel is really compiled, not read back from an earlier run
+    environment["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton-cache"))
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_every_kernel_compiles_for_sm90(compiled: list[dict]) -> None:
+    assert len(compiled) == 12
+    for case in compiled:
+        assert case["registers"] > 0, case
+        assert 0 < case["shared"] <= H100_SHARED_BYTES, case
+
+
+def test_half_precision_products_use_hoppers_tensor_core_instructions(compiled: list[dict]):
+    """bf16/fp16 ``tl.dot`` become ``wgmma`` (the interpreter upcasts them, so this path has
+    never executed anywhere); float32 with IEEE precision stays off the tensor cores."""
+    for case in compiled:
+        half = case["dtype"] != "float32"
+        assert case["wgmma"] == half, case
+        if not half:
+            assert not case["mma"], case
+
+
+def test_default_tiles_do_not_spill(compiled: list[dict]) -> None:
+    assert [case for case in compiled if case["spilled"]] == []
+
+
+def test_compile_kernel_checks_its_arguments() -> None:
+    code = (
+        "import torch\n"
+        "from marginface.executors.triton_aot import compile_kernel\n"
+        "for kwargs in ({'kernel': 'nope', 'dtype': torch.float32},\n"
+        "               {'kernel': 'statistics', 'dtype': torch.float64},\n"
+        "               {'kernel': 'statistics', 'dtype': torch.float32, 'sub_centers': 0}):\n"
+        "    try:\n"
+        "        compile_kernel(**kwargs)\n"
+        "    except ValueError as error:\n"
+        "        print(error)\n"
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    environment["PYTHONPATH"] = str(SRC)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120
+    )
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 3, result.stdout + result.stderr
+    assert "kernel must be one of" in lines[0] and "'nope'" in lines[0]
+    assert "dtype must be one of" in lines[1] and "float64" in lines[1]
+    assert "sub_centers must be an integer >= 1, got 0" in lines[2]
+
+
+def test_interpreted_kernels_are_refused() -> None:
+    """In this process (TRITON_INTERPRET=1 on a machine without CUDA) the kernels are the
+    interpreter's: compiling them is refused with the reason."""
+    from marginface.executors import triton_kernels
+
+    if not triton_kernels.interpreted():
+        pytest.skip("the kernels here are compiled ones (CUDA)")
+    from marginface.executors.triton_aot import compile_kernel
+
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        compile_kernel("statistics", triton_kernels.torch.float32)
