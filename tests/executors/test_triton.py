@@ -194,6 +194,16 @@ def test_kernels_over_several_tiles_match_reference(kernels: ModuleType) -> None
     )
     assert relative_error(grad_x, x_leaf.grad) <= 1e-5
     assert relative_error(grad_scale, s_leaf.grad) <= 1e-5
+    # a workspace of 1 or 2 chunk slices: the classes go in groups of launches (2 of 1 chunk;
+    # 8-class chunks: 2 + 2 + 1), each with its labels shifted; the same sums
+    slice_bytes = n * dim * 4
+    for chunk_size, workspace in ((chunk, slice_bytes), (8, 2 * slice_bytes + 1)):
+        grouped_x, grouped_scale = kernels.embedding_gradient(
+            x_hat, weight, inv_norms, labels, scale, rule, detached, grad,
+            chunk_size=chunk_size, workspace_bytes=workspace, **common,
+        )  # fmt: skip
+        assert relative_error(grouped_x, x_leaf.grad) <= 1e-5, chunk_size
+        assert relative_error(grouped_scale, s_leaf.grad) <= 1e-5, chunk_size
     # ∂W: the kernel gives r·Σ_i G_ij x̂_i; autograd's ∂/∂w at fixed r is exactly that.
     parts = [
         kernels.weight_gradient(

@@ -51,6 +51,9 @@ __all__ = [
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """Dtypes the kernels multiply in (the GEMM dtype of the chunked executor)."""
 
+EMBEDDING_GRADIENT_WORKSPACE_BYTES = 64 * 2**20
+"""Bound on :func:`embedding_gradient`'s float32 buffer of per-chunk partial sums, bytes."""
+
 
 @dataclass(frozen=True)
 class Blocks:
@@ -520,6 +523,7 @@ def embedding_gradient(
     sub_centers: int,
     chunk_size: int,
     blocks: Blocks | None = None,
+    workspace_bytes: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The non-target part of ``∂L/∂x̂`` and of ``∂L/∂s`` (per-row scale).
 
@@ -529,8 +533,13 @@ def embedding_gradient(
 
     with ``p_ij = exp(z_ij - LSE_i)`` and ``k*`` the winning sub-center. Arguments as
     :func:`nontarget_statistics`, plus ``lse``, ``grad``: ``Tensor[N]`` float32 (``LSE_i``
-    including the target, and the upstream gradient ``γ_i``). Uses a float32 buffer
-    ``[C/chunk_size, N, D]`` (one slice per chunk, summed at the end: no atomics).
+    including the target, and the upstream gradient ``γ_i``). Each program writes its own
+    float32 slice ``[N, D]`` of a buffer (one slice per chunk, summed afterwards: no atomics, a
+    deterministic sum); the classes are launched in groups of ``G`` chunks so that the buffer
+    ``[G, N, D]`` stays within ``workspace_bytes`` (default
+    :data:`EMBEDDING_GRADIENT_WORKSPACE_BYTES`, 64 MiB; at least one chunk). One launch for
+    all ``C/chunk_size`` chunks would need ``C/chunk_size·N·D·4`` bytes: 1.9 GB at
+    C = 10M, N = D = 512 with 5461-class chunks.
 
     Returns:
         ``(Tensor[N, D], Tensor[N])``, float32.
@@ -539,20 +548,34 @@ def embedding_gradient(
     n, dim = x_hat.shape
     classes = weight.shape[0] // sub_centers
     blocks = blocks or default_blocks(n, min(chunk_size, classes), dim)
+    if workspace_bytes is None:
+        workspace_bytes = EMBEDDING_GRADIENT_WORKSPACE_BYTES
     chunks = triton.cdiv(classes, chunk_size)
-    grad_x = torch.zeros(chunks, n, dim, dtype=torch.float32, device=x_hat.device)
-    grad_scale = torch.empty(chunks, n, dtype=torch.float32, device=x_hat.device)
+    group = max(1, min(chunks, workspace_bytes // max(n * dim * 4, 1)))  # chunks per launch
+    device = x_hat.device
+    buffer = torch.empty(group, n, dim, dtype=torch.float32, device=device)
+    scale_buffer = torch.empty(group, n, dtype=torch.float32, device=device)
+    grad_x = torch.zeros(n, dim, dtype=torch.float32, device=device)
+    grad_scale = torch.zeros(n, dtype=torch.float32, device=device)
     labels, scale, threshold, t = _row_vectors(labels, scale, rule)
-    grid = (triton.cdiv(n, blocks.n), chunks)
-    _embedding_gradient_kernel[grid](
-        x_hat, weight, inv_norms, labels, scale, threshold, t, lse, grad, grad_x, grad_scale,
-        n, classes, dim, chunk_size, x_hat.stride(0), weight.stride(0),
-        K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
-        DOT_UPCAST=_dot_upcast(x_hat.dtype),
-        BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
-        num_warps=blocks.warps, num_stages=blocks.stages,
-    )  # fmt: skip
-    return grad_x.sum(dim=0), grad_scale.sum(dim=0)
+    for first in range(0, classes, group * chunk_size):
+        last = min(first + group * chunk_size, classes)
+        launched = triton.cdiv(last - first, chunk_size)
+        buffer[:launched].zero_()  # the kernel accumulates into its slice
+        # the group's classes as a problem of their own: rows of W and of its inverse norms
+        # from `first`, labels shifted by `first` (a label outside the group matches no column)
+        _embedding_gradient_kernel[(triton.cdiv(n, blocks.n), launched)](
+            x_hat, weight[first * sub_centers :], inv_norms[first * sub_centers :],
+            labels - first, scale, threshold, t, lse, grad, buffer, scale_buffer,
+            n, last - first, dim, chunk_size, x_hat.stride(0), weight.stride(0),
+            K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+            DOT_UPCAST=_dot_upcast(x_hat.dtype),
+            BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
+            num_warps=blocks.warps, num_stages=blocks.stages,
+        )  # fmt: skip
+        grad_x += buffer[:launched].sum(dim=0)
+        grad_scale += scale_buffer[:launched].sum(dim=0)
+    return grad_x, grad_scale
 
 
 def weight_gradient(
