@@ -1,0 +1,323 @@
+"""The fused margin loss against its floor and its peers on a CUDA GPU (issue 12, "race").
+
+Methods, on the same inputs (``x[N, D]``, ``W[C, D]`` in ``--dtype``, labels; ArcFace s = 64,
+m = 0.5; forward + backward, gradients set to None before each step as ``zero_grad()`` does):
+
+* ``gemm4``: the four bare GEMMs a loss that never stores ``N×C`` needs (logits, the backward's
+  recompute, ``∂x``, ``∂W``; ``torch.matmul``): the floor. It holds its own ``N×C`` products.
+* ``dense``: marginface ``ArcFaceLoss(impl="dense")``.
+* ``fused``: ``impl="chunked"`` with the Triton kernels (``kernels="triton"``).
+* ``fused_torch``: ``impl="chunked"`` with PyTorch per chunk (``kernels="torch"``: cuBLAS does
+  the GEMMs, the margin and the log-sum-exp are elementwise kernels): the "split" alternative.
+* ``fused_compiled``: ``torch.compile`` of the ``fused`` loss.
+* ``plain`` / ``plain_compiled``: ArcFace as users write it in plain PyTorch (insightface's
+  formulation, ``benchmarks/bench_compile.py``), eager and under ``torch.compile``.
+* ``pml``: pytorch-metric-learning's ``ArcFaceLoss`` (if importable).
+* ``liger``: Liger-Kernel's ``LigerFusedLinearCrossEntropyLoss`` and ``cce``: Apple's Cut
+  Cross-Entropy ``linear_cross_entropy`` (default ``filter_eps``), both on
+  ``(s·x/‖x‖, W/‖W‖)``: a margin-free fused linear cross-entropy, the speed a fused loss of
+  this shape reaches without a margin (if importable).
+
+Times: CUDA events around each step, methods interleaved round by round, median over
+``--repeats`` rounds after ``--warmup`` rounds (compilation happens there). Memory:
+``torch.cuda.max_memory_allocated`` over one step after a warm-up step, minus what was
+allocated before the step plus the gradients a training loop holds anyway (``W.grad``,
+``x.grad``): the step's workspace beyond inputs, weights and gradients. For ``gemm4`` the
+baseline holds only the inputs, so its figure includes its ``N×C`` products.
+
+``--train-steps K`` instead runs K optimizer steps (SGD, momentum 0.9) of the ``fused`` head
+alone at each C and reports the peak beyond weights, gradients and optimizer state: the
+C = 10M check (10M×512 bf16 weights are 10 GB; gradient and momentum as much again each).
+
+Commands (docs/benchmarks.md, docs/gpu.md)::
+
+    PYTHONPATH=src python3 benchmarks/bench_gpu.py --classes 100000 1000000 --json $OUT/race.json
+    PYTHONPATH=src python3 benchmarks/bench_gpu.py --classes 10000000 --train-steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+import marginface
+from marginface.executors.chunked import KERNELS_ENV
+
+METHODS = (
+    "gemm4",
+    "dense",
+    "fused",
+    "fused_torch",
+    "fused_compiled",
+    "plain",
+    "plain_compiled",
+    "pml",
+    "liger",
+    "cce",
+)
+OPTIONAL = {
+    "pml": "pytorch_metric_learning",
+    "liger": "liger_kernel",
+    "cce": "cut_cross_entropy",
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SCALE, MARGIN = 64.0, 0.5
+MB = 2**20
+DEVICE = "cuda"  # a smoke test of the script's logic may point it elsewhere
+
+
+def plain_arcface(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """ArcFace as a user writes it in plain PyTorch (insightface's formulation), mean loss."""
+    cosine = F.linear(F.normalize(x), F.normalize(weight)).clamp(-1.0, 1.0)  # (N, C)
+    index = labels.unsqueeze(1)  # (N, 1)
+    target = cosine.gather(1, index)  # (N, 1)
+    sine = (1.0 - target * target).clamp_min(0.0).sqrt()
+    shifted = target * math.cos(MARGIN) - sine * math.sin(MARGIN)  # cos(θ + m)
+    fallback = target - MARGIN * math.sin(MARGIN)  # where θ + m > π
+    shifted = torch.where(target > -math.cos(MARGIN), shifted, fallback)
+    logits = cosine.scatter(1, index, shifted) * SCALE
+    return F.cross_entropy(logits.float(), labels)
+
+
+@contextlib.contextmanager
+def kernels_from_environment(kernels: str) -> Iterator[None]:
+    """The chunked executor's kernels for the calls inside (``MARGINFACE_KERNELS``, read at
+    each call, also inside compiled code: the executor's custom op resolves it when it runs)."""
+    previous = os.environ.get(KERNELS_ENV)
+    os.environ[KERNELS_ENV] = kernels
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(KERNELS_ENV, None)
+        else:
+            os.environ[KERNELS_ENV] = previous
+
+
+class Step:
+    """One forward + backward of a method and the tensors whose gradients it leaves (held by a
+    training loop anyway: the memory baseline counts them)."""
+
+    def __init__(self, run: Callable[[], None], holds: list[torch.Tensor]) -> None:
+        self.run = run
+        self.holds = holds
+
+    def __call__(self) -> None:
+        for tensor in self.holds:
+            tensor.grad = None
+        self.run()
+
+
+def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
+    """Seeded inputs on CUDA and the method's step."""
+    device = torch.device(DEVICE)
+    generator = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(n, d, generator=generator, device=device).to(dtype).requires_grad_(True)
+    labels = torch.randint(0, c, (n,), generator=generator, device=device)
+
+    def weight() -> torch.Tensor:
+        w = torch.randn(c, d, generator=generator, device=device) * 0.01
+        return w.to(dtype).requires_grad_(True)
+
+    if method == "gemm4":
+        w, xd = weight().detach(), x.detach()
+
+        def gemms() -> None:
+            logits = xd @ w.t()  # (N, C)
+            logits = xd @ w.t()  # the backward's recompute
+            _ = logits @ w  # ∂x
+            _ = logits.t() @ xd  # ∂W
+
+        return Step(gemms, [])
+    if method in ("dense", "fused", "fused_torch", "fused_compiled"):
+        impl = "dense" if method == "dense" else "chunked"
+        head = marginface.ArcFaceLoss(c, d, MARGIN, SCALE, impl=impl, dtype=dtype, device=device)
+        call = torch.compile(head) if method == "fused_compiled" else head
+        kernels = "torch" if method == "fused_torch" else "triton"
+
+        def head_step() -> None:
+            with kernels_from_environment(kernels):
+                call(x, labels).backward()
+
+        return Step(head_step, [head.weight, x])
+    if method in ("plain", "plain_compiled"):
+        w = weight()
+        function = torch.compile(plain_arcface) if method == "plain_compiled" else plain_arcface
+        return Step(lambda: function(x, w, labels).backward(), [w, x])
+    if method == "pml":
+        from pytorch_metric_learning.losses import ArcFaceLoss
+
+        pml = ArcFaceLoss(c, d, margin=math.degrees(MARGIN), scale=SCALE).to(device, dtype)
+        return Step(lambda: pml(x, labels).backward(), [pml.W, x])
+    if method in ("liger", "cce"):
+        w = weight()
+        if method == "liger":
+            from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+            liger = LigerFusedLinearCrossEntropyLoss()
+
+            def loss() -> torch.Tensor:
+                return liger(F.normalize(w, dim=1), F.normalize(x, dim=1) * SCALE, labels)
+        else:
+            from cut_cross_entropy import linear_cross_entropy
+
+            def loss() -> torch.Tensor:
+                return linear_cross_entropy(
+                    F.normalize(x, dim=1) * SCALE, F.normalize(w, dim=1), labels
+                )
+
+        return Step(lambda: loss().backward(), [w, x])
+    raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
+
+
+def step_memory(step: Step) -> float:
+    """Peak bytes of one step beyond inputs, weights and the gradients it leaves, MB."""
+    step()  # warm-up (and the gradients' first allocation)
+    held = sum(t.numel() * t.element_size() for t in step.holds)
+    for tensor in step.holds:
+        tensor.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step.run()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before - held) / MB
+
+
+def race(
+    methods: list[str], n: int, d: int, c: int, dtype: torch.dtype, repeats: int, warmup: int
+) -> dict[str, dict]:
+    """Median ms per step (interleaved rounds) and workspace MB of each method."""
+    results: dict[str, dict] = {}
+    steps: dict[str, Step] = {}
+    for method in methods:
+        try:
+            steps[method] = make_step(method, n, d, c, dtype)
+            results[method] = {"workspace_mb": step_memory(steps[method])}
+        except Exception as error:  # a peer that fails here is reported, not fatal
+            results[method] = {
+                "error": f"{type(error).__name__}: {str(error)[:200]}".replace("\n", " ")
+            }
+            steps.pop(method, None)
+            torch.cuda.empty_cache()
+    for _ in range(warmup):
+        for step in steps.values():
+            step()
+    samples: dict[str, list[float]] = {m: [] for m in steps}
+    for _ in range(repeats):
+        for method, step in steps.items():
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            stop.record()
+            torch.cuda.synchronize()
+            samples[method].append(start.elapsed_time(stop))
+    for method, values in samples.items():
+        results[method]["ms"] = statistics.median(values)
+    return results
+
+
+def train_steps(n: int, d: int, c: int, dtype: torch.dtype, steps: int) -> dict:
+    """``steps`` SGD steps of the fused head; peak beyond weights, gradients, momentum."""
+    device = torch.device(DEVICE)
+    head = marginface.ArcFaceLoss(c, d, MARGIN, SCALE, impl="chunked", dtype=dtype, device=device)
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator(device=device).manual_seed(0)
+    weight_bytes = head.weight.numel() * head.weight.element_size()
+    losses, times = [], []
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()  # weights (+ the inputs' few MB below)
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        x = torch.randn(n, d, generator=generator, device=device).to(dtype).requires_grad_(True)
+        labels = torch.randint(0, c, (n,), generator=generator, device=device)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        optimizer.zero_grad(set_to_none=True)
+        with kernels_from_environment("triton"):
+            loss = head(x, labels)
+            loss.backward()
+        optimizer.step()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+        losses.append(float(loss.detach()))
+    peak = torch.cuda.max_memory_allocated()
+    # weights + gradient + momentum = 3 weight-sized tensors (resident holds the first)
+    workspace = peak - resident - 2 * weight_bytes
+    return {
+        "C": c,
+        "dtype": str(dtype).removeprefix("torch."),
+        "weights_gb": weight_bytes / 2**30,
+        "peak_gb": peak / 2**30,
+        "workspace_mb": workspace / MB,
+        "step_ms_median": statistics.median(times),
+        "losses": losses,
+        "finite": all(math.isfinite(v) for v in losses),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--classes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--train-steps", type=int, default=0, metavar="K")
+    parser.add_argument("--json", default=None, help="write the results to this file")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_gpu.py needs CUDA (benchmarks/bench_fused.py is the CPU race)")
+    dtype = DTYPES[args.dtype]
+    n, d = args.batch, args.dim
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, N={n}, D={d}")
+    rows: list[dict] = []
+    if args.train_steps:
+        for c in args.classes:
+            row = train_steps(n, d, c, dtype, args.train_steps)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    else:
+        methods = [
+            m for m in args.methods if m not in OPTIONAL or importlib.util.find_spec(OPTIONAL[m])
+        ]
+        missing = sorted(set(args.methods) - set(methods))
+        if missing:
+            print(f"# not installed, left out: {', '.join(missing)}")
+        print("| C | dtype | method | median ms | / gemm4 | workspace MB |")
+        print("|---:|---|---|---:|---:|---:|")
+        for c in args.classes:
+            results = race(methods, n, d, c, dtype, args.repeats, args.warmup)
+            floor = results.get("gemm4", {}).get("ms")
+            for method, result in results.items():
+                rows.append({"C": c, "dtype": args.dtype, "method": method, **result})
+                if "error" in result:
+                    print(f"| {c} | {args.dtype} | {method} | failed: {result['error']} | | |")
+                    continue
+                ratio = f"{result['ms'] / floor:.2f}" if floor else "-"
+                print(
+                    f"| {c} | {args.dtype} | {method} | {result['ms']:.3f} | {ratio} "
+                    f"| {result['workspace_mb']:.0f} |",
+                    flush=True,
+                )
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

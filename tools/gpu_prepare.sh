@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prepare, on the development machine, what a GPU session carries to the device machine
+# (docs/gpu.md): the Python wheels its image lacks, in .whl/, and the small test datasets, in
+# .gpu-data/ (both ignored by git; together well under the 64 MiB a call may carry).
+#
+#   bash tools/gpu_prepare.sh [DATA_DIR]     # DATA_DIR: default ../shared/data
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data="${1:-../shared/data}"
+
+# The device image (docs/gpu.md) has torch, triton, numpy, scipy, scikit-learn, matplotlib,
+# pillow, tqdm, pytest(-xdist), hypothesis, onnx(runtime/script); it lacks these. Versions as in
+# the development venv (plotly < 7: pyproject's bound).
+rm -rf .whl && mkdir -p .whl
+python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .whl \
+    plotly==6.9.0 keras==3.15.1 namex==0.1.0 optree==0.20.0 \
+    pytorch-metric-learning==2.9.0 liger-kernel==0.8.5 cut-cross-entropy==25.1.1
+
+# Small datasets the tests read from ../shared/data (LFW, 104 MB, and Extended Yale B, 55 MB, do
+# not fit in a call's 64 MiB: their tests skip there).
+rm -rf .gpu-data && mkdir -p .gpu-data
+for name in mnist fashion-mnist omniglot orl README.md; do
+    if [ -e "$data/$name" ]; then cp -r "$data/$name" .gpu-data/; fi
+done
+if [ -e "$data/lfw/pairs.txt" ]; then mkdir -p .gpu-data/lfw && cp "$data/lfw/pairs.txt" .gpu-data/lfw/; fi
+du -sh .whl .gpu-data
