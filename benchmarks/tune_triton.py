@@ -87,6 +87,54 @@ def compile_only(kernels: list[str], dtypes: list[str], dim: int, arch: int) -> 
     return rows
 
 
+def summarize_resources(rows: list[dict]) -> None:
+    """A markdown table of a ``--compile-only`` run: per kernel and dtype, how many candidates
+    compiled, spilled, exceeded the shared memory, and their registers and shared memory."""
+    print(
+        "| kernel | dtype | candidates | compiled | spill | over shared | registers | "
+        "shared KiB | wgmma | default (64×64×32, 4 warps, 3 stages) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---|---|---:|---|")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["kernel"], row["dtype"]), []).append(row)
+    for (kernel, dtype), group in groups.items():
+        built = [r for r in group if "registers" in r]
+        if not built:
+            print(f"| {kernel} | {dtype} | {len(group)} | 0 | | | | | | |")
+            continue
+        registers = [r["registers"] for r in built]
+        shared = [r["shared"] // 1024 for r in built]
+        default = next(
+            (
+                r
+                for r in built
+                if (r["n"], r["c"], r["d"], r["warps"], r["stages"]) == (64, 64, 32, 4, 3)
+            ),
+            None,
+        )
+        described = (
+            f"{default['registers']} reg, {default['shared'] // 1024} KiB" if default else "-"
+        )
+        print(
+            f"| {kernel} | {dtype} | {len(group)} | {len(built)} "
+            f"| {sum(1 for r in built if r['spilled'])} "
+            f"| {sum(1 for r in built if r['shared'] > SHARED_LIMIT)} "
+            f"| {min(registers)}-{max(registers)} | {min(shared)}-{max(shared)} "
+            f"| {sum(1 for r in built if r['wgmma'])} | {described} |"
+        )
+
+
+def read_rows(path: str) -> list[dict]:
+    """Rows from a ``--json`` file, or from a run's printed JSON lines."""
+    with open(path) as handle:
+        text = handle.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
 def _problem(n: int, dim: int, classes: int, dtype: torch.dtype, device: torch.device):
     """Seeded inputs of the kernels, as the chunked executor prepares them (ArcFace: the
     identity rule; per-row scale 64; a log-sum-exp and upstream gradient of the right size)."""
@@ -249,14 +297,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only-viable", default=None, metavar="JSON", help="a --compile-only run's rows"
     )
+    parser.add_argument(
+        "--summarize", default=None, metavar="FILE", help="table of a --compile-only run's rows"
+    )
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
+    if args.summarize:
+        summarize_resources(read_rows(args.summarize))
+        return
     if args.compile_only:
         if os.environ.get("TRITON_INTERPRET") == "1":
             sys.exit("--compile-only needs the compiler: unset TRITON_INTERPRET")
         rows = compile_only(args.kernels, args.dtype, args.dim, args.arch)
         viable = sum(1 for r in rows if r.get("viable"))
         print(f"# {viable} of {len(rows)} candidates compile without spills within shared memory")
+        summarize_resources(rows)
     else:
         if not torch.cuda.is_available():
             sys.exit("timing needs CUDA; on a machine without a GPU use --compile-only")
