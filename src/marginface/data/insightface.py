@@ -22,6 +22,7 @@ always uses Pillow.
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import math
@@ -230,6 +231,13 @@ class InsightFaceDataset(Dataset):
 
     def __len__(self) -> int:
         return int(self.keys.size)
+
+    def without_augmentation(self) -> InsightFaceDataset:
+        """A copy that reads the same records (the same :class:`RecordReader`) without
+        flipping (``flip = 0``): the images as sub-center clean-up embeds them."""
+        plain = copy.copy(self)
+        plain.flip = 0.0
+        return plain
 
     def read_item(self, index: int) -> tuple[np.ndarray, int]:
         """Item ``index`` decoded but not normalised: ``uint8[H, W, 3]`` and its class.
