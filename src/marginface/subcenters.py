@@ -95,11 +95,11 @@ def _own_class_cosines(x: Tensor, labels: Tensor, w: Tensor) -> Tensor:
     """``cos(x_i, w_{y_i, k})`` for every sample and sub-center of its own class: ``float64[N,
     K]``, computed :data:`ROWS_PER_BLOCK` samples at a time."""
     out = torch.empty(x.shape[0], w.shape[1], dtype=torch.float64, device=x.device)
+    w_hat = F.normalize(w, dim=2)  # (C, K, D), once
     for start in _blocks(x.shape[0]):
         rows = slice(start, start + ROWS_PER_BLOCK)
         x_hat = F.normalize(x[rows].to(torch.float64), dim=1)  # (b, D)
-        centers = F.normalize(w[labels[rows]], dim=2)  # (b, K, D)
-        out[rows] = torch.einsum("nd,nkd->nk", x_hat, centers)
+        out[rows] = torch.einsum("nd,nkd->nk", x_hat, w_hat[labels[rows]])  # (b, K)
     return out
 
 
