@@ -261,3 +261,19 @@ def test_the_clean_up_reads_the_records_unflipped(digits_rec):
 
     other = StreamedImageSet([(image, label)], written[3:4], shape=(3, 8, 8))
     assert other.unaugmented() is other
+
+
+def test_bad_options_fail_before_the_embedding_pass(streamed_run, tmp_path, capsys, monkeypatch):
+    """On a web-scale train.rec the pass takes hours: a bad --drop-outliers or override fails
+    first, without reading a record."""
+    reads = []
+    original = InsightFaceDataset.__getitem__
+    monkeypatch.setattr(
+        InsightFaceDataset, "__getitem__", lambda self, i: reads.append(i) or original(self, i)
+    )
+    args = ["train", "--drop-non-dominant", str(streamed_run), "--out", str(tmp_path / "x")]
+    assert main([*args, "--drop-outliers", "200"]) == 2
+    assert "drop_outliers" in capsys.readouterr().err
+    assert main([*args, "--workers", "-1"]) == 2
+    assert "workers" in capsys.readouterr().err
+    assert reads == [] and not (tmp_path / "x").exists()

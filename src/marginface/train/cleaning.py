@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .._atomic import atomic_write_text
+from .._validation import check_real
 from ..config import TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet
 from ..data.base import StreamedImageSet
@@ -150,15 +151,16 @@ def continue_with_dominant_centers(
     applied (e.g. ``{"epochs": 5}``). ``drop_outliers``: an angle in degrees (the paper: 75):
     the training samples farther than it from their class's dominant sub-center are added to
     the new run's ``exclude`` (the paper's clean-up drops them as label noise); None keeps them.
-    ``workers``: DataLoader processes embedding a streamed training set (None: ``workers`` of
-    ``overrides``, else the run's).
+    ``workers``: DataLoader processes embedding a streamed training set (None: the new
+    configuration's, i.e. ``overrides``' else the run's).
 
     Returns:
         ``(config, initial_state, dominant[C])``: pass the first two to
         :class:`~marginface.train.Trainer` (``initial_state=``).
 
     Raises:
-        ValueError: the run has one center per class already.
+        ValueError: the run has one center per class already, ``drop_outliers`` is not an
+            angle in ``[0, 180]``, or a bad override (all checked before the embedding pass).
     """
     run = load_run(run_dir, device=resolve_device(device))
     loss = run.loss
@@ -167,23 +169,27 @@ def continue_with_dominant_centers(
             f"the run in {run_dir} has one center per class already (sub_centers = 1); "
             "--drop-non-dominant continues a sub-center run"
         )
+    # the new configuration and the threshold are checked before the embedding pass (hours on
+    # a web-scale train.rec), so that a bad option fails at once
+    values = {**run.config.to_dict(), **(overrides or {})}
+    values["loss_options"] = {**values.get("loss_options", {}), "sub_centers": 1}
+    source = f"{run_dir} with --drop-non-dominant"
+    config = config_from_dict(values, source=source)
+    if drop_outliers is not None:
+        drop_outliers = check_real("drop_outliers", drop_outliers, nonnegative=True, at_most=180.0)
     if bundle is None:
         bundle = load_bundle(run.config, exclude=False)  # positions as config.exclude counts
     dev = next(run.model.parameters()).device
     if workers is None:
-        workers = (overrides or {}).get("workers", run.config.workers)
+        workers = config.workers
     embeddings, labels = training_embeddings(run, bundle, device=dev, workers=workers)
     embeddings = embeddings.to(loss.weight.device)
     dominant = loss.dominant_sub_centers(embeddings, labels)
-    flagged: list[int] = []
     if drop_outliers is not None:
         outliers = loss.find_outliers(embeddings, labels, threshold_degrees=drop_outliers)
-        flagged = outliers.indices.tolist()
+        values["exclude"] = sorted({*config.exclude, *outliers.indices.tolist()})
+        config = config_from_dict(values, source=source)
     loss.drop_non_dominant_centers(dominant)
-    values = {**run.config.to_dict(), **(overrides or {})}
-    values["loss_options"] = {**values.get("loss_options", {}), "sub_centers": 1}
-    values["exclude"] = sorted({*values.get("exclude", []), *flagged})
-    config = config_from_dict(values, source=f"{run_dir} with --drop-non-dominant")
     state = {
         "model": {k: v.detach().cpu() for k, v in run.model.state_dict().items()},
         "loss": {k: v.detach().cpu() for k, v in loss.state_dict().items()},
