@@ -276,4 +276,6 @@ def test_bad_options_fail_before_the_embedding_pass(streamed_run, tmp_path, caps
     assert "drop_outliers" in capsys.readouterr().err
     assert main([*args, "--workers", "-1"]) == 2
     assert "workers" in capsys.readouterr().err
+    assert main(["outliers", str(streamed_run), "--threshold", "-1"]) == 2
+    assert "threshold_degrees must be >= 0" in capsys.readouterr().err
     assert reads == [] and not (tmp_path / "x").exists()

@@ -107,6 +107,7 @@ def run_outliers(
     (degrees) from their class's dominant sub-center (any ``K``; with ``K = 1`` the class
     center). Returns ``(outliers, labels[N], class_names)``. ``workers``: DataLoader
     processes for a streamed training set (None: the run's ``config.workers``)."""
+    check_real("threshold_degrees", threshold_degrees, nonnegative=True, at_most=180.0)
     run = load_run(run_dir, device=resolve_device(device))
     if bundle is None:
         bundle = load_bundle(run.config, exclude=False)  # positions as config.exclude counts
