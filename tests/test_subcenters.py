@@ -185,14 +185,36 @@ def test_more_bad_arguments():
         head.dominant_sub_centers(embeddings[:3], torch.tensor([2, 3, 3]))
 
 
-def test_a_streamed_training_set_is_a_clear_error():
+def test_a_training_set_neither_in_memory_nor_streamed_is_a_clear_error():
+    """Streamed sets are embedded (tests/train/test_cleaning_streamed.py); any other kind of
+    training set is refused by name."""
+    from types import SimpleNamespace
+
     import numpy as np
 
-    from marginface.data.base import DatasetBundle, ImageSet, StreamedImageSet
+    from marginface.data.base import DatasetBundle, ImageSet
     from marginface.train.cleaning import training_embeddings
 
-    streamed = StreamedImageSet(dataset=None, labels=np.zeros(2, dtype=np.int64))
+    class Listed(list):
+        labels = np.zeros(2, dtype=np.int64)
+
     test = ImageSet(np.zeros((1, 1, 2, 2), dtype=np.float32), np.zeros(1, dtype=np.int64))
-    bundle = DatasetBundle("rec", streamed, test)
-    with pytest.raises(ValueError, match="streamed from disk; sub-center clean-up embeds"):
-        training_embeddings(None, bundle)
+    bundle = DatasetBundle("odd", Listed([1, 2]), test)
+
+    run = SimpleNamespace(config=SimpleNamespace(eval_batch_size=8, workers=0))
+    with pytest.raises(TypeError, match="'odd' is a Listed; sub-center clean-up embeds an"):
+        training_embeddings(run, bundle)
+
+
+def test_results_do_not_depend_on_the_block_size(monkeypatch):
+    """The float64 work runs over blocks of ROWS_PER_BLOCK samples; blocks of 7 rows (the last
+    one partial) give exactly what one block gives."""
+    import marginface.subcenters as subcenters
+
+    embeddings, labels, weight = _problem(seed=4)
+    whole = find_outliers(embeddings.float(), labels, weight, K, threshold_degrees=60)
+    monkeypatch.setattr(subcenters, "ROWS_PER_BLOCK", 7)
+    blocked = find_outliers(embeddings.float(), labels, weight, K, threshold_degrees=60)
+    assert torch.equal(blocked.counts, whole.counts) and torch.equal(blocked.indices, whole.indices)
+    torch.testing.assert_close(blocked.angles, whole.angles, rtol=0, atol=1e-12)
+    assert 0 < whole.indices.numel() < labels.numel()

@@ -356,8 +356,10 @@ def _train_with_dominant_centers(args: argparse.Namespace) -> int:
 def cmd_outliers(args: argparse.Namespace) -> int:
     from .train.cleaning import run_outliers, write_outliers_csv
 
+    if args.workers is not None and args.workers < 0:
+        raise ValueError(f"--workers must be >= 0, got {args.workers}")
     outliers, labels, names = run_outliers(
-        args.run_dir, threshold_degrees=args.threshold, device=args.device
+        args.run_dir, threshold_degrees=args.threshold, device=args.device, workers=args.workers
     )
     out = args.out or Path(args.run_dir) / "outliers.csv"
     path = write_outliers_csv(out, outliers, labels, names)
@@ -635,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sub-center ArcFace's noise detection: embed the run's training set, find "
         "each class's dominant sub-center (the one most samples are nearest to) and write the "
         "samples whose angle to it exceeds --threshold degrees as a CSV (index, label, "
-        "class_name, angle_degrees, dominant_sub_center).",
+        "class_name, angle_degrees, dominant_sub_center). A streamed training set (train.rec) "
+        "is read in batches by --workers processes.",
     )
     outliers.add_argument("run_dir", type=Path)
     outliers.add_argument(
@@ -643,6 +646,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     outliers.add_argument("--out", type=Path, help="CSV file (default RUN_DIR/outliers.csv)")
     outliers.add_argument("--device", default="auto")
+    outliers.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
+    )
     outliers.set_defaults(func=cmd_outliers)
 
     compare = sub.add_parser(

@@ -316,6 +316,8 @@ class MarginSoftmaxLoss(nn.Module):
         check_embeddings(embeddings, self.embedding_dim)
         labels = check_labels(labels, embeddings.shape[0], self.num_classes)
         start, stop = self.class_range
+        if start == 0 and stop == self.num_classes:  # unsharded: no copy of the embeddings
+            return torch.arange(labels.shape[0], device=labels.device), embeddings, labels
         positions = ((labels >= start) & (labels < stop)).nonzero().squeeze(1)  # (n,)
         if positions.numel() == 0:
             raise ValueError(

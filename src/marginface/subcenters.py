@@ -16,7 +16,9 @@ high-confidence noise: samples farther than 75° from their class's dominant sub
   puts it in place).
 
 Every function takes the class centers as the head stores them, ``weight[C·K, D]`` class-major
-(rows ``c·K … c·K + K - 1`` are class ``c``), and runs without gradient in float64.
+(rows ``c·K … c·K + K - 1`` are class ``c``), and runs without gradient in float64, over blocks
+of :data:`ROWS_PER_BLOCK` samples: beyond the embeddings given, memory is ``O(N·K)`` (e.g. MS1M's
+5.8 M training embeddings with ``K = 3``), not ``O(N·K·D)``.
 """
 
 from __future__ import annotations
@@ -31,12 +33,17 @@ from ._validation import check_embeddings, check_int, check_labels, check_real
 
 __all__ = [
     "PAPER_OUTLIER_DEGREES",
+    "ROWS_PER_BLOCK",
     "Outliers",
     "dominant_sub_centers",
     "find_outliers",
     "keep_dominant_centers",
     "sub_center_counts",
 ]
+
+ROWS_PER_BLOCK = 32768
+"""Samples per block of the float64 computations (about 400 MB of temporaries at K = 3,
+D = 512); the results do not depend on it (every quantity is per sample)."""
 
 PAPER_OUTLIER_DEGREES = 75.0
 """The paper's angle threshold (degrees) between a sample and its class's dominant sub-center
@@ -65,7 +72,7 @@ class Outliers:
 
 
 def _check(embeddings: object, labels: object, weight: object, sub_centers: object):
-    """Checked ``(x[N, D] float64, labels[N], w[C, K, D] float64, K)``."""
+    """Checked ``(x[N, D] as given, labels[N], w[C, K, D] float64, K)``."""
     k = check_int("sub_centers", sub_centers, minimum=1)
     if not isinstance(weight, Tensor) or not weight.is_floating_point() or weight.dim() != 2:
         raise TypeError(f"weight must be a floating Tensor of shape (C·K, D), got {weight!r}")
@@ -77,14 +84,23 @@ def _check(embeddings: object, labels: object, weight: object, sub_centers: obje
     num_classes = weight.shape[0] // k
     labels = check_labels(labels, x.shape[0], num_classes)
     w = weight.detach().to(device=x.device, dtype=torch.float64).view(num_classes, k, -1)
-    return x.detach().to(torch.float64), labels.to(x.device), w, k
+    return x.detach(), labels.to(x.device), w, k
+
+
+def _blocks(count: int) -> range:
+    return range(0, count, ROWS_PER_BLOCK)
 
 
 def _own_class_cosines(x: Tensor, labels: Tensor, w: Tensor) -> Tensor:
-    """``cos(x_i, w_{y_i, k})`` for every sample and sub-center of its own class: ``[N, K]``."""
-    x_hat = F.normalize(x, dim=1)  # (N, D)
-    centers = F.normalize(w[labels], dim=2)  # (N, K, D)
-    return torch.einsum("nd,nkd->nk", x_hat, centers)
+    """``cos(x_i, w_{y_i, k})`` for every sample and sub-center of its own class: ``float64[N,
+    K]``, computed :data:`ROWS_PER_BLOCK` samples at a time."""
+    out = torch.empty(x.shape[0], w.shape[1], dtype=torch.float64, device=x.device)
+    w_hat = F.normalize(w, dim=2)  # (C, K, D), once
+    for start in _blocks(x.shape[0]):
+        rows = slice(start, start + ROWS_PER_BLOCK)
+        x_hat = F.normalize(x[rows].to(torch.float64), dim=1)  # (b, D)
+        out[rows] = torch.einsum("nd,nkd->nk", x_hat, w_hat[labels[rows]])  # (b, K)
+    return out
 
 
 @torch.no_grad()
@@ -160,8 +176,12 @@ def find_outliers(
         dominant = counts.argmax(dim=1)
     else:
         dominant = _check_dominant(dominant, w.shape[0], k).to(x.device)
-    centers = w[torch.arange(w.shape[0], device=x.device), dominant]  # (C, D)
-    cosine = (F.normalize(x, dim=1) * F.normalize(centers[labels], dim=1)).sum(dim=1)  # (N,)
+    centers = F.normalize(w[torch.arange(w.shape[0], device=x.device), dominant], dim=1)  # (C, D)
+    cosine = torch.empty(x.shape[0], dtype=torch.float64, device=x.device)  # (N,)
+    for start in _blocks(x.shape[0]):
+        rows = slice(start, start + ROWS_PER_BLOCK)
+        x_hat = F.normalize(x[rows].to(torch.float64), dim=1)  # (b, D)
+        cosine[rows] = (x_hat * centers[labels[rows]]).sum(dim=1)
     angles = torch.rad2deg(torch.arccos(cosine.clamp(-1.0, 1.0)))  # (N,) degrees
     indices = (angles > threshold).nonzero().squeeze(1)
     return Outliers(indices, angles, dominant, counts, threshold)

@@ -61,7 +61,9 @@ class StreamedImageSet:
     Attributes:
         dataset: a map-style torch ``Dataset``; ``dataset[i]`` is ``(float32[C, H, W], label)``
             already normalized for the model. It may have ``set_epoch(epoch)`` (called before
-            each epoch, for reproducible augmentation).
+            each epoch, for reproducible augmentation) and ``without_augmentation()`` (the same
+            items un-augmented: what :meth:`unaugmented` embeds for sub-center clean-up). A
+            ``torch.utils.data.Subset`` of such a dataset is read through to it.
         labels: ``int64[N]``, the label of every item (read from record headers).
         class_names: the name of each label, or empty (then ``max(label) + 1`` classes).
         shape: ``(C, H, W)`` of every item.
@@ -91,16 +93,37 @@ class StreamedImageSet:
         return self.shape
 
     def subset(self, keep: np.ndarray) -> StreamedImageSet:
-        """The items ``keep`` (sorted indices) only."""
+        """The items ``keep`` (sorted indices) only. A subset of a subset is one ``Subset`` of
+        the underlying dataset (its ``set_epoch`` stays reachable: ``limit`` then ``exclude``)."""
         from torch.utils.data import Subset
 
+        keep = np.asarray(keep, dtype=np.int64)
+        base, positions = self.dataset, keep
+        if isinstance(base, Subset):
+            positions = np.asarray(base.indices, dtype=np.int64)[keep]
+            base = base.dataset
         return StreamedImageSet(
-            Subset(self.dataset, keep.tolist()),
+            Subset(base, positions.tolist()),
             self.labels[keep],
             self.class_names,
             self.shape,
             self.num_classes,
         )
+
+    def unaugmented(self) -> StreamedImageSet:
+        """The same items without random augmentation (insightface's training flips): the
+        dataset's ``without_augmentation()`` (through a ``Subset``), or the dataset itself when
+        it has none (taken to be un-augmented)."""
+        from torch.utils.data import Subset
+
+        base = self.dataset.dataset if isinstance(self.dataset, Subset) else self.dataset
+        plain = getattr(base, "without_augmentation", None)
+        if plain is None:
+            return self
+        dataset = plain()
+        if isinstance(self.dataset, Subset):
+            dataset = Subset(dataset, self.dataset.indices)
+        return StreamedImageSet(dataset, self.labels, self.class_names, self.shape, self.num_labels)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
-from .embeddings import extract_embeddings
+from .embeddings import extract_dataset_embeddings, extract_embeddings
 from .evaluate import (
     EVALUATION_NAME,
     Evaluation,
@@ -43,6 +43,7 @@ __all__ = [
     "draw_run_pictures",
     "evaluate_pairs",
     "evaluate_run",
+    "extract_dataset_embeddings",
     "extract_embeddings",
     "load_bundle",
     "load_checkpoint",

@@ -3,14 +3,18 @@
 than a threshold angle from their class's dominant sub-center (a CSV), and a new run that
 continues with one center per class.
 
-The training set is the run's own (its dataset, with its ``limit`` subset), embedded without
-flipping; a sample's ``index`` is its position in that set.
+The training set is the run's own (its dataset, with its ``limit`` subset, its ``exclude``
+list not applied), embedded without flipping; a sample's ``index`` is its position in that set,
+the position ``exclude`` counts. An in-memory set is embedded from its arrays; a streamed one
+(insightface's ``train.rec``) is read in order through a ``DataLoader`` (``workers``), holding
+only the ``N × D`` embeddings.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +23,12 @@ import torch
 from torch import Tensor
 
 from .._atomic import atomic_write_text
+from .._validation import check_real
 from ..config import TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet
+from ..data.base import StreamedImageSet
 from ..subcenters import PAPER_OUTLIER_DEGREES, Outliers
-from .embeddings import extract_embeddings
+from .embeddings import extract_dataset_embeddings, extract_embeddings
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
@@ -33,27 +39,59 @@ __all__ = [
     "write_outliers_csv",
 ]
 
+logger = logging.getLogger(__name__)
+
 OUTLIERS_CSV_COLUMNS = ("index", "label", "class_name", "angle_degrees", "dominant_sub_center")
 """The columns of the outliers CSV, one row per flagged training sample."""
 
 
 def training_embeddings(
-    run: LoadedRun, bundle: DatasetBundle, *, device: torch.device | str = "cpu"
+    run: LoadedRun,
+    bundle: DatasetBundle,
+    *,
+    device: torch.device | str = "cpu",
+    workers: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``(embeddings[N, D] float32, labels[N] int64)`` of the run's training set (no flip).
+    """``(embeddings[N, D] float32, labels[N] int64)`` of the run's training set (no flip), in
+    the set's order: row ``i`` is the sample at position ``i`` (what ``exclude`` counts).
+
+    An in-memory set is embedded from its arrays; a streamed one (insightface's ``train.rec``)
+    is read in order through a ``DataLoader`` with ``workers`` processes (None: the run's
+    ``config.workers``), ``config.eval_batch_size`` images at a time, its flips off: only the
+    ``N × D`` embeddings are held.
 
     Raises:
-        ValueError: the training set is streamed (RecordIO), which this does not embed.
+        TypeError: the training set is neither in memory nor streamed.
+        ValueError: a record cannot be read or decoded (file and record named), or a streamed
+            item's label differs from its record header's.
     """
     train = bundle.train
-    if not isinstance(train, ImageSet):
-        raise ValueError(
-            f"the training set of dataset {bundle.name!r} is streamed from disk; sub-center "
-            "clean-up embeds in-memory training sets only"
+    batch_size = run.config.eval_batch_size
+    if isinstance(train, ImageSet):
+        embeddings = extract_embeddings(
+            run.model, train.images, batch_size=batch_size, device=device
         )
-    embeddings = extract_embeddings(
-        run.model, train.images, batch_size=run.config.eval_batch_size, device=device
-    )
+    elif isinstance(train, StreamedImageSet):
+        workers = run.config.workers if workers is None else workers
+        logger.info(
+            "embedding %d training images of %r streamed from disk (%d workers)",
+            len(train),
+            bundle.name,
+            workers,
+        )
+        embeddings = extract_dataset_embeddings(
+            run.model,
+            train.unaugmented().dataset,
+            batch_size=batch_size,
+            device=device,
+            workers=workers,
+            labels=train.labels,
+        )
+    else:
+        raise TypeError(
+            f"the training set of dataset {bundle.name!r} is a {type(train).__name__}; "
+            "sub-center clean-up embeds an ImageSet (in memory) or a StreamedImageSet (from disk)"
+        )
     return embeddings, torch.as_tensor(np.asarray(train.labels), dtype=torch.int64)
 
 
@@ -63,15 +101,18 @@ def run_outliers(
     threshold_degrees: float = PAPER_OUTLIER_DEGREES,
     device: str = "auto",
     bundle: DatasetBundle | None = None,
+    workers: int | None = None,
 ) -> tuple[Outliers, Tensor, tuple[str, ...]]:
     """The training samples of the run in ``run_dir`` farther than ``threshold_degrees``
     (degrees) from their class's dominant sub-center (any ``K``; with ``K = 1`` the class
-    center). Returns ``(outliers, labels[N], class_names)``."""
+    center). Returns ``(outliers, labels[N], class_names)``. ``workers``: DataLoader
+    processes for a streamed training set (None: the run's ``config.workers``)."""
+    check_real("threshold_degrees", threshold_degrees, nonnegative=True, at_most=180.0)
     run = load_run(run_dir, device=resolve_device(device))
     if bundle is None:
         bundle = load_bundle(run.config, exclude=False)  # positions as config.exclude counts
     dev = next(run.model.parameters()).device
-    embeddings, labels = training_embeddings(run, bundle, device=dev)
+    embeddings, labels = training_embeddings(run, bundle, device=dev, workers=workers)
     outliers = run.loss.find_outliers(
         embeddings.to(run.loss.weight.device), labels, threshold_degrees=threshold_degrees
     )
@@ -101,6 +142,7 @@ def continue_with_dominant_centers(
     device: str = "auto",
     bundle: DatasetBundle | None = None,
     drop_outliers: float | None = None,
+    workers: int | None = None,
 ) -> tuple[TrainConfig, dict[str, dict[str, Any]], Tensor]:
     """What a run that continues the sub-center run in ``run_dir`` with ``K = 1`` starts from.
 
@@ -110,13 +152,16 @@ def continue_with_dominant_centers(
     applied (e.g. ``{"epochs": 5}``). ``drop_outliers``: an angle in degrees (the paper: 75):
     the training samples farther than it from their class's dominant sub-center are added to
     the new run's ``exclude`` (the paper's clean-up drops them as label noise); None keeps them.
+    ``workers``: DataLoader processes embedding a streamed training set (None: the new
+    configuration's, i.e. ``overrides``' else the run's).
 
     Returns:
         ``(config, initial_state, dominant[C])``: pass the first two to
         :class:`~marginface.train.Trainer` (``initial_state=``).
 
     Raises:
-        ValueError: the run has one center per class already.
+        ValueError: the run has one center per class already, ``drop_outliers`` is not an
+            angle in ``[0, 180]``, or a bad override (all checked before the embedding pass).
     """
     run = load_run(run_dir, device=resolve_device(device))
     loss = run.loss
@@ -125,21 +170,27 @@ def continue_with_dominant_centers(
             f"the run in {run_dir} has one center per class already (sub_centers = 1); "
             "--drop-non-dominant continues a sub-center run"
         )
+    # the new configuration and the threshold are checked before the embedding pass (hours on
+    # a web-scale train.rec), so that a bad option fails at once
+    values = {**run.config.to_dict(), **(overrides or {})}
+    values["loss_options"] = {**values.get("loss_options", {}), "sub_centers": 1}
+    source = f"{run_dir} with --drop-non-dominant"
+    config = config_from_dict(values, source=source)
+    if drop_outliers is not None:
+        drop_outliers = check_real("drop_outliers", drop_outliers, nonnegative=True, at_most=180.0)
     if bundle is None:
         bundle = load_bundle(run.config, exclude=False)  # positions as config.exclude counts
     dev = next(run.model.parameters()).device
-    embeddings, labels = training_embeddings(run, bundle, device=dev)
+    if workers is None:
+        workers = config.workers
+    embeddings, labels = training_embeddings(run, bundle, device=dev, workers=workers)
     embeddings = embeddings.to(loss.weight.device)
     dominant = loss.dominant_sub_centers(embeddings, labels)
-    flagged: list[int] = []
     if drop_outliers is not None:
         outliers = loss.find_outliers(embeddings, labels, threshold_degrees=drop_outliers)
-        flagged = outliers.indices.tolist()
+        values["exclude"] = sorted({*config.exclude, *outliers.indices.tolist()})
+        config = config_from_dict(values, source=source)
     loss.drop_non_dominant_centers(dominant)
-    values = {**run.config.to_dict(), **(overrides or {})}
-    values["loss_options"] = {**values.get("loss_options", {}), "sub_centers": 1}
-    values["exclude"] = sorted({*values.get("exclude", []), *flagged})
-    config = config_from_dict(values, source=f"{run_dir} with --drop-non-dominant")
     state = {
         "model": {k: v.detach().cpu() for k, v in run.model.state_dict().items()},
         "loss": {k: v.detach().cpu() for k, v in loss.state_dict().items()},

@@ -1,14 +1,16 @@
-"""Embedding extraction in batches, optionally averaged with the horizontally flipped image."""
+"""Embedding extraction in batches: of images in memory (optionally averaged with the
+horizontally flipped image), or of a dataset streamed from disk through a ``DataLoader``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["extract_embeddings"]
+__all__ = ["extract_dataset_embeddings", "extract_embeddings"]
 
 
 @torch.no_grad()
@@ -56,3 +58,94 @@ def extract_embeddings(
     if not outputs:
         raise ValueError("images is empty (N = 0)")
     return torch.cat(outputs)
+
+
+@torch.no_grad()
+def extract_dataset_embeddings(
+    model: nn.Module,
+    dataset: Any,
+    *,
+    batch_size: int = 1024,
+    device: torch.device | str = "cpu",
+    workers: int = 0,
+    labels: np.ndarray | Tensor | None = None,
+    channels_last: bool = False,
+    amp_dtype: torch.dtype | None = None,
+) -> Tensor:
+    """Embeddings ``Tensor[N, D]`` (float32, on CPU, not normalized) of a map-style dataset
+    read in order, ``batch_size`` items at a time, by a ``DataLoader`` with ``workers`` worker
+    processes: a training set streamed from disk (``dataset[i]`` is ``(float32[C, H, W],
+    label)``, e.g. :class:`~marginface.data.insightface.InsightFaceDataset`), never held in
+    memory (only the ``N × D`` result is, preallocated: 4·N·D bytes).
+
+    The model is put in eval mode (and restored afterwards). ``labels`` (``int64[N]``, e.g.
+    the labels read from the record headers): each batch's labels must equal them, so a
+    position in the result is the dataset's position. An error raised by the dataset in a
+    worker (a corrupt record) is re-raised as one line naming the file and record.
+
+    Raises:
+        ValueError: ``batch_size < 1``, ``workers < 0``, an empty dataset, a label different
+            from ``labels`` (position named), or as the dataset raises.
+    """
+    from torch.utils.data import DataLoader
+
+    from .loader_errors import next_batch
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be an int >= 0, got {workers!r}")
+    total = len(dataset)
+    if total == 0:
+        raise ValueError("the dataset is empty (N = 0)")
+    expected = None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    if expected is not None and expected.shape != (total,):
+        raise ValueError(f"labels must have shape ({total},), got {tuple(expected.shape)}")
+    device = torch.device(device)
+    loader = iter(
+        DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=False,
+            num_workers=workers,
+            pin_memory=device.type == "cuda",
+        )
+    )
+    was_training = model.training
+    model.eval()
+    out: Tensor | None = None
+    start = 0
+    try:
+        while start < total:
+            try:
+                images, batch_labels = next_batch(loader)
+            except StopIteration:
+                raise ValueError(
+                    f"the dataset yielded {start} items, but its length is {total}"
+                ) from None
+            stop = start + images.shape[0]
+            if expected is not None and not torch.equal(
+                batch_labels.to(torch.int64), expected[start:stop]
+            ):
+                wrong = start + int(
+                    (batch_labels.to(torch.int64) != expected[start:stop]).nonzero()[0]
+                )
+                raise ValueError(
+                    f"item {wrong} of the dataset has label {int(batch_labels[wrong - start])}, "
+                    f"its record header says {int(expected[wrong])}"
+                )
+            batch = images.to(device, non_blocking=True)
+            if channels_last:
+                batch = batch.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                embedded = model(batch).float()  # (B, D)
+            if out is None:
+                out = torch.empty(total, embedded.shape[1], dtype=torch.float32)
+            out[start:stop] = embedded.cpu()
+            start = stop
+    finally:
+        model.train(was_training)
+        loader = None  # workers stop now, not when a traceback holding this frame is freed
+    if out is None:  # pragma: no cover - total > 0 runs the loop at least once
+        raise ValueError("the dataset is empty (N = 0)")
+    return out

@@ -39,6 +39,7 @@ from .distributed import (
 from .embeddings import extract_embeddings
 from .evaluate import evaluate_pairs, verification_pairs
 from .history import TensorBoardLogger, margin_state, read_history, write_history
+from .loader_errors import next_batch as _next_batch
 from .optim import build_optimizer, build_scheduler
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import (
@@ -819,20 +820,6 @@ class Trainer:
             if board is not None:
                 board.close()
         return self.history
-
-
-def _next_batch(loader: Any) -> tuple[Tensor, Tensor]:
-    """The next batch of a DataLoader; an error raised in a worker process (a corrupt record,
-    say) is re-raised with its own one-line message instead of the worker's traceback."""
-    try:
-        return next(loader)
-    except (ValueError, OSError) as error:
-        text = str(error)
-        if "DataLoader worker process" not in text:
-            raise
-        last = [line for line in text.splitlines() if line.strip()][-1].strip()
-        prefix = f"{type(error).__name__}: "
-        raise type(error)(last[len(prefix) :] if last.startswith(prefix) else last) from None
 
 
 def flushes_denormals() -> bool:
