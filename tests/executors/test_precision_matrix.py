@@ -291,3 +291,51 @@ def test_forced_labels_cover_the_boundaries() -> None:
     assert {0, C - 1, CHUNK - 1, CHUNK} <= set(labels)
     last = (C - 1) // CHUNK * CHUNK
     assert {last - 1, last} <= set(labels)
+
+
+@pytest.mark.parametrize("path", ["fused", "function"])
+@pytest.mark.parametrize(
+    ("name", "norm"), [("arcface", 4e3), ("normface", 4e3), ("magface", 4e3), ("adacos", 2e4)]
+)
+def test_float16_weight_with_large_norms_stays_finite(name: str, norm: float, path: str) -> None:
+    """Regression: with a float16 weight the PyTorch ops multiplied ``(s·x̂) @ Wᵀ`` in float16,
+    whose products ``s·x̂·w`` overflow (inf loss, inf/NaN gradients) once a center's norm passes
+    65504/s (1023 at s = 64), although every logit is within ±s. Centers of norm 4000 here
+    (AdaCos, whose scale is ~5-12: 20000, through its extra pass for the scale); the dense path
+    (float32) is the reference. ``path``: the custom operators
+    (:func:`chunked_margin_cross_entropy`) or the autograd Function the sharded head uses."""
+    from marginface.executors.chunked import _ChunkedMarginCrossEntropy, gemm_dtype
+
+    loss = make_loss(name, C, D, **loss_options(name))
+    generator = torch.Generator().manual_seed(0)
+    weight = F.normalize(torch.randn(C, D, generator=generator), dim=1) * norm
+    x = torch.randn(N, D, generator=generator) * (30.0 / D**0.5)
+    labels = torch.tensor(forced_labels() + [0] * (N - len(forced_labels())))
+    x, weight, labels = (
+        x.to(DEVICE, torch.float16),
+        weight.to(DEVICE, torch.float16),
+        labels.to(DEVICE),
+    )
+    results = []
+    for impl in ("dense", "chunked"):
+        margin = copy.deepcopy(loss.margin).to(DEVICE)
+        x_in = x.clone().requires_grad_(True)
+        w_in = weight.clone().requires_grad_(True)
+        if impl == "dense":
+            value = dense_margin_cross_entropy(x_in, w_in, labels, margin)
+        elif path == "fused":
+            value = chunked_margin_cross_entropy(
+                x_in, w_in, labels, margin, chunk_size=CHUNK, kernels="torch"
+            )
+        else:
+            gemm = gemm_dtype(x_in, w_in)
+            value = _ChunkedMarginCrossEntropy.apply(
+                x_in.float(), w_in, labels, labels, margin, 1, CHUNK, gemm, "torch", None
+            )
+            extra = margin.regularizer(x_in.float().norm(dim=1)) if margin.requires_norms else None
+            value = value + extra if extra is not None else value
+        value.sum().backward()
+        results.append((value.detach(), x_in.grad, w_in.grad))
+    for what, a, e in zip(WHAT, results[1], results[0], strict=True):
+        assert torch.isfinite(a).all(), what
+        assert relative_error(a, e) <= tolerance(name, "float16", "chunked-dense", what), what
