@@ -58,7 +58,7 @@ def train(case: str, amp: str, impl: str) -> tuple[list[float], int]:
     torch.manual_seed(0)
     backbone = nn.Linear(IN, D).to(DEVICE)
     with torch.no_grad():  # outputs of norm ~EMBEDDING_NORM
-        backbone.weight.mul_(EMBEDDING_NORM / (IN / 3) ** 0.5)
+        backbone.weight.mul_(EMBEDDING_NORM / (D / 3) ** 0.5)  # default init: ‖h‖ ~ √(D/3)
     head = make_loss(name, C, D, impl=impl, chunk_size=CHUNK, **options).to(DEVICE)
     parameters = [*backbone.parameters(), *head.parameters()]
     initial = [p.detach().clone() for p in parameters]
