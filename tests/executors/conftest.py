@@ -7,14 +7,57 @@ marginface or torch imports triton on import). It is set only where there is no 
 interpreter is the only way the kernels can run at all), not over an explicit value, and not if
 triton is already imported. tests/conftest.py does the same first (the order in which test
 files are collected can import triton before this file is loaded); this is for runs rooted here.
+
+Fixtures: ``kernels`` (the kernel module, or a skip) and ``launches`` (counts its launches).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from collections import Counter
+from types import ModuleType
 
+import pytest
 import torch
+
+from ._compare import DEVICE, KERNEL_LAUNCHERS
 
 if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="module")
+def kernels() -> ModuleType:
+    """The Triton kernel module: compiled on CUDA, else built for the interpreter (which this
+    file turns on before triton is imported). Skips without triton or without either."""
+    pytest.importorskip("triton")
+    module = importlib.import_module("marginface.executors.triton_kernels")
+    if DEVICE.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("no CUDA and TRITON_INTERPRET is not 1: the kernels cannot run here")
+        from triton.language import standard
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if not isinstance(standard.zeros, InterpretedFunction) or not module.interpreted():
+            pytest.fail(
+                "triton (or the kernel module) was imported before TRITON_INTERPRET=1 was set; "
+                "see tests/executors/conftest.py"
+            )
+    return module
+
+
+@pytest.fixture
+def launches(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Counts the calls of each kernel launcher (so a test can tell the kernels did run)."""
+    counts: Counter = Counter()
+    for name in KERNEL_LAUNCHERS:
+        original = getattr(kernels, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(kernels, name, counted)
+    return counts

@@ -4,15 +4,14 @@ Without a GPU the kernels run on the CPU under Triton's interpreter: ``TRITON_IN
 be in the environment before triton is imported (its language library and our kernels are
 decorated then); ``conftest.py`` sets it. With CUDA, the same tests run the compiled kernels on
 the GPU. Skipped when triton is not installed.
-Shapes are tiny: the interpreter runs every tile op through numpy.
+Shapes are tiny: the interpreter runs every tile op through numpy. The fixtures ``kernels`` and
+``launches`` are in ``conftest.py``.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 import math
-import os
 from collections import Counter
 from types import ModuleType
 
@@ -24,10 +23,10 @@ from marginface.executors.chunked import KERNELS_ENV, chunked_margin_cross_entro
 from marginface.executors.dense import dense_margin_cross_entropy
 from marginface.margins import ArcFaceMargin, CosFaceMargin, Margin
 
+from ._compare import DEVICE, relative_error
+
 pytest.importorskip("triton")
 
-MODULE = "marginface.executors.triton_kernels"
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 N, D, C, CHUNK = 6, 8, 37, 16
 OPTIONS: dict[str, dict] = {"elasticface": {"seed": 0}}
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 5e-2)}
@@ -36,48 +35,6 @@ multiplies in float32. bf16: the chunk GEMMs see bf16-rounded x̂ and W (~3 sign
 and with sub-centers a rounding can flip the winning sub-center, which moves a whole gradient
 row (observed: loss ~1e-3, gradients up to 2.7e-2 for Sub-center ArcFace; the PyTorch chunked
 path is 5.4e-2 off on the same case)."""
-
-
-@pytest.fixture(scope="module")
-def kernels() -> ModuleType:
-    """The kernel module: compiled on CUDA, else built for the interpreter (which
-    ``conftest.py`` turns on before triton is imported)."""
-    module = importlib.import_module(MODULE)
-    if DEVICE.type == "cpu":
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("no CUDA and TRITON_INTERPRET is not 1: the kernels cannot run here")
-        from triton.language import standard
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if not isinstance(standard.zeros, InterpretedFunction) or not module.interpreted():
-            pytest.fail(
-                "triton (or the kernel module) was imported before TRITON_INTERPRET=1 was set; "
-                "see tests/executors/conftest.py"
-            )
-    return module
-
-
-@pytest.fixture
-def launches(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """Counts the calls of each kernel launcher (so a test can tell the kernels did run)."""
-    counts: Counter = Counter()
-    for name in ("nontarget_statistics", "embedding_gradient", "weight_gradient"):
-        original = getattr(kernels, name)
-
-        def counted(*args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(kernels, name, counted)
-    return counts
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """``max|a - e| / max|e|`` in float64 (0 if both are zero)."""
-    actual, expected = actual.detach().double(), expected.detach().double()
-    scale = expected.abs().max()
-    difference = (actual - expected).abs().max()
-    return float(difference / scale) if scale > 0 else float(difference)
 
 
 def make_case(name: str, dtype: torch.dtype, seed: int = 0, **options):

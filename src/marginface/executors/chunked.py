@@ -59,6 +59,7 @@ __all__ = [
     "chunked_margin_cross_entropy",
     "default_chunk_size",
     "gemm_dtype",
+    "scale_in_gemm",
     "sharded_margin_cross_entropy",
     "triton_available",
 ]
@@ -179,6 +180,16 @@ def gemm_dtype(embeddings: Tensor, weight: Tensor) -> torch.dtype:
     if weight.dtype in HALF_DTYPES and accumulate == torch.float32:
         return weight.dtype
     return accumulate
+
+
+def scale_in_gemm(gemm: torch.dtype) -> bool:
+    """Whether the scale may ride in the chunk GEMM, ``(s·x̂) @ W_chunkᵀ`` (one ``N×c`` multiply
+    fewer): not when the GEMM runs in float16. Its raw products ``s·x̂·w_j`` reach ``s·‖w_j‖``
+    and float16's largest finite value is 65504, so any center of norm above ``65504/s`` (1023
+    at s = 64) would overflow to inf although every logit is within ``±s``. Float16 GEMMs
+    multiply ``x̂ @ W_chunkᵀ`` (finite up to norms of 65504) and scale the float32 cosines.
+    bf16 has float32's exponent range."""
+    return gemm != torch.float16
 
 
 def _overrides(margin: Margin, name: str) -> bool:
@@ -520,6 +531,9 @@ def _adacos_log_b_avg(
         n = chunks.x_hat.shape[0]
         scale_rows = _row_scale(scale, n, chunks.x_hat).contiguous()
         row_max, exp_sum = _triton_statistics(chunks, scale_rows, NonTargetRule())
+    elif not scale_in_gemm(chunks.gemm):  # float16: scale the float32 cosines (in place)
+        scale_rows = _row_scale(scale, chunks.x_hat.shape[0], chunks.x_hat).unsqueeze(1)
+        row_max, exp_sum = chunks.statistics(chunks.x_gemm, lambda cos: cos.mul_(scale_rows))
     else:
         scaled = (chunks.x_hat * scale.to(chunks.x_hat.dtype)).to(chunks.gemm)  # (N, D)
         row_max, exp_sum = chunks.statistics(scaled)
@@ -632,7 +646,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
                     )
         frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
         scale_rows = row_scale.detach()  # (N,)
-        fold = identity and not row_scale.requires_grad and threshold == 0
+        fold = identity and not row_scale.requires_grad and threshold == 0 and scale_in_gemm(gemm)
         rule = _triton_rule(margin, frozen, n, x_hat) if use_triton else None
         if use_triton and rule is None:
             if kernels == "triton" or os.environ.get(KERNELS_ENV) == "triton":

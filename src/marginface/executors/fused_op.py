@@ -57,6 +57,7 @@ from .chunked import (
     _triton_statistics,
     default_chunk_size,
     gemm_dtype,
+    scale_in_gemm,
 )
 from .dense import NORMALIZE_EPS, row_norms
 
@@ -138,8 +139,11 @@ def _nontarget_lse_impl(
         if use_triton:
             triton_rule = _triton_rule(rule, threshold, t, n)
             stats = _triton_statistics(chunks, scale.contiguous(), triton_rule)
-        elif rule == RULE_IDENTITY:  # logits = (s·x̂) @ ŵᵀ: the scale rides in the GEMM
+        elif rule == RULE_IDENTITY and scale_in_gemm(gemm):  # logits = (s·x̂) @ ŵᵀ: the
+            # scale rides in the GEMM
             stats = chunks.statistics((x_hat * scale.unsqueeze(1)).to(gemm))
+        elif rule == RULE_IDENTITY:  # float16: scale the float32 cosines (in place)
+            stats = chunks.statistics(chunks.x_gemm, lambda cos: cos.mul_(scale.unsqueeze(1)))
         else:
             transform = _rule_function(rule, threshold, t)
 
@@ -208,7 +212,7 @@ def _nontarget_lse_backward_impl(
     grad_scale = torch.zeros_like(scale) if need_scale else None  # (N,)
     identity = rule == RULE_IDENTITY
     chunks.nontarget_gradient(
-        fold=identity and not need_scale,
+        fold=identity and not need_scale and scale_in_gemm(gemm),
         identity=identity,
         nontarget=_rule_function(rule, threshold, t),
         rule=_triton_rule(rule, threshold, t, n) if use_triton else None,

@@ -1,0 +1,21 @@
+"""Helpers shared by the executors' comparison tests (``test_triton.py``,
+``test_precision_matrix.py``)."""
+
+from __future__ import annotations
+
+import torch
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+"""Where the comparison tests put their tensors: CUDA when there is a GPU (there ``"auto"``
+takes the compiled Triton kernels), else the CPU (PyTorch ops; Triton under its interpreter)."""
+
+KERNEL_LAUNCHERS = ("nontarget_statistics", "embedding_gradient", "weight_gradient")
+"""The launchers of :mod:`marginface.executors.triton_kernels` the ``launches`` fixture counts."""
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``max|a - e| / max|e|`` in float64 (0 if both are zero)."""
+    actual, expected = actual.detach().double(), expected.detach().double()
+    scale = expected.abs().max()
+    difference = (actual - expected).abs().max()
+    return float(difference / scale) if scale > 0 else float(difference)
