@@ -119,7 +119,9 @@ class MarginSoftmaxLoss(nn.Module):
             training step keeps every class that is a positive anywhere in the (global) batch
             plus uniformly drawn negatives, ``⌊sample_rate·c⌋`` classes in all from each
             rank's ``c`` classes (insightface's rule); the softmax runs over the sampled classes
-            only and unsampled centers get a gradient of exactly zero. In eval mode every class
+            only and unsampled centers get a gradient of exactly zero. The chunked executor
+            reads the sampled centers in place, one chunk at a time (no copy of them or of
+            their gradient; the dense one copies them). In eval mode every class
             is used. Optimizers still update unsampled rows from their state: SGD's momentum
             and weight decay and Adam's moments keep moving them (docs/distributed.md).
 
