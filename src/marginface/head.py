@@ -100,7 +100,8 @@ class MarginSoftmaxLoss(nn.Module):
             Not consulted by ``"dense"``/``"chunked"``.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
-            5461 with a bf16 weight; :func:`~marginface.executors.chunked.default_chunk_size`).
+            5461 with a bf16 weight; a Partial FC step also gathers the chunk's sampled rows:
+            2730 and 3276 at D = 512; :func:`~marginface.executors.chunked.default_chunk_size`).
         device, dtype: where and how the class centers are created. With ``torch.float64``
             the margin's floating buffers (CurricularFace's ``t``, AdaFace's statistics...) are
             made float64 too; otherwise they stay float32.
@@ -118,7 +119,9 @@ class MarginSoftmaxLoss(nn.Module):
             training step keeps every class that is a positive anywhere in the (global) batch
             plus uniformly drawn negatives, ``⌊sample_rate·c⌋`` classes in all from each
             rank's ``c`` classes (insightface's rule); the softmax runs over the sampled classes
-            only and unsampled centers get a gradient of exactly zero. In eval mode every class
+            only and unsampled centers get a gradient of exactly zero. The chunked executor
+            reads the sampled centers in place, one chunk at a time (no copy of them or of
+            their gradient; the dense one copies them). In eval mode every class
             is used. Optimizers still update unsampled rows from their state: SGD's momentum
             and weight decay and Adam's moments keep moving them (docs/distributed.md).
 
@@ -230,17 +233,22 @@ class MarginSoftmaxLoss(nn.Module):
         else:
             check_embeddings(embeddings, self.embedding_dim)
             labels = check_labels(labels, embeddings.shape[0], self.num_classes)
-            weight, targets = self._classes_of_step(labels)
+            targets, sampled = self._classes_of_step(labels)
             if self.executor(embeddings.shape[0]) == "chunked":
                 per_sample = chunked_margin_cross_entropy(
                     embeddings,
-                    weight,
+                    self.weight,
                     targets,
                     self.margin,
                     sub_centers=self.sub_centers,
                     chunk_size=self.chunk_size,
+                    sampled_classes=sampled,  # read in place, chunk by chunk
                 )
             else:
+                weight = self.weight
+                if sampled is not None:  # the dense path's S·K×D copy (beside its N×S·K logits)
+                    k, d = self.sub_centers, self.embedding_dim
+                    weight = weight.view(-1, k, d)[sampled].reshape(-1, d)  # (S·K, D)
                 per_sample = dense_margin_cross_entropy(
                     embeddings, weight, targets, self.margin, sub_centers=self.sub_centers
                 )
@@ -251,14 +259,16 @@ class MarginSoftmaxLoss(nn.Module):
         return per_sample
 
     # ------------------------------------------------------------ sharding, sampling
-    def _classes_of_step(self, labels: Tensor) -> tuple[Tensor, Tensor]:
-        """The weight rows this step computes with and each row's target among them (``-1``:
-        another rank owns it). All local classes, or Partial FC's sample in training."""
+    def _classes_of_step(self, labels: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Each row's target among the classes this step computes with (``-1``: another rank
+        owns it), and those classes: None (all local classes), or Partial FC's sample in
+        training, ``int64[S]`` sorted local class indices (targets are then positions in it).
+        The executors read the sampled rows of :attr:`weight` in place."""
         start, stop = self.class_range
         local = labels - start  # (N,)
         owned = (labels >= start) & (labels < stop)
         if self.sample_rate >= 1.0 or not self.training:
-            return self.weight, torch.where(owned, local, torch.full_like(local, -1))
+            return torch.where(owned, local, torch.full_like(local, -1)), None
         count = stop - start
         positive = torch.zeros(count, dtype=torch.bool, device=self.weight.device)
         positive[local[owned].to(positive.device)] = True
@@ -269,11 +279,9 @@ class MarginSoftmaxLoss(nn.Module):
             score = torch.rand(count, device=self.weight.device)
             score[positive] = 2.0  # positives first, then uniformly drawn negatives
             selected = score.topk(keep).indices.sort().values  # (S,)
-        k, d = self.sub_centers, self.embedding_dim
-        weight = self.weight.view(count, k, d)[selected].reshape(-1, d)  # (S·K, D)
         position = torch.searchsorted(selected, local.clamp(0, max(count - 1, 0)).to(selected))
         targets = torch.where(owned, position.to(local.device), torch.full_like(local, -1))
-        return weight, targets
+        return targets, selected
 
     def _sharded_forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         shard = self.shard
@@ -296,17 +304,18 @@ class MarginSoftmaxLoss(nn.Module):
                 f"got shape {tuple(embeddings.shape)}"
             )
         global_labels = shard.gather_rows(labels)  # (N,)
-        weight, targets = self._classes_of_step(global_labels)
+        targets, sampled = self._classes_of_step(global_labels)
         x = scale_gradient(embeddings, shard.world_size)
         per_sample = sharded_margin_cross_entropy(
             x,
-            weight,
+            self.weight,
             targets,
             global_labels,
             self.margin,
             shard,
             sub_centers=self.sub_centers,
             chunk_size=self.chunk_size,
+            sampled_classes=sampled,  # read in place, chunk by chunk
         )
         return per_sample
 

@@ -355,3 +355,37 @@ def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> Non
     assert launches["embedding_gradient"] == 2 * eager_launches["embedding_gradient"] > 0
     for a, e in zip(actual, expected, strict=True):
         assert relative_error(a, e) <= 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["arcface", "curricularface", "subcenter-arcface", "sphereface"])
+def test_partial_fc_sample_read_in_place_matches_the_materialized_sample(
+    name: str, dtype: torch.dtype, launches: Counter
+) -> None:
+    """Partial FC's sample read in place (one launch per chunk of gathered rows) gives the loss
+    and gradients of the kernels on the sampled rows copied out of the weight."""
+    options = {"sub_centers": 2} if name == "subcenter-arcface" else {}
+    margin, k, x, weight, _, upstream = make_case(name, dtype, **options)
+    sampled = torch.tensor([0, 3, 4, 9, 10, 11, 20, 25, 26, 30, 36], device=DEVICE)
+    targets = torch.arange(N, device=DEVICE) % sampled.shape[0]
+    materialized = weight.view(C, k, D)[sampled].reshape(-1, D)
+    expected = run("triton", copy.deepcopy(margin), k, x, materialized, targets, upstream, 4)
+    launched = dict(launches)
+    x_in = x.clone().requires_grad_(True)
+    w_in = weight.clone().requires_grad_(True)
+    loss = chunked_margin_cross_entropy(
+        x_in, w_in, targets, copy.deepcopy(margin), sub_centers=k, chunk_size=4,
+        kernels="triton", sampled_classes=sampled,
+    )  # fmt: skip
+    (loss * upstream).sum().backward()
+    assert launches["embedding_gradient"] - launched["embedding_gradient"] == 3  # 3 chunks
+    grad = w_in.grad.view(C, k, D)
+    outside = torch.ones(C, dtype=torch.bool, device=DEVICE)
+    outside[sampled] = False
+    assert (grad[outside] == 0).all()
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    for what, a, e in zip(
+        ("loss", "∂x", "∂W"), (loss.detach(), x_in.grad, grad[sampled].reshape(-1, D)), expected,
+        strict=True,
+    ):  # fmt: skip
+        assert relative_error(a, e) <= tolerance, (what, relative_error(a, e))

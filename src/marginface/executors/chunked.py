@@ -19,6 +19,11 @@ The backward recomputes each chunk's cosines (a fourth GEMM; nothing of size ``N
 and writes each chunk's weight gradient, through ``w/‖w‖``, straight into the weight's gradient.
 Extra memory is ``O(N·chunk + chunk·D)`` beyond the weight and its gradient.
 
+Partial FC (``sampled_classes``): the loop runs over the sampled classes only, gathering each
+chunk's rows from the whole weight into a reused buffer and writing each chunk's weight gradient
+into those rows of one weight-sized gradient (zero elsewhere), so the extra memory stays
+``O(N·chunk + chunk·D)``: no copy of the ``S·K×D`` sampled rows, nor of their gradient.
+
 The per-chunk work (GEMM, non-target rule, online log-sum-exp, and the backward's recomputation)
 runs either as PyTorch ops (``kernels="torch"``, the reference) or as the Triton kernels of
 :mod:`~marginface.executors.triton_kernels` (``kernels="triton"``), which keep each tile of logits
@@ -56,6 +61,7 @@ __all__ = [
     "KERNELS",
     "KERNELS_ENV",
     "check_chunkable",
+    "check_sampled_classes",
     "chunked_margin_cross_entropy",
     "default_chunk_size",
     "gemm_dtype",
@@ -66,7 +72,8 @@ __all__ = [
 
 DEFAULT_CHUNK_BYTES = 1 << 24
 """Bytes of the chunk workspace (``N·chunk_size·K`` logits in float32, plus their bf16/fp16
-copy when the GEMM runs in half precision) when ``chunk_size`` is not given: 16 MiB, i.e. 8192
+copy when the GEMM runs in half precision, plus a Partial FC sample's gathered rows and their
+gradient, ``2·chunk_size·K×D``) when ``chunk_size`` is not given: 16 MiB, i.e. 8192
 classes per chunk at N = 512, K = 1 in float32, 5461 with a bf16 weight
 (:func:`default_chunk_size`). Measured on a 2-core CPU (N = D = 512, C = 100k): float32 chunks
 of 4096 and 16384 classes were 3% and 10% slower than 8192; with a bf16 weight 5461 and 4096
@@ -97,14 +104,18 @@ TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """GEMM dtypes the Triton kernels run in (float64 runs on PyTorch)."""
 
 
-def default_chunk_size(rows: int, sub_centers: int = 1, bytes_per_logit: int = 4) -> int:
-    """Classes per chunk when ``chunk_size`` is None: ``DEFAULT_CHUNK_BYTES // (N·K·bytes)``,
-    at least :data:`MIN_DEFAULT_CHUNK`. ``bytes_per_logit``: 4 in float32, 6 with a bf16/fp16
-    GEMM (its output plus the float32 copy), 8 in float64. Float32, K = 1: 8192 classes for
-    N = 512, 1024 for N = 4096."""
-    return max(
-        MIN_DEFAULT_CHUNK, DEFAULT_CHUNK_BYTES // max(1, rows * sub_centers * bytes_per_logit)
-    )
+def default_chunk_size(
+    rows: int, sub_centers: int = 1, bytes_per_logit: int = 4, bytes_per_center: int = 0
+) -> int:
+    """Classes per chunk when ``chunk_size`` is None:
+    ``DEFAULT_CHUNK_BYTES // (K·(N·bytes_per_logit + bytes_per_center))``, at least
+    :data:`MIN_DEFAULT_CHUNK`. ``bytes_per_logit``: 4 in float32, 6 with a bf16/fp16 GEMM (its
+    output plus the float32 copy), 8 in float64. ``bytes_per_center``: what the chunk holds per
+    weight row besides its logits: 0 when it reads the weight in place, ``2·D·itemsize`` for a
+    Partial FC sample (the gathered rows and their gradient). Float32, K = 1: 8192 classes for
+    N = 512, 1024 for N = 4096; with a sample of a D = 512 weight, 2730 at N = 512."""
+    per_class = sub_centers * (rows * bytes_per_logit + bytes_per_center)
+    return max(MIN_DEFAULT_CHUNK, DEFAULT_CHUNK_BYTES // max(1, per_class))
 
 
 def triton_available() -> bool:
@@ -214,6 +225,31 @@ def check_chunkable(margin: Margin) -> None:
             )
 
 
+def check_sampled_classes(sampled_classes: Any, weight: Tensor) -> Tensor | None:
+    """``sampled_classes`` as given if it is None or a 1-D int64 tensor on ``weight``'s device;
+    raise ``TypeError``/``ValueError`` naming it otherwise. (Its values, sorted distinct classes
+    of ``weight``, are not checked: that would cost a host synchronization per step.)"""
+    if sampled_classes is None:
+        return None
+    if not isinstance(sampled_classes, Tensor) or sampled_classes.dtype != torch.int64:
+        kind = (
+            f"a tensor of dtype {sampled_classes.dtype}"
+            if isinstance(sampled_classes, Tensor)
+            else type(sampled_classes).__name__
+        )
+        raise TypeError(f"sampled_classes must be an int64 tensor, got {kind}")
+    if sampled_classes.dim() != 1:
+        raise ValueError(
+            f"sampled_classes must have shape (S,), got {tuple(sampled_classes.shape)}"
+        )
+    if sampled_classes.device != weight.device:
+        raise ValueError(
+            f"sampled_classes must be on the weight's device {weight.device}, "
+            f"got {sampled_classes.device}"
+        )
+    return sampled_classes
+
+
 def _row_scale(scale: Tensor | float, rows: int, like: Tensor) -> Tensor:
     """The context's scale as ``Tensor[N]`` in ``like``'s dtype (keeps its autograd graph)."""
     if isinstance(scale, Tensor):
@@ -235,6 +271,14 @@ class _Chunks:
     threshold to the size of a freed block, so repeated 16 MB allocations come from its heap
     and stay resident), and nothing of size ``N×chunk`` outlives a pass: between forward and
     backward only ``N``- and ``C``-vectors and ``x̂`` are kept.
+
+    Partial FC (``sample``: ``int64[S]``, sorted distinct classes of ``weight``): the chunks
+    run over the ``S`` sampled classes, and class ``j`` of the loop (a position in ``sample``;
+    ``labels`` are such positions too) is row block ``sample[j]`` of the whole ``weight``. Each
+    chunk's rows are gathered into one more reused buffer (``chunk·K×D``) and its weight
+    gradient is written into the rows of the shard-sized gradient through another
+    (:meth:`store_gradient_rows`): no ``S·K×D`` copy of the sampled centers or of their
+    gradient exists at any time. ``inv_norms`` is then ``Tensor[S·K]`` (the sampled rows').
     """
 
     def __init__(
@@ -246,65 +290,126 @@ class _Chunks:
         chunk_size: int,
         gemm: torch.dtype,
         inv_norms: Tensor | None = None,
+        sample: Tensor | None = None,
     ) -> None:
         self.x_hat = x_hat  # (N, D), compute dtype
         self.weight = weight  # (C·K, D), its own dtype
         self.labels = labels  # (N,)
         self.k = sub_centers
-        self.num_classes = weight.shape[0] // sub_centers
+        self.sample = sample  # (S,) classes of weight, or None: every class
+        self.num_classes = weight.shape[0] // sub_centers if sample is None else sample.shape[0]
         self.chunk_size = chunk_size
         self.gemm = gemm
         self.x_gemm = x_hat.to(gemm)  # (N, D)
-        self.capacity = x_hat.shape[0] * min(chunk_size, self.num_classes) * sub_centers
-        self._buffers: dict[torch.dtype, Tensor] = {}  # the workspace, capacity elements each
-        if inv_norms is None:  # (C·K,), compute dtype; given: the forward's, reused
+        widest = min(chunk_size, self.num_classes) * sub_centers
+        self.capacity = x_hat.shape[0] * widest
+        self.row_capacity = widest * weight.shape[1]  # a chunk's weight rows
+        self._buffers: dict[tuple[torch.dtype, str], Tensor] = {}  # the workspace
+        self._gathered: tuple[int, int, Tensor] | None = None  # the gathered chunk's rows
+        if inv_norms is None:  # (C·K,) or (S·K,), compute dtype; given: the forward's, reused
             inv_norms = self._inverse_norms(x_hat.dtype)
         self.inv_norms = inv_norms
 
     def _inverse_norms(self, dtype: torch.dtype) -> Tensor:
-        """``1 / max(‖w_j‖, eps)`` of every weight row, ``Tensor[C·K]`` in ``dtype``.
+        """``1 / max(‖w_j‖, eps)`` of every weight row (of every sampled row), ``Tensor[C·K]``
+        (``Tensor[S·K]``) in ``dtype``.
 
         A weight of another dtype (bf16/fp16 into float32) is converted block by block through
         the workspace: ``vector_norm(weight, dtype=float32)`` would convert all of it at once (a
-        float32 copy, twice the size of a bf16 weight).
+        float32 copy, twice the size of a bf16 weight). Sampled rows are gathered block by block
+        the same way.
         """
         weight = self.weight
-        if weight.dtype == dtype:
+        if weight.dtype == dtype and self.sample is None:
             norms = torch.linalg.vector_norm(weight, dim=1)  # (C·K,)
         else:
-            rows, dim = weight.shape
-            norms = torch.empty(rows, dtype=dtype, device=weight.device)  # (C·K,)
-            block = max(1, self.capacity // dim)
-            for lo in range(0, rows, block):
-                part = weight[lo : lo + block]  # (b, D)
-                converted = self.scratch(part.shape[0], dim, dtype).copy_(part)
-                torch.linalg.vector_norm(converted, dim=1, out=norms[lo : lo + block])
+            k, dim = self.k, weight.shape[1]
+            norms = torch.empty(self.num_classes * k, dtype=dtype, device=weight.device)
+            block = max(1, self.capacity // (dim * k))  # classes per block
+            for start in range(0, self.num_classes, block):
+                stop = min(start + block, self.num_classes)
+                part = self.raw_rows(start, stop)  # (b·K, D), the weight's dtype
+                if part.dtype != dtype:
+                    part = self.scratch(part.shape[0], dim, dtype).copy_(part)
+                torch.linalg.vector_norm(part, dim=1, out=norms[start * k : stop * k])
             self.release()
         return norms.clamp_min_(NORMALIZE_EPS).reciprocal_()  # in place: C-vectors add up
 
-    def scratch(self, rows: int, cols: int, dtype: torch.dtype) -> Tensor:
+    def scratch(self, rows: int, cols: int, dtype: torch.dtype, slot: str = "logits") -> Tensor:
         """``Tensor[rows, cols]`` of ``dtype`` (uninitialized) in the pass's buffer for that
-        dtype, which holds the widest chunk (:attr:`capacity` elements). The previous chunk's
-        view is overwritten."""
+        dtype and ``slot``, which holds the widest chunk (:attr:`capacity` elements for the
+        ``"logits"``, :attr:`row_capacity` for the ``"rows"`` and ``"gradient"`` of a sample).
+        The previous chunk's view is overwritten."""
         size = rows * cols
-        buffer = self._buffers.get(dtype)
+        buffer = self._buffers.get((dtype, slot))
         if buffer is None or buffer.numel() < size:
-            buffer = torch.empty(max(size, self.capacity), dtype=dtype, device=self.x_hat.device)
-            self._buffers[dtype] = buffer
+            least = self.capacity if slot == "logits" else self.row_capacity
+            buffer = torch.empty(max(size, least), dtype=dtype, device=self.x_hat.device)
+            self._buffers[(dtype, slot)] = buffer
         return buffer[:size].view(rows, cols)
 
     def release(self) -> None:
         """Free the workspace (at the end of each pass)."""
         self._buffers.clear()
+        self._gathered = None
 
     def ranges(self) -> list[tuple[int, int]]:
         """Class ranges ``[start, stop)`` of the chunks."""
         step = self.chunk_size
         return [(lo, min(lo + step, self.num_classes)) for lo in range(0, self.num_classes, step)]
 
+    def weight_index(self, start: int, stop: int) -> Tensor:
+        """The rows of :attr:`weight` that hold loop classes ``[start, stop)`` (a sample's),
+        ``int64[(stop - start)·K]``, class-major."""
+        assert self.sample is not None
+        classes = self.sample[start:stop]  # (c,)
+        if self.k == 1:
+            return classes
+        offsets = torch.arange(self.k, device=classes.device)
+        return (classes.unsqueeze(1) * self.k + offsets).reshape(-1)  # (c·K,)
+
+    def weight_row_of(self, positions: Tensor) -> Tensor:
+        """Rows of :attr:`weight` for rows ``positions`` of the loop's classes (``j·K + k``)."""
+        if self.sample is None:
+            return positions
+        return self.sample[positions // self.k] * self.k + positions % self.k
+
+    def raw_rows(self, start: int, stop: int) -> Tensor:
+        """The chunk's raw class centers ``Tensor[(stop - start)·K, D]`` in the weight's dtype:
+        a slice of :attr:`weight`, or (a sample) its rows gathered into the ``"rows"`` buffer,
+        kept until another chunk is gathered."""
+        if self.sample is None:
+            return self.weight[start * self.k : stop * self.k]
+        if self._gathered is None or self._gathered[:2] != (start, stop):
+            index = self.weight_index(start, stop)  # (c·K,)
+            rows = self.scratch(index.shape[0], self.weight.shape[1], self.weight.dtype, "rows")
+            torch.index_select(self.weight, 0, index, out=rows)
+            self._gathered = (start, stop, rows)
+        return self._gathered[2]
+
     def weight_rows(self, start: int, stop: int) -> Tensor:
         """The chunk's raw class centers ``Tensor[(stop - start)·K, D]`` in the GEMM dtype."""
-        return self.weight[start * self.k : stop * self.k].to(self.gemm)
+        return self.raw_rows(start, stop).to(self.gemm)
+
+    def gradient_rows(self, grad_weight: Tensor, start: int, stop: int) -> Tensor:
+        """Where the chunk's weight gradient is computed: its own rows of ``grad_weight``, or (a
+        sample) the ``"gradient"`` buffer, ``Tensor[(stop - start)·K, D]`` of its dtype."""
+        if self.sample is None:
+            return grad_weight[start * self.k : stop * self.k]
+        rows = (stop - start) * self.k
+        return self.scratch(rows, grad_weight.shape[1], grad_weight.dtype, "gradient")
+
+    def project_into(self, grad_weight: Tensor, start: int, stop: int, partial: Tensor) -> None:
+        """Write ``∂L/∂w`` of the chunk's rows given ``partial = r·Σ_i G_ij x̂_i`` (which may be
+        :meth:`gradient_rows`, then projected in place):
+        ``∂L/∂w_j = partial_j - r_j²(w_j·partial_j)·w_j`` (the Jacobian of ``w/‖w‖``)."""
+        lo, hi = start * self.k, stop * self.k
+        _project(partial, self.raw_rows(start, stop), self.inv_norms[lo:hi])
+        if self.sample is not None:  # each sampled row is written by exactly one chunk
+            index = self.weight_index(start, stop)  # (c·K,)
+            grad_weight.index_copy_(0, index, partial.to(grad_weight.dtype))
+        elif partial.data_ptr() != grad_weight[lo:hi].data_ptr():
+            grad_weight[lo:hi] = partial.to(grad_weight.dtype)
 
     def cosine(
         self,
@@ -359,7 +464,6 @@ class _Chunks:
         grad_x_hat: Tensor,
         grad_weight: Tensor | None,
         grad_scale: Tensor | None,
-        weight: Tensor,
         derivative: Any = None,
         filter_threshold: float = 0.0,
     ) -> None:
@@ -387,9 +491,14 @@ class _Chunks:
             scaled_rows = (x_hat * scale.unsqueeze(1)).to(chunks.gemm)  # (N, D)
 
         if rule is not None:
-            _triton_backward(chunks, rule, scale, lse, grad, grad_x_hat, grad_scale)
-            if grad_weight is not None:
-                _triton_weight_gradient(chunks, rule, scale, lse, grad, grad_weight, weight)
+            if chunks.sample is not None:  # one pass, each chunk's sampled rows gathered once
+                _triton_sampled_backward(
+                    chunks, rule, scale, lse, grad, grad_x_hat, grad_weight, grad_scale
+                )
+            else:
+                _triton_backward(chunks, rule, scale, lse, grad, grad_x_hat, grad_scale)
+                if grad_weight is not None:
+                    _triton_weight_gradient(chunks, rule, scale, lse, grad, grad_weight)
 
         def chunk_gradient(start: int, stop: int) -> None:
             """Add one chunk's non-target part of ``∂L/∂x̂`` (and ``∂L/∂s``), write its rows of
@@ -447,10 +556,11 @@ class _Chunks:
                 grad_x_hat.add_(torch.mm(g_dot, centers))
             if grad_weight is not None:
                 if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
-                    partial = torch.mm(g_dot.t(), chunks.x_gemm, out=grad_weight[lo:hi])
+                    rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
+                    partial = torch.mm(g_dot.t(), chunks.x_gemm, out=rows)
                 else:
                     partial = torch.mm(g_dot.t(), chunks.x_gemm).to(accumulate)  # (c·K, D)
-                _project_into(grad_weight, lo, hi, partial, weight, inv_norms)
+                chunks.project_into(grad_weight, start, stop, partial)
 
         if rule is None:
             for start, stop in chunks.ranges():
@@ -494,6 +604,9 @@ class _Chunks:
 def _triton_statistics(chunks: _Chunks, scale_rows: Tensor, rule: Any) -> tuple[Tensor, Tensor]:
     """:meth:`_Chunks.statistics` by the Triton kernel: ``(max, Σexp)``, ``Tensor[N]`` each."""
     from .triton_kernels import nontarget_statistics
+
+    if chunks.sample is not None:
+        return _triton_sampled_statistics(chunks, scale_rows, rule)
 
     return nontarget_statistics(
         chunks.x_gemm,
@@ -544,22 +657,24 @@ def _adacos_log_b_avg(
 
 
 def _target_cosine(
-    x_hat: Tensor, weight: Tensor, inv_norms: Tensor, targets: Tensor, k: int
+    x_hat: Tensor, chunks: _Chunks, targets: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The target cosine of the rows whose target is among these weight rows (``targets >= 0``),
-    an indexed dot max-pooled over the target's sub-centers; 0 elsewhere.
+    """The target cosine of the rows whose target is among the chunks' classes
+    (``targets >= 0``), an indexed dot max-pooled over the target's sub-centers; 0 elsewhere.
 
     Returns:
-        ``(cos_raw[N], target_rows[N], owned[N])``: the cosines, the winning weight row of each
-        owned row (0 elsewhere) and the owned-row mask.
+        ``(cos_raw[N], target_rows[N], owned[N])``: the cosines, the winning row of each owned
+        row among the chunks' rows (``j·K + k``, ``j`` a position in the sample if any; 0
+        elsewhere) and the owned-row mask.
     """
+    weight, inv_norms, k = chunks.weight, chunks.inv_norms, chunks.k
     owned = targets >= 0  # (N,)
     cos_raw = torch.zeros(targets.shape[0], dtype=x_hat.dtype, device=x_hat.device)  # (N,)
     target_rows = torch.zeros_like(targets)  # (N,)
     index = owned.nonzero().squeeze(1)  # (r,)
     if index.numel():
         candidates = targets[index].unsqueeze(1) * k + torch.arange(k, device=targets.device)
-        centers = weight[candidates].to(x_hat.dtype)  # (r, K, D)
+        centers = weight[chunks.weight_row_of(candidates)].to(x_hat.dtype)  # (r, K, D)
         cos_k = torch.einsum("nd,nkd->nk", x_hat[index], centers) * inv_norms[candidates]
         values, best = cos_k.max(dim=1)  # (r,)
         cos_raw[index] = values
@@ -573,7 +688,10 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
     ``targets[N]`` is each row's class among these weight rows (``-1`` when another rank owns
     it), ``labels[N]`` its global class (what the margin sees). Without a shard ``n = N`` and
     ``targets`` are the labels; with a :class:`~.sharding.ClassShard`, ``x`` holds this rank's
-    rows, which are gathered into the global batch of ``N`` rows first.
+    rows, which are gathered into the global batch of ``N`` rows first. With ``sample``
+    (``int64[S]``, Partial FC's sorted classes of ``weight``), only those classes are computed
+    with, read in place, and ``targets`` are positions in ``sample``; the weight's gradient is
+    shard-sized, zero outside the sample.
     """
 
     @staticmethod
@@ -589,6 +707,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         gemm: torch.dtype,
         kernels: str | None,
         shard: ClassShard | None,
+        sample: Tensor | None,
     ) -> Tensor:
         if shard is not None:
             x = shard.gather_rows(x)  # (N, D), the global batch
@@ -608,12 +727,13 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         x_hat = x / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1)  # (N, D)
         if chunk_size is None:  # N is the global batch's
             per_logit = accumulate.itemsize + (gemm.itemsize if gemm != accumulate else 0)
-            chunk_size = default_chunk_size(n, k, per_logit)
-        chunks = _Chunks(x_hat, weight, targets, k, chunk_size, gemm)
-        inv_norms = chunks.inv_norms  # (C·K,)
+            per_center = 0 if sample is None else 2 * weight.shape[1] * weight.dtype.itemsize
+            chunk_size = default_chunk_size(n, k, per_logit, per_center)
+        chunks = _Chunks(x_hat, weight, targets, k, chunk_size, gemm, sample=sample)
+        inv_norms = chunks.inv_norms  # (C·K,), or (S·K,) for a sample
 
         # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
-        cos_raw, target_rows, owned = _target_cosine(x_hat, weight, inv_norms, targets, k)
+        cos_raw, target_rows, owned = _target_cosine(x_hat, chunks, targets)
         if shard is not None:
             shard.all_sum_(cos_raw)
 
@@ -674,6 +794,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
 
         ctx.save_for_backward(x, weight, norms, x_hat, inv_norms, lse, target_rows, owned)
+        ctx.sampled = sample is not None
         ctx.shard = shard
         ctx.chunks = chunks
         ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale)
@@ -696,8 +817,9 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         want_weight = ctx.needs_input_grad[1]
 
         grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
-        grad_weight = torch.empty_like(weight) if want_weight else None  # (C·K, D), every row
-        # is written by exactly one chunk below
+        grad_weight = None  # (C·K, D): every row (every sampled row) is written by one chunk
+        if want_weight:
+            grad_weight = torch.zeros_like(weight) if ctx.sampled else torch.empty_like(weight)
         grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
         chunks.nontarget_gradient(
             fold=ctx.fold,
@@ -710,7 +832,6 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             grad_x_hat=grad_x_hat,
             grad_weight=grad_weight,
             grad_scale=grad_scale,
-            weight=weight,
             filter_threshold=ctx.threshold,
         )
 
@@ -732,13 +853,14 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
         grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(lse)
         index = owned.nonzero().squeeze(1)  # (r,) rows whose target this weight holds
         if index.numel():
-            rows = target_rows[index]  # (r,)
+            rows = target_rows[index]  # (r,), among the chunks' rows
             coefficient = (grad_cos[index] * inv_norms[rows]).unsqueeze(1)  # (r, 1)
-            centers = weight[rows].to(accumulate)  # (r, D)
+            weight_rows = chunks.weight_row_of(rows)  # (r,), rows of the weight
+            centers = weight[weight_rows].to(accumulate)  # (r, D)
             grad_x_hat.index_add_(0, index, coefficient * centers)
             if grad_weight is not None:
                 partial = coefficient * x_hat[index]  # (r, D)
-                _project_rows_into(grad_weight, rows, partial, centers, inv_norms[rows])
+                _project_rows_into(grad_weight, weight_rows, partial, centers, inv_norms[rows])
 
         # Through x̂ = x / max(‖x‖, eps) and through ‖x‖ itself.
         safe = norms > NORMALIZE_EPS
@@ -754,7 +876,7 @@ class _ChunkedMarginCrossEntropy(torch.autograd.Function):
             grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
         if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
             grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
-        return grad_x, grad_weight, None, None, None, None, None, None, None, None
+        return grad_x, grad_weight, None, None, None, None, None, None, None, None, None
 
 
 def _triton_backward(
@@ -793,7 +915,6 @@ def _triton_weight_gradient(
     lse: Tensor,
     grad: Tensor,
     grad_weight: Tensor,
-    weight: Tensor,
 ) -> None:
     """Write the non-target part of ``∂L/∂W`` chunk by chunk (Triton kernel, then the projection
     through ``w/‖w‖``): float32 rows of ``grad_weight`` are accumulated in place, other dtypes
@@ -803,8 +924,7 @@ def _triton_weight_gradient(
     k = chunks.k
     scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
     for start, stop in chunks.ranges():
-        lo, hi = start * k, stop * k
-        rows = grad_weight[lo:hi]
+        rows = grad_weight[start * k : stop * k]
         in_place = rows.dtype == torch.float32 and rows.is_contiguous()
         partial = weight_gradient(
             chunks.x_gemm,
@@ -820,7 +940,72 @@ def _triton_weight_gradient(
             stop=stop,
             out=rows if in_place else None,
         )  # (c·K, D), float32
-        _project_into(grad_weight, lo, hi, partial, weight, chunks.inv_norms)
+        chunks.project_into(grad_weight, start, stop, partial)
+
+
+def _triton_sampled_statistics(
+    chunks: _Chunks, scale_rows: Tensor, rule: Any
+) -> tuple[Tensor, Tensor]:
+    """:func:`_triton_statistics` over a sample: one kernel launch per chunk, on the chunk's
+    gathered rows (the labels shifted to the chunk's columns), merged in PyTorch."""
+    from .triton_kernels import nontarget_statistics
+
+    k = chunks.k
+    stats = empty_statistics(chunks.x_hat.shape[0], dtype=torch.float32, device=scale_rows.device)
+    for start, stop in chunks.ranges():
+        part = nontarget_statistics(
+            chunks.x_gemm,
+            chunks.weight_rows(start, stop),
+            chunks.inv_norms[start * k : stop * k].contiguous(),
+            chunks.labels - start,  # outside [0, stop - start): not in this chunk
+            scale_rows,
+            rule,
+            sub_centers=k,
+            chunk_size=stop - start,
+        )
+        stats = merge_statistics(stats, part)
+    chunks.release()
+    return stats
+
+
+def _triton_sampled_backward(
+    chunks: _Chunks,
+    rule: Any,
+    scale: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    grad_scale: Tensor | None,
+) -> None:
+    """:func:`_triton_backward` and :func:`_triton_weight_gradient` over a sample: per chunk,
+    its rows gathered once, both kernels on them, its weight gradient stored into its rows of
+    ``grad_weight``."""
+    from .triton_kernels import embedding_gradient, weight_gradient
+
+    k = chunks.k
+    scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
+    for start, stop in chunks.ranges():
+        centers = chunks.weight_rows(start, stop)  # (c·K, D), gathered
+        inv_norms = chunks.inv_norms[start * k : stop * k].contiguous()  # (c·K,)
+        labels = chunks.labels - start  # (N,), the chunk's columns
+        part_x, part_scale = embedding_gradient(
+            chunks.x_gemm, centers, inv_norms, labels, scale, rule, lse, grad,
+            sub_centers=k, chunk_size=stop - start,
+        )  # fmt: skip
+        grad_x_hat += part_x.to(grad_x_hat.dtype)
+        if grad_scale is not None:
+            grad_scale += part_scale.to(grad_scale.dtype)
+        if grad_weight is None:
+            continue
+        rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
+        partial = weight_gradient(
+            chunks.x_gemm, centers, inv_norms, labels, scale, rule, lse, grad,
+            sub_centers=k, start=0, stop=stop - start,
+            out=rows if rows.dtype == torch.float32 else None,
+        )  # fmt: skip
+        chunks.project_into(grad_weight, start, stop, partial)
+    chunks.release()
 
 
 ROW_DOT_BLOCK = 1024
@@ -854,22 +1039,18 @@ def _projection_coefficient(rows: Tensor, inv_norms: Tensor, partial: Tensor) ->
     return torch.where(inside, coefficient, torch.zeros_like(coefficient))
 
 
-def _project_into(
-    grad_weight: Tensor, lo: int, hi: int, partial: Tensor, weight: Tensor, inv_norms: Tensor
-) -> None:
-    """Write ``∂L/∂w`` of rows ``lo:hi`` given ``partial = r·Σ_i G_ij x̂_i`` (which may already
-    be the gradient's own rows ``lo:hi``, then updated in place):
-    ``∂L/∂w_j = partial_j - r_j²(w_j·partial_j)·w_j`` (the Jacobian of ``w/‖w‖``)."""
-    rows = weight[lo:hi].to(partial.dtype)  # (c·K, D); a bf16 weight is projected in bf16
-    coefficient = _projection_coefficient(rows, inv_norms[lo:hi], partial)  # (c·K,)
+def _project(partial: Tensor, weight_rows: Tensor, inv_norms: Tensor) -> None:
+    """Project ``partial = r·Σ_i G_ij x̂_i`` (``Tensor[R, D]``) in place through the Jacobian of
+    ``w/‖w‖``: ``partial_j -= r_j²(w_j·partial_j)·w_j``, given the rows ``w`` (``Tensor[R, D]``,
+    any dtype) and their ``r`` (``Tensor[R]``)."""
+    rows = weight_rows.to(partial.dtype)  # (R, D); a bf16 weight is projected in bf16
+    coefficient = _projection_coefficient(rows, inv_norms, partial)  # (R,)
     # With a bf16 partial and a float32 coefficient, addcmul_ computes through float32 copies
     # of its operands: blocks of PROJECTION_BLOCK rows keep those copies small.
     step = max(1, rows.shape[0]) if partial.dtype == coefficient.dtype else PROJECTION_BLOCK
     for a in range(0, rows.shape[0], step):
         b = a + step
         partial[a:b].addcmul_(rows[a:b], coefficient[a:b].unsqueeze(1), value=-1.0)
-    if partial.data_ptr() != grad_weight[lo:hi].data_ptr():
-        grad_weight[lo:hi] = partial.to(grad_weight.dtype)
 
 
 def _project_rows_into(
@@ -891,6 +1072,7 @@ def chunked_margin_cross_entropy(
     sub_centers: int = 1,
     chunk_size: int | None = None,
     kernels: str | None = None,
+    sampled_classes: Tensor | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy, never materializing the ``N×C`` logits.
 
@@ -911,17 +1093,27 @@ def chunked_margin_cross_entropy(
         sub_centers: ``K >= 1``. Chunks hold whole classes (``chunk_size·K`` weight rows).
         chunk_size: classes per chunk, ``>= 1``. Default: None,
             :func:`default_chunk_size` (a 16 MiB workspace: 8192 classes for N = 512, K = 1
-            in float32, 5461 with a bf16 weight).
+            in float32, 5461 with a bf16 weight; with ``sampled_classes`` and D = 512, 2730
+            and 3276).
         kernels: who runs the per-chunk work, one of :data:`KERNELS`. Default: None, read
             from the environment variable :data:`KERNELS_ENV` (``MARGINFACE_KERNELS``; unset
             means ``"auto"``: Triton for CUDA tensors when triton imports, for the identity and
             CurricularFace non-target rules and float32/bf16/fp16 GEMMs; else PyTorch).
             ``"triton"`` raises ``ValueError`` where the kernels cannot run.
+        sampled_classes: Partial FC's sample, ``int64[S]``: sorted distinct classes in
+            ``[0, C)`` (not checked here; the heads build it). The softmax then runs over these
+            ``S`` classes only, ``labels`` are positions in ``sampled_classes`` (in
+            ``[0, S)``), and the sampled rows are read from ``weight`` in place, one chunk at a
+            time: the same loss and gradients as passing ``weight.view(C, K, D)
+            [sampled_classes].reshape(-1, D)``, without that ``S·K×D`` copy or its gradient
+            (the weight's gradient is ``Tensor[C·K, D]``, exactly 0 outside the sample).
+            Default: None (every class).
 
     Returns:
         ``Tensor[N]``, float32 (or float64).
     """
     check_chunkable(margin)
+    sampled_classes = check_sampled_classes(sampled_classes, weight)
     if chunk_size is not None:
         chunk_size = check_int("chunk_size", chunk_size, minimum=1)
     sub_centers = check_int("sub_centers", sub_centers, minimum=1)
@@ -949,11 +1141,13 @@ def chunked_margin_cross_entropy(
                 sub_centers=sub_centers,
                 chunk_size=chunk_size,
                 kernels=kernels,
+                sampled_classes=sampled_classes,
             )
         else:  # another non-target rule: the autograd Function (a graph break under compile)
             loss = _ChunkedMarginCrossEntropy.apply(
-                x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels, None
-            )
+                x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
+                None, sampled_classes,
+            )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (N,)
         extra = margin.regularizer(norms)
         if extra is not None:
@@ -972,6 +1166,7 @@ def sharded_margin_cross_entropy(
     sub_centers: int = 1,
     chunk_size: int | None = None,
     kernels: str | None = None,
+    sampled_classes: Tensor | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy of the *global* batch, classes sharded over the
     ranks of ``shard`` (:mod:`~marginface.executors.sharding`).
@@ -984,27 +1179,33 @@ def sharded_margin_cross_entropy(
 
     Args:
         embeddings: ``Tensor[n_r, D]``, this rank's rows (``n_r`` may differ between ranks).
-        weight: ``Tensor[c·K, D]``, the centers of this rank's classes (or of its sample).
-        targets: ``Tensor[N_global]`` int64, each row's class among ``weight``'s, ``-1`` where
-            another rank owns it.
+        weight: ``Tensor[c·K, D]``, the centers of this rank's classes.
+        targets: ``Tensor[N_global]`` int64, each row's class among ``weight``'s (among
+            ``sampled_classes``, if given), ``-1`` where another rank owns it.
         labels: ``Tensor[N_global]`` int64, the global labels (what the margin sees).
         margin: the margin (every margin that runs chunked).
         shard: this rank's :class:`~marginface.executors.sharding.ClassShard` (its ``counts``
             set for this step).
         sub_centers, chunk_size, kernels: as :func:`chunked_margin_cross_entropy`.
+        sampled_classes: this rank's Partial FC sample, ``int64[S_r]`` sorted distinct classes
+            of ``weight`` (local indices), read in place as in
+            :func:`chunked_margin_cross_entropy`; the softmax runs over every rank's sample.
+            Default: None (every class).
 
     Returns:
         ``Tensor[N_global]``, float32 (or float64), identical on every rank. The gradient
         reaching ``embeddings`` is this rank's rows of the gradient of the global loss.
     """
     check_chunkable(margin)
+    sampled_classes = check_sampled_classes(sampled_classes, weight)
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
         loss = _ChunkedMarginCrossEntropy.apply(
-            x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard
-        )
+            x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard,
+            sampled_classes,
+        )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (n_r,)
         extra = margin.regularizer(norms)  # (n_r,) or None, the same on every rank
         if extra is not None:

@@ -129,11 +129,13 @@ def _nontarget_lse_impl(
     chunk_size: int,
     rule: int,
     kernels: str | None,
+    sample: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(lse_nt[N], cos_target[N] (a copy), inv_norms[C·K])``; see the module docstring."""
+    """``(lse_nt[N], cos_target[N] (a copy), inv_norms[C·K] (or [S·K]))``; see the module
+    docstring."""
     gemm = gemm_dtype(x_hat, weight)
     n = x_hat.shape[0]
-    chunks = _Chunks(x_hat, weight, labels, sub_centers, chunk_size, gemm)
+    chunks = _Chunks(x_hat, weight, labels, sub_centers, chunk_size, gemm, sample=sample)
     use_triton = _resolve_kernels(kernels, x_hat, weight, gemm)
     with torch.no_grad():
         if use_triton:
@@ -175,9 +177,11 @@ def _nontarget_lse_fake(
     chunk_size: int,
     rule: int,
     kernels: str | None,
+    sample: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     n = x_hat.shape[0]
-    return x_hat.new_empty(n), cos_target.new_empty(n), x_hat.new_empty(weight.shape[0])
+    rows = weight.shape[0] if sample is None else sample.shape[0] * sub_centers
+    return x_hat.new_empty(n), cos_target.new_empty(n), x_hat.new_empty(rows)
 
 
 def _nontarget_lse_backward_impl(
@@ -198,17 +202,20 @@ def _nontarget_lse_backward_impl(
     kernels: str | None,
     need_weight: bool,
     need_scale: bool,
+    sample: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(∂L/∂x̂[N, D], ∂L/∂W[C·K, D] (empty if not needed), ∂L/∂s[N] (empty if not needed))``
     from ``∂L/∂lse_nt`` and ``∂L/∂cos_target``."""
     gemm = gemm_dtype(x_hat, weight)
     n = x_hat.shape[0]
     accumulate = x_hat.dtype
-    chunks = _Chunks(x_hat, weight, labels, sub_centers, chunk_size, gemm, inv_norms)
+    chunks = _Chunks(x_hat, weight, labels, sub_centers, chunk_size, gemm, inv_norms, sample)
     use_triton = _resolve_kernels(kernels, x_hat, weight, gemm)
     grad = grad_lse.to(accumulate)  # (N,)
     grad_x_hat = torch.zeros_like(x_hat)  # (N, D)
-    grad_weight = torch.empty_like(weight) if need_weight else None  # every row written below
+    grad_weight = None  # every row (every sampled row; the others are 0) written below
+    if need_weight:
+        grad_weight = torch.empty_like(weight) if sample is None else torch.zeros_like(weight)
     grad_scale = torch.zeros_like(scale) if need_scale else None  # (N,)
     identity = rule == RULE_IDENTITY
     chunks.nontarget_gradient(
@@ -222,16 +229,16 @@ def _nontarget_lse_backward_impl(
         grad_x_hat=grad_x_hat,
         grad_weight=grad_weight,
         grad_scale=grad_scale,
-        weight=weight,
         derivative=None if identity else _rule_derivative(rule, threshold, t),
     )
     # The target: ∂cos θ_iy/∂x̂_i = r·w_y, ∂cos θ_iy/∂w_y = r·x̂_i projected through w/‖w‖.
     coefficient = (grad_cos.to(accumulate) * inv_norms[target_rows]).unsqueeze(1)  # (N, 1)
-    centers = weight[target_rows].to(accumulate)  # (N, D)
+    weight_rows = chunks.weight_row_of(target_rows)  # (N,), rows of the weight
+    centers = weight[weight_rows].to(accumulate)  # (N, D)
     grad_x_hat.addcmul_(coefficient, centers)
     if grad_weight is not None:
         partial = coefficient * x_hat  # (N, D)
-        _project_rows_into(grad_weight, target_rows, partial, centers, inv_norms[target_rows])
+        _project_rows_into(grad_weight, weight_rows, partial, centers, inv_norms[target_rows])
     empty = x_hat.new_empty(0)
     return (
         grad_x_hat,
@@ -264,6 +271,7 @@ def _nontarget_lse_backward_fake(
     kernels: str | None,
     need_weight: bool,
     need_scale: bool,
+    sample: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     grad_weight = torch.empty_like(weight) if need_weight else weight.new_empty(0)
     grad_scale = torch.empty_like(scale) if need_scale else x_hat.new_empty(0)
@@ -272,9 +280,11 @@ def _nontarget_lse_backward_fake(
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
     x_hat, weight, labels, target_rows, _, scale, threshold, t = inputs[:8]
-    k, chunk_size, rule, kernels = inputs[8:]
+    k, chunk_size, rule, kernels, sample = inputs[8:]
     lse, _, inv_norms = output
-    ctx.save_for_backward(x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms)
+    ctx.save_for_backward(
+        x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms, sample
+    )
     ctx.options = (k, chunk_size, rule, kernels)
 
 
@@ -287,9 +297,11 @@ def _backward(
 def _backward_through(
     backward: Any, ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None
 ) -> tuple[Tensor | None, ...]:
-    """The gradients of the forward op's 11 inputs, by ``backward`` (the op or its
+    """The gradients of the forward op's 13 inputs, by ``backward`` (the op or its
     implementation)."""
-    x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms = ctx.saved_tensors
+    x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms, sample = (
+        ctx.saved_tensors
+    )
     k, chunk_size, rule, kernels = ctx.options
     need_weight, need_scale = ctx.needs_input_grad[1], ctx.needs_input_grad[5]
     if grad_lse is None:
@@ -314,6 +326,7 @@ def _backward_through(
         kernels,
         need_weight,
         need_scale,
+        sample,
     )
     return (
         grad_x_hat,
@@ -322,6 +335,7 @@ def _backward_through(
         None,
         None,
         grad_scale if need_scale else None,
+        None,
         None,
         None,
         None,
@@ -361,13 +375,18 @@ def _nontarget_lse_call(*inputs: Any) -> tuple[Tensor, Tensor, Tensor]:
     return _EagerNontargetLse.apply(*inputs)
 
 
-def _target_cosine(x_hat: Tensor, weight: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """``cos θ_{i,y_i}`` (max over the target's ``K`` sub-centers) and the winning weight row,
-    ``(Tensor[N], Tensor[N])``, without gradient and without a host sync (every label in
-    ``[0, C)``)."""
+def _target_cosine(
+    x_hat: Tensor, weight: Tensor, labels: Tensor, k: int, sample: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """``cos θ_{i,y_i}`` (max over the target's ``K`` sub-centers) and the winning row
+    (``y·K + k``; ``y`` a position in ``sample`` if given), ``(Tensor[N], Tensor[N])``, without
+    gradient and without a host sync (every label in ``[0, C)``, or ``[0, S)``)."""
     with torch.no_grad():
         candidates = labels.unsqueeze(1) * k + torch.arange(k, device=labels.device)  # (N, K)
-        centers = weight[candidates].to(x_hat.dtype)  # (N, K, D)
+        rows = candidates  # (N, K), rows of the weight
+        if sample is not None:
+            rows = sample[labels].unsqueeze(1) * k + torch.arange(k, device=labels.device)
+        centers = weight[rows].to(x_hat.dtype)  # (N, K, D)
         inv = torch.linalg.vector_norm(centers, dim=2).clamp_min(NORMALIZE_EPS).reciprocal()
         cos_k = torch.einsum("nd,nkd->nk", x_hat, centers) * inv  # (N, K)
         if k == 1:
@@ -386,25 +405,29 @@ def fused_margin_cross_entropy(
     sub_centers: int,
     chunk_size: int | None,
     kernels: str | None,
+    sampled_classes: Tensor | None = None,
 ) -> Tensor:
     """The chunked executor's cross-entropy ``Tensor[N]`` (without the regularizer) through the
     custom ops: traceable by ``torch.compile`` without a graph break.
 
     Args:
         x: ``Tensor[N, D]`` in the compute dtype (float32/float64), autocast off.
-        weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)``.
+        weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
+            positions in ``sampled_classes``, if given).
         margin: a margin whose :func:`nontarget_rule` is ``rule`` (not None).
-        sub_centers, chunk_size, kernels: as
+        sub_centers, chunk_size, kernels, sampled_classes: as
             :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`.
     """
     n, k = x.shape[0], sub_centers
     gemm = gemm_dtype(x, weight)
     if chunk_size is None:
         per_logit = x.dtype.itemsize + (gemm.itemsize if gemm != x.dtype else 0)
-        chunk_size = default_chunk_size(n, k, per_logit)
+        per_center = 0 if sampled_classes is None else 2 * weight.shape[1] * weight.dtype.itemsize
+        chunk_size = default_chunk_size(n, k, per_logit, per_center)
     norms = row_norms(x)  # (N,), no overflow for entries beyond ~1.8e19 in float32
     x_hat = x / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1)  # (N, D)
-    cos_raw, target_rows = _target_cosine(x_hat.detach(), weight.detach(), labels, k)
+    sample = sampled_classes
+    cos_raw, target_rows = _target_cosine(x_hat.detach(), weight.detach(), labels, k, sample)
     cos_target = cos_raw.clamp(-1.0, 1.0)  # (N,)
     norms_arg = norms if margin.requires_norms else None
     empty = x.new_empty(0)
@@ -413,7 +436,7 @@ def fused_margin_cross_entropy(
             old = _row_scale(margin.scale.detach(), n, x)  # (N,)
             per_row, _, _ = _nontarget_lse_call(
                 x_hat.detach(), weight.detach(), labels, target_rows, cos_raw, old, empty,
-                empty, k, chunk_size, RULE_IDENTITY, kernels,
+                empty, k, chunk_size, RULE_IDENTITY, kernels, sample,
             )  # fmt: skip
             log_b_avg = torch.logsumexp(per_row, dim=0) - math.log(n)
         margin.update_scale(log_b_avg, cos_target)
@@ -428,7 +451,7 @@ def fused_margin_cross_entropy(
     row_scale = _row_scale(context["scale"], n, x)  # (N,), a gradient for SphereFace's ‖x‖
     lse_nt, cos_pass, _ = _nontarget_lse_call(
         x_hat, weight, labels, target_rows, cos_raw, row_scale, threshold, t, k, chunk_size,
-        rule, kernels,
+        rule, kernels, sample,
     )  # fmt: skip
     target = margin.adjusted_target_cosine(cos_pass.clamp(-1.0, 1.0), norms_arg, context)
     target_logit = target.to(x.dtype) * row_scale  # (N,)
