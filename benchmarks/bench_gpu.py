@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 import marginface
+from bench_compile import MARGIN, SCALE, plain_arcface
 from marginface.executors.chunked import KERNELS_ENV
 
 METHODS = (
@@ -71,22 +72,8 @@ OPTIONAL = {
     "cce": "cut_cross_entropy",
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-SCALE, MARGIN = 64.0, 0.5
 MB = 2**20
 DEVICE = "cuda"  # a smoke test of the script's logic may point it elsewhere
-
-
-def plain_arcface(x: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """ArcFace as a user writes it in plain PyTorch (insightface's formulation), mean loss."""
-    cosine = F.linear(F.normalize(x), F.normalize(weight)).clamp(-1.0, 1.0)  # (N, C)
-    index = labels.unsqueeze(1)  # (N, 1)
-    target = cosine.gather(1, index)  # (N, 1)
-    sine = (1.0 - target * target).clamp_min(0.0).sqrt()
-    shifted = target * math.cos(MARGIN) - sine * math.sin(MARGIN)  # cos(θ + m)
-    fallback = target - MARGIN * math.sin(MARGIN)  # where θ + m > π
-    shifted = torch.where(target > -math.cos(MARGIN), shifted, fallback)
-    logits = cosine.scatter(1, index, shifted) * SCALE
-    return F.cross_entropy(logits.float(), labels)
 
 
 @contextlib.contextmanager
