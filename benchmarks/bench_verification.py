@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marginface.config import TrainConfig
+from marginface.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from marginface.evaluation import pair_scores, retrieval_metrics, verification_metrics
 from marginface.train import Trainer, TrainingDivergedError, extract_embeddings, load_bundle
 
@@ -142,6 +142,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--device", default="cpu", help="cpu (default: the recorded CPU runs), cuda, auto"
+    )
+    parser.add_argument("--amp", default="none", choices=AMP_MODES, help="autocast on the device")
+    parser.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--tag", default=None, help="suffix of the result files")
@@ -178,12 +183,13 @@ def make_config(args: argparse.Namespace, loss: str, fold: int | None) -> TrainC
         loss_options=loss_options,
         epochs=args.epochs,
         batch_size=args.batch_size,
-        optimizer="adam",
+        optimizer=args.optimizer,
         lr=args.lr,
         weight_decay=args.weight_decay,
         schedule=args.schedule,
         warmup_epochs=args.warmup_epochs,
-        device="cpu",
+        device=args.device,
+        amp=args.amp,
         threads=args.threads,
         seed=args.seed,
         flip=args.flip,
@@ -197,7 +203,10 @@ def evaluate(model: torch.nn.Module, bundle: Any, *, flip: bool) -> dict[str, An
     When every pair is in one fold (an LFW test fold), the threshold is chosen by 10 stratified
     sub-folds of those pairs (``verification_metrics(..., folds=None)``).
     """
-    embeddings = extract_embeddings(model, bundle.test.images, batch_size=1024, flip=flip)
+    device = next(model.parameters()).device
+    embeddings = extract_embeddings(
+        model, bundle.test.images, batch_size=1024, flip=flip, device=device
+    )
     pairs = bundle.pairs
     scores = pair_scores(embeddings, pairs.index)
     one_fold = np.unique(pairs.fold).shape[0] < 2

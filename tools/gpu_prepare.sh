@@ -25,4 +25,17 @@ for name in mnist fashion-mnist omniglot orl README.md; do
     if [ -e "$data/$name" ]; then cp -r "$data/$name" .gpu-data/; fi
 done
 if [ -e "$data/lfw/pairs.txt" ]; then mkdir -p .gpu-data/lfw && cp "$data/lfw/pairs.txt" .gpu-data/lfw/; fi
-du -sh .whl .gpu-data
+
+# LFW's images (104 MB) travel in two calls of their own (tools/gpu_run.sh lfw1, lfw2): halves
+# of the archive in .gpu-lfw1/ and .gpu-lfw2/, joined and checked (sha256) on the device.
+rm -rf .gpu-lfw1 .gpu-lfw2
+archive="$data/lfw/lfw-deepfunneled.tar.gz"
+if [ -e "$archive" ]; then
+    mkdir -p .gpu-lfw1 .gpu-lfw2
+    half=$(( ($(stat -c %s "$archive") + 1) / 2 ))
+    head -c "$half" "$archive" > .gpu-lfw1/part
+    tail -c +"$((half + 1))" "$archive" > .gpu-lfw2/part
+    sha256sum "$archive" | cut -d' ' -f1 > .gpu-lfw2/sha256
+    cp "$data/lfw/pairs.txt" .gpu-lfw2/
+fi
+du -sh .whl .gpu-data .gpu-lfw1 .gpu-lfw2 2>/dev/null
