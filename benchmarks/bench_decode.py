@@ -40,6 +40,21 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ARCHIVE = REPO / ".." / "shared" / "data" / "lfw" / "lfw-deepfunneled.tar.gz"
 
 
+def machine_lines(
+    load_before: tuple[float, ...], load_after: tuple[float, ...], command: str
+) -> list[str]:
+    """The lines a result ends with: machine, versions, load averages around the run, command."""
+    return [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, torch {torch.__version__}",
+        "load average (1, 5, 15 min) before: "
+        + ", ".join(f"{x:.2f}" for x in load_before)
+        + "; after: "
+        + ", ".join(f"{x:.2f}" for x in load_after),
+        f"command: `{command}`",
+    ]
+
+
 def available_decoders() -> list[str]:
     decoders = ["pillow"]
     try:
@@ -136,13 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {decoder} | {pipeline} | {best:,.0f} | {median:,.0f} |")
     lines += [
         "",
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, torch {torch.__version__}",
-        "load average (1, 5, 15 min) before: "
-        + ", ".join(f"{x:.2f}" for x in load_before)
-        + "; after: "
-        + ", ".join(f"{x:.2f}" for x in load_after),
-        f"command: `{command}`",
+        *machine_lines(load_before, load_after, command),
     ]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

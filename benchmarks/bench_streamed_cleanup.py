@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -46,7 +45,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_decode import DEFAULT_ARCHIVE, build_dataset
+from bench_decode import DEFAULT_ARCHIVE, build_dataset, machine_lines
 from marginface.config import TrainConfig
 from marginface.data.base import DatasetBundle, ImageSet
 from marginface.data.insightface import load_insightface
@@ -140,13 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"find_outliers (K = 3, D = {DIM}, {count} samples, {classes} classes), median of "
         f"{args.repeat}: {outlier_ms:.1f} ms",
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, torch {torch.__version__}",
-        "load average (1, 5, 15 min) before: "
-        + ", ".join(f"{x:.2f}" for x in load_before)
-        + "; after: "
-        + ", ".join(f"{x:.2f}" for x in load_after),
-        f"command: `{command}`",
+        *machine_lines(load_before, load_after, command),
     ]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -4,7 +4,6 @@ sub-center run (digits), checked against the angles and dominance computed here 
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,8 @@ import torch
 
 from marginface.cli import main
 from marginface.train import extract_embeddings, load_bundle, load_checkpoint, load_run
+
+from ._subcenters_by_hand import dominant_and_angles
 
 K = 3
 TINY = ["--limit", "120", "--epochs", "2", "--batch-size", "40", "--threads", "1"]
@@ -34,20 +35,7 @@ def _by_hand(run_dir: Path):
     x = extract_embeddings(run.model, train.images).double().numpy()
     labels = np.asarray(train.labels)
     weight = run.loss.weight.detach().double().numpy()  # (C·K, D)
-    num_classes = weight.shape[0] // K
-
-    def cos(a, b):
-        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-    counts = np.zeros((num_classes, K), dtype=int)
-    for xi, y in zip(x, labels, strict=True):
-        own = [cos(xi, weight[y * K + k]) for k in range(K)]
-        counts[y, own.index(max(own))] += 1
-    dominant = [list(row).index(max(row)) for row in counts]
-    angles = [
-        math.degrees(math.acos(max(-1.0, min(1.0, cos(xi, weight[y * K + dominant[y]])))))
-        for xi, y in zip(x, labels, strict=True)
-    ]
+    dominant, angles = dominant_and_angles(x, labels, weight, K)
     return labels, dominant, angles, weight
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import math
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tests._subcenters_by_hand import dominant_and_angles
 
 from marginface.cli import main
 from marginface.data import load_dataset
@@ -109,19 +109,7 @@ def _by_hand(run_dir: Path, digits_rec):
         x = run.model(torch.from_numpy(model_input(pixels[records]))).double().numpy()
     labels = written[records]
     weight = run.loss.weight.detach().double().numpy()  # (C·K, D)
-
-    def cos(a, b):
-        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-    counts = np.zeros((weight.shape[0] // K, K), dtype=int)
-    for xi, y in zip(x, labels, strict=True):
-        own = [cos(xi, weight[y * K + k]) for k in range(K)]
-        counts[y, own.index(max(own))] += 1
-    dominant = [list(row).index(max(row)) for row in counts]
-    angles = [
-        math.degrees(math.acos(max(-1.0, min(1.0, cos(xi, weight[y * K + dominant[y]])))))
-        for xi, y in zip(x, labels, strict=True)
-    ]
+    dominant, angles = dominant_and_angles(x, labels, weight, K)
     return labels, dominant, angles, records
 
 
