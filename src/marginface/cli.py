@@ -29,7 +29,12 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
     ("--image-size", "image_size", int, "resize images to this side"),
     ("--limit", "limit", int, "use at most this many training images"),
-    ("--model", "model", str, "backbone: seed-cnn, seed-cnn-bn, iresnet18, iresnet50"),
+    (
+        "--model",
+        "model",
+        str,
+        "backbone: seed-cnn, seed-cnn-bn, r18/r34/r50/r100/r200, mbf, mbf_large, vit_t/vit_s/vit_b",
+    ),
     ("--embedding-dim", "embedding_dim", int, "embedding dimension (2 or 3 to plot)"),
     ("--epochs", "epochs", int, "training epochs"),
     ("--batch-size", "batch_size", int, "training batch size"),
