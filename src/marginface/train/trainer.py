@@ -129,8 +129,9 @@ class Trainer:
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
             (not resumed) run before its first step, e.g. a sub-center run cut to one center
-            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`).
-            The optimizer and schedule start afresh.
+            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
+            ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
+            class centers). The optimizer and schedule start afresh.
 
     Use :meth:`fit`.
     """
@@ -747,7 +748,8 @@ class Trainer:
             start = self._restore(checkpoint)
         elif self.initial_state is not None:
             self.model.load_state_dict(self.initial_state["model"])
-            self.loss.load_state_dict(self.initial_state["loss"])
+            if "loss" in self.initial_state:
+                self.loss.load_state_dict(self.initial_state["loss"])
         history_path = run_dir / HISTORY_NAME
         self.step_verification = []
         if resume and (run_dir / VERIFICATION_NAME).is_file():
