@@ -41,9 +41,10 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--optimizer", "optimizer", str, "adam, adamw or sgd"),
     ("--lr", "lr", float, "peak learning rate"),
     ("--weight-decay", "weight_decay", float, "weight decay"),
-    ("--schedule", "schedule", str, "constant, cosine or step"),
+    ("--schedule", "schedule", str, "constant, cosine, step or polynomial (insightface's)"),
     ("--warmup-epochs", "warmup_epochs", float, "linear warm-up length in epochs"),
     ("--grad-clip", "grad_clip", float, "clip the gradient norm to this"),
+    ("--grad-accumulation", "grad_accumulation", int, "micro-batches per batch (memory / k)"),
     ("--amp", "amp", str, "none, bf16 (CPU/CUDA) or fp16 (CUDA)"),
     ("--device", "device", str, "auto (CUDA when present), cpu, cuda, cuda:N"),
     ("--threads", "threads", int, "CPU threads for torch"),
@@ -106,6 +107,9 @@ def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = Tru
     group.add_argument(
         "--tensorboard", action="store_true", default=None, help="also log to TensorBoard"
     )
+    group.add_argument(
+        "--compile", action="store_true", default=None, help="train through torch.compile"
+    )
 
 
 def option_name(key: str) -> str:
@@ -115,6 +119,7 @@ def option_name(key: str) -> str:
         if flag_key == key:
             return flag
     named = {"loss": "--loss", "flip": "--flip", "tensorboard": "--tensorboard"}
+    named |= {"compile": "--compile"}
     named |= {"loss_options": "--loss-option", "augment": "--augment", "config": "--config"}
     return named.get(key, f"--set {key}=...")
 
@@ -131,7 +136,7 @@ def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
     for _, key, _, _ in _TRAIN_FLAGS:
         if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
-    for key in ("loss", "flip", "tensorboard"):
+    for key in ("loss", "flip", "tensorboard", "compile"):
         if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
     values.update(_key_values(args.set, "--set"))
