@@ -383,3 +383,24 @@ def test_train_init_from_starts_the_backbone_from_the_file(tmp_path, monkeypatch
     assert main([*args, "--resume"]) == 2
     grey = [a.replace("init.pth", "grey.pth") for a in args]
     assert main(grey) == 2  # a 1-channel file for the RGB faces: named in one line
+
+
+def test_export_safetensors_of_a_run_loads_as_a_backbone(tmp_path):
+    """``marginface export RUN --format safetensors`` writes the run's backbone weights, which
+    ``load_backbone`` (``evaluate --backbone``, ``train --init-from``) reads back."""
+    from marginface.config import TrainConfig
+    from marginface.train import load_run, train
+
+    config = TrainConfig(limit=64, epochs=1, batch_size=32, threads=1, device="cpu")
+    train(config, tmp_path / "run")
+    assert main(["--quiet", "export", str(tmp_path / "run"), "--format", "safetensors"]) == 0
+    run = load_run(tmp_path / "run")
+    path = tmp_path / "run" / "backbone.safetensors"
+    size = run.meta["image_size"]
+    loaded = load_backbone(
+        path, model="seed-cnn", embedding_dim=3, in_channels=run.meta["in_channels"],
+        image_size=size,
+    )  # fmt: skip
+    x = torch.randn(4, run.meta["in_channels"], size, size)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), run.model(x), rtol=0, atol=0)
