@@ -404,3 +404,30 @@ def test_export_safetensors_of_a_run_loads_as_a_backbone(tmp_path):
     x = torch.randn(4, run.meta["in_channels"], size, size)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), run.model(x), rtol=0, atol=0)
+
+
+def test_cli_evaluates_an_image_folder_with_a_pairs_file(tmp_path, capsys):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    names = ["Ann_A", "Bob_B", "Cid_C", "Dee_D"]
+    for name in names:
+        (tmp_path / "faces" / name).mkdir(parents=True)
+        face = rng.integers(0, 256, (40, 40, 3))
+        for number in (1, 2, 3):
+            noisy = np.clip(face + rng.integers(-8, 8, face.shape), 0, 255).astype(np.uint8)
+            Image.fromarray(noisy).save(tmp_path / "faces" / name / f"{name}_{number:04d}.jpg")
+    lines = ["2 3"]
+    for fold in range(2):
+        lines += [f"{names[(fold + k) % 4]} 1 {2 + k % 2}" for k in range(3)]
+        lines += [f"{names[k]} 1 {names[(k + 1 + fold) % 4]} 2" for k in range(3)]
+    (tmp_path / "pairs.txt").write_text("\n".join(lines) + "\n")
+    torch.save(_r18().state_dict(), tmp_path / "backbone.pth")
+    args = ["evaluate", "--backbone", str(tmp_path / "backbone.pth"), "--model", "r18"]
+    args += ["--embedding-dim", "16", "--image-size", "32", "--device", "cpu"]
+    args += ["--data-dir", str(tmp_path / "faces"), "--pairs", str(tmp_path / "pairs.txt")]
+    assert main(args) == 0
+    assert "pairs_accuracy" in capsys.readouterr().out
+    (tmp_path / "faces" / "Ann_A" / "Ann_A_0001.jpg").unlink()
+    assert main(args) == 2
+    assert "Ann_A_0001.jpg is not in" in capsys.readouterr().err
