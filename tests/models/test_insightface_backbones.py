@@ -295,3 +295,25 @@ def test_vit_b_checkpoints_by_default_and_options_are_checked():
         vit_t().eval()(torch.randn(1, 3, 96, 96))
     with pytest.raises(ValueError, match="blocks must be four ints"):
         MobileFaceNet(blocks=(1, 2, 3))
+
+
+def test_a_run_saved_with_the_old_names_loads_evaluates_and_resumes(tmp_path):
+    """A whole iresnet18 run whose checkpoint holds the previous version's names (rewritten
+    here from a fresh run's, then re-sealed): load_run, evaluate and --resume work."""
+    from marginface.config import TrainConfig
+    from marginface.train import evaluate_run, load_checkpoint, load_run, save_checkpoint, train
+
+    values = {"model": "iresnet18", "image_size": 16, "embedding_dim": 8, "limit": 64}
+    values |= {"batch_size": 32, "epochs": 1, "threads": 1, "device": "cpu"}
+    trained = train(TrainConfig(**values), tmp_path / "run")
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = load_checkpoint(path)
+    state["model"] = _legacy_state_dict(trained.model)
+    assert "stages.0.0.body.1.weight" in state["model"]
+    save_checkpoint(state, path)
+    run = load_run(tmp_path / "run")
+    for key, value in trained.model.state_dict().items():
+        torch.testing.assert_close(run.model.state_dict()[key], value, rtol=0, atol=0)
+    assert evaluate_run(tmp_path / "run", device="cpu").metrics["pairs"] > 0
+    resumed = train(TrainConfig(**{**values, "epochs": 2}), tmp_path / "run", resume=True)
+    assert [row["epoch"] for row in resumed.history] == [1, 2]
