@@ -291,6 +291,8 @@ def _verification_printer(args: argparse.Namespace):
 
 # ------------------------------------------------------------------ commands
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.init_from is not None and args.drop_non_dominant is not None:
+        raise ValueError("--init-from and --drop-non-dominant both choose the starting weights")
     if args.drop_non_dominant is not None:
         return _train_with_dominant_centers(args)
     if args.drop_outliers is not None:
@@ -456,7 +458,7 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         image_size=args.image_size,
         device=device,
         batch_size=args.batch_size,
-        flip=args.flip is not False,
+        flip=True,  # insightface's protocol
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
     if args.out is not None:
