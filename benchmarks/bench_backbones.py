@@ -8,7 +8,8 @@ FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode`` on one image i
 (2 per multiply-add of convolutions and matrix products; attention through PyTorch's math
 kernel so its two products are counted; BatchNorm, activations and additions are not).
 Timings: one warm-up call, then the median of ``--repeats`` calls (``--batch`` images each;
-the big models take ``--big-batch``). Prints a markdown table and the machine's load.
+the big models take ``--big-batch``), and their ratios to ``--baseline`` (r50) measured in the
+same run. Prints a markdown table and the machine's load.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--classes", type=int, default=10_000)
     parser.add_argument("--image-size", type=int, default=112)
+    parser.add_argument("--baseline", default="r50", help="the ratios' denominator")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
@@ -106,16 +108,19 @@ def main() -> None:
         result = measure(name, batch, args.repeats, args.classes, args.image_size)
         rows.append((name, result))
         print(f"{name}: {result}", file=sys.stderr, flush=True)
+    base = dict(rows).get(args.baseline)
     print(
         f"| backbone | parameters (M) | GFLOPs (1 image, {args.image_size} px) | batch | "
-        "forward img/s | train step img/s (chunked ArcFace, "
-        f"C = {args.classes}) |"
+        f"forward img/s | / {args.baseline} | train step img/s (chunked ArcFace, "
+        f"C = {args.classes}) | / {args.baseline} |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in rows:
+        forward_ratio = f"{r['forward'] / base['forward']:.2f}" if base else "-"
+        train_ratio = f"{r['train'] / base['train']:.2f}" if base else "-"
         print(
             f"| {name} | {r['params'] / 1e6:.2f} | {r['gflops']:.2f} | {r['batch']} | "
-            f"{r['forward']:.1f} | {r['train']:.1f} |"
+            f"{r['forward']:.2f} | {forward_ratio} | {r['train']:.2f} | {train_ratio} |"
         )
     command = "PYTHONPATH=src python " + " ".join(["benchmarks/bench_backbones.py", *sys.argv[1:]])
     print()
