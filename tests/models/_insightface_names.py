@@ -159,3 +159,40 @@ def vit_forward(sd: dict, x: Tensor, depth: int, heads: int = 8) -> Tensor:
     x = F.layer_norm(x, (width,), sd["norm.weight"], sd["norm.bias"]).reshape(n, -1)
     x = _batch_norm(x @ sd["feature.0.weight"].T, sd, "feature.1", eps=2e-5)
     return _batch_norm(x @ sd["feature.2.weight"].T, sd, "feature.3", eps=2e-5)
+
+
+def _convblock_forward(sd: dict, p: str, x: Tensor, stride: int, groups: int, act: bool = True):
+    weight = sd[f"{p}.layers.0.weight"]
+    padding = weight.shape[-1] // 2 if weight.shape[-1] == 3 else 0
+    x = F.conv2d(x, weight, stride=stride, padding=padding, groups=groups)
+    x = _batch_norm(x, sd, f"{p}.layers.1")
+    return F.prelu(x, sd[f"{p}.layers.2.weight"]) if act else x
+
+
+def _depthwise_forward(sd: dict, p: str, x: Tensor, stride: int, residual: bool) -> Tensor:
+    hidden = sd[f"{p}.layers.0.layers.0.weight"].shape[0]
+    h = _convblock_forward(sd, f"{p}.layers.0", x, 1, 1)
+    h = _convblock_forward(sd, f"{p}.layers.1", h, stride, hidden)
+    h = _convblock_forward(sd, f"{p}.layers.2", h, 1, 1, act=False)
+    return x + h if residual else h
+
+
+def mobilefacenet_forward(sd: dict, x: Tensor, blocks: tuple[int, ...]) -> Tensor:
+    """insightface's ``MobileFaceNet.forward`` in eval mode over its keys (112×112 input)."""
+    x = _convblock_forward(sd, "layers.0", x, 2, 1)
+    if blocks[0] == 1:
+        x = _convblock_forward(sd, "layers.1", x, 1, 64)
+    else:
+        for i in range(blocks[0]):
+            x = _depthwise_forward(sd, f"layers.1.layers.{i}", x, 1, True)
+    for index, count in ((2, None), (3, blocks[1]), (4, None), (5, blocks[2]), (6, None)):
+        if count is None:  # a stride-2 DepthWise without residual
+            x = _depthwise_forward(sd, f"layers.{index}", x, 2, False)
+        else:
+            for i in range(count):
+                x = _depthwise_forward(sd, f"layers.{index}.layers.{i}", x, 1, True)
+    for i in range(blocks[3]):
+        x = _depthwise_forward(sd, f"layers.7.layers.{i}", x, 1, True)
+    x = _convblock_forward(sd, "conv_sep", x, 1, 1)
+    x = _convblock_forward(sd, "features.layers.0", x, 1, 512, act=False).flatten(1)
+    return _batch_norm(x @ sd["features.layers.2.weight"].T, sd, "features.layers.3")

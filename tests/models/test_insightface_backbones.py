@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from tests.models._insightface_names import (
     iresnet_forward,
     iresnet_keys,
+    mobilefacenet_forward,
     mobilefacenet_keys,
     vit_forward,
     vit_keys,
@@ -135,6 +136,17 @@ def test_vit_embedding_equals_insightfaces_forward_in_float64():
     x = torch.randn(2, 3, 112, 112, dtype=torch.float64)
     with torch.no_grad():
         expected = vit_forward(model.state_dict(), x, depth=12)
+        torch.testing.assert_close(model(x), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(("name", "blocks"), [("mbf", (1, 4, 6, 2)), ("mbf_large", (2, 8, 12, 4))])
+def test_mobilefacenet_embedding_equals_insightfaces_forward_in_float64(name, blocks):
+    torch.manual_seed(0)
+    model = _build(name).double().eval()
+    _randomize_batch_norm(model)
+    x = torch.randn(2, 3, 112, 112, dtype=torch.float64)
+    with torch.no_grad():
+        expected = mobilefacenet_forward(model.state_dict(), x, blocks)
         torch.testing.assert_close(model(x), expected, rtol=1e-9, atol=1e-9)
 
 
