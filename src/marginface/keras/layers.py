@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import keras
 from keras import ops
 
+from .._registry import Registry
 from ._angles import clamp, cos_add
 from .functional import (
     adacos_dynamic_scale,
@@ -52,7 +53,7 @@ __all__ = [
 
 H = TypeVar("H", bound=type)
 
-HEADS: dict[str, type[MarginHead]] = {}
+HEADS: Registry[type[MarginHead]] = Registry("Keras head")
 """Registered loss name -> Keras head class (every name of ``marginface.list_losses()``)."""
 
 
@@ -60,7 +61,7 @@ def _head(cls: H) -> H:
     """Register ``cls`` under its ``loss_name``, make it Keras-serializable, and give it a
     signature and a closing "Defaults" docstring line read from the PyTorch loss."""
     defaults = cls.option_defaults()
-    HEADS[cls.loss_name] = cls
+    HEADS.add(cls.loss_name, cls)
     parameters = [inspect.Parameter("num_classes", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     parameters += [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
@@ -85,7 +86,8 @@ class _FixedScale(MarginHead):
 
 @_head
 class NormFace(_FixedScale):
-    """NormFace: ``s·cos θ_j`` for every class, no margin (the seeds' normalized softmax)."""
+    """NormFace: ``s·cos θ_j`` for every class, no margin (softmax on normalized embeddings and
+    centers; Wang et al., 2017)."""
 
     loss_name = "normface"
 
