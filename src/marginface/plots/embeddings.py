@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..evaluation import l2_normalize
 from ..evaluation._arrays import ArrayLike, as_embeddings, as_int_vector
-from ..evaluation.closed_set import _normalize
 from ._figure import class_colors, new_figure
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def _check(embeddings: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.nda
             f"got shape {x.shape}"
         )
     y = as_int_vector("labels", labels, length=x.shape[0])
-    return _normalize(x), y
+    return l2_normalize(x), y
 
 
 def _draw(
