@@ -79,7 +79,7 @@ def closed_set_accuracy(
     .. math:: \text{acc} = \frac1N \sum_i [\arg\max_j \cos\theta_{ij} = y_i]
 
     The scale ``s`` of a margin loss does not change the argmax, so this equals the accuracy of
-    the seed's ``SoftmaxHead(s·cos θ)``. Ties go to the lowest class index (``argmax``).
+    a softmax classifier on ``s·cos θ``. Ties go to the lowest class index (``argmax``).
 
     Args:
         embeddings: ``[N, D]`` (tensor or array; not necessarily normalized).

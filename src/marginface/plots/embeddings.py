@@ -97,7 +97,7 @@ def plot_embeddings(
     ax: Axes | None = None,
 ) -> Figure:
     """Scatter L2-normalized embeddings, coloured by class: on the unit circle (``D = 2``) or
-    over a light wireframe unit sphere (``D = 3``), with equal aspect (the seed's pictures).
+    over a light wireframe unit sphere (``D = 3``), with equal aspect.
 
     Args:
         embeddings: ``[N, 2]`` or ``[N, 3]`` (tensor or array); rows are normalized to length 1
