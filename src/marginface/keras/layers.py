@@ -17,6 +17,8 @@ import keras
 from keras import ops
 
 from .._registry import Registry
+from ..margins._alias import alias, aliases_of
+from ..registry import get_loss_class
 from ._angles import clamp, cos_add
 from .functional import (
     adacos_dynamic_scale,
@@ -59,9 +61,14 @@ HEADS: Registry[type[MarginHead]] = Registry("Keras head")
 
 def _head(cls: H) -> H:
     """Register ``cls`` under its ``loss_name``, make it Keras-serializable, and give it a
-    signature and a closing "Defaults" docstring line read from the PyTorch loss."""
+    signature, a closing "Defaults" docstring line and the unit-naming aliases of the margin's
+    size (``angular_margin``...; :mod:`marginface.margins._alias`), read from the PyTorch loss's
+    declaration."""
     defaults = cls.option_defaults()
     HEADS.add(cls.loss_name, cls)
+    margin_class = get_loss_class(cls.loss_name).declaration.margin_class
+    for name, target in aliases_of(margin_class).items():
+        setattr(cls, name, alias(target, getattr(margin_class, name).__doc__))
     parameters = [inspect.Parameter("num_classes", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     parameters += [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)

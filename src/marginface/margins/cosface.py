@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_real
+from ._alias import alias
 from .base import Context, Margin
 
 __all__ = ["CosFaceMargin", "additive_cosine_margin"]
@@ -47,6 +48,11 @@ class CosFaceMargin(Margin):
             0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
             Default: 0 (off).
     """
+
+    cosine_margin = alias(
+        "margin",
+        "``m``, the additive cosine margin, in cosine units (the constructor's ``margin``).",
+    )
 
     def __init__(
         self,
