@@ -20,7 +20,7 @@ Declaring a loss (docs/architecture.md, "Adding a margin")::
 
     @register_loss("arcface", "aam-softmax")
     class ArcFaceLoss(NamedLoss, margin=ArcFaceMargin, positional=("margin", "scale")):
-        \"\"\"ArcFace: ``s·cos(θ_y + m)``.\"\"\"
+        "ArcFace: ``s·cos(θ_y + m)``."
 
 Margin parameters named like a head parameter (``num_classes``, ``device``) are filled from the
 head's value, so AdaCos's initial scale sees ``num_classes`` and stateful margins create their
@@ -243,10 +243,10 @@ class NamedLoss(MarginSoftmaxLoss):
     the closing lines of the docstring are made from :class:`LossDeclaration`::
 
         class CosFaceLoss(NamedLoss, margin=CosFaceMargin, positional=("margin", "scale")):
-            \"\"\"CosFace: ``s·(cos θ_y - m)``.\"\"\"
+            "CosFace: ``s·(cos θ_y - m)``."
 
         class AMSoftmaxLoss(CosFaceLoss, defaults={"scale": 30.0}):
-            \"\"\"AM-Softmax: CosFace with ``s = 30``.\"\"\"
+            "AM-Softmax: CosFace with ``s = 30``."
 
     Class keywords: ``margin`` (the Margin subclass; inherited when omitted), ``positional``,
     ``defaults`` (merged with the parent's), ``hidden`` (see :meth:`LossDeclaration.build`).
