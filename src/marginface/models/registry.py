@@ -7,8 +7,8 @@ The table is :data:`MODELS`, a :class:`~marginface._registry.Registry` (names ca
 :func:`register_model` (docs/architecture.md, "Adding a backbone").
 
 The face backbones are registered under insightface's ``get_model`` names (r18 ... r200, mbf,
-mbf_large, vit_t, vit_s, vit_b; docs/backbones.md); ``iresnet18`` and ``iresnet50`` are aliases
-of r18 and r50.
+mbf_large, vit_t, vit_s, vit_b; docs/backbones.md); ``iresnet18`` and ``iresnet50`` build the
+same models as r18 and r50.
 """
 
 from __future__ import annotations
@@ -34,10 +34,13 @@ MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
 
 MODELS.add("seed-cnn", SeedCNN)
 MODELS.add("seed-cnn-bn", partial(SeedCNN, batch_norm=True))
-# insightface's names (arcface_torch ``get_model``); iresnet18/iresnet50 are today's aliases
-MODELS.add("r18", partial(IResNet, 18), "iresnet18")
+# insightface's names (arcface_torch ``get_model``); iresnet18/iresnet50, the names of earlier
+# versions, stay listed (the same factories as r18/r50)
+MODELS.add("iresnet18", partial(IResNet, 18))
+MODELS.add("iresnet50", partial(IResNet, 50))
+MODELS.add("r18", partial(IResNet, 18))
 MODELS.add("r34", partial(IResNet, 34))
-MODELS.add("r50", partial(IResNet, 50), "iresnet50")
+MODELS.add("r50", partial(IResNet, 50))
 MODELS.add("r100", partial(IResNet, 100))
 MODELS.add("r200", partial(IResNet, 200))
 MODELS.add("mbf", mbf)
