@@ -39,10 +39,13 @@ class VerificationBin:
 
     def pairs(self, num_folds: int = 10) -> PairSet:
         """The pairs as a :class:`PairSet` with insightface's folds: ``num_folds`` consecutive
-        blocks of (nearly) equal size."""
+        blocks, as ``sklearn.model_selection.KFold(num_folds, shuffle=False)`` deals them (the
+        first ``P mod num_folds`` blocks hold one pair more)."""
         count = len(self.same)
         index = np.arange(2 * count, dtype=np.int64).reshape(count, 2)
-        fold = (np.arange(count, dtype=np.int64) * num_folds) // max(count, 1)
+        sizes = np.full(num_folds, count // num_folds, dtype=np.int64)
+        sizes[: count % num_folds] += 1
+        fold = np.repeat(np.arange(num_folds, dtype=np.int64), sizes)
         return PairSet(index, self.same.astype(bool), fold)
 
 

@@ -8,12 +8,23 @@ Python floats or NumPy arrays.
   nearest other one.
 * :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
 * :func:`verification_metrics` -- LFW 10-fold accuracy, ROC AUC, EER, TAR at FAR.
+* :func:`bin_verification_metrics` -- insightface's ``.bin`` protocol (Accuracy-Flip on its
+  squared-L2 grid, XNorm, VAL@FAR), the numbers papers print.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
 * :func:`error_versus_reject`, :func:`pair_quality` -- a quality score's error-versus-reject
   curve (MagFace's feature magnitude).
 """
 
 from .angles import target_and_nearest_angles
+from .bin_verification import (
+    ACCURACY_THRESHOLDS,
+    VAL_THRESHOLDS,
+    BinVerificationMetrics,
+    bin_set_metrics,
+    bin_verification_metrics,
+    kfold_folds,
+    threshold_at_far,
+)
 from .closed_set import closed_set_accuracy, cosine_to_centers
 from .pairs import NUM_FOLDS, pair_scores, sample_pairs
 from .quality import ErrorVersusReject, error_versus_reject, pair_quality
@@ -31,16 +42,22 @@ from .verification import (
 )
 
 __all__ = [
+    "ACCURACY_THRESHOLDS",
     "DEFAULT_FAR_TARGETS",
     "NUM_FOLDS",
+    "VAL_THRESHOLDS",
+    "BinVerificationMetrics",
     "ErrorVersusReject",
     "VerificationMetrics",
     "best_threshold",
+    "bin_set_metrics",
+    "bin_verification_metrics",
     "closed_set_accuracy",
     "cosine_to_centers",
     "equal_error_rate",
     "error_versus_reject",
     "kfold_accuracy",
+    "kfold_folds",
     "pair_quality",
     "pair_scores",
     "retrieval_metrics",
@@ -49,5 +66,6 @@ __all__ = [
     "sample_pairs",
     "tar_at_far",
     "target_and_nearest_angles",
+    "threshold_at_far",
     "verification_metrics",
 ]
