@@ -1,4 +1,4 @@
-"""The ``marginface`` command: demo, train, evaluate, compare, plot, export.
+"""The ``marginface`` command: demo, train, evaluate, compare, plot, export, convert, align.
 
 Every subcommand has ``--help``. Training options come from defaults, then ``--config
 FILE.toml``, then the command line (``--set key=value`` reaches any configuration key).
@@ -533,6 +533,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args, echo=lambda text: _echo(args, text))
 
 
+def cmd_align(args: argparse.Namespace) -> int:
+    from .evaluation_commands import run_align
+
+    return run_align(args, echo=lambda text: _echo(args, text))
+
+
 # ------------------------------------------------------------------ parser
 def _seconds(text: str) -> float:
     value = float(text)
@@ -706,6 +712,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_convert_arguments(convert)
     convert.set_defaults(func=cmd_convert)
+
+    from .evaluation_commands import add_align_arguments
+
+    align = sub.add_parser(
+        parents=[common],
+        name="align",
+        help="five landmarks per image -> 112x112 ArcFace crops (no face detector)",
+        description="SRC/NAME -> OUT/NAME: the similarity transform of each image's five "
+        "landmarks (from your face detector) onto the ArcFace template, as insightface's "
+        "face_align.norm_crop (needs OpenCV: pip install 'marginface[align]').",
+    )
+    add_align_arguments(align)
+    align.set_defaults(func=cmd_align)
     return parser
 
 
