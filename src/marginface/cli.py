@@ -1,4 +1,4 @@
-"""The ``marginface`` command: demo, train, evaluate, compare, plot, export, convert, align.
+"""The ``marginface`` command: demo, train, evaluate, compare, plot, export, convert, align, ijb.
 
 Every subcommand has ``--help``. Training options come from defaults, then ``--config
 FILE.toml``, then the command line (``--set key=value`` reaches any configuration key).
@@ -539,6 +539,12 @@ def cmd_align(args: argparse.Namespace) -> int:
     return run_align(args, echo=lambda text: _echo(args, text))
 
 
+def cmd_ijb(args: argparse.Namespace) -> int:
+    from .evaluation_commands import run_ijb
+
+    return run_ijb(args, echo=lambda text: _echo(args, text))
+
+
 # ------------------------------------------------------------------ parser
 def _seconds(text: str) -> float:
     value = float(text)
@@ -725,6 +731,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_align_arguments(align)
     align.set_defaults(func=cmd_align)
+
+    from .evaluation_commands import add_ijb_arguments
+
+    ijb = sub.add_parser(
+        parents=[common],
+        name="ijb",
+        help="IJB-B/IJB-C 1:1 TAR@FAR and 1:N rank/TPIR of a run (insightface's protocol)",
+        description="Align DATA_DIR/loose_crop on meta/*_name_5pts_score.txt, embed with the "
+        "run's model (flip test), pool templates (detector-score weighted, mean per media, "
+        "sum over media), score the 1:1 pairs and the 1:N gallery/probe lists as insightface's "
+        "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
+    )
+    add_ijb_arguments(ijb)
+    ijb.set_defaults(func=cmd_ijb)
     return parser
 
 
