@@ -207,6 +207,18 @@ def test_1_to_1_equals_the_protocol_restated(flip, norm, det):
     assert 0.3 < metrics.tar_at_far[1e-2] < 1.0
 
 
+def test_pooling_in_small_chunks_and_float32(monkeypatch):
+    import marginface.evaluation.ijb as ijb
+
+    as_is, flipped, faceness, templates, medias, *_ = _random_protocol(3)
+    x = ijb_image_features(as_is, flipped, faceness).astype(np.float32)
+    monkeypatch.setattr(ijb, "_CHUNK_ROWS", 5)
+    ids, pooled = template_features(x, templates, medias)
+    hand_feats, hand_ids = hand_templates(x.astype(np.float64), templates, medias)
+    np.testing.assert_array_equal(ids, hand_ids)
+    np.testing.assert_allclose(pooled, hand_feats, rtol=1e-12, atol=1e-13)
+
+
 def test_the_nearest_point_rule_on_ties_and_collinear_points():
     # scores with ties and equal steps (scikit-learn drops the collinear middle points)
     rng = np.random.default_rng(1)

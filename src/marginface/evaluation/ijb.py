@@ -40,7 +40,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._arrays import ArrayLike, as_bool_vector, as_embeddings, as_float_vector, as_int_vector
+from ._arrays import (
+    ArrayLike,
+    as_bool_vector,
+    as_embeddings,
+    as_float_vector,
+    as_int_vector,
+    to_numpy,
+)
 from .verification import roc_auc, roc_curve, tar_at_far
 
 __all__ = [
@@ -65,6 +72,9 @@ IJB_FPIR_TARGETS = (0.01, 0.1)
 
 IJB_RANKS = (1, 5, 10)
 """The ranks of insightface's 1:N report."""
+
+_CHUNK_ROWS = 1 << 16
+"""Image rows converted to float64 at a time by :func:`template_features`."""
 
 
 def ijb_image_features(
@@ -128,21 +138,47 @@ def template_features(
         ``(template_ids, features)``: ``int64[T]`` sorted distinct template ids and
         ``float64[T, D]``.
     """
-    x = as_embeddings("features", features)
+    x = _feature_matrix("features", features)  # (N, D), float32 or float64, not copied
     t = as_int_vector("templates", templates, length=x.shape[0])
     m = as_int_vector("medias", medias, length=x.shape[0])
-    pairs = np.stack([t, m], axis=1)  # (N, 2)
-    media_keys, media_of_image = np.unique(pairs, axis=0, return_inverse=True)  # (M, 2), (N,)
-    media_of_image = media_of_image.reshape(-1)
-    media_sum = np.zeros((media_keys.shape[0], x.shape[1]))  # (M, D)
-    np.add.at(media_sum, media_of_image, x)
-    counts = np.bincount(media_of_image, minlength=media_keys.shape[0])  # (M,)
-    media_mean = media_sum / counts[:, None]
-    template_ids, template_of_media = np.unique(media_keys[:, 0], return_inverse=True)  # (T,)
-    pooled = np.zeros((template_ids.shape[0], x.shape[1]))  # (T, D)
-    np.add.at(pooled, template_of_media.reshape(-1), media_mean)
+    order = np.lexsort((m, t))  # images grouped by (template, media), (N,)
+    t_sorted, m_sorted = t[order], m[order]
+    new_media = np.r_[True, (t_sorted[1:] != t_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])]
+    starts = np.flatnonzero(new_media)  # (M,) first sorted row of each media
+    counts = np.diff(np.r_[starts, x.shape[0]])  # (M,)
+    media_mean = np.empty((starts.shape[0], x.shape[1]))  # (M, D) float64
+    # float64 sums over chunks of whole media: no N × D float64 copy of the features
+    chunk = _CHUNK_ROWS  # rows per chunk (a media longer than that is one chunk)
+    first_media = 0
+    while first_media < starts.shape[0]:
+        last_media = int(np.searchsorted(starts, starts[first_media] + chunk, side="left"))
+        last_media = max(last_media, first_media + 1)
+        lo = starts[first_media]
+        hi = starts[last_media] if last_media < starts.shape[0] else x.shape[0]
+        block = x[order[lo:hi]].astype(np.float64)  # (rows, D)
+        sums = np.add.reduceat(block, starts[first_media:last_media] - lo, axis=0)
+        media_mean[first_media:last_media] = sums / counts[first_media:last_media, None]
+        first_media = last_media
+    media_template = t_sorted[starts]  # (M,) non-decreasing
+    new_template = np.r_[True, media_template[1:] != media_template[:-1]]
+    template_starts = np.flatnonzero(new_template)  # (T,)
+    template_ids = media_template[template_starts]
+    pooled = np.add.reduceat(media_mean, template_starts, axis=0)  # (T, D)
     norms = np.sqrt(np.einsum("td,td->t", pooled, pooled))[:, None]
     return template_ids, pooled / np.where(norms == 0.0, 1.0, norms)
+
+
+def _feature_matrix(name: str, value: object) -> np.ndarray:
+    """A finite ``float32``/``float64`` ``[N, D]`` array, not copied (IJB-C's 470k × 512)."""
+    array = to_numpy(name, value)
+    if array.dtype not in (np.float32, np.float64):
+        return as_embeddings(name, array)
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
+        raise ValueError(f"{name} must have shape (N, D) with N, D >= 1, got {array.shape}")
+    for start in range(0, array.shape[0], 1 << 16):
+        if not np.isfinite(array[start : start + (1 << 16)]).all():
+            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+    return array
 
 
 def template_pair_scores(
