@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from ._arrays import (
     ArrayLike,
@@ -146,24 +147,20 @@ def template_features(
     new_media = np.r_[True, (t_sorted[1:] != t_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])]
     starts = np.flatnonzero(new_media)  # (M,) first sorted row of each media
     counts = np.diff(np.r_[starts, x.shape[0]])  # (M,)
-    media_mean = np.empty((starts.shape[0], x.shape[1]))  # (M, D) float64
-    # float64 sums over chunks of whole media: no N × D float64 copy of the features
-    chunk = _CHUNK_ROWS  # rows per chunk (a media longer than that is one chunk)
-    first_media = 0
-    while first_media < starts.shape[0]:
-        last_media = int(np.searchsorted(starts, starts[first_media] + chunk, side="left"))
-        last_media = max(last_media, first_media + 1)
-        lo = starts[first_media]
-        hi = starts[last_media] if last_media < starts.shape[0] else x.shape[0]
-        block = x[order[lo:hi]].astype(np.float64)  # (rows, D)
-        sums = np.add.reduceat(block, starts[first_media:last_media] - lo, axis=0)
-        media_mean[first_media:last_media] = sums / counts[first_media:last_media, None]
-        first_media = last_media
+    media_of_row = np.cumsum(new_media) - 1  # (N,) media of each sorted row
+    media_sum = torch.zeros((starts.shape[0], x.shape[1]), dtype=torch.float64)  # (M, D)
+    # float64 sums, added in sorted order, over chunks of rows: no N × D float64 copy
+    for lo in range(0, x.shape[0], _CHUNK_ROWS):
+        hi = min(lo + _CHUNK_ROWS, x.shape[0])
+        block = torch.from_numpy(x[order[lo:hi]]).to(torch.float64)  # (rows, D)
+        media_sum.index_add_(0, torch.from_numpy(media_of_row[lo:hi]), block)
+    media_mean = media_sum / torch.from_numpy(counts)[:, None]  # (M, D)
     media_template = t_sorted[starts]  # (M,) non-decreasing
     new_template = np.r_[True, media_template[1:] != media_template[:-1]]
-    template_starts = np.flatnonzero(new_template)  # (T,)
-    template_ids = media_template[template_starts]
-    pooled = np.add.reduceat(media_mean, template_starts, axis=0)  # (T, D)
+    template_ids = media_template[new_template]  # (T,)
+    template_of_media = torch.from_numpy(np.cumsum(new_template) - 1)  # (M,)
+    pooled = torch.zeros((template_ids.shape[0], x.shape[1]), dtype=torch.float64)
+    pooled = pooled.index_add_(0, template_of_media, media_mean).numpy()  # (T, D)
     norms = np.sqrt(np.einsum("td,td->t", pooled, pooled))[:, None]
     return template_ids, pooled / np.where(norms == 0.0, 1.0, norms)
 
