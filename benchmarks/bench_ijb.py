@@ -34,7 +34,7 @@ IMAGES, TEMPLATES, SUBJECTS = 469_375, 23_124, 3_531
 GENUINE, IMPOSTOR = 19_557, 15_638_932
 
 
-def simulate(scale: float, dim: int, seed: int = 0):
+def simulate(scale: float, dim: int, noise: float = 6.0, seed: int = 0):
     """Image features (float32, as insightface's img_input_feats), templates, medias, pairs."""
     rng = np.random.default_rng(seed)
     images, templates_n = int(IMAGES * scale), int(TEMPLATES * scale)
@@ -47,7 +47,7 @@ def simulate(scale: float, dim: int, seed: int = 0):
     centers = rng.standard_normal((subjects_n, dim), dtype=np.float32)
     subject_of_image = subject_of_template[template_of_image]
     features = centers[subject_of_image]
-    features += 1.5 * rng.standard_normal((images, dim), dtype=np.float32)
+    features += noise * rng.standard_normal((images, dim), dtype=np.float32)
     genuine_n, impostor_n = int(GENUINE * scale), int(IMPOSTOR * scale)
     by_subject = np.argsort(subject_of_template, kind="stable")
     first = rng.integers(0, templates_n, genuine_n * 4)
