@@ -432,6 +432,12 @@ def test_layout_errors_are_clear(ijb_folder, tmp_path):
     (broken / "meta" / "ijbc_template_pair_label.txt").unlink()
     with pytest.raises(FileNotFoundError, match="missing template pair file"):
         read_ijb_layout(broken, "IJBC")
+    shutil.copy(root / "meta" / "ijbc_template_pair_label.txt", broken / "meta")
+    (broken / "loose_crop" / "3.jpg").write_bytes(b"not a jpeg")
+    layout = read_ijb_layout(broken, "IJBC")
+    for workers in (0, 2):  # a worker's failure arrives as one line, not a traceback
+        with pytest.raises(ValueError, match=r"3\.jpg: missing or unreadable$"):
+            embed_ijb_images(layout, _projection_embedder(), batch_size=4, workers=workers)
 
 
 def test_ijb_command(ijb_folder, tmp_path, monkeypatch, capsys):

@@ -174,7 +174,9 @@ def read_ijb_layout(data_dir: str | os.PathLike[str], target: str = "IJBC") -> I
 
 
 class _AlignedImages(torch.utils.data.Dataset):
-    """Item ``i``: ``uint8[3, 112, 112]`` RGB, image ``i`` aligned on its landmarks."""
+    """Item ``i``: ``(uint8[3, 112, 112]`` RGB, image ``i`` aligned on its landmarks, ``""``)``,
+    or ``(zeros, message)`` when it cannot be read or aligned (the message reaches the main
+    process as one line, not as a worker's traceback)."""
 
     def __init__(self, layout: IjbLayout) -> None:
         self.image_dir = layout.image_dir
@@ -184,7 +186,7 @@ class _AlignedImages(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.names)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
         import cv2
 
         from ..data.align import norm_crop
@@ -192,9 +194,12 @@ class _AlignedImages(torch.utils.data.Dataset):
         path = self.image_dir / self.names[i]
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)  # BGR
         if image is None:
-            raise ValueError(f"{path}: missing or not a readable image")
-        crop = norm_crop(image, self.landmarks[i])[:, :, ::-1]  # RGB, (112, 112, 3)
-        return torch.from_numpy(np.ascontiguousarray(crop.transpose(2, 0, 1)))
+            return torch.zeros(3, 112, 112, dtype=torch.uint8), f"{path}: missing or unreadable"
+        try:
+            crop = norm_crop(image, self.landmarks[i])[:, :, ::-1]  # RGB, (112, 112, 3)
+        except ValueError as error:
+            return torch.zeros(3, 112, 112, dtype=torch.uint8), f"{path}: {error}"
+        return torch.from_numpy(np.ascontiguousarray(crop.transpose(2, 0, 1))), ""
 
 
 def _names_digest(names: list[str], key: str) -> str:
@@ -239,7 +244,10 @@ def embed_ijb_images(
     flipped: list[np.ndarray] = []
     done = 0
     with torch.no_grad():
-        for batch in loader:
+        for batch, problems in loader:
+            problem = next((p for p in problems if p), None)
+            if problem is not None:
+                raise ValueError(problem)
             x = (batch.float() / 255.0 - 0.5) / 0.5  # (B, 3, 112, 112) in [-1, 1]
             as_is.append(embed(x).detach().float().cpu().numpy())
             flipped.append(embed(torch.flip(x, dims=(3,))).detach().float().cpu().numpy())
