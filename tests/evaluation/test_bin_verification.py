@@ -204,3 +204,48 @@ def test_bad_arguments_are_named(kwargs, error, match):
     arguments = {"embeddings": np.ones((20, 4)), "same": np.arange(10) % 2 == 0, **kwargs}
     with pytest.raises(error, match=match):
         bin_verification_metrics(**arguments)
+
+
+def test_bin_metrics_on_real_faces_equal_insightface_protocol():
+    """ORL faces (../shared/data), pixels pooled 4×4 as embeddings, flipped images as the flip
+    test: 330 pairs (not a multiple of 10) of real images."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    from tests._shared_data import require_shared_file
+
+    path = require_shared_file("orl", "att_faces.tar")
+    rng = np.random.default_rng(11)
+    with tarfile.open(path) as archive:
+        faces = {
+            (s, k): np.asarray(
+                Image.open(io.BytesIO(archive.extractfile(f"att_faces/s{s}/{k}.pgm").read()))
+            ).astype(np.float64)
+            for s in range(1, 41)
+            for k in range(1, 11)
+        }
+
+    def embed(image):
+        pooled = image.reshape(28, 4, 23, 4).mean(axis=(1, 3))  # (28, 23)
+        return (pooled - pooled.mean()).reshape(-1)
+
+    rows, flips, same = [], [], []
+    for p in range(330):
+        s = int(rng.integers(1, 41))
+        t = s if p % 2 == 0 else int((s + rng.integers(1, 40) - 1) % 40 + 1)
+        a, b = rng.choice(10, 2, replace=False) + 1
+        for image in (faces[(s, a)], faces[(t, b)]):
+            rows.append(embed(image))
+            flips.append(embed(image[:, ::-1]))
+        same.append(s == t)
+    embeddings, flipped, same = np.array(rows), np.array(flips), np.array(same)
+    ours = bin_verification_metrics(embeddings, same, flipped=flipped)
+    reference = insightface_reference(embeddings, flipped, same)
+    assert 0.6 < reference["accuracy"] < 0.99
+    assert ours.accuracy == reference["accuracy"]
+    assert ours.accuracy_std == pytest.approx(reference["accuracy_std"], abs=1e-15)
+    assert ours.threshold == pytest.approx(reference["threshold"], abs=1e-15)
+    assert ours.val == pytest.approx(reference["val"], abs=1e-15)
+    assert ours.far == pytest.approx(reference["far"], abs=1e-15)
