@@ -635,7 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closed-set accuracy, 10-fold pair verification (accuracy, AUC, EER, "
         "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json. For a MagFace "
         "run also the error-versus-reject curve (feature magnitude as quality: accuracy as the "
-        "lowest-quality pairs are rejected): erc.png and evaluation.html.",
+        "lowest-quality pairs are rejected): erc.png and evaluation.html. On insightface's .bin "
+        "sets: insightface's numbers (Accuracy-Flip on its squared-L2 0.01 grid, best threshold, "
+        "XNorm, VAL@FAR=1e-3), marginface's finer midpoint search (*_accuracy_midpoint), AUC, EER "
+        "and TAR@FAR (docs/evaluation.md).",
     )
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument("--device", default="auto")
