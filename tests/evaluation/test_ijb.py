@@ -196,6 +196,8 @@ def test_1_to_1_equals_the_protocol_restated(flip, norm, det):
     np.testing.assert_array_equal(ids, hand_ids)
     np.testing.assert_allclose(pooled, hand_feats, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(scores, expected, rtol=1e-12, atol=1e-13)
+    single = template_pair_scores(ids, pooled, p1, p2, block=16, precision="float32")
+    np.testing.assert_allclose(single, expected, atol=1e-6)
     # the metrics on the hand-made scores (ours and theirs would round differently apart)
     metrics = ijb_verification(expected, label == 1)
     targets = [1e-3, 1e-2, 1e-1]

@@ -185,23 +185,29 @@ def template_pair_scores(
     second: ArrayLike,
     *,
     block: int = 2048,
+    precision: str = "float64",
 ) -> np.ndarray:
     """Dot products ``⟨t_a, t_b⟩`` of template pairs.
 
     Pairs are grouped by their first template; each group of ``block`` first templates is one
     matrix product with the templates they meet, so no ``P × D`` copy is made.
+    ``precision="float32"`` does the products in single precision (about twice as fast; scores
+    within ~1e-7 of float64's, the rounding insightface's own float32 pooling already has).
 
     Args:
         template_ids: ``int[T]`` sorted distinct ids (:func:`template_features`).
         features: ``float[T, D]`` template features.
         first, second: ``int[P]`` template ids of each pair (every id among ``template_ids``).
         block: first templates per matrix product. Default: 2048.
+        precision: ``"float64"`` (default) or ``"float32"``.
 
     Returns:
         ``float64[P]``.
     """
+    if precision not in ("float64", "float32"):
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     ids = as_int_vector("template_ids", template_ids)
-    f = as_embeddings("features", features)
+    f = as_embeddings("features", features).astype(precision, copy=False)
     a = _template_rows(ids, as_int_vector("first", first), "first")
     b = _template_rows(ids, as_int_vector("second", second, length=a.shape[0]), "second")
     scores = np.empty(a.shape[0])
