@@ -109,7 +109,8 @@ def _ablation_suffix(args: argparse.Namespace) -> str:
 
 def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     """Embed (or read the cached features), evaluate 1:1 and 1:N, write the metrics (JSON,
-    and into the run's ``evaluation.json``) and the ROC picture; print the table."""
+    and into the run's ``evaluation.json``), the ROC picture and an HTML report of both; print
+    the table."""
     import json
     import math
 
@@ -163,6 +164,14 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     picture = save_figure(
         plot_roc({f"{args.target} 1:1": (v.fpr, v.tpr)}), out / f"{prefix}roc.png"
     )
+    from .report import write_evaluation_report
+
+    report = write_evaluation_report(
+        out / f"{prefix}report.html",
+        title=f"marginface {args.target}: {Path(args.run_dir).name}",
+        metrics=metrics,
+        images={f"{args.target} 1:1 ROC (FAR on a log axis)": picture},
+    )
     print(format_table([{"metric": k, "value": value} for k, value in metrics.items()]))
-    echo(f"written to {path}, {evaluation_path} and {picture}")
+    echo(f"written to {path}, {evaluation_path}, {picture} and {report}")
     return 0

@@ -458,6 +458,7 @@ def test_ijb_command(ijb_folder, tmp_path, monkeypatch, capsys):
         == metrics["ijbc_G1+G2_rank1"]
     )
     assert (run / "ijb" / "ijbc_roc.png").stat().st_size > 1000
+    assert "ijbc_tar@far=1e-04" in (run / "ijb" / "ijbc_report.html").read_text()
     assert (run / "ijb" / "ijbc_features.npz").is_file()
     # an ablation reuses the cached features and is labelled
     monkeypatch.setattr(ijb_run, "run_embedder", lambda model, device: None)
