@@ -131,9 +131,20 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         if done == total or done % (20 * args.batch_size) == 0:
             echo(f"embedded {done}/{total} images")
 
+    model_embed = run_embedder(run.model, device)
+
+    def embed(x):
+        try:
+            return model_embed(x)
+        except RuntimeError as error:  # a model for other images (size, channels)
+            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ValueError(
+                f"the model of {args.run_dir} cannot embed 112x112 RGB face crops: {first_line}"
+            ) from None
+
     embeddings, flipped = embed_ijb_images(
         layout,
-        run_embedder(run.model, device),
+        embed,
         batch_size=args.batch_size,
         workers=args.workers,
         cache=out / f"{name}_features.npz",

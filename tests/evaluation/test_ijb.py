@@ -468,3 +468,11 @@ def test_ijb_command(ijb_folder, tmp_path, monkeypatch, capsys):
     assert main(["ijb", str(run), "--data-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "no IJB folder" in err and "Traceback" not in err
+    # the fixture run's own model takes 8x8 grey digits: one line, no traceback
+    monkeypatch.undo()
+    status = main(
+        ["--quiet", "ijb", str(run), "--data-dir", str(root), "--out", str(tmp_path / "o")]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and "cannot embed 112x112 RGB face crops" in err
+    assert len(err.strip().splitlines()) == 1
