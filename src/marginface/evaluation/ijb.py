@@ -147,13 +147,15 @@ def template_features(
     new_media = np.r_[True, (t_sorted[1:] != t_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])]
     starts = np.flatnonzero(new_media)  # (M,) first sorted row of each media
     counts = np.diff(np.r_[starts, x.shape[0]])  # (M,)
-    media_of_row = np.cumsum(new_media) - 1  # (N,) media of each sorted row
+    media_of_image = np.empty(x.shape[0], dtype=np.int64)
+    media_of_image[order] = np.cumsum(new_media) - 1  # (N,) media of each image
     media_sum = torch.zeros((starts.shape[0], x.shape[1]), dtype=torch.float64)  # (M, D)
-    # float64 sums, added in sorted order, over chunks of rows: no N × D float64 copy
+    # float64 sums over chunks of rows in file order (no N × D float64 copy); within a media
+    # the images are added in file order, as the stable sort keeps them
     for lo in range(0, x.shape[0], _CHUNK_ROWS):
         hi = min(lo + _CHUNK_ROWS, x.shape[0])
-        block = torch.from_numpy(x[order[lo:hi]]).to(torch.float64)  # (rows, D)
-        media_sum.index_add_(0, torch.from_numpy(media_of_row[lo:hi]), block)
+        block = torch.from_numpy(np.ascontiguousarray(x[lo:hi])).to(torch.float64)  # (rows, D)
+        media_sum.index_add_(0, torch.from_numpy(media_of_image[lo:hi]), block)
     media_mean = media_sum / torch.from_numpy(counts)[:, None]  # (M, D)
     media_template = t_sorted[starts]  # (M,) non-decreasing
     new_template = np.r_[True, media_template[1:] != media_template[:-1]]
