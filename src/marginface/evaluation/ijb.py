@@ -193,8 +193,8 @@ def template_pair_scores(
 
     Pairs are grouped by their first template; each group of ``block`` first templates is one
     matrix product with the templates they meet, so no ``P × D`` copy is made.
-    ``precision="float32"`` does the products in single precision (about twice as fast; scores
-    within ~1e-7 of float64's, the rounding insightface's own float32 pooling already has).
+    ``precision="float32"`` does the products in single precision (scores within ~1e-7 of
+    float64's, the order of the rounding insightface's own float32 pooling already has).
 
     Args:
         template_ids: ``int[T]`` sorted distinct ids (:func:`template_features`).
