@@ -15,6 +15,7 @@ from ..data import DatasetBundle, PairSet
 from ..evaluation import (
     ErrorVersusReject,
     VerificationMetrics,
+    bin_set_metrics,
     closed_set_accuracy,
     error_versus_reject,
     pair_quality,
@@ -166,30 +167,36 @@ def evaluate_run(
 
 
 def _evaluate_verification_sets(run: Any, bundle: DatasetBundle, config: Any) -> Evaluation:
-    """Datasets judged by verification sets only (insightface's ``.bin``): accuracy ± std,
-    AUC and EER of each set, flip-summed embeddings, 10 folds; the curves of the first set."""
+    """Datasets judged by verification sets only (insightface's ``.bin``): each set's metrics
+    by :func:`~marginface.evaluation.bin_set_metrics` (insightface's rule, plus marginface's
+    midpoint search and the ROC's TAR@FAR); the curves of the first set."""
+    import torch
+
     device = next(run.model.parameters()).device
     metrics: dict[str, float] = {}
     first: tuple[np.ndarray, Any] | None = None
     for name, verification in bundle.verification.items():
-        embeddings = extract_embeddings(
-            run.model,
-            verification.images,
-            batch_size=config.eval_batch_size,
-            device=device,
-            flip=True,
-            transform=verification.model_input,
-        ).numpy()
-        result = evaluate_pairs(embeddings, verification.pairs)
-        metrics[f"{name}_accuracy"] = float(result.accuracy)
-        metrics[f"{name}_accuracy_std"] = float(result.accuracy_std)
-        metrics[f"{name}_auc"] = float(result.auc)
+        as_is, flipped = (
+            extract_embeddings(
+                run.model,
+                verification.images,
+                batch_size=config.eval_batch_size,
+                device=device,
+                transform=transform,
+            ).numpy()
+            for transform in (
+                verification.model_input,
+                lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
+            )
+        )
+        values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
+        metrics.update({f"{name}_{key}": value for key, value in values.items()})
         if first is None:
-            first = (embeddings, result)
-    embeddings, result = first
+            first = ((as_is + flipped) / 2, roc)  # flip-averaged, as before
+    embeddings, roc = first
     labels = np.zeros(embeddings.shape[0], dtype=np.int64)
     metrics["accuracy"] = math.nan
-    return Evaluation(metrics, embeddings, labels, result.fpr, result.tpr)
+    return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr)
 
 
 def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:
