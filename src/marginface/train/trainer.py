@@ -52,6 +52,7 @@ from .run import (
     prepare_run_dir,
     resolve_device,
 )
+from .schedule import micro_batches
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
     checkpoint_entries,
@@ -83,6 +84,8 @@ RESUMABLE_KEYS = frozenset(
         "workers",
         "dist_timeout",
         "verify_every",
+        "compile",
+        "grad_accumulation",
     }
 )
 """Configuration keys that may change between an interrupted run and its ``--resume``."""
@@ -129,8 +132,9 @@ class Trainer:
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
             (not resumed) run before its first step, e.g. a sub-center run cut to one center
-            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`).
-            The optimizer and schedule start afresh.
+            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
+            ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
+            class centers). The optimizer and schedule start afresh.
 
     Use :meth:`fit`.
     """
@@ -229,6 +233,10 @@ class Trainer:
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.forward_model = self.model
+        if config.grad_accumulation > 1 and self.distributed:
+            raise ValueError("grad_accumulation > 1 is supported in single-process runs only")
+        if config.compile:
+            self.forward_model = torch.compile(self.model)  # the same parameters
         if self.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -254,6 +262,7 @@ class Trainer:
             warmup_epochs=config.warmup_epochs,
             step_epochs=config.step_epochs,
             gamma=config.gamma,
+            power=config.poly_power,
         )
         if config.amp == "fp16" and self.device.type != "cuda":
             raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
@@ -514,21 +523,12 @@ class Trainer:
         mine = rank_slice(index, self.rank, self.world) if self.distributed else index
         loaded = _next_batch(loader) if loader is not None else None
         images, labels = self._batch(mine, augment_generator, loaded)
-        with torch.autocast(
-            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
-        ):
-            embeddings = self.forward_model(images)  # (b, D), this rank's rows
-        finite = bool(torch.isfinite(embeddings).all())
-        if self.distributed:
-            finite = all_ranks_true(finite, self.device)
-        if not finite:
-            raise self._diverged("the embeddings became non-finite", epoch, step)
-        loss = self.loss(embeddings.float(), labels)  # the global batch's loss
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise self._diverged(f"the loss became {value}", epoch, step)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        value = 0.0
+        # grad_accumulation: forward/backward per micro-batch, losses weighted by their share
+        for part_images, part_labels in micro_batches(images, labels, config.grad_accumulation):
+            share = part_labels.shape[0] / labels.shape[0]
+            value += share * self._forward_backward(part_images, part_labels, share, epoch, step)
         if config.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             self._clip_gradients(config.grad_clip)
@@ -543,6 +543,26 @@ class Trainer:
         ):
             self._log_step_verification(completed)
         return value, len(index)
+
+    def _forward_backward(
+        self, images: Tensor, labels: Tensor, share: float, epoch: int, step: int
+    ) -> float:
+        """Forward ``images``, add ``share`` × the gradient of their loss; returns the loss."""
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
+            embeddings = self.forward_model(images)  # (b, D), this rank's rows
+        finite = bool(torch.isfinite(embeddings).all())
+        if self.distributed:
+            finite = all_ranks_true(finite, self.device)
+        if not finite:
+            raise self._diverged("the embeddings became non-finite", epoch, step)
+        loss = self.loss(embeddings.float(), labels)  # the global batch's loss
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise self._diverged(f"the loss became {value}", epoch, step)
+        self.scaler.scale(loss * share if share != 1.0 else loss).backward()
+        return value
 
     def _log_step_verification(self, step: int) -> None:
         """Every ``verify_every`` steps: the verification sets' accuracy, logged and (rank 0)
@@ -747,7 +767,8 @@ class Trainer:
             start = self._restore(checkpoint)
         elif self.initial_state is not None:
             self.model.load_state_dict(self.initial_state["model"])
-            self.loss.load_state_dict(self.initial_state["loss"])
+            if "loss" in self.initial_state:
+                self.loss.load_state_dict(self.initial_state["loss"])
         history_path = run_dir / HISTORY_NAME
         self.step_verification = []
         if resume and (run_dir / VERIFICATION_NAME).is_file():
