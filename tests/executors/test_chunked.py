@@ -7,7 +7,7 @@ import torch
 
 import marginface
 from marginface import head as head_module
-from marginface.executors import chunked as chunked_module
+from marginface.executors import chunk_plan as chunk_plan_module
 from marginface.executors.chunked import check_chunkable, chunked_margin_cross_entropy
 from marginface.executors.dense import dense_margin_cross_entropy
 from marginface.margins import ArcFaceMargin, Margin
@@ -306,7 +306,7 @@ def test_invalid_kernels_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
         chunked_margin_cross_entropy(*args)
     monkeypatch.setenv("MARGINFACE_KERNELS", "torch")
     assert torch.isfinite(chunked_margin_cross_entropy(*args)).all()
-    monkeypatch.setattr(chunked_module, "triton_available", lambda: False)
+    monkeypatch.setattr(chunk_plan_module, "triton_available", lambda: False)
     with pytest.raises(ValueError, match="kernels='triton' needs triton installed"):
         chunked_margin_cross_entropy(*args, kernels="triton")
 
