@@ -310,7 +310,7 @@ _nontarget_lse.register_autograd(_backward, setup_context=_setup_context)
 class _EagerNontargetLse(torch.autograd.Function):
     """The same forward and backward as the operators, called directly (outside
     ``torch.compile``): a custom op's first call imports ``torch._dynamo`` (sympy included,
-    ~140 MB resident, measured), which an eager training loop should not pay."""
+    over a hundred MB resident), which an eager training loop should not pay."""
 
     @staticmethod
     def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]

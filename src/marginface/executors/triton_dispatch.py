@@ -17,17 +17,18 @@ from torch import Tensor
 
 from ._online_softmax import empty_statistics, merge_statistics
 from .chunk_workspace import ChunkWorkspace
+from .kernel_options import NonTargetRule
 
 __all__ = ["kernel_rule", "triton_gradient", "triton_statistics"]
 
 
-def kernel_rule(kind: str, parameters: dict[str, Tensor], rows: int, device: torch.device) -> Any:
+def kernel_rule(
+    kind: str, parameters: dict[str, Tensor], rows: int, device: torch.device
+) -> NonTargetRule:
     """The rule ``kind`` (one of :data:`~marginface.margins.base.NONTARGET_KERNELS`) as the
     kernels' :class:`~marginface.executors.triton_kernels.NonTargetRule`: for
     ``"curricular"``, its ``threshold`` and ``t`` (scalars, ``[N]`` or ``[N, 1]``) as float32
     ``[N]`` vectors."""
-    from .triton_kernels import NonTargetRule
-
     if kind == "identity":
         return NonTargetRule()
     threshold = torch.as_tensor(parameters["threshold"], dtype=torch.float32, device=device)
