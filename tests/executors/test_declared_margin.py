@@ -170,3 +170,13 @@ def _sharded(rank: int, world: int) -> None:
 
 def test_a_declared_margin_runs_on_the_sharded_head() -> None:
     run_distributed(_sharded, 2)
+
+
+def test_an_unknown_declared_rule_is_named() -> None:
+    class _Unknown(HardNegativeCosFace):
+        def nontarget_kernel(self) -> str:
+            return "quadratic"
+
+    x, weight, labels = _data()
+    with pytest.raises(ValueError, match=r"_Unknown's nontarget_kernel\(\) must be .*'quadratic'"):
+        chunked_margin_cross_entropy(x, weight, labels, _Unknown())

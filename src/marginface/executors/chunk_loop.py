@@ -35,7 +35,7 @@ from ._online_softmax import (
     merge_statistics,
     slice_statistics,
 )
-from .chunk_plan import scale_in_gemm
+from .chunk_plan import nontarget_kernel_of, scale_in_gemm
 from .chunk_workspace import ChunkWorkspace, project_scattered_rows
 from .dense import NORMALIZE_EPS
 from .triton_dispatch import kernel_rule, triton_gradient, triton_statistics
@@ -107,7 +107,7 @@ def chunk_rule_for_margin(
     compiled rule when it declares one (:meth:`~marginface.margins.base.Margin.nontarget_kernel`)
     and filters nothing, else :meth:`~marginface.margins.base.Margin.nontarget_cosine` itself,
     differentiated by autograd, after inter-class filtering."""
-    kind = margin.nontarget_kernel()
+    kind = nontarget_kernel_of(margin)
     threshold = margin.interclass_filtering_threshold
     if kind is not None and threshold == 0:
         parameters = margin.nontarget_kernel_parameters(context)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_choice
-from ..margins.base import Margin
+from ..margins.base import NONTARGET_KERNELS, Margin
 from .dense import NORMALIZE_EPS, compute_dtype, row_norms
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "chunk_size_for",
     "default_chunk_size",
     "gemm_dtype",
+    "nontarget_kernel_of",
     "normalized_with_norms",
     "requested_kernels",
     "scale_in_gemm",
@@ -138,7 +139,7 @@ def use_triton_kernels(
     gemm = gemm_dtype(x, weight)
     supported = gemm in TRITON_DTYPES and weight.dtype == gemm and weight.stride(1) == 1
     filtering = margin is not None and margin.interclass_filtering_threshold > 0
-    known_rule = margin is None or margin.nontarget_kernel() is not None
+    known_rule = margin is None or nontarget_kernel_of(margin) is not None
     if requested == "auto":
         return (
             x.device.type == "cuda"
@@ -171,6 +172,19 @@ def use_triton_kernels(
             "rules of marginface.margins.base.NONTARGET_KERNELS); use kernels='torch'"
         )
     return True
+
+
+def nontarget_kernel_of(margin: Margin) -> str | None:
+    """``margin``'s declared :meth:`~marginface.margins.base.Margin.nontarget_kernel`: one of
+    :data:`~marginface.margins.base.NONTARGET_KERNELS` or None; ``ValueError`` naming the
+    margin and the value for anything else."""
+    kind = margin.nontarget_kernel()
+    if kind is not None and kind not in NONTARGET_KERNELS:
+        raise ValueError(
+            f"margin {type(margin).__name__}'s nontarget_kernel() must be one of "
+            f"{NONTARGET_KERNELS} or None, got {kind!r}"
+        )
+    return kind
 
 
 def gemm_dtype(embeddings: Tensor, weight: Tensor) -> torch.dtype:

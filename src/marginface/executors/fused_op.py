@@ -59,6 +59,7 @@ from .chunk_loop import (
 from .chunk_plan import (
     chunk_size_for,
     gemm_dtype,
+    nontarget_kernel_of,
     normalized_with_norms,
     requested_kernels,
     scale_per_row,
@@ -91,7 +92,7 @@ def nontarget_rule(margin: Margin) -> int | None:
     :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none or
     filters (another rule, AdaFace's ``cosine_clamp``, inter-class filtering: those run on the
     autograd Function of :mod:`~marginface.executors.chunked_function`)."""
-    kind = margin.nontarget_kernel()
+    kind = nontarget_kernel_of(margin)
     if margin.interclass_filtering_threshold > 0 or kind not in RULE_KINDS:
         return None
     return RULE_KINDS.index(kind)
