@@ -3,7 +3,8 @@
 Every function accepts torch tensors (any device; detached) or NumPy arrays and returns plain
 Python floats or NumPy arrays.
 
-* :func:`closed_set_accuracy` -- argmax of cosines to the class centers (the seed's SoftmaxHead).
+* :func:`closed_set_accuracy` -- argmax of cosines to the class centers.
+* :func:`l2_normalize` -- rows scaled to unit L2 norm (zero rows stay zero).
 * :func:`target_and_nearest_angles` -- each sample's angle to its class center and to the
   nearest other one.
 * :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
@@ -14,7 +15,7 @@ Python floats or NumPy arrays.
 """
 
 from .angles import target_and_nearest_angles
-from .closed_set import closed_set_accuracy, cosine_to_centers
+from .closed_set import closed_set_accuracy, cosine_to_centers, l2_normalize
 from .pairs import NUM_FOLDS, pair_scores, sample_pairs
 from .quality import ErrorVersusReject, error_versus_reject, pair_quality
 from .retrieval import retrieval_metrics
@@ -41,6 +42,7 @@ __all__ = [
     "equal_error_rate",
     "error_versus_reject",
     "kfold_accuracy",
+    "l2_normalize",
     "pair_quality",
     "pair_scores",
     "retrieval_metrics",
