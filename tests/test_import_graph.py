@@ -18,7 +18,6 @@ KNOWN_LONG_FILES = (
     "marginface/cli.py",
     "marginface/train/trainer.py",
     "marginface/data/recordio.py",
-    "marginface/losses.py",
 )
 
 
