@@ -254,8 +254,9 @@ def test_truncated_record_file(face2rec):
     message = str(error.value)
     assert f"{rec}: record 9: truncated" in message and "end of the file" in message
     index.write_text("\n".join(lines) + "\n")  # the full index now points past the end
-    with pytest.raises(RecordFormatError, match=r"train\.idx: line 10: record 0: offset"):
+    with pytest.raises(RecordFormatError, match=r"train\.idx: line 10: record 0: offset") as error:
         InsightFaceDataset(face2rec)
+    assert str(error.value).startswith(f"{rec} looks truncated, or does not belong to train.idx")
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from marginface.data import recordio_format
 from marginface.data.recordio import (
     MAX_RECORD_BYTES,
     RecordFormatError,
@@ -216,7 +217,8 @@ def test_index_offset_past_the_end(handmade):
         RecordReader(path)
     message = str(error.value)
     assert str(index) in message and "line 6" in message and "record 9" in message
-    assert "past the end" in message
+    assert f"{path} looks truncated, or does not belong to {index.name}" in message
+    assert f"past its end ({size} bytes)" in message
 
 
 def test_index_offset_not_at_a_record(handmade):
@@ -263,9 +265,7 @@ def test_index_with_blank_lines_and_crlf(tmp_path):
 
 
 def test_large_index_is_parsed_in_chunks(tmp_path, monkeypatch):
-    import marginface.data.recordio as recordio
-
-    monkeypatch.setattr(recordio, "_INDEX_CHUNK", 64)  # many chunk boundaries
+    monkeypatch.setattr(recordio_format, "_INDEX_CHUNK", 64)  # many chunk boundaries
     keys = np.arange(500) * 3 + 1
     (tmp_path / "c.idx").write_text("".join(f"{k}\t{8 * i}\n" for i, k in enumerate(keys)))
     read_keys, offsets = read_index(tmp_path / "c.idx")
