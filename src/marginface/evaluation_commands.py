@@ -54,9 +54,28 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
 
 
 def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
-    """``RUN --data-dir DIR [--target IJBC] [--batch-size B] [--workers N] [--no-flip]
-    [--no-norm-score] [--no-detector-score] [--device D] [--out DIR]``."""
-    parser.add_argument("run_dir", type=Path, help="the trained run to evaluate")
+    """``(RUN | --backbone FILE --model NAME | --onnx FILE) --data-dir DIR [--target IJBC]
+    [--batch-size B] [--workers N] [--no-flip] [--no-norm-score] [--no-detector-score]
+    [--device D] [--out DIR]``."""
+    parser.add_argument(
+        "run_dir", type=Path, nargs="?", help="the trained run to evaluate (or --backbone/--onnx)"
+    )
+    pretrained = parser.add_argument_group(
+        "a pretrained backbone, no run folder (docs/backbones.md); --out is then required"
+    )
+    source = pretrained.add_mutually_exclusive_group()
+    source.add_argument(
+        "--backbone",
+        type=Path,
+        metavar="FILE",
+        help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors), opened safely",
+    )
+    source.add_argument("--onnx", type=Path, metavar="FILE", help="an ONNX embedding model")
+    pretrained.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    pretrained.add_argument(
+        "--bgr", action="store_true", help="the model expects BGR input (crops are RGB)"
+    )
+    pretrained.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
     parser.add_argument(
         "--data-dir", type=Path, required=True, help="the IJB folder (loose_crop/, meta/)"
     )
@@ -82,6 +101,11 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, help="folder for the features, metrics and ROC (default RUN/ijb)"
     )
+
+
+def _file_identity(path: Path) -> str:
+    """A backbone file's identity for the feature cache (path, size, modification time)."""
+    return f"{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
 
 
 def _checkpoint_identity(run_dir: Path) -> str:
@@ -121,17 +145,40 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    source = args.backbone if args.backbone is not None else args.onnx
+    if source is None and args.run_dir is None:
+        raise ValueError("ijb needs RUN, or --backbone FILE --model NAME, or --onnx FILE")
+    if source is not None and args.run_dir is not None:
+        raise ValueError("--backbone/--onnx evaluate a file, not RUN: leave RUN out")
+    if source is None and args.model is not None:
+        raise ValueError("--model goes with --backbone")
+    if source is not None and args.out is None:
+        raise ValueError("--backbone/--onnx need --out DIR (there is no run folder to write to)")
     layout = read_ijb_layout(args.data_dir, args.target)
     out = args.out or Path(args.run_dir) / "ijb"
     device = resolve_device(args.device)
-    run = load_run(args.run_dir, device=device)
     name = args.target.lower()
+    if source is not None:
+        from .models.pretrained import load_backbone
+
+        model = load_backbone(
+            args.backbone,
+            onnx=args.onnx,
+            model=args.model,
+            embedding_dim=args.embedding_dim,
+            bgr=args.bgr,
+            device=device,
+        )
+        label, cache_key = str(source), _file_identity(Path(source))
+    else:
+        model = load_run(args.run_dir, device=device).model
+        label, cache_key = str(args.run_dir), _checkpoint_identity(Path(args.run_dir))
 
     def progress(done: int, total: int) -> None:
         if done == total or done % (20 * args.batch_size) == 0:
             echo(f"embedded {done}/{total} images")
 
-    model_embed = run_embedder(run.model, device)
+    model_embed = run_embedder(model, device)
 
     def embed(x):
         try:
@@ -139,7 +186,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         except RuntimeError as error:  # a model for other images (size, channels)
             first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ValueError(
-                f"the model of {args.run_dir} cannot embed 112x112 RGB face crops: {first_line}"
+                f"the model of {label} cannot embed 112x112 RGB face crops: {first_line}"
             ) from None
 
     embeddings, flipped = embed_ijb_images(
@@ -148,7 +195,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         batch_size=args.batch_size,
         workers=args.workers,
         cache=out / f"{name}_features.npz",
-        cache_key=_checkpoint_identity(Path(args.run_dir)),
+        cache_key=cache_key,
         progress=progress,
     )
     result = evaluate_ijb(
@@ -165,10 +212,13 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     path = atomic_write_text(
         out / f"{prefix}metrics.json", json.dumps(clean, indent=2, sort_keys=True) + "\n"
     )
-    evaluation_path = Path(args.run_dir) / EVALUATION_NAME
-    merged = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
-    merged.update(clean)
-    atomic_write_text(evaluation_path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    written = [path]
+    if source is None:  # a run: its evaluation.json holds the IJB numbers too
+        evaluation_path = Path(args.run_dir) / EVALUATION_NAME
+        merged = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
+        merged.update(clean)
+        atomic_write_text(evaluation_path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
+        written.append(evaluation_path)
     from .plots import plot_roc, save_figure
 
     v = result.verification
@@ -179,10 +229,10 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
 
     report = write_evaluation_report(
         out / f"{prefix}report.html",
-        title=f"marginface {args.target}: {Path(args.run_dir).name}",
+        title=f"marginface {args.target}: {Path(label).name}",
         metrics=metrics,
         images={f"{args.target} 1:1 ROC (FAR on a log axis)": picture},
     )
     print(format_table([{"metric": k, "value": value} for k, value in metrics.items()]))
-    echo(f"written to {path}, {evaluation_path}, {picture} and {report}")
+    echo(f"written to {', '.join(str(w) for w in [*written, picture])} and {report}")
     return 0

@@ -476,3 +476,41 @@ def test_ijb_command(ijb_folder, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert status == 2 and "cannot embed 112x112 RGB face crops" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_ijb_command_on_a_backbone_file(ijb_folder, tmp_path, capsys):
+    """``ijb --backbone FILE --model NAME --out DIR``: the file's model embeds the crops (the
+    features equal the same model's through the library), no run folder is needed or written."""
+    from marginface.data.ijb import run_embedder
+    from marginface.models import create_model
+
+    root, _ = ijb_folder
+    torch.manual_seed(0)
+    model = create_model("mbf", embedding_dim=64, in_channels=3, image_size=112)
+    model.eval()
+    weights = tmp_path / "backbone.pth"
+    torch.save(model.state_dict(), weights)
+    out = tmp_path / "out"
+    argv = ["--quiet", "ijb", "--backbone", str(weights), "--model", "mbf"]
+    argv += ["--embedding-dim", "64", "--data-dir", str(root), "--device", "cpu"]
+    assert main([*argv, "--out", str(out)]) == 0
+    metrics = json.loads((out / "ijbc_metrics.json").read_text())
+    assert not list(tmp_path.glob("**/evaluation.json"))  # no run, no run's evaluation.json
+    cached = np.load(out / "ijbc_features.npz")
+    layout = read_ijb_layout(root, "IJBC")
+    with torch.no_grad():
+        expected, expected_flipped = embed_ijb_images(layout, run_embedder(model, "cpu"))
+    np.testing.assert_allclose(cached["embeddings"], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cached["flipped"], expected_flipped, rtol=1e-5, atol=1e-5)
+    result = evaluate_ijb(layout, expected, expected_flipped)
+    assert metrics["ijbc_G1_rank1"] == pytest.approx(result.as_dict("ijbc_")["ijbc_G1_rank1"])
+    capsys.readouterr()
+    for bad, message in [
+        (["ijb", "--data-dir", str(root)], "ijb needs RUN, or --backbone"),
+        ([*argv], "need --out DIR"),
+        ([*argv, "--out", str(out), str(tmp_path)], "leave RUN out"),
+        (["ijb", str(tmp_path), "--model", "mbf", "--data-dir", str(root)], "--model goes with"),
+    ]:
+        assert main(["--quiet", *bad] if bad[0] == "ijb" else bad) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
