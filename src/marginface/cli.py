@@ -433,7 +433,8 @@ def demo_config():
     """The demo's recipe on digits (3-D embedding): BatchNorm seed CNN, light dropout, Adam
     with a cosine schedule, the pipeline's per-loss defaults (scale 30 for each of the four
     losses, :data:`~marginface.config.PIPELINE_SCALE`); one thread (faster than two on 8×8
-    images). Measured to finish the four losses well under 3 minutes on 2 CPU cores."""
+    images). Sized to train the four losses in a few minutes on 2 CPU cores (its time is in
+    docs/benchmarks.md)."""
     from .config import TrainConfig
 
     return TrainConfig(

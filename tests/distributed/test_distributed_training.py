@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from marginface.cli import main
 from marginface.config import TrainConfig
-from marginface.train import Trainer, load_checkpoint, load_run, read_history
+from marginface.train import Trainer, load_checkpoint, load_run, read_history, run_state
 from marginface.train.run_state import read_saved_run
 from marginface.train.sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
@@ -83,7 +83,7 @@ def _resume_two_ranks(rank: int, world: int, run: str) -> None:
     assert main(["--quiet", "train", "--out", run, "--resume", "--epochs", "4"]) == 0
 
 
-def test_two_ranks_then_one_then_two(tmp_path, capsys):
+def test_two_ranks_then_one_then_two(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     run_distributed(_train_two_ranks, 2, str(run), deadline_s=180)
     sidecar = read_sidecar(run)
@@ -103,7 +103,17 @@ def test_two_ranks_then_one_then_two(tmp_path, capsys):
     for key, value in expected["model"].items():
         assert torch.equal(trainer.model.state_dict()[key], value), key
     assert [r["epoch"] for r in load_run(run).history] == [1, 2]  # evaluate/plot read it too
+    sidecar_reads: list[Path] = []
+    real_read_sidecar = run_state.read_sidecar
+
+    def counting_read_sidecar(run_dir):
+        sidecar_reads.append(Path(run_dir))
+        return real_read_sidecar(run_dir)
+
+    monkeypatch.setattr(run_state, "read_sidecar", counting_read_sidecar)
     assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"]) == 0
+    assert sidecar_reads == [run]  # the sharded checkpoint is read once per resume
+    monkeypatch.undo()
     assert (run / "checkpoint.pt").is_file() and not (run / SHARDED_CHECKPOINT_NAME).exists()
     assert load_checkpoint(run / "checkpoint.pt")["meta"]["world_size"] == 1
 
