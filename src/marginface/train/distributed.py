@@ -27,6 +27,7 @@ __all__ = [
     "all_ranks_true",
     "broadcast_object",
     "clip_gradient_norm",
+    "collective_failure",
     "init_from_environment",
     "is_distributed",
     "rank_slice",
@@ -38,6 +39,20 @@ logger = logging.getLogger(__name__)
 
 class RankFailureError(RuntimeError):
     """A collective failed or timed out: another rank died, hung or raised."""
+
+
+def collective_failure(
+    error: BaseException, *, rank: int, timeout_s: float, way_forward: str
+) -> RankFailureError:
+    """The one-line :class:`RankFailureError` for ``error`` raised by a collective on ``rank``:
+    another rank died, raised, or hung past ``timeout_s`` seconds; ``way_forward`` says what
+    is kept on disk and how to go on."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else repr(error)
+    return RankFailureError(
+        f"rank {rank}: a collective failed (another rank died, raised, or hung past "
+        f"--dist-timeout = {timeout_s:g} s): {first}; {way_forward}"
+    )
 
 
 def torchrun_environment() -> tuple[int, int, int] | None:

@@ -27,9 +27,9 @@ from ..data.base import StreamedImageSet
 from .batches import epoch_generator, global_batch, streamed_batches
 from .build import build_training
 from .distributed import (
-    RankFailureError,
     all_ranks_true,
     clip_gradient_norm,
+    collective_failure,
     init_from_environment,
     rank_slice,
     torchrun_environment,
@@ -530,11 +530,11 @@ class Trainer:
         except RuntimeError as error:
             if not self.distributed or isinstance(error, TrainingDivergedError):
                 raise
-            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise RankFailureError(
-                f"rank {self.rank}: a collective failed (another rank died, raised, or hung past "
-                f"--dist-timeout = {self.config.dist_timeout:g} s): {first}; "
-                f"{self._way_forward()}"
+            raise collective_failure(
+                error,
+                rank=self.rank,
+                timeout_s=self.config.dist_timeout,
+                way_forward=self._way_forward(),
             ) from error
         finally:
             if board is not None:
