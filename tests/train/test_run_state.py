@@ -258,3 +258,50 @@ def test_clip_gradient_norm_on_one_process_is_torchs():
     for a, b in zip(first, second, strict=True):
         assert torch.equal(a.grad, b.grad)
     assert float(torch.cat([p.grad.flatten() for p in first]).norm()) == pytest.approx(1.0, 1e-5)
+
+
+# ------------------------------------------------------------------ which history is read
+FIXTURE_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "run_v1"
+
+
+def test_the_checkpoints_own_history_wins_over_history_csv(trained, tmp_path):
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    lines = (run / "history.csv").read_text().splitlines()
+    (run / "history.csv").write_text("\n".join(lines[:2]) + "\n")  # a kill left one row
+    saved = read_saved_run(run)
+    assert [row["epoch"] for row in saved.history] == [1, 2]
+    assert saved.history == load_checkpoint(run / CHECKPOINT_NAME)["history"]
+
+
+def test_a_format_1_run_takes_its_history_from_the_csv_cut_to_its_epochs(tmp_path):
+    run = Path(shutil.copytree(FIXTURE_RUN, tmp_path / "old"))
+    with (run / "history.csv").open("a") as csv:  # a row beyond the checkpoint's epochs
+        csv.write("3,1.0,1.0,0.5,0.001,0.5,0.001\n")
+    saved = read_saved_run(run)
+    assert saved.epoch == 2 and "history" not in saved.contents
+    assert [row["epoch"] for row in saved.history] == [1, 2]
+    assert saved.history[1]["loss"] == pytest.approx(31.411428451538086)
+
+
+def test_a_sharded_checkpoint_is_read_from_its_folder(trained, tmp_path):
+    import json
+
+    from marginface.train.sharded_checkpoint import (
+        SHARDED_CHECKPOINT_NAME,
+        SIDECAR_NAME,
+        _digests,
+    )
+
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    real = load_checkpoint(run / CHECKPOINT_NAME)
+    (run / CHECKPOINT_NAME).unlink()
+    folder = run / SHARDED_CHECKPOINT_NAME
+    folder.mkdir()
+    (folder / "__0_0.distcp").write_bytes(b"shard")
+    sidecar = {"format": "marginface-sharded-checkpoint", "version": 1, "epoch": 2}
+    sidecar.update({"config": real["config"], "meta": real["meta"], "history": real["history"]})
+    sidecar.update({"optimizer": {}, "scheduler": real["scheduler"], "files": _digests(folder)})
+    (folder / SIDECAR_NAME).write_text(json.dumps(sidecar))
+    saved = read_saved_run(run)
+    assert saved.sharded and saved.source == folder and saved.epoch == 2
+    assert saved.history == real["history"] and saved.config == real["config"]
