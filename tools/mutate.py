@@ -8,8 +8,8 @@ tests that cover that file (``pytest -x -q -p no:cacheprovider``, with a timeout
 **killed** (a test failed, errored or timed out) or **survived** (every test passed).
 
 Scope: the margins, the executors, verification (``evaluation/verification.py``) and the resume
-path (``train/run_state.py``'s reading and single-file restoring, ``train/checkpoint.py``). Mutants are sampled with
-a fixed seed, a share per file, so a run is repeatable.
+path (``train/run_state.py``'s reading and single-file restoring, ``train/checkpoint.py``).
+Mutants are sampled with a fixed seed, a share per file, so a run is repeatable.
 
 Safety: the mutants are written into a copy of ``src/`` and ``tests/`` in a temporary folder
 (``PYTHONPATH`` points there; the script checks that ``marginface`` is imported from the copy).
