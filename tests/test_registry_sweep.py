@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import marginface
+from marginface.registry import LOSSES
 
 from .conftest import make_loss
 
-ALL = marginface.list_losses()
+ALL = LOSSES.names()  # the one table create_loss, list_losses, the CLI and Keras read
 C, D, N = 7, 5, 12
 
 
@@ -26,6 +27,20 @@ def test_registry_lists_every_paper() -> None:
 def test_registry_names_are_case_and_separator_insensitive() -> None:
     assert marginface.get_loss_class("SubCenter_ArcFace") is marginface.SubCenterArcFaceLoss
     assert marginface.get_loss_class("am-softmax") is marginface.AMSoftmaxLoss
+
+
+@pytest.mark.parametrize("spelling", LOSSES.names(include_aliases=True))
+def test_every_name_and_alias_builds_its_class(spelling: str) -> None:
+    cls = LOSSES.get(spelling)
+    assert marginface.list_losses() == ALL
+    loss = make_loss(LOSSES.canonical(spelling), C, D)
+    assert type(loss) is cls is marginface.get_loss_class(spelling.upper())
+    assert (
+        type(
+            marginface.create_loss(spelling, C, D, **({"seed": 0} if "elastic" in spelling else {}))
+        )
+        is cls
+    )
 
 
 def test_unknown_loss_lists_valid_names() -> None:

@@ -378,7 +378,9 @@ def sample(found: dict[str, list[Mutant]], budget: int | None, seed: int) -> lis
 # ---------------------------------------------------------------------- running
 def _copy_tree(destination: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
-    for name in ("src", "tests"):
+    # benchmarks/: tests/margins/test_parity.py loads the restated reference formulas from
+    # benchmarks/parity_check.py
+    for name in ("src", "tests", "benchmarks"):
         shutil.copytree(REPO / name, destination / name, ignore=ignore)
     shutil.copy(REPO / "pyproject.toml", destination / "pyproject.toml")
     # tests find the offline data at ../shared/data relative to the repository root

@@ -1,4 +1,4 @@
-"""The ``marginface`` command: demo, train, evaluate, compare, plot, export.
+"""The ``marginface`` command: demo, train, evaluate, compare, plot, export, convert, align, ijb.
 
 Every subcommand has ``--help``. Training options come from defaults, then ``--config
 FILE.toml``, then the command line (``--set key=value`` reaches any configuration key).
@@ -518,6 +518,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args, echo=lambda text: _echo(args, text))
 
 
+def cmd_align(args: argparse.Namespace) -> int:
+    from .evaluation_commands import run_align
+
+    return run_align(args, echo=lambda text: _echo(args, text))
+
+
+def cmd_ijb(args: argparse.Namespace) -> int:
+    from .evaluation_commands import run_ijb
+
+    return run_ijb(args, echo=lambda text: _echo(args, text))
+
+
 # ------------------------------------------------------------------ parser
 def _seconds(text: str) -> float:
     value = float(text)
@@ -608,7 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closed-set accuracy, 10-fold pair verification (accuracy, AUC, EER, "
         "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json. For a MagFace "
         "run also the error-versus-reject curve (feature magnitude as quality: accuracy as the "
-        "lowest-quality pairs are rejected): erc.png and evaluation.html.",
+        "lowest-quality pairs are rejected): erc.png and evaluation.html. On insightface's .bin "
+        "sets: insightface's numbers (Accuracy-Flip on its squared-L2 0.01 grid, best threshold, "
+        "XNorm, VAL@FAR=1e-3), marginface's finer midpoint search (*_accuracy_midpoint), AUC, EER "
+        "and TAR@FAR (docs/evaluation.md).",
     )
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument("--device", default="auto")
@@ -691,6 +706,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_convert_arguments(convert)
     convert.set_defaults(func=cmd_convert)
+
+    from .evaluation_commands import add_align_arguments
+
+    align = sub.add_parser(
+        parents=[common],
+        name="align",
+        help="five landmarks per image -> 112x112 ArcFace crops (no face detector)",
+        description="SRC/NAME -> OUT/NAME: the similarity transform of each image's five "
+        "landmarks (from your face detector) onto the ArcFace template, as insightface's "
+        "face_align.norm_crop (needs OpenCV: pip install 'marginface[align]').",
+    )
+    add_align_arguments(align)
+    align.set_defaults(func=cmd_align)
+
+    from .evaluation_commands import add_ijb_arguments
+
+    ijb = sub.add_parser(
+        parents=[common],
+        name="ijb",
+        help="IJB-B/IJB-C 1:1 TAR@FAR and 1:N rank/TPIR of a run (insightface's protocol)",
+        description="Align DATA_DIR/loose_crop on meta/*_name_5pts_score.txt, embed with the "
+        "run's model (flip test), pool templates (detector-score weighted, mean per media, "
+        "sum over media), score the 1:1 pairs and the 1:N gallery/probe lists as insightface's "
+        "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
+    )
+    add_ijb_arguments(ijb)
+    ijb.set_defaults(func=cmd_ijb)
     return parser
 
 

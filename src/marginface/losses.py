@@ -1,28 +1,42 @@
-"""The named losses: one thin :class:`~marginface.head.MarginSoftmaxLoss` per paper.
+r"""The named losses: one declaration per paper, each a :class:`~marginface.head.MarginSoftmaxLoss`
+bound to one margin class and its defaults.
 
-Each class only builds its margin; the formula, units and defaults are documented on the margin
-(:mod:`marginface.margins`). Common keyword arguments of every loss:
+A named loss is a binding, not new code (pytorch-metric-learning's ``ArcFaceLoss`` is the same
+idea): the margin class (:mod:`marginface.margins`) holds the formula, the units and the paper's
+defaults, and :class:`NamedLoss` makes from it a loss class whose constructor is
 
-* ``reduction``: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-* ``impl``: the executor (see :class:`~marginface.head.MarginSoftmaxLoss`).
-* ``device``, ``dtype``: where and how the class centers (and the margin's buffers) are created.
+.. code-block:: text
 
-They are passed on to :class:`~marginface.head.MarginSoftmaxLoss`, which rejects unknown ones.
+    Loss(num_classes, embedding_dim, <margin's positional options>,
+         *, <margin's other options>, <head options of MarginSoftmaxLoss>)
 
-**One source of truth for defaults.** A loss's margin parameters take their defaults from the
-margin class's signature (:func:`margin_defaults`), read when this module is imported: change a
-default on the margin and the named loss follows. The signature of each loss shows the values
-(``help(ArcFaceLoss)``), and a generated "Defaults" line closes each docstring. The only
-deliberate difference: :class:`AMSoftmaxLoss`'s ``scale`` (30, the AM-Softmax paper's).
+read from the two signatures when the class is declared: change a default on the margin, or add
+an option to :class:`~marginface.head.MarginSoftmaxLoss` (``impl``, ``chunk_size``,
+``memory_budget``, ...), and every named loss follows. ``inspect.signature(ArcFaceLoss)`` shows
+the real parameters and defaults; so does ``help(ArcFaceLoss)``, whose docstring is the
+declaration's one-line summary followed by the margin's own documentation.
+
+Declaring a loss (docs/architecture.md, "Adding a margin")::
+
+    @register_loss("arcface", "aam-softmax")
+    class ArcFaceLoss(NamedLoss, margin=ArcFaceMargin, positional=("margin", "scale")):
+        "ArcFace: ``s·cos(θ_y + m)``."
+
+Margin parameters named like a head parameter (``num_classes``, ``device``) are filled from the
+head's value, so AdaCos's initial scale sees ``num_classes`` and stateful margins create their
+buffers on the head's ``device``. The one deliberate difference from a margin's defaults:
+:class:`AMSoftmaxLoss`'s ``scale`` (30, the AM-Softmax paper's; CosFace's is 64).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
 
-import torch
-
+from ._registry import describe_unknown
 from .head import MarginSoftmaxLoss
 from .margins import (
     AdaCosMargin,
@@ -36,6 +50,7 @@ from .margins import (
     NormFaceMargin,
     SphereFaceMargin,
 )
+from .margins.base import Margin
 from .registry import register_loss
 
 __all__ = [
@@ -48,18 +63,21 @@ __all__ = [
     "CosFaceLoss",
     "CurricularFaceLoss",
     "ElasticFaceLoss",
+    "LossDeclaration",
     "MagFaceLoss",
+    "NamedLoss",
     "NormFaceLoss",
     "SphereFaceLoss",
     "SubCenterArcFaceLoss",
+    "head_option_defaults",
     "margin_defaults",
 ]
 
-Device = torch.device | str | None
-L = TypeVar("L", bound=type)
-
 AM_SOFTMAX_SCALE = 30.0
 """AM-Softmax's ``s`` (Wang et al., 2018), where CosFace's paper uses 64."""
+
+_HEAD_ARGUMENTS = ("num_classes", "embedding_dim", "margin")
+"""The positional parameters of :class:`MarginSoftmaxLoss`; every other one is a head option."""
 
 
 def margin_defaults(margin_class: type) -> dict[str, Any]:
@@ -75,547 +93,311 @@ def margin_defaults(margin_class: type) -> dict[str, Any]:
     }
 
 
-def _document_defaults(cls: L) -> L:
-    """Close ``cls``'s docstring with its defaults, read from its own signature (so from the
-    margin's): the docstring cannot drift from the code."""
-    shown = ", ".join(
-        f"``{name}={parameter.default!r}``"
-        for name, parameter in inspect.signature(cls).parameters.items()
-        if parameter.default is not inspect.Parameter.empty and name != "device"
+def head_option_defaults() -> dict[str, Any]:
+    """``{option: default}`` of the keyword options of :class:`MarginSoftmaxLoss` (``sub_centers``,
+    ``reduction``, ``impl``, ``chunk_size``, ``memory_budget``, ``device``, ``dtype``, ...), read
+    from its signature: the options every named loss passes on unchanged."""
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(MarginSoftmaxLoss).parameters.items()
+        if name not in _HEAD_ARGUMENTS
+    }
+
+
+@dataclass(frozen=True)
+class LossDeclaration:
+    """What a named loss is: a margin class, which options it takes how, and their defaults.
+
+    Attributes:
+        margin_class: the :class:`~marginface.margins.Margin` subclass the loss builds.
+        positional: margin options taken by position after ``(num_classes, embedding_dim)``,
+            in order; the other options are keyword-only.
+        margin_options: ``{option: default}`` of the margin options the loss takes, in
+            signature order (the margin's defaults, with the declared overrides).
+        head_options: ``{option: default}`` of the :class:`MarginSoftmaxLoss` options.
+        from_head: margin parameters filled from the head's arguments (``num_classes``,
+            ``device``).
+        signature: the constructor's signature, without ``self``.
+    """
+
+    margin_class: type[Margin]
+    positional: tuple[str, ...]
+    margin_options: Mapping[str, Any]
+    head_options: Mapping[str, Any]
+    from_head: tuple[str, ...]
+    signature: inspect.Signature = field(compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        margin_class: type[Margin],
+        *,
+        positional: tuple[str, ...] = (),
+        defaults: Mapping[str, Any] | None = None,
+        hidden: tuple[str, ...] = (),
+    ) -> LossDeclaration:
+        """Read the margin's and the head's signatures into a declaration.
+
+        Args:
+            margin_class: a :class:`~marginface.margins.Margin` subclass.
+            positional: names of margin options taken by position, in order.
+            defaults: overrides of the margin's or the head's defaults
+                (``{"scale": 30.0}``, ``{"sub_centers": 3}``).
+            hidden: margin options the loss does not take (the margin's default is used).
+
+        Raises:
+            TypeError: ``margin_class`` is not a Margin subclass.
+            ValueError: a name in ``positional``, ``defaults`` or ``hidden`` is not an option.
+        """
+        if not (isinstance(margin_class, type) and issubclass(margin_class, Margin)):
+            raise TypeError(f"margin must be a Margin subclass, got {margin_class!r}")
+        defaults = dict(defaults or {})
+        head = head_option_defaults()
+        margin_parameters = inspect.signature(margin_class).parameters
+        from_head = tuple(
+            name for name in margin_parameters if name in head or name in _HEAD_ARGUMENTS[:2]
+        )
+        options = [name for name in margin_parameters if name not in from_head + hidden]
+        for what, names in (("positional", positional), ("hidden", hidden)):
+            unknown = sorted(set(names) - set(margin_parameters))
+            if unknown:
+                raise ValueError(
+                    f"{what} names {describe_unknown(unknown, margin_parameters)}, not options "
+                    f"of {margin_class.__name__}"
+                )
+        unknown = sorted(set(defaults) - set(options) - set(head))
+        if unknown:
+            raise ValueError(
+                f"defaults names {describe_unknown(unknown, [*options, *head])}, not options of "
+                f"{margin_class.__name__} or MarginSoftmaxLoss"
+            )
+        margin_options = {
+            name: defaults.get(name, margin_parameters[name].default) for name in options
+        }
+        head_options = {name: defaults.get(name, value) for name, value in head.items()}
+        head_annotations = inspect.signature(MarginSoftmaxLoss).parameters
+        parameters = [
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="int")
+            for name in ("num_classes", "embedding_dim")
+        ]
+        ordered = [*positional, *(name for name in options if name not in positional)]
+        for name in ordered:
+            kind = (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD
+                if name in positional
+                else inspect.Parameter.KEYWORD_ONLY
+            )
+            parameters.append(
+                inspect.Parameter(
+                    name,
+                    kind,
+                    default=margin_options[name],
+                    annotation=margin_parameters[name].annotation,
+                )
+            )
+        for name, value in head_options.items():
+            parameters.append(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=value,
+                    annotation=head_annotations[name].annotation,
+                )
+            )
+        return cls(
+            margin_class=margin_class,
+            positional=tuple(positional),
+            margin_options=MappingProxyType(margin_options),
+            head_options=MappingProxyType(head_options),
+            from_head=from_head,
+            signature=inspect.Signature(parameters, return_annotation="None"),
+        )
+
+    def split(self, arguments: Mapping[str, Any]) -> tuple[Margin, dict[str, Any]]:
+        """Build the margin from bound constructor ``arguments`` (every parameter present);
+        returns it and the keyword options for :class:`MarginSoftmaxLoss`."""
+        margin_kwargs = {name: arguments[name] for name in self.margin_options}
+        margin_kwargs |= {name: arguments[name] for name in self.from_head}
+        margin = self.margin_class(**margin_kwargs)
+        head_kwargs = {name: arguments[name] for name in self.head_options}
+        return margin, head_kwargs
+
+    def defaults_line(self) -> str:
+        """The closing lines of the loss's docstring: every default, read from the signature."""
+
+        def shown(options: Mapping[str, Any]) -> str:
+            return ", ".join(f"``{name}={value!r}``" for name, value in options.items())
+
+        head = {name: value for name, value in self.head_options.items() if name != "device"}
+        return (
+            f"Defaults: {shown(self.margin_options)}.\n\n"
+            f"Head options (passed to :class:`~marginface.head.MarginSoftmaxLoss`, which documents "
+            f"them; ``device`` places the centers and the margin's buffers): {shown(head)}.\n"
+        )
+
+
+class NamedLoss(MarginSoftmaxLoss):
+    """Base of the named losses: a :class:`MarginSoftmaxLoss` whose margin is built from options.
+
+    A subclass declares its margin in the class statement; the constructor, its signature and
+    the closing lines of the docstring are made from :class:`LossDeclaration`::
+
+        class CosFaceLoss(NamedLoss, margin=CosFaceMargin, positional=("margin", "scale")):
+            "CosFace: ``s·(cos θ_y - m)``."
+
+        class AMSoftmaxLoss(CosFaceLoss, defaults={"scale": 30.0}):
+            "AM-Softmax: CosFace with ``s = 30``."
+
+    Class keywords: ``margin`` (the Margin subclass; inherited when omitted), ``positional``,
+    ``defaults`` (merged with the parent's), ``hidden`` (see :meth:`LossDeclaration.build`).
+    A loss declared this way and registered with :func:`~marginface.registry.register_loss` is
+    available to :func:`~marginface.create_loss`, the CLI's ``--loss`` and (with a Keras twin)
+    :mod:`marginface.keras`.
+    """
+
+    declaration: ClassVar[LossDeclaration]
+    _declared: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(
+        cls,
+        *,
+        margin: type[Margin] | None = None,
+        positional: tuple[str, ...] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        hidden: tuple[str, ...] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        parent = dict(cls._declared)
+        declared = {
+            "margin": margin if margin is not None else parent.get("margin"),
+            "positional": positional if positional is not None else parent.get("positional", ()),
+            "defaults": {**parent.get("defaults", {}), **(defaults or {})},
+            "hidden": hidden if hidden is not None else parent.get("hidden", ()),
+        }
+        if declared["margin"] is None:
+            raise TypeError(
+                f"{cls.__name__} must declare its margin: class {cls.__name__}"
+                "(NamedLoss, margin=SomeMargin)"
+            )
+        cls._declared = declared
+        declaration = LossDeclaration.build(
+            declared["margin"],
+            positional=tuple(declared["positional"]),
+            defaults=declared["defaults"],
+            hidden=tuple(declared["hidden"]),
+        )
+        cls.declaration = declaration
+        cls.__init__ = _make_init(cls, declaration)  # type: ignore[method-assign]
+        summary = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
+        margin_doc = inspect.cleandoc(declaration.margin_class.__doc__ or "")
+        cls.__doc__ = (
+            f"{summary}\n\n"
+            f"The margin, :class:`~marginface.margins.{declaration.margin_class.__name__}` "
+            f"(its options are this loss's):\n\n{margin_doc}\n\n{declaration.defaults_line()}"
+        )
+
+
+def _make_init(cls: type, declaration: LossDeclaration) -> Any:
+    """The constructor of a declared loss: bind the arguments to the declared signature, build
+    the margin, hand the rest to :class:`MarginSoftmaxLoss`."""
+    signature = declaration.signature
+    valid = list(signature.parameters)
+
+    def init(self: NamedLoss, *args: Any, **kwargs: Any) -> None:
+        unknown = [name for name in kwargs if name not in signature.parameters]
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unknown keyword argument(s) "
+                f"{describe_unknown(unknown, valid)}; valid: {', '.join(valid)}"
+            )
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(f"{type(self).__name__}: {error}") from None
+        bound.apply_defaults()
+        margin, head_kwargs = declaration.split(bound.arguments)
+        arguments = bound.arguments
+        MarginSoftmaxLoss.__init__(
+            self, arguments["num_classes"], arguments["embedding_dim"], margin, **head_kwargs
+        )
+
+    self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    init.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_parameter, *signature.parameters.values()]
     )
-    cls.__doc__ = f"{inspect.cleandoc(cls.__doc__ or '')}\n\nDefaults: {shown}.\n"
-    return cls
+    init.__name__ = "__init__"
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__doc__ = f"Build the margin from its options, then the head (see {cls.__name__})."
+    return init
 
 
-_NORM = margin_defaults(NormFaceMargin)
-_SPHERE = margin_defaults(SphereFaceMargin)
-_COS = margin_defaults(CosFaceMargin)
-_ARC = margin_defaults(ArcFaceMargin)
-_COMBINED = margin_defaults(CombinedMargin)
-_CURRICULAR = margin_defaults(CurricularFaceMargin)
-_ADACOS = margin_defaults(AdaCosMargin)
-_MAG = margin_defaults(MagFaceMargin)
-_ADAFACE = margin_defaults(AdaFaceMargin)
-_ELASTIC = margin_defaults(ElasticFaceMargin)
+# ---------------------------------------------------------------- the declarations
 
 
-@_document_defaults
 @register_loss("normface", "softmax")
-class NormFaceLoss(MarginSoftmaxLoss):
-    """NormFace: ``s·cos θ`` on normalized embeddings and centers (:class:`NormFaceMargin`).
-
-    Args:
-        scale: ``s``.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        scale: float = _NORM["scale"],
-        *,
-        interclass_filtering_threshold: float = _NORM["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        margin = NormFaceMargin(
-            scale, interclass_filtering_threshold=interclass_filtering_threshold
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            margin,
-            device=device,
-            **options,
-        )
+class NormFaceLoss(NamedLoss, margin=NormFaceMargin, positional=("scale",), hidden=("gradient",)):
+    """NormFace: ``s·cos θ`` on normalized embeddings and centers. ``gradient`` is not an
+    option: the target cosine is left as it is, so the gradient mode would change nothing."""
 
 
-@_document_defaults
 @register_loss("sphereface", "a-softmax")
-class SphereFaceLoss(MarginSoftmaxLoss):
-    """SphereFace / A-Softmax: ``ψ(θ) = (-1)^k cos(mθ) - 2k`` with annealing
-    (:class:`SphereFaceMargin`).
-
-    Args:
-        margin: integer ``m >= 1``.
-        scale: None (default) scales by the feature norm (original); a float, the normalized
-            variant.
-        lambda_base, lambda_gamma, lambda_power, lambda_min: annealing.
-        gradient: ``"exact"`` or ``"straight_through"``.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: int = _SPHERE["margin"],
-        scale: float | None = _SPHERE["scale"],
-        *,
-        lambda_base: float = _SPHERE["lambda_base"],
-        lambda_gamma: float = _SPHERE["lambda_gamma"],
-        lambda_power: float = _SPHERE["lambda_power"],
-        lambda_min: float = _SPHERE["lambda_min"],
-        gradient: str = _SPHERE["gradient"],
-        interclass_filtering_threshold: float = _SPHERE["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        sphere = SphereFaceMargin(
-            margin,
-            scale,
-            lambda_base=lambda_base,
-            lambda_gamma=lambda_gamma,
-            lambda_power=lambda_power,
-            lambda_min=lambda_min,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-            device=device,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            sphere,
-            device=device,
-            **options,
-        )
+class SphereFaceLoss(NamedLoss, margin=SphereFaceMargin, positional=("margin", "scale")):
+    """SphereFace / A-Softmax: ``ψ(θ) = (-1)^k cos(mθ) - 2k`` with annealing."""
 
 
-@_document_defaults
 @register_loss("cosface", "lmcl")
-class CosFaceLoss(MarginSoftmaxLoss):
-    """CosFace: ``s·(cos θ_y - m)`` (:class:`CosFaceMargin`).
-
-    Args:
-        margin: ``m`` in cosine units.
-        scale: ``s``.
-        conditional: subtract ``m`` only where ``cos θ_y > m`` (seed 001).
-        gradient: ``"exact"`` or ``"straight_through"``.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float = _COS["margin"],
-        scale: float = _COS["scale"],
-        *,
-        conditional: bool = _COS["conditional"],
-        gradient: str = _COS["gradient"],
-        interclass_filtering_threshold: float = _COS["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        cos = CosFaceMargin(
-            margin,
-            scale,
-            conditional=conditional,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            cos,
-            device=device,
-            **options,
-        )
+class CosFaceLoss(NamedLoss, margin=CosFaceMargin, positional=("margin", "scale")):
+    """CosFace: ``s·(cos θ_y - m)``."""
 
 
-@_document_defaults
 @register_loss("amsoftmax", "am-softmax")
-class AMSoftmaxLoss(CosFaceLoss):
+class AMSoftmaxLoss(CosFaceLoss, defaults={"scale": AM_SOFTMAX_SCALE}):
     """AM-Softmax: CosFace with the AM-Softmax paper's scale, ``s = 30``
     (:data:`AM_SOFTMAX_SCALE`; CosFace's own default is 64) and CosFace's margin."""
 
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float = _COS["margin"],
-        scale: float = AM_SOFTMAX_SCALE,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(num_classes, embedding_dim, margin, scale, **kwargs)
 
-
-@_document_defaults
 @register_loss("arcface", "aam-softmax")
-class ArcFaceLoss(MarginSoftmaxLoss):
-    """ArcFace: ``s·cos(θ_y + m)`` (:class:`ArcFaceMargin`).
-
-    Args:
-        margin: ``m`` in radians, ``[0, π)``.
-        scale: ``s``.
-        policy: where ``θ_y + m > π``: ``"linear"``, ``"easy"``, ``"clip"``, ``"none"``.
-        gradient: ``"exact"`` or ``"straight_through"``.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float = _ARC["margin"],
-        scale: float = _ARC["scale"],
-        *,
-        policy: str = _ARC["policy"],
-        gradient: str = _ARC["gradient"],
-        interclass_filtering_threshold: float = _ARC["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        arc = ArcFaceMargin(
-            margin,
-            scale,
-            policy=policy,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            arc,
-            device=device,
-            **options,
-        )
+class ArcFaceLoss(NamedLoss, margin=ArcFaceMargin, positional=("margin", "scale")):
+    """ArcFace: ``s·cos(θ_y + m)``."""
 
 
-@_document_defaults
 @register_loss("combined", "combined-margin")
-class CombinedMarginLoss(MarginSoftmaxLoss):
-    """Combined margin: ``s·(cos(m1·θ_y + m2) - m3)`` (:class:`CombinedMargin`).
-
-    Args:
-        m1: multiplicative angular (SphereFace).
-        m2: additive angular, radians (ArcFace).
-        m3: additive cosine (CosFace).
-        scale: ``s``.
-        policy, gradient: as for :class:`ArcFaceLoss`.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        m1: float = _COMBINED["m1"],
-        m2: float = _COMBINED["m2"],
-        m3: float = _COMBINED["m3"],
-        scale: float = _COMBINED["scale"],
-        *,
-        policy: str = _COMBINED["policy"],
-        gradient: str = _COMBINED["gradient"],
-        interclass_filtering_threshold: float = _COMBINED["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        combined = CombinedMargin(
-            m1,
-            m2,
-            m3,
-            scale,
-            policy=policy,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            combined,
-            device=device,
-            **options,
-        )
+class CombinedMarginLoss(NamedLoss, margin=CombinedMargin, positional=("m1", "m2", "m3", "scale")):
+    """Combined margin: ``s·(cos(m1·θ_y + m2) - m3)``."""
 
 
-@_document_defaults
 @register_loss("curricularface", "curricular")
-class CurricularFaceLoss(MarginSoftmaxLoss):
-    """CurricularFace: ArcFace positive, hard negatives ``cos θ_j·(t + cos θ_j)``
-    (:class:`CurricularFaceMargin`).
-
-    Args:
-        margin: ``m`` in radians.
-        scale: ``s``.
-        momentum: ``α`` of ``t``'s moving average.
-        policy, gradient: as for :class:`ArcFaceLoss`.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float = _CURRICULAR["margin"],
-        scale: float = _CURRICULAR["scale"],
-        *,
-        momentum: float = _CURRICULAR["momentum"],
-        policy: str = _CURRICULAR["policy"],
-        gradient: str = _CURRICULAR["gradient"],
-        interclass_filtering_threshold: float = _CURRICULAR["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        curricular = CurricularFaceMargin(
-            margin,
-            scale,
-            momentum=momentum,
-            policy=policy,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-            device=device,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            curricular,
-            device=device,
-            **options,
-        )
+class CurricularFaceLoss(NamedLoss, margin=CurricularFaceMargin, positional=("margin", "scale")):
+    """CurricularFace: ArcFace positive, hard negatives ``cos θ_j·(t + cos θ_j)``."""
 
 
-@_document_defaults
 @register_loss("adacos")
-class AdaCosLoss(MarginSoftmaxLoss):
-    """AdaCos: no margin, scale ``√2·log(C - 1)`` or adapted per batch (:class:`AdaCosMargin`).
-
-    Args:
-        dynamic: adapt the scale per batch in training mode.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        *,
-        dynamic: bool = _ADACOS["dynamic"],
-        interclass_filtering_threshold: float = _ADACOS["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        ada = AdaCosMargin(
-            num_classes,
-            dynamic=dynamic,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-            device=device,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            ada,
-            device=device,
-            **options,
-        )
+class AdaCosLoss(NamedLoss, margin=AdaCosMargin, hidden=("gradient",)):
+    """AdaCos: no margin, scale ``√2·log(C - 1)`` or adapted per batch. ``gradient`` is not an
+    option: the target cosine is left as it is, so the gradient mode would change nothing."""
 
 
-@_document_defaults
 @register_loss("subcenter-arcface", "subcenter")
-class SubCenterArcFaceLoss(MarginSoftmaxLoss):
-    """Sub-center ArcFace (Deng et al., 2020): ``K`` centers per class, the cosine max-pooled
-    over them, then ArcFace's margin.
-
-    Args:
-        sub_centers: ``K >= 1`` (paper: 3). ``.weight`` has shape ``(C·K, D)``, class-major.
-        margin, scale, policy, gradient: as for :class:`ArcFaceLoss`.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float = _ARC["margin"],
-        scale: float = _ARC["scale"],
-        *,
-        sub_centers: int = 3,
-        policy: str = _ARC["policy"],
-        gradient: str = _ARC["gradient"],
-        interclass_filtering_threshold: float = _ARC["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        arc = ArcFaceMargin(
-            margin,
-            scale,
-            policy=policy,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            arc,
-            sub_centers=sub_centers,
-            device=device,
-            **options,
-        )
+class SubCenterArcFaceLoss(
+    NamedLoss, margin=ArcFaceMargin, positional=("margin", "scale"), defaults={"sub_centers": 3}
+):
+    """Sub-center ArcFace (Deng et al., 2020): ``K = sub_centers`` centers per class (paper: 3;
+    ``.weight`` has shape ``(C·K, D)``, class-major), the cosine max-pooled over them, then
+    ArcFace's margin."""
 
 
-@_document_defaults
 @register_loss("magface")
-class MagFaceLoss(MarginSoftmaxLoss):
-    """MagFace: margin linear in the clamped feature norm, plus ``λ_g·g(a)``
-    (:class:`MagFaceMargin`).
-
-    Args:
-        scale: ``s``.
-        lower_norm, upper_norm: ``l_a, u_a``.
-        lower_margin, upper_margin: ``l_m, u_m`` radians.
-        regularizer_weight: ``λ_g``.
-        policy, gradient: as for :class:`ArcFaceLoss`.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        scale: float = _MAG["scale"],
-        *,
-        lower_norm: float = _MAG["lower_norm"],
-        upper_norm: float = _MAG["upper_norm"],
-        lower_margin: float = _MAG["lower_margin"],
-        upper_margin: float = _MAG["upper_margin"],
-        regularizer_weight: float = _MAG["regularizer_weight"],
-        policy: str = _MAG["policy"],
-        gradient: str = _MAG["gradient"],
-        interclass_filtering_threshold: float = _MAG["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        mag = MagFaceMargin(
-            scale,
-            lower_norm=lower_norm,
-            upper_norm=upper_norm,
-            lower_margin=lower_margin,
-            upper_margin=upper_margin,
-            regularizer_weight=regularizer_weight,
-            policy=policy,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            mag,
-            device=device,
-            **options,
-        )
+class MagFaceLoss(NamedLoss, margin=MagFaceMargin, positional=("scale",)):
+    """MagFace: margin linear in the clamped feature norm, plus ``λ_g·g(a)``."""
 
 
-@_document_defaults
 @register_loss("adaface")
-class AdaFaceLoss(MarginSoftmaxLoss):
-    """AdaFace: quality-adaptive margin from normalized feature norms (:class:`AdaFaceMargin`).
-
-    Args:
-        margin: ``m``.
-        scale: ``s``.
-        h: concentration.
-        momentum: weight of the new batch in the norm statistics.
-        cosine_clamp: ``δ``; ``δ > 0`` clamps every cosine to ``[-1 + δ, 1 - δ]`` before the
-            margin (the authors' code: ``1e-3``); 0 (default) does not.
-        gradient: ``"exact"`` or ``"straight_through"``.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float = _ADAFACE["margin"],
-        scale: float = _ADAFACE["scale"],
-        *,
-        h: float = _ADAFACE["h"],
-        momentum: float = _ADAFACE["momentum"],
-        cosine_clamp: float = _ADAFACE["cosine_clamp"],
-        gradient: str = _ADAFACE["gradient"],
-        interclass_filtering_threshold: float = _ADAFACE["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        ada = AdaFaceMargin(
-            margin,
-            scale,
-            h=h,
-            momentum=momentum,
-            cosine_clamp=cosine_clamp,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-            device=device,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            ada,
-            device=device,
-            **options,
-        )
+class AdaFaceLoss(NamedLoss, margin=AdaFaceMargin, positional=("margin", "scale")):
+    """AdaFace: quality-adaptive margin from normalized feature norms."""
 
 
-@_document_defaults
 @register_loss("elasticface", "elastic")
-class ElasticFaceLoss(MarginSoftmaxLoss):
-    """ElasticFace: per-sample margin ``~ N(m, σ)`` on ArcFace or CosFace
-    (:class:`ElasticFaceMargin`).
-
-    Args:
-        margin: the mean ``m``; None: 0.5 for ``kind="arc"``, 0.35 for ``"cos"``.
-        scale: ``s``.
-        kind: ``"arc"`` or ``"cos"``.
-        std: ``σ``.
-        plus: ElasticFace+ assignment.
-        seed: seed for the margin draws, or None.
-        policy, gradient: as for :class:`ArcFaceLoss`.
-        interclass_filtering_threshold: non-target cosines above it are set to 0 (label
-            noise; insightface's filter); 0 = off.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        embedding_dim: int,
-        margin: float | None = _ELASTIC["margin"],
-        scale: float = _ELASTIC["scale"],
-        *,
-        kind: str = _ELASTIC["kind"],
-        std: float = _ELASTIC["std"],
-        plus: bool = _ELASTIC["plus"],
-        seed: int | None = _ELASTIC["seed"],
-        policy: str = _ELASTIC["policy"],
-        gradient: str = _ELASTIC["gradient"],
-        interclass_filtering_threshold: float = _ELASTIC["interclass_filtering_threshold"],
-        device: Device = None,
-        **options: Any,
-    ) -> None:
-        elastic = ElasticFaceMargin(
-            kind,
-            margin,
-            scale,
-            std=std,
-            plus=plus,
-            seed=seed,
-            policy=policy,
-            gradient=gradient,
-            interclass_filtering_threshold=interclass_filtering_threshold,
-        )
-        super().__init__(
-            num_classes,
-            embedding_dim,
-            elastic,
-            device=device,
-            **options,
-        )
+class ElasticFaceLoss(NamedLoss, margin=ElasticFaceMargin, positional=("margin", "scale")):
+    """ElasticFace: per-sample margin ``~ N(m, σ)`` on ArcFace or CosFace."""

@@ -1,82 +1,77 @@
-"""Name → loss class registry: ``create_loss("arcface", ...)``, ``list_losses()``."""
+"""Name → loss class: ``create_loss("arcface", ...)``, ``list_losses()``.
+
+The table is :data:`LOSSES`, a :class:`~marginface._registry.Registry`: the named losses of
+:mod:`marginface.losses` register themselves in it with :func:`register_loss`, and
+:func:`create_loss`, :func:`list_losses`, the CLI's ``--loss`` and :mod:`marginface.keras` read
+it. Names are case-insensitive, ``_`` and ``-`` interchangeable, and aliases resolve
+(``"am-softmax"``, ``"subcenter"``).
+"""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["accepted_keywords", "create_loss", "get_loss_class", "list_losses", "register_loss"]
+from ._registry import Registry, describe_unknown
 
-_LOSSES: dict[str, type] = {}
-_ALIASES: dict[str, str] = {}
+__all__ = [
+    "LOSSES",
+    "accepted_keywords",
+    "create_loss",
+    "get_loss_class",
+    "list_losses",
+    "register_loss",
+]
+
+LOSSES: Registry[type] = Registry("loss")
+"""Registered loss name → loss class (a :class:`~marginface.head.MarginSoftmaxLoss` subclass)."""
 
 T = TypeVar("T", bound=type)
 
 
-def _key(name: str) -> str:
-    return name.strip().lower().replace("_", "-")
-
-
 def register_loss(name: str, *aliases: str) -> Callable[[T], T]:
     """Class decorator: register a loss under ``name`` (and ``aliases``), case-insensitive,
-    with ``_`` and ``-`` interchangeable."""
-
-    def decorator(cls: T) -> T:
-        key = _key(name)
-        if key in _LOSSES or key in _ALIASES:
-            raise ValueError(f"a loss named {name!r} is already registered")
-        _LOSSES[key] = cls
-        for alias in aliases:
-            _ALIASES[_key(alias)] = key
-        return cls
-
-    return decorator
+    with ``_`` and ``-`` interchangeable. A name or alias already taken raises ``ValueError``."""
+    return LOSSES.register(name, *aliases)
 
 
 def list_losses(*, include_aliases: bool = False) -> list[str]:
     """Registered loss names, sorted; ``include_aliases`` adds alternative spellings such as
     ``"subcenter"``."""
-    names = set(_LOSSES)
-    if include_aliases:
-        names |= set(_ALIASES)
-    return sorted(names)
+    return LOSSES.names(include_aliases=include_aliases)
 
 
 def get_loss_class(name: str) -> type:
-    """The loss class registered under ``name``; ``ValueError`` listing the valid names if none."""
-    if not isinstance(name, str):
-        raise TypeError(f"loss name must be a string, got {name!r}")
-    key = _key(name)
-    key = _ALIASES.get(key, key)
-    if key not in _LOSSES:
-        valid = ", ".join(list_losses())
-        raise ValueError(f"unknown loss {name!r}; valid names: {valid}")
-    return _LOSSES[key]
+    """The loss class registered under ``name``: ``TypeError`` if ``name`` is not a string,
+    ``ValueError`` naming it and listing the valid names if nothing is registered under it."""
+    return LOSSES.get(name)
 
 
 def create_loss(name: str, num_classes: int, embedding_dim: int, **kwargs: Any) -> Any:
     """Build a registered loss: ``create_loss("arcface", num_classes=10, embedding_dim=3,
-    margin=0.5)``. Unknown keyword arguments raise ``TypeError`` naming them."""
+    margin=0.5)``. Unknown keyword arguments raise ``TypeError`` naming them (with the closest
+    valid one) and listing the valid ones."""
     cls = get_loss_class(name)
     valid = accepted_keywords(cls)
     unknown = sorted(set(kwargs) - valid)
     if unknown:
-        hints = []
-        for word in unknown:
-            close = difflib.get_close_matches(word, sorted(valid), n=1)
-            hints.append(f"{word!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise TypeError(
-            f"loss {name!r} got unknown keyword argument(s) {', '.join(hints)}; valid: "
-            f"{', '.join(sorted(valid))}"
+            f"loss {name!r} got unknown keyword argument(s) {describe_unknown(unknown, valid)}; "
+            f"valid: {', '.join(sorted(valid))}"
         )
     return cls(num_classes, embedding_dim, **kwargs)
 
 
 def accepted_keywords(cls: type) -> set[str]:
-    """The keyword arguments a loss class takes: its own and those it passes on to
-    :class:`~marginface.head.MarginSoftmaxLoss` through ``**options``."""
+    """The keyword arguments a loss class takes besides ``num_classes`` and ``embedding_dim``.
+
+    For a named loss (:class:`~marginface.losses.NamedLoss`) these are its declared signature's:
+    the margin's options and the head options. For any other registered class, its constructor's
+    and, where it passes ``**options`` on, those of the classes above it up to
+    :class:`~marginface.head.MarginSoftmaxLoss` (whose ``margin`` is the Margin object, not an
+    option).
+    """
     from .head import MarginSoftmaxLoss
 
     names: set[str] = set()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from marginface.data import list_datasets, load_dataset
-from marginface.data.registry import _LOADERS
+from marginface.data.registry import DATASETS
 
 PROMISED = ["digits", "mnist", "fashion-mnist", "omniglot", "folder", "lfw", "orl", "yaleb"]
 COMMON_OPTIONS = {"data_dir", "download", "image_size", "seed", "limit"}
@@ -21,7 +21,7 @@ def test_promised_names_registered():
 
 @pytest.mark.parametrize("name", PROMISED)
 def test_common_options_accepted(name):
-    parameters = inspect.signature(_LOADERS[name]).parameters
+    parameters = inspect.signature(DATASETS.get(name)).parameters
     assert set(parameters) >= COMMON_OPTIONS, COMMON_OPTIONS - set(parameters)
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
 

@@ -160,9 +160,7 @@ def test_magface_against_paper() -> None:
     margin = MagFaceMargin(64.0)
     logits = margin(cosine, labels, norms).numpy()
     expected = c.copy()
-    expected[rows, labels.numpy()] = np.where(
-        target > 0, np.cos(np.arccos(target) + m), target
-    )
+    expected[rows, labels.numpy()] = np.where(target > 0, np.cos(np.arccos(target) + m), target)
     np.testing.assert_allclose(logits, 64 * expected, rtol=1e-10, atol=1e-10)
     # policy="linear": their easy_margin=False branch
     logits = MagFaceMargin(64.0, policy="linear")(cosine, labels, norms).numpy()

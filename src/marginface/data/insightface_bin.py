@@ -1,13 +1,16 @@
 """insightface's ``.bin`` verification sets (lfw.bin, cfp_fp.bin, agedb_30.bin, ...), read safely.
 
 A ``.bin`` file is a pickle of ``(bins, issame_list)``: ``bins`` holds ``2·P`` encoded images
-(JPEG/PNG bytes, Python-2 ``str`` in the older files, sometimes ``uint8`` NumPy buffers) and
-``issame_list`` ``P`` booleans, pair ``p`` being images ``2p`` and ``2p + 1``. insightface
-evaluates them with 10-fold cross-validation over consecutive blocks of pairs.
+(JPEG/PNG bytes, Python-2 ``str`` in the older files, or ``uint8`` NumPy buffers: insightface's
+``build_eval_pack.py`` stores each image as the ``uint8[N, 1]`` buffer of ``cv2.imencode``,
+pickled with protocol 5) and ``issame_list`` ``P`` booleans, pair ``p`` being images ``2p`` and
+``2p + 1``. insightface evaluates them with 10-fold cross-validation over consecutive blocks of
+pairs.
 
 These files circulate from many hands and a pickle can run code, so they are read with
 :func:`~marginface.data.safe_pickle.restricted_load`: only bytes, bools, ints, lists, tuples and
-``bool``/``uint8`` arrays are admitted; anything else is refused before it is looked up.
+``bool``/``uint8`` arrays (pickle protocols 2 to 5) are admitted; anything else is refused
+before it is looked up.
 """
 
 from __future__ import annotations
@@ -39,17 +42,24 @@ class VerificationBin:
 
     def pairs(self, num_folds: int = 10) -> PairSet:
         """The pairs as a :class:`PairSet` with insightface's folds: ``num_folds`` consecutive
-        blocks of (nearly) equal size."""
+        blocks, as ``sklearn.model_selection.KFold(num_folds, shuffle=False)`` deals them (the
+        first ``P mod num_folds`` blocks hold one pair more)."""
         count = len(self.same)
         index = np.arange(2 * count, dtype=np.int64).reshape(count, 2)
-        fold = (np.arange(count, dtype=np.int64) * num_folds) // max(count, 1)
+        sizes = np.full(num_folds, count // num_folds, dtype=np.int64)
+        sizes[: count % num_folds] += 1
+        fold = np.repeat(np.arange(num_folds, dtype=np.int64), sizes)
         return PairSet(index, self.same.astype(bool), fold)
 
 
 def _as_bytes(item: object, position: int, source: str) -> bytes:
     if isinstance(item, (bytes, bytearray)):
         return bytes(item)
-    if isinstance(item, np.ndarray) and item.dtype == np.uint8 and item.ndim == 1:
+    if (
+        isinstance(item, np.ndarray)
+        and item.dtype == np.uint8
+        and (item.ndim == 1 or (item.ndim == 2 and item.shape[1] == 1))
+    ):  # cv2.imencode's buffer is (N, 1)
         return item.tobytes()
     raise UnsafePickleError(
         f"{source}: image {position} is a {type(item).__name__}, expected encoded image bytes"

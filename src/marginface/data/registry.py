@@ -1,10 +1,17 @@
-"""Name → dataset loader: ``load_dataset("digits")``, ``list_datasets()``."""
+"""Name → dataset loader: ``load_dataset("digits")``, ``list_datasets()``.
+
+The table is :data:`DATASETS`, a :class:`~marginface._registry.Registry` (names
+case-insensitive, ``_`` and ``-`` interchangeable). A loader takes keyword options only
+(``data_dir``, ``download``, ``image_size``, ``seed``, ``limit``, and its own) and returns a
+:class:`~marginface.data.base.DatasetBundle`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from .._registry import Registry
 from .base import DatasetBundle
 from .digits import load_digits
 from .folder import load_folder
@@ -15,39 +22,40 @@ from .omniglot import load_omniglot
 from .orl import load_orl
 from .yaleb import load_yaleb
 
-__all__ = ["list_datasets", "load_dataset", "register_dataset"]
+__all__ = ["DATASETS", "list_datasets", "load_dataset", "register_dataset"]
 
-_LOADERS: dict[str, Callable[..., DatasetBundle]] = {
-    "digits": load_digits,
-    "mnist": load_mnist,
-    "fashion-mnist": load_fashion_mnist,
-    "omniglot": load_omniglot,
-    "folder": load_folder,
-    "lfw": load_lfw,
-    "orl": load_orl,
-    "yaleb": load_yaleb,
-    "insightface": load_insightface,
-}
+DATASETS: Registry[Callable[..., DatasetBundle]] = Registry("dataset")
+"""Registered dataset name → loader ``(**options) -> DatasetBundle``."""
+
+DATASETS.add("digits", load_digits)
+DATASETS.add("mnist", load_mnist)
+DATASETS.add("fashion-mnist", load_fashion_mnist)
+DATASETS.add("omniglot", load_omniglot)
+DATASETS.add("folder", load_folder)
+DATASETS.add("lfw", load_lfw)
+DATASETS.add("orl", load_orl)
+DATASETS.add("yaleb", load_yaleb)
+DATASETS.add("insightface", load_insightface)
 
 
 def register_dataset(name: str, loader: Callable[..., DatasetBundle]) -> None:
-    """Register ``loader(**options) -> DatasetBundle`` under ``name``."""
-    if name in _LOADERS:
-        raise ValueError(f"a dataset named {name!r} is already registered")
-    _LOADERS[name] = loader
+    """Register ``loader(**options) -> DatasetBundle`` under ``name``; a name already taken
+    raises ``ValueError``."""
+    DATASETS.add(name, loader)
 
 
 def list_datasets() -> list[str]:
     """Registered dataset names, sorted."""
-    return sorted(_LOADERS)
+    return DATASETS.names()
 
 
 def load_dataset(name: str, **options: Any) -> DatasetBundle:
-    """Load a registered dataset; ``ValueError`` listing the valid names for an unknown one.
+    """Load a registered dataset; ``ValueError`` listing the valid names for an unknown one (or a
+    name that is not a string).
 
     Options are the loader's keyword arguments (``data_dir``, ``seed``, ...); a loader rejects
     options it does not know with ``TypeError``.
     """
-    if not isinstance(name, str) or name not in _LOADERS:
+    if not isinstance(name, str):
         raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(list_datasets())}")
-    return _LOADERS[name](**options)
+    return DATASETS.get(name)(**options)

@@ -10,6 +10,10 @@ Before the stream is unpickled, every opcode is walked with :func:`pickletools.g
 checks each declared length (``BINBYTES8`` of 10^12 bytes in a 20-byte file) against the bytes
 actually present: CPython's unpickler allocates the declared size first.
 
+Protocol 5 loads too: NumPy writes a contiguous array as ``numpy._core.numeric._frombuffer``
+of an in-band buffer (``BYTEARRAY8``), which is admitted with its element type and shape
+checked against the buffer's length (out-of-band buffers are refused).
+
 Python-2 pickles load too (``encoding="bytes"`` keeps Python-2 ``str`` as ``bytes``, the way
 insightface reads its ``.bin`` verification sets).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -69,6 +74,36 @@ def _reconstruct_array(source: str) -> Callable[..., np.ndarray]:
     return reconstruct
 
 
+def _frombuffer(source: str) -> Callable[..., np.ndarray]:
+    """NumPy's protocol-5 array constructor (``numpy._core.numeric._frombuffer``; written by
+    ``pickle.dumps(array, protocol=5)`` for a contiguous array), checked: in-band bytes only,
+    an admitted element type, a shape that the bytes fill exactly."""
+
+    def make(buffer: Any, dtype: Any, shape: Any, order: Any = "C") -> np.ndarray:
+        if not isinstance(buffer, (bytes, bytearray)):
+            raise UnsafePickleError(
+                f"{source}: refused: an array buffer of type {type(buffer).__name__}"
+            )
+        if not isinstance(dtype, np.dtype) or dtype.str.lstrip("<>|=") not in SAFE_ARRAY_DTYPES:
+            raise UnsafePickleError(
+                f"{source}: refused: an array of element type {dtype!r}; nothing from the file "
+                "was executed"
+            )
+        if (
+            not isinstance(shape, tuple)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+            or order not in ("C", "F")
+        ):
+            raise UnsafePickleError(f"{source}: refused: array shape {shape!r} order {order!r}")
+        if math.prod(shape) * dtype.itemsize != len(buffer):
+            raise UnsafePickleError(
+                f"{source}: an array of shape {shape} ({dtype}) cannot hold {len(buffer)} bytes"
+            )
+        return np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
+
+    return make
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, stream: io.BytesIO, source: str, arrays: bool) -> None:
         super().__init__(stream, encoding="bytes")
@@ -84,6 +119,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if arrays:
             for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
                 self._allowed[(module, "_reconstruct")] = _reconstruct_array(source)
+            for module in ("numpy.core.numeric", "numpy._core.numeric"):  # protocol 5
+                self._allowed[(module, "_frombuffer")] = _frombuffer(source)
             self._allowed[("numpy", "ndarray")] = np.ndarray
             self._allowed[("numpy", "dtype")] = _safe_dtype(source)
         self._source = source

@@ -3,18 +3,43 @@
 Every function accepts torch tensors (any device; detached) or NumPy arrays and returns plain
 Python floats or NumPy arrays.
 
-* :func:`closed_set_accuracy` -- argmax of cosines to the class centers (the seed's SoftmaxHead).
+* :func:`closed_set_accuracy` -- argmax of cosines to the class centers.
+* :func:`l2_normalize` -- rows scaled to unit L2 norm (zero rows stay zero).
 * :func:`target_and_nearest_angles` -- each sample's angle to its class center and to the
   nearest other one.
 * :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
 * :func:`verification_metrics` -- LFW 10-fold accuracy, ROC AUC, EER, TAR at FAR.
+* :func:`bin_verification_metrics` -- insightface's ``.bin`` protocol (Accuracy-Flip on its
+  squared-L2 grid, XNorm, VAL@FAR), the numbers papers print.
+* :mod:`~marginface.evaluation.ijb` -- IJB-B/C template pooling, 1:1 TAR@FAR and 1:N
+  rank/TPIR (insightface's protocol); :mod:`~marginface.data.ijb` reads the dataset,
+  embeds it with any backbone and caches the features.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
 * :func:`error_versus_reject`, :func:`pair_quality` -- a quality score's error-versus-reject
   curve (MagFace's feature magnitude).
 """
 
 from .angles import target_and_nearest_angles
-from .closed_set import closed_set_accuracy, cosine_to_centers
+from .bin_verification import (
+    ACCURACY_THRESHOLDS,
+    VAL_THRESHOLDS,
+    BinVerificationMetrics,
+    bin_set_metrics,
+    bin_verification_metrics,
+    kfold_folds,
+    threshold_at_far,
+)
+from .closed_set import closed_set_accuracy, cosine_to_centers, l2_normalize
+from .ijb import (
+    IJB_FAR_TARGETS,
+    IdentificationMetrics,
+    IjbVerificationMetrics,
+    ijb_identification,
+    ijb_image_features,
+    ijb_verification,
+    template_features,
+    template_pair_scores,
+)
 from .pairs import NUM_FOLDS, pair_scores, sample_pairs
 from .quality import ErrorVersusReject, error_versus_reject, pair_quality
 from .retrieval import retrieval_metrics
@@ -31,16 +56,29 @@ from .verification import (
 )
 
 __all__ = [
+    "ACCURACY_THRESHOLDS",
     "DEFAULT_FAR_TARGETS",
+    "IJB_FAR_TARGETS",
     "NUM_FOLDS",
+    "VAL_THRESHOLDS",
+    "BinVerificationMetrics",
     "ErrorVersusReject",
+    "IdentificationMetrics",
+    "IjbVerificationMetrics",
     "VerificationMetrics",
     "best_threshold",
+    "bin_set_metrics",
+    "bin_verification_metrics",
     "closed_set_accuracy",
     "cosine_to_centers",
     "equal_error_rate",
     "error_versus_reject",
+    "ijb_identification",
+    "ijb_image_features",
+    "ijb_verification",
     "kfold_accuracy",
+    "kfold_folds",
+    "l2_normalize",
     "pair_quality",
     "pair_scores",
     "retrieval_metrics",
@@ -49,5 +87,8 @@ __all__ = [
     "sample_pairs",
     "tar_at_far",
     "target_and_nearest_angles",
+    "template_features",
+    "template_pair_scores",
+    "threshold_at_far",
     "verification_metrics",
 ]

@@ -1,4 +1,5 @@
-"""Closed-set accuracy: the class whose center is nearest in angle (the seed's SoftmaxHead)."""
+"""Closed-set accuracy: the class whose center is nearest in angle, and the L2 normalization that
+cosines to centers start from."""
 
 from __future__ import annotations
 
@@ -7,13 +8,35 @@ import numpy as np
 from .._validation import check_int
 from ._arrays import ArrayLike, as_embeddings, as_int_vector
 
-__all__ = ["closed_set_accuracy", "cosine_to_centers"]
+__all__ = ["closed_set_accuracy", "cosine_to_centers", "l2_normalize"]
 
 
 def _normalize(rows: np.ndarray) -> np.ndarray:
     """Rows divided by their L2 norm (a zero row stays zero: all its cosines are 0)."""
     norms = np.linalg.norm(rows, axis=1, keepdims=True)  # (N, 1)
     return rows / np.maximum(norms, 1e-12)
+
+
+def l2_normalize(embeddings: ArrayLike) -> np.ndarray:
+    r"""Each row divided by its L2 norm: :math:`\hat x_i = x_i / \max(\|x_i\|_2, 10^{-12})`.
+
+    A zero row stays zero (its cosine to anything is then 0), so no NaN appears.
+
+    Args:
+        embeddings: ``[N, D]`` finite real values, a torch tensor (any device; detached) or a
+            NumPy array.
+
+    Returns:
+        ``float64[N, D]``, rows of norm 1 (or 0).
+
+    Raises:
+        TypeError: not a tensor or array, or not real numbers.
+        ValueError: not 2-D, no rows or columns, or non-finite values.
+
+    >>> l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]])).tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    """
+    return _normalize(as_embeddings("embeddings", embeddings))
 
 
 def cosine_to_centers(
@@ -56,7 +79,7 @@ def closed_set_accuracy(
     .. math:: \text{acc} = \frac1N \sum_i [\arg\max_j \cos\theta_{ij} = y_i]
 
     The scale ``s`` of a margin loss does not change the argmax, so this equals the accuracy of
-    the seed's ``SoftmaxHead(s·cos θ)``. Ties go to the lowest class index (``argmax``).
+    a softmax classifier on ``s·cos θ``. Ties go to the lowest class index (``argmax``).
 
     Args:
         embeddings: ``[N, D]`` (tensor or array; not necessarily normalized).

@@ -12,14 +12,14 @@ Importing :mod:`marginface` never imports Keras; only this subpackage does.
 
 Every registered PyTorch loss (``marginface.list_losses()``) has a layer here with the same
 options, defaults, checks and state (:mod:`marginface.keras.layers`), and
-:class:`CurricularFaceLoss` is CurricularFace as a ``keras.losses.Loss`` on cosines (seed 000).
+:class:`CurricularFaceLoss` is CurricularFace as a ``keras.losses.Loss`` on precomputed cosines.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..registry import get_loss_class, list_losses
+from ..registry import LOSSES
 from .head import MarginHead
 from .layers import (
     HEADS,
@@ -61,13 +61,12 @@ __all__ = [
 def get_head_class(name: str) -> type[MarginHead]:
     """The Keras head class of the registered loss ``name`` (aliases accepted, as
     ``marginface.get_loss_class``); ``ValueError`` listing the valid names if none."""
-    loss_class = get_loss_class(name)  # the ValueError for an unknown name
-    for key, head in HEADS.items():
-        if get_loss_class(key) is loss_class:
-            return head
-    raise ValueError(
-        f"loss {name!r} has no Keras head; Keras heads exist for: {', '.join(sorted(HEADS))}"
-    )
+    loss_name = LOSSES.canonical(name)  # the ValueError for an unknown name
+    if loss_name not in HEADS:
+        raise ValueError(
+            f"loss {name!r} has no Keras head; Keras heads exist for: {', '.join(HEADS.names())}"
+        )
+    return HEADS.get(loss_name)
 
 
 def create_head(name: str, /, num_classes: int, **options: Any) -> MarginHead:
@@ -76,10 +75,3 @@ def create_head(name: str, /, num_classes: int, **options: Any) -> MarginHead:
     plus Keras's ``name``, ``dtype``, ``trainable`` and ``centers_initializer``,
     ``centers_regularizer``; an unknown one raises ``TypeError`` naming the valid ones."""
     return get_head_class(name)(num_classes, **options)
-
-
-def _check_complete() -> None:
-    """Every registered loss has a head (checked by the tests, not at import)."""
-    missing = sorted(set(list_losses()) - set(HEADS))
-    if missing:
-        raise AssertionError(f"registered losses without a Keras head: {missing}")

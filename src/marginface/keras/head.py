@@ -22,7 +22,6 @@ initial value.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
 from typing import Any, ClassVar
@@ -31,6 +30,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from .._registry import describe_unknown
+from ..losses import NamedLoss, head_option_defaults
 from ..registry import accepted_keywords, get_loss_class
 from ._angles import clamp
 from .functional import batch_mean, normalized_cosine, row_norms
@@ -43,31 +44,32 @@ __all__ = [
     "loss_option_defaults",
 ]
 
-TORCH_ONLY_OPTIONS = (
-    "reduction",
-    "impl",
-    "chunk_size",
-    "memory_budget",
-    "device",
-    "dtype",
-    "process_group",
-    "sample_rate",
-)
-"""Keyword arguments of the PyTorch losses that a Keras head does not take: the reduction is the
-Keras loss's, there is one executor (dense, so no ``memory_budget``), and ``dtype`` is Keras's
-dtype policy here."""
+TORCH_ONLY_OPTIONS = tuple(name for name in head_option_defaults() if name != "sub_centers")
+"""Keyword arguments of the PyTorch losses that a Keras head does not take: every option of
+:class:`~marginface.head.MarginSoftmaxLoss` except ``sub_centers`` (read from its signature). The
+reduction is the Keras loss's, there is one executor (dense, so no ``impl`` or
+``memory_budget``), and ``dtype`` is Keras's dtype policy here."""
 
 KERAS_LAYER_OPTIONS = ("name", "dtype", "trainable", "autocast")
 """Keyword arguments passed on to ``keras.layers.Layer``."""
 
 
 def loss_option_defaults(loss_class: type) -> dict[str, Any]:
-    """``{option: default}`` of the margin options a PyTorch loss takes (its own and those it
-    hands to :class:`~marginface.head.MarginSoftmaxLoss`, e.g. ``sub_centers``), minus
-    :data:`TORCH_ONLY_OPTIONS`; a subclass's default wins over its base's (``AMSoftmaxLoss``'s
-    ``scale = 30``)."""
+    """``{option: default}`` of the margin options a PyTorch loss takes, sorted by name: for a
+    named loss, its declaration's margin options and ``sub_centers``
+    (:class:`~marginface.losses.LossDeclaration`, so ``AMSoftmaxLoss``'s ``scale = 30`` and
+    ``SubCenterArcFaceLoss``'s ``sub_centers = 3``); for another registered class, the keywords
+    of its signature (:func:`~marginface.registry.accepted_keywords`) minus
+    :data:`TORCH_ONLY_OPTIONS`."""
+    if issubclass(loss_class, NamedLoss):
+        declaration = loss_class.declaration
+        defaults = {
+            **declaration.margin_options,
+            "sub_centers": declaration.head_options["sub_centers"],
+        }
+        return {name: defaults[name] for name in sorted(defaults)}
     names = accepted_keywords(loss_class) - set(TORCH_ONLY_OPTIONS)
-    defaults: dict[str, Any] = {}
+    defaults = {}
     for klass in loss_class.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
@@ -124,14 +126,14 @@ class MarginHead(keras.layers.Layer):
       as a PyTorch loss in eval mode does, e.g. for a validation loss). Extra terms (MagFace's
       regularizer) are added with ``add_loss``, so ``CE + sum(head.losses)`` is the PyTorch
       loss (``reduction="mean"``).
-    * ``head(embeddings)``: ``s·cos θ`` for inference (seed 004's eval branch).
+    * ``head(embeddings)``: ``s·cos θ`` for inference (no margin, as at test time).
 
     Args:
         num_classes: ``C >= 2``.
         centers_initializer: initializer of :attr:`centers`. Default: ``N(0, 0.01²)``, as the
             PyTorch losses (only the direction of a center matters).
-        centers_regularizer: optional regularizer of :attr:`centers` (seed 004's
-            ``regularizer``).
+        centers_regularizer: optional regularizer of :attr:`centers` (e.g. an L2 weight decay
+            on the class centers).
         name, dtype, trainable: as for any Keras layer. The margin math runs in float32, or in
             float64 when the embeddings or the centers are float64 (``dtype="float64"``); a
             half-precision input is upcast, as in PyTorch.
@@ -164,12 +166,9 @@ class MarginHead(keras.layers.Layer):
         unknown = sorted(set(kwargs) - set(defaults))
         if unknown:
             valid = [*sorted(defaults), "centers_initializer", "centers_regularizer"]
-            hints = []
-            for word in unknown:
-                close = difflib.get_close_matches(word, valid, n=1)
-                hints.append(f"{word!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise TypeError(
-                f"{type(self).__name__} got unknown keyword argument(s) {', '.join(hints)}; "
+                f"{type(self).__name__} got unknown keyword argument(s) "
+                f"{describe_unknown(unknown, valid)}; "
                 f"valid: {', '.join(valid)}"
             )
         super().__init__(**layer_kwargs)

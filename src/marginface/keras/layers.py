@@ -16,6 +16,9 @@ from typing import Any, TypeVar
 import keras
 from keras import ops
 
+from .._registry import Registry
+from ..margins._alias import alias, aliases_of
+from ..registry import get_loss_class
 from ._angles import clamp, cos_add
 from .functional import (
     adacos_dynamic_scale,
@@ -52,15 +55,20 @@ __all__ = [
 
 H = TypeVar("H", bound=type)
 
-HEADS: dict[str, type[MarginHead]] = {}
+HEADS: Registry[type[MarginHead]] = Registry("Keras head")
 """Registered loss name -> Keras head class (every name of ``marginface.list_losses()``)."""
 
 
 def _head(cls: H) -> H:
     """Register ``cls`` under its ``loss_name``, make it Keras-serializable, and give it a
-    signature and a closing "Defaults" docstring line read from the PyTorch loss."""
+    signature, a closing "Defaults" docstring line and the unit-naming aliases of the margin's
+    size (``angular_margin``...; :mod:`marginface.margins._alias`), read from the PyTorch loss's
+    declaration."""
     defaults = cls.option_defaults()
-    HEADS[cls.loss_name] = cls
+    HEADS.add(cls.loss_name, cls)
+    margin_class = get_loss_class(cls.loss_name).declaration.margin_class
+    for name, target in aliases_of(margin_class).items():
+        setattr(cls, name, alias(target, getattr(margin_class, name).__doc__))
     parameters = [inspect.Parameter("num_classes", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     parameters += [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
@@ -85,7 +93,8 @@ class _FixedScale(MarginHead):
 
 @_head
 class NormFace(_FixedScale):
-    """NormFace: ``s·cos θ_j`` for every class, no margin (the seeds' normalized softmax)."""
+    """NormFace: ``s·cos θ_j`` for every class, no margin (softmax on normalized embeddings and
+    centers; Wang et al., 2017)."""
 
     loss_name = "normface"
 

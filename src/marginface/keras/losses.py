@@ -1,4 +1,4 @@
-"""CurricularFace as a Keras ``Loss`` on cosines and labels (seed 000's style), for users who keep
+"""CurricularFace as a Keras ``Loss`` on cosines and labels, for users who keep
 their own normalized Dense layer; the class centers then live in that layer, where Keras trains
 them (weights created inside a ``Loss`` are not trained)."""
 
@@ -23,9 +23,8 @@ _DEFAULTS = margin_defaults(CurricularFaceMargin)
 
 @keras.saving.register_keras_serializable(package="marginface")
 class CurricularFaceLoss(keras.losses.Loss):
-    r"""CurricularFace cross-entropy on precomputed cosines ``(N, C)`` (seed 000's
-    ``CurricularFaceLoss``), with the math, names and defaults of the PyTorch
-    :class:`~marginface.margins.CurricularFaceMargin`:
+    r"""CurricularFace (Huang et al., 2020) cross-entropy on precomputed cosines ``(N, C)``, with
+    the math, names and defaults of the PyTorch :class:`~marginface.margins.CurricularFaceMargin`:
 
     .. math::
         L_i = -\log\frac{e^{s\cos(\theta_{y_i} + m)}}{e^{s\cos(\theta_{y_i} + m)}
@@ -33,10 +32,9 @@ class CurricularFaceLoss(keras.losses.Loss):
         t \leftarrow \alpha\,t + (1 - \alpha)\,\overline{\cos\theta_y}
 
     ``t`` is a non-trainable ``keras.Variable`` (initially 0), updated before use at each call
-    while :attr:`training` is True (set it to False to evaluate without moving ``t``). Unlike
-    seed 000, the update follows the paper and the authors' code (the mean of ``cos θ_y``, weight
-    ``1 - α`` on the batch), the cosines are not clipped to ``1 - 1e-7``, and the default scale is
-    the paper's 64 (seed 000 uses ``scale=30``).
+    while :attr:`training` is True (set it to False to evaluate without moving ``t``). The update
+    is the paper's and the authors' code's (the mean of ``cos θ_y``, weight ``1 - α`` on the
+    batch), the cosines are not clipped, and the default scale is the paper's 64.
 
     ``t`` moves under ``model.fit`` on the torch and TensorFlow backends; on JAX a ``Loss`` has no
     state that Keras's training step carries from step to step (``model.fit`` runs, ``t`` stays
@@ -52,7 +50,7 @@ class CurricularFaceLoss(keras.losses.Loss):
         reduction, name, dtype: as for any Keras loss.
 
     ``y_true``: class indices ``(N,)`` or ``(N, 1)`` of an integer dtype, or one-hot ``(N, C)``
-    (seed 000's ``to_categorical`` labels). ``y_pred``: the cosines ``(N, C)``.
+    (``keras.utils.to_categorical`` labels). ``y_pred``: the cosines ``(N, C)``.
     """
 
     def __init__(

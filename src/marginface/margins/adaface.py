@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_device, check_real
+from ._alias import alias
 from ._angles import arccos
 from .base import Context, Margin
 
@@ -70,6 +71,12 @@ class AdaFaceMargin(Margin):
     requires_norms = True
     stateful = True
     eps = 1e-3
+
+    base_margin = alias(
+        "margin",
+        "``m``, from which the adaptive margins are made: angular ``-m·ẑ`` (radians) and "
+        "additive ``m·ẑ + m`` (cosine units) (the constructor's ``margin``).",
+    )
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_choice, check_real
+from ._alias import alias
 from ._angles import cos_add
 from .base import Context, Margin
 
@@ -82,6 +83,10 @@ class ArcFaceMargin(Margin):
             0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
             Default: 0 (off).
     """
+
+    angular_margin = alias(
+        "margin", "``m``, the additive angular margin, in radians (the constructor's ``margin``)."
+    )
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_real
+from ._alias import alias
 from .base import Context, Margin
 
 __all__ = ["CosFaceMargin", "additive_cosine_margin"]
@@ -19,8 +20,8 @@ def additive_cosine_margin(
     Args:
         cos_target: ``Tensor[N]`` of ``cos θ_y``.
         margin: ``m``, in cosine units (a float or ``Tensor[N]``).
-        conditional: subtract ``m`` only where ``cos θ_y > m`` (the variant in the AM-Softmax
-            walk-through of seed 001); the paper subtracts it everywhere.
+        conditional: subtract ``m`` only where ``cos θ_y > m`` (a variant some AM-Softmax
+            implementations use); the paper subtracts it everywhere.
 
     Returns:
         ``Tensor[N]``; derivative 1 with respect to ``cos θ_y``.
@@ -40,12 +41,18 @@ class CosFaceMargin(Margin):
     Args:
         margin: ``m >= 0`` in cosine units. Default: 0.35 (both papers).
         scale: ``s > 0``. Default: 64.0 (CosFace paper; AM-Softmax uses 30).
-        conditional: subtract ``m`` only where ``cos θ_y > m`` (seed 001's variant). Default: False.
+        conditional: subtract ``m`` only where ``cos θ_y > m`` (a variant of some
+            implementations; the papers subtract it everywhere). Default: False.
         gradient: ``"exact"`` or ``"straight_through"`` (identical here: the margin is a shift).
         interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
             0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
             Default: 0 (off).
     """
+
+    cosine_margin = alias(
+        "margin",
+        "``m``, the additive cosine margin, in cosine units (the constructor's ``margin``).",
+    )
 
     def __init__(
         self,

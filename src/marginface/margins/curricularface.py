@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_choice, check_device, check_real
+from ._alias import alias
 from ._angles import cos_add
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
@@ -60,6 +61,10 @@ class CurricularFaceMargin(Margin):
     """
 
     stateful = True
+
+    angular_margin = alias(
+        "margin", "``m``, the additive angular margin, in radians (the constructor's ``margin``)."
+    )
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_choice, check_int, check_real
+from ._alias import alias
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
 from .cosface import additive_cosine_margin
@@ -68,6 +69,12 @@ class ElasticFaceMargin(Margin):
             0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).
             Default: 0 (off).
     """
+
+    mean_margin = alias(
+        "margin",
+        "``m``, the mean of the per-sample margins: radians for ``kind='arc'``, cosine units "
+        "for ``'cos'`` (the constructor's ``margin``).",
+    )
 
     def __init__(
         self,

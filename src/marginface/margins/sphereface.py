@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_device, check_int, check_real
+from ._alias import alias
 from .base import Context, Margin
 
 __all__ = ["SphereFaceMargin", "chebyshev_cos_multiple", "sphereface_psi"]
@@ -80,6 +81,11 @@ class SphereFaceMargin(Margin):
     """
 
     stateful = True
+
+    angle_multiplier = alias(
+        "margin",
+        "``m``, the integer the target angle is multiplied by (the constructor's ``margin``).",
+    )
 
     def __init__(
         self,

@@ -1,29 +1,46 @@
-"""Name → backbone: ``create_model("seed-cnn", embedding_dim=3, ...)``, ``list_models()``."""
+"""Name → backbone: ``create_model("seed-cnn", embedding_dim=3, ...)``, ``list_models()``.
+
+The table is :data:`MODELS`, a :class:`~marginface._registry.Registry` (names case-insensitive,
+``_`` and ``-`` interchangeable). A backbone factory takes ``embedding_dim``, ``in_channels`` and
+``image_size`` as keywords (plus its own options) and returns an ``nn.Module`` mapping
+``Tensor[N, in_channels, H, W]`` to ``Tensor[N, embedding_dim]``; register one with
+:func:`register_model` (docs/architecture.md, "Adding a backbone").
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 
+from .._registry import Registry
 from .iresnet import IResNet
 from .seed_cnn import SeedCNN
 
-__all__ = ["create_model", "list_models"]
+__all__ = ["MODELS", "create_model", "list_models", "register_model"]
 
-_MODELS: dict[str, Callable[..., nn.Module]] = {
-    "seed-cnn": SeedCNN,
-    "seed-cnn-bn": partial(SeedCNN, batch_norm=True),
-    "iresnet18": partial(IResNet, 18),
-    "iresnet50": partial(IResNet, 50),
-}
+F = TypeVar("F", bound=Callable[..., nn.Module])
+
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+"""Registered backbone name → factory ``(*, embedding_dim, in_channels, image_size, **options)``."""
+
+MODELS.add("seed-cnn", SeedCNN)
+MODELS.add("seed-cnn-bn", partial(SeedCNN, batch_norm=True))
+MODELS.add("iresnet18", partial(IResNet, 18))
+MODELS.add("iresnet50", partial(IResNet, 50))
+
+
+def register_model(name: str, *aliases: str) -> Callable[[F], F]:
+    """Decorator: register a backbone factory (a class or a function) under ``name`` and
+    ``aliases``; a name already taken raises ``ValueError``."""
+    return MODELS.register(name, *aliases)
 
 
 def list_models() -> list[str]:
     """Registered backbone names, sorted."""
-    return sorted(_MODELS)
+    return MODELS.names()
 
 
 def create_model(
@@ -37,10 +54,11 @@ def create_model(
     """Build a registered backbone ``Tensor[N, in_channels, image_size, image_size] ->
     Tensor[N, embedding_dim]``.
 
-    Unknown names raise ``ValueError`` listing the valid ones; unknown options ``TypeError``.
+    Unknown names (or a name that is not a string) raise ``ValueError`` listing the valid ones;
+    unknown options ``TypeError``.
     """
-    if not isinstance(name, str) or name not in _MODELS:
+    if not isinstance(name, str):
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(list_models())}")
-    return _MODELS[name](
+    return MODELS.get(name)(
         embedding_dim=embedding_dim, in_channels=in_channels, image_size=image_size, **options
     )

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..evaluation import l2_normalize
 from ..evaluation._arrays import ArrayLike, as_embeddings, as_int_vector
-from ..evaluation.closed_set import _normalize
 from ._figure import class_colors, new_figure
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def _check(embeddings: ArrayLike, labels: ArrayLike) -> tuple[np.ndarray, np.nda
             f"got shape {x.shape}"
         )
     y = as_int_vector("labels", labels, length=x.shape[0])
-    return _normalize(x), y
+    return l2_normalize(x), y
 
 
 def _draw(
@@ -97,7 +97,7 @@ def plot_embeddings(
     ax: Axes | None = None,
 ) -> Figure:
     """Scatter L2-normalized embeddings, coloured by class: on the unit circle (``D = 2``) or
-    over a light wireframe unit sphere (``D = 3``), with equal aspect (the seed's pictures).
+    over a light wireframe unit sphere (``D = 3``), with equal aspect.
 
     Args:
         embeddings: ``[N, 2]`` or ``[N, 3]`` (tensor or array); rows are normalized to length 1

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_int
+from ..evaluation import l2_normalize
 from ..evaluation._arrays import ArrayLike, as_embeddings, as_int_vector
 from ..evaluation.angles import target_and_nearest_angles
-from ..evaluation.closed_set import _normalize
 from ._figure import class_colors
 
 __all__ = ["DEFAULT_MAX_POINTS", "sphere_figure"]
@@ -103,10 +103,10 @@ def sphere_figure(
         raise ValueError(f"embeddings must have 3 columns to draw on the sphere, got {x.shape}")
     y = as_int_vector("labels", labels, length=x.shape[0])
     limit = check_int("max_points", max_points, minimum=1)
-    unit = _normalize(x)  # (N, 3)
+    unit = l2_normalize(x)  # (N, 3)
     if centers is not None:
         theta_y, theta_other = target_and_nearest_angles(x, y, centers, sub_centers=sub_centers)
-        center_rows = _normalize(as_embeddings("centers", centers))  # (C·K, 3)
+        center_rows = l2_normalize(as_embeddings("centers", centers))  # (C·K, 3)
         angle_text = "θ to its center: %{customdata[0]:.1f}°<br>nearest other center: "
         angle_text += "%{customdata[1]:.1f}°"
         angles = np.stack([theta_y, theta_other], axis=1)  # (N, 2)

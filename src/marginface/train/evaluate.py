@@ -21,6 +21,7 @@ from ..data import DatasetBundle, PairSet
 from ..evaluation import (
     ErrorVersusReject,
     VerificationMetrics,
+    bin_set_metrics,
     error_versus_reject,
     pair_quality,
     pair_scores,
@@ -194,16 +195,14 @@ def verification_set_results(
 
 
 def verification_set_metrics(
-    results: dict[str, tuple[np.ndarray, VerificationMetrics]], *, with_auc: bool = False
+    results: dict[str, tuple[np.ndarray, VerificationMetrics]],
 ) -> dict[str, float]:
-    """``<set>_accuracy`` and ``<set>_accuracy_std`` (and ``<set>_auc``) of
-    :func:`verification_set_results`."""
+    """``<set>_accuracy`` and ``<set>_accuracy_std`` of :func:`verification_set_results` (the
+    trainer's per-epoch and every-``verify_every``-steps columns)."""
     row: dict[str, float] = {}
     for name, (_, metrics) in results.items():
         row[f"{name}_accuracy"] = float(metrics.accuracy)
         row[f"{name}_accuracy_std"] = float(metrics.accuracy_std)
-        if with_auc:
-            row[f"{name}_auc"] = float(metrics.auc)
     return row
 
 
@@ -235,8 +234,8 @@ def evaluate_model(
       ``tar@far=...``; ``pairs``; retrieval ``precision_at_1``, ``map_at_r``
       (Musgrave et al., ECCV 2020); for a MagFace head the accuracy as the lowest-quality
       pairs are rejected (:func:`magnitude_quality_curve`);
-    * an empty test set with verification sets (insightface's ``.bin``): each set's
-      ``<set>_accuracy``, ``_accuracy_std`` and ``_auc`` (flip-summed embeddings).
+    * an empty test set with verification sets (insightface's ``.bin``): each set's metrics
+      by :func:`~marginface.evaluation.bin_set_metrics` (docs/evaluation.md).
 
     Args:
         model: the backbone (put in eval mode while embedding, then restored).
@@ -263,7 +262,7 @@ def evaluate_model(
     if len(test) == 0:
         if summary or not bundle.verification:
             return Evaluation({"val_loss": math.nan, "accuracy": math.nan}, *_no_embeddings())
-        results = verification_set_results(
+        return _bin_sets_evaluation(
             model,
             bundle,
             batch_size=batch_size,
@@ -271,10 +270,6 @@ def evaluate_model(
             amp_dtype=amp_dtype,
             channels_last=channels_last,
         )
-        embeddings, first = next(iter(results.values()))  # the curves of the first set
-        metrics = {**verification_set_metrics(results, with_auc=True), "accuracy": math.nan}
-        labels = np.zeros(embeddings.shape[0], dtype=np.int64)
-        return Evaluation(metrics, embeddings, labels, first.fpr, first.tpr)
     embedded = extract_embeddings(
         model,
         test.images,
@@ -314,6 +309,47 @@ def evaluate_model(
             key = f"erc_accuracy@reject={fraction:.2f}"
             metrics[key] = curve[key]
     return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc)
+
+
+def _bin_sets_evaluation(
+    model: nn.Module,
+    bundle: DatasetBundle,
+    *,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+) -> Evaluation:
+    """Datasets judged by verification sets only (insightface's ``.bin``): each set's metrics
+    by :func:`~marginface.evaluation.bin_set_metrics` (insightface's rule, plus marginface's
+    midpoint search and the ROC's TAR@FAR) from the embeddings of the images as they are and
+    mirrored; the curves and the flip-averaged embeddings of the first set."""
+    metrics: dict[str, float] = {}
+    first: tuple[np.ndarray, Any] | None = None
+    for name, verification in bundle.verification.items():
+        as_is, flipped = (
+            extract_embeddings(
+                model,
+                verification.images,
+                batch_size=batch_size,
+                device=device,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
+                transform=transform,
+            ).numpy()
+            for transform in (
+                verification.model_input,
+                lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
+            )
+        )
+        values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
+        metrics.update({f"{name}_{key}": value for key, value in values.items()})
+        if first is None:
+            first = ((as_is + flipped) / 2, roc)  # flip-averaged
+    embeddings, roc = first
+    labels = np.zeros(embeddings.shape[0], dtype=np.int64)
+    metrics["accuracy"] = math.nan
+    return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr)
 
 
 def _no_embeddings() -> tuple[np.ndarray, np.ndarray]:

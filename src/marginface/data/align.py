@@ -1,0 +1,282 @@
+"""Face alignment from five landmarks: a 112×112 crop on the ArcFace template.
+
+What insightface's ``face_align.norm_crop`` does: the similarity transform (rotation, uniform
+scale, translation) that maps the five landmarks (left eye, right eye, nose tip, left and right
+mouth corners, in image pixels) closest, in least squares, onto the ArcFace template
+(:data:`ARCFACE_TEMPLATE`), then ``cv2.warpAffine`` with bilinear interpolation and black
+borders. The transform is Umeyama's closed form (S. Umeyama, "Least-squares estimation of
+transformation parameters between two point patterns", IEEE TPAMI 13(4), 1991), the estimate
+scikit-image's ``SimilarityTransform.estimate`` computes.
+
+There is no face detector here: the landmarks come from the user's detector (RetinaFace, SCRFD,
+MTCNN ...), in insightface's ``*_name_5pts_score.txt`` layout (``name x1 y1 ... x5 y5 score``,
+space-separated) or a CSV (``name,x1,y1,...,x5,y5[,score]``, with or without a header).
+:func:`align_folder` turns a folder of images plus such a file into a folder of crops (same
+relative paths), ready for ``marginface convert``.
+
+OpenCV (``pip install "marginface[align]"``, ``opencv-python-headless``) does the warp and the
+image files.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ARCFACE_TEMPLATE",
+    "FolderAlignment",
+    "align_folder",
+    "arcface_template",
+    "norm_crop",
+    "read_landmarks",
+    "similarity_transform",
+]
+
+ARCFACE_TEMPLATE = np.array(
+    [
+        [38.2946, 51.6963],  # left eye (image left)
+        [73.5318, 51.5014],  # right eye
+        [56.0252, 71.7366],  # nose tip
+        [41.5493, 92.3655],  # left mouth corner
+        [70.7299, 92.2041],  # right mouth corner
+    ],
+    dtype=np.float32,
+)
+"""The five landmark positions of insightface's 112×112 ArcFace crops, ``float32[5, 2]`` (x, y)
+in pixels (insightface's ``arcface_dst``)."""
+
+
+def _cv2() -> Any:
+    try:
+        import cv2
+    except ImportError:
+        raise ImportError(
+            'face alignment needs OpenCV: pip install "marginface[align]" (opencv-python-headless)'
+        ) from None
+    return cv2
+
+
+def arcface_template(image_size: int = 112) -> np.ndarray:
+    """The template for a square crop of ``image_size`` pixels, ``float64[5, 2]``.
+
+    As insightface's ``estimate_norm``: a multiple of 112 scales :data:`ARCFACE_TEMPLATE` by
+    ``image_size / 112``; a multiple of 128 scales it by ``image_size / 128`` and shifts it
+    right by ``8 · image_size / 128`` pixels. Default: 112 (the template itself).
+    """
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
+    template = ARCFACE_TEMPLATE.astype(np.float64)
+    if image_size % 112 == 0:
+        return template * (image_size / 112.0)
+    if image_size % 128 == 0:
+        ratio = image_size / 128.0
+        return template * ratio + np.array([8.0 * ratio, 0.0])
+    raise ValueError(f"image_size must be a multiple of 112 or 128, got {image_size}")
+
+
+def _check_landmarks(name: str, landmarks: object) -> np.ndarray:
+    points = np.asarray(landmarks, dtype=np.float64) if not isinstance(landmarks, str) else None
+    if points is None or points.shape != (5, 2):
+        shape = getattr(points, "shape", type(landmarks).__name__)
+        raise ValueError(f"{name} must be five (x, y) points, shape (5, 2), got {shape}")
+    if not np.isfinite(points).all():
+        raise ValueError(f"{name} holds a non-finite coordinate (NaN or inf): {points.tolist()}")
+    spread = float(np.sqrt(((points - points.mean(axis=0)) ** 2).sum(axis=1).mean()))
+    if spread < 1e-3:
+        raise ValueError(
+            f"{name} are degenerate: the five points coincide (spread {spread:.2g} pixels), "
+            f"{points.tolist()}"
+        )
+    return points
+
+
+def similarity_transform(landmarks: object, template: object) -> np.ndarray:
+    r"""The least-squares similarity ``x ↦ s R x + t`` from ``landmarks`` onto ``template``.
+
+    Minimizes :math:`\sum_i \|y_i - (s R x_i + t)\|^2` over rotations ``R`` (no reflection),
+    scales ``s > 0`` and translations ``t`` (Umeyama 1991): with centred points
+    ``x'``, ``y'``, the SVD ``U Σ Vᵀ`` of ``Σ_xy = (1/n) Σ y'_i x'_iᵀ`` and
+    ``D = diag(1, det(U Vᵀ))``, ``R = U D Vᵀ``, ``s = tr(Σ D) / σ_x²``, ``t = ȳ - s R x̄``.
+
+    Args:
+        landmarks: ``[5, 2]`` points (x, y) in the source image, pixels.
+        template: ``[5, 2]`` target points (:func:`arcface_template`).
+
+    Returns:
+        ``float64[2, 3]``, the matrix ``[s R | t]`` for ``cv2.warpAffine``.
+
+    Raises:
+        ValueError: not ``(5, 2)``, a non-finite coordinate, or all points coinciding.
+    """
+    x = _check_landmarks("landmarks", landmarks)
+    y = _check_landmarks("template", template)
+    x_mean, y_mean = x.mean(axis=0), y.mean(axis=0)
+    xc, yc = x - x_mean, y - y_mean  # (5, 2) centred
+    covariance = yc.T @ xc / x.shape[0]  # (2, 2)
+    u, sigma, vt = np.linalg.svd(covariance)
+    d = np.array([1.0, 1.0 if np.linalg.det(u) * np.linalg.det(vt) >= 0 else -1.0])
+    rotation = (u * d) @ vt  # U D Vᵀ
+    variance = (xc**2).sum() / x.shape[0]
+    scale = float((sigma * d).sum() / variance)
+    translation = y_mean - scale * rotation @ x_mean
+    return np.hstack([scale * rotation, translation[:, None]])
+
+
+def norm_crop(image: np.ndarray, landmarks: object, image_size: int = 112) -> np.ndarray:
+    """The aligned crop of a face, as insightface's ``face_align.norm_crop``.
+
+    Args:
+        image: ``uint8[H, W, C]`` or ``uint8[H, W]`` (any channel order: it is kept).
+        landmarks: ``[5, 2]`` (x, y) pixels: eyes, nose tip, mouth corners (image left first).
+        image_size: side of the crop, a multiple of 112 or 128. Default: 112.
+
+    Returns:
+        ``uint8[image_size, image_size(, C)]``: bilinear, black outside the image.
+    """
+    if not isinstance(image, np.ndarray) or image.ndim not in (2, 3) or image.size == 0:
+        shape = getattr(image, "shape", type(image).__name__)
+        raise ValueError(f"image must be a non-empty (H, W) or (H, W, C) array, got {shape}")
+    matrix = similarity_transform(landmarks, arcface_template(image_size))
+    return _cv2().warpAffine(image, matrix, (image_size, image_size), borderValue=0.0)
+
+
+def _parse_landmark_row(fields: list[str], where: str) -> tuple[str, np.ndarray]:
+    if len(fields) not in (11, 12):
+        raise ValueError(
+            f"{where}: expected a name, 10 coordinates and an optional score "
+            f"(11 or 12 fields), got {len(fields)}"
+        )
+    try:
+        values = np.array([float(v) for v in fields[1:11]], dtype=np.float64).reshape(5, 2)
+    except ValueError:
+        raise ValueError(f"{where}: the coordinates must be numbers, got {fields[1:11]}") from None
+    return fields[0], values
+
+
+def read_landmarks(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Five landmarks per image from insightface's ``*_name_5pts_score.txt`` layout
+    (``name x1 y1 x2 y2 x3 y3 x4 y4 x5 y5 [score]``, whitespace-separated) or a CSV with those
+    columns (commas; a header row whose second field is not a number is skipped).
+
+    Returns:
+        ``{name: float64[5, 2]}`` in file order; ``name`` is a path relative to the image folder.
+
+    Raises:
+        FileNotFoundError: no file; ValueError: a malformed line (named with its number) or a
+        name listed twice.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    comma = path.suffix.lower() == ".csv" or "," in text.split("\n", 1)[0]
+    rows = csv.reader(text.splitlines()) if comma else (line.split() for line in text.splitlines())
+    landmarks: dict[str, np.ndarray] = {}
+    for number, fields in enumerate(rows, start=1):
+        fields = [f.strip() for f in fields]
+        if not fields or not fields[0] or fields[0].startswith("#"):
+            continue
+        if number == 1 and comma and len(fields) > 1:
+            try:
+                float(fields[1])
+            except ValueError:
+                continue  # a header
+        name, points = _parse_landmark_row(fields, f"{path}: line {number}")
+        if name in landmarks:
+            raise ValueError(f"{path}: line {number}: {name} is listed twice")
+        landmarks[name] = points
+    if not landmarks:
+        raise ValueError(f"{path}: no landmarks (expected lines 'name x1 y1 ... x5 y5 [score]')")
+    return landmarks
+
+
+@dataclass(frozen=True)
+class FolderAlignment:
+    """What :func:`align_folder` wrote.
+
+    Attributes:
+        written: crops written (one per listed image).
+        unlisted: images in the source folder without landmarks (not aligned).
+        out: the output folder.
+    """
+
+    written: int
+    unlisted: int
+    out: Path
+
+
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def align_folder(
+    src: str | os.PathLike[str],
+    landmarks: str | os.PathLike[str] | dict[str, np.ndarray],
+    out: str | os.PathLike[str],
+    *,
+    image_size: int = 112,
+    workers: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> FolderAlignment:
+    """Align every image the landmarks name: ``src/NAME`` → ``out/NAME`` (same relative path
+    and format, so ``src/<identity>/<image>`` stays ready for ``marginface convert``).
+
+    Args:
+        src: the image folder.
+        landmarks: a landmarks file (:func:`read_landmarks`) or ``{name: [5, 2]}``.
+        out: the output folder (created; existing files of the same names are replaced).
+        image_size: crop side, a multiple of 112 or 128. Default: 112.
+        workers: threads decoding, warping and encoding (0: one per CPU, at most 8).
+        progress: called with ``(done, total)`` after each image.
+
+    Raises:
+        ValueError: a listed image is missing, or its landmarks are malformed or degenerate
+            (checked for every image before anything is written; the message names the
+            image), or an image cannot be decoded (crops written before it stay).
+    """
+    cv2 = _cv2()
+    src, out = Path(src), Path(out)
+    if not src.is_dir():
+        raise FileNotFoundError(f"no image folder at {src}")
+    table = read_landmarks(landmarks) if not isinstance(landmarks, dict) else landmarks
+    arcface_template(image_size)  # checks image_size before any work
+    missing = [name for name in table if not (src / name).is_file()]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} image(s) named in the landmarks are not in {src}, e.g. {missing[0]}"
+        )
+    for name, points in table.items():
+        try:
+            _check_landmarks("landmarks", points)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+    listed = {str(Path(name)) for name in table}
+    unlisted = sum(
+        1
+        for path in src.rglob("*")
+        if path.suffix.lower() in _IMAGE_SUFFIXES and str(path.relative_to(src)) not in listed
+    )
+
+    def align_one(name: str) -> None:
+        image = cv2.imread(str(src / name), cv2.IMREAD_UNCHANGED)
+        if image is None:
+            raise ValueError(f"{src / name}: not a readable image")
+        crop = norm_crop(image, table[name], image_size)
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not cv2.imwrite(str(target), crop):
+            raise OSError(f"cannot write {target}")
+
+    names = list(table)
+    threads = workers if workers > 0 else min(8, os.cpu_count() or 1)
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for done, _ in enumerate(pool.map(align_one, names), start=1):
+            if progress is not None:
+                progress(done, len(names))
+    return FolderAlignment(written=len(names), unlisted=unlisted, out=out)

@@ -1,0 +1,352 @@
+"""IJB-B / IJB-C end to end: the dataset's files, the embedding of its loose crops, the cache.
+
+The layout is the one insightface's ``eval_ijbc.py`` and ``ijb_1n.py`` read
+(``t`` = ``ijbc`` or ``ijbb``)::
+
+    DATA_DIR/loose_crop/NAME                       the images (loose face crops)
+    DATA_DIR/meta/t_name_5pts_score.txt            NAME x1 y1 ... x5 y5 face_score
+    DATA_DIR/meta/t_face_tid_mid.txt               NAME template_id media_id
+    DATA_DIR/meta/t_template_pair_label.txt        template_1 template_2 label (1:1)
+    DATA_DIR/meta/t_1N_gallery_G1.csv, ..._G2.csv  TEMPLATE_ID,SUBJECT_ID,... (1:N; IJB-B: S1, S2)
+    DATA_DIR/meta/t_1N_probe_mixed.csv             TEMPLATE_ID,SUBJECT_ID,...
+
+Each image is aligned on its five landmarks (:func:`~marginface.data.align.norm_crop`, 112×112,
+RGB), scaled to ``(x / 255 - 0.5) / 0.5`` and embedded as it is and flipped left-right by the
+caller's ``embed`` callable (any backbone, any embedding size), in batches, decoding and
+aligning in ``workers`` processes. The embeddings are cached in a ``.npz`` file so another
+evaluation (flip, norm score or detector score switched) does not embed again. The protocol is
+:mod:`marginface.evaluation.ijb`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..evaluation.ijb import (
+    IJB_FAR_TARGETS,
+    IdentificationMetrics,
+    IjbVerificationMetrics,
+    ijb_identification,
+    ijb_image_features,
+    ijb_verification,
+    template_features,
+    template_pair_scores,
+)
+
+__all__ = [
+    "IJB_TARGETS",
+    "IjbLayout",
+    "IjbResult",
+    "embed_ijb_images",
+    "evaluate_ijb",
+    "read_ijb_layout",
+    "run_embedder",
+]
+
+IJB_TARGETS = ("IJBB", "IJBC")
+
+Embed = Callable[[torch.Tensor], torch.Tensor]
+"""``float32[B, 3, 112, 112]`` RGB in [-1, 1] → ``[B, D]`` embeddings."""
+
+
+@dataclass(frozen=True)
+class IjbLayout:
+    """An IJB dataset's files, read.
+
+    Attributes:
+        image_dir: the ``loose_crop`` folder.
+        names: ``N`` image names (paths under ``image_dir``), in the landmark file's order.
+        landmarks: ``float32[N, 5, 2]``; face_scores: ``float32[N]`` detector scores.
+        templates, medias: ``int64[N]`` of each image.
+        pair_first, pair_second: ``int64[P]`` template ids; pair_label: ``bool[P]``.
+        galleries: ``{"G1": (template ids, subject ids), "G2": ...}`` (empty without 1:N files).
+        probes: ``(template ids, subject ids)`` of the mixed probes, or None.
+    """
+
+    image_dir: Path
+    names: list[str]
+    landmarks: np.ndarray
+    face_scores: np.ndarray
+    templates: np.ndarray
+    medias: np.ndarray
+    pair_first: np.ndarray
+    pair_second: np.ndarray
+    pair_label: np.ndarray
+    galleries: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    probes: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _table(path: Path, columns: int, what: str) -> list[list[str]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"missing {what}: {path}")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < columns:
+            raise ValueError(f"{path}: line {number}: expected {columns} fields, got {len(fields)}")
+        rows.append(fields)
+    if not rows:
+        raise ValueError(f"{path}: empty")
+    return rows
+
+
+def _integers(path: Path, rows: list[list[str]], column: int) -> np.ndarray:
+    try:
+        return np.array([int(row[column]) for row in rows], dtype=np.int64)
+    except ValueError as error:
+        raise ValueError(f"{path}: column {column + 1} must hold integers ({error})") from None
+
+
+def _subject_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``TEMPLATE_ID,SUBJECT_ID,...`` (a header, one row per image) → distinct templates and
+    the subject of each (its first row's)."""
+    with path.open(encoding="utf-8", newline="") as stream:
+        rows = [row for row in csv.reader(stream) if row]
+    try:
+        values = np.array([[int(r[0]), int(r[1])] for r in rows[1:]], dtype=np.int64)
+    except (ValueError, IndexError) as error:
+        raise ValueError(f"{path}: expected TEMPLATE_ID,SUBJECT_ID rows ({error})") from None
+    if values.shape[0] == 0:
+        raise ValueError(f"{path}: no rows")
+    templates, first = np.unique(values[:, 0], return_index=True)
+    return templates, values[first, 1]
+
+
+def read_ijb_layout(data_dir: str | os.PathLike[str], target: str = "IJBC") -> IjbLayout:
+    """Read ``data_dir``'s meta files (module docstring) for ``target`` (``IJBB``/``IJBC``).
+
+    The image list (landmarks) and the template list must name the same images in the same
+    order, as insightface's scripts assume; the 1:N files are optional.
+    """
+    if target not in IJB_TARGETS:
+        raise ValueError(f"target must be one of {', '.join(IJB_TARGETS)}, got {target!r}")
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no IJB folder at {root}")
+    meta, t = root / "meta", target.lower()
+    marks_path = meta / f"{t}_name_5pts_score.txt"
+    marks = _table(marks_path, 12, "landmark file")
+    try:
+        values = np.array([[float(v) for v in row[1:12]] for row in marks], dtype=np.float32)
+    except ValueError as error:
+        raise ValueError(f"{marks_path}: landmarks and scores must be numbers ({error})") from None
+    tid_path = meta / f"{t}_face_tid_mid.txt"
+    tid = _table(tid_path, 3, "template/media file")
+    names = [row[0] for row in marks]
+    if [row[0] for row in tid] != names:
+        raise ValueError(
+            f"{tid_path} and {marks_path} must list the same images in the same order "
+            f"({len(tid)} and {len(names)} lines)"
+        )
+    pair_path = meta / f"{t}_template_pair_label.txt"
+    pairs = _table(pair_path, 3, "template pair file")
+    galleries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    probes = None
+    gallery_names = ("G1", "G2") if target == "IJBC" else ("S1", "S2")
+    probe_path = meta / f"{t}_1N_probe_mixed.csv"
+    if probe_path.is_file():
+        probes = _subject_csv(probe_path)
+        for name in gallery_names:
+            galleries[name] = _subject_csv(meta / f"{t}_1N_gallery_{name}.csv")
+    return IjbLayout(
+        image_dir=root / "loose_crop",
+        names=names,
+        landmarks=values[:, :10].reshape(-1, 5, 2),
+        face_scores=values[:, 10],
+        templates=_integers(tid_path, tid, 1),
+        medias=_integers(tid_path, tid, 2),
+        pair_first=_integers(pair_path, pairs, 0),
+        pair_second=_integers(pair_path, pairs, 1),
+        pair_label=_integers(pair_path, pairs, 2) == 1,
+        galleries=galleries,
+        probes=probes,
+    )
+
+
+class _AlignedImages(torch.utils.data.Dataset):
+    """Item ``i``: ``(uint8[3, 112, 112]`` RGB, image ``i`` aligned on its landmarks, ``""``)``,
+    or ``(zeros, message)`` when it cannot be read or aligned (the message reaches the main
+    process as one line, not as a worker's traceback)."""
+
+    def __init__(self, layout: IjbLayout) -> None:
+        self.image_dir = layout.image_dir
+        self.names = layout.names
+        self.landmarks = layout.landmarks
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
+        import cv2
+
+        from .align import norm_crop
+
+        path = self.image_dir / self.names[i]
+        image = cv2.imread(str(path), cv2.IMREAD_COLOR)  # BGR
+        if image is None:
+            return torch.zeros(3, 112, 112, dtype=torch.uint8), f"{path}: missing or unreadable"
+        try:
+            crop = norm_crop(image, self.landmarks[i])[:, :, ::-1]  # RGB, (112, 112, 3)
+        except ValueError as error:
+            return torch.zeros(3, 112, 112, dtype=torch.uint8), f"{path}: {error}"
+        return torch.from_numpy(np.ascontiguousarray(crop.transpose(2, 0, 1))), ""
+
+
+def _names_digest(names: list[str], key: str) -> str:
+    return hashlib.sha256("\n".join([key, *names]).encode("utf-8")).hexdigest()
+
+
+def embed_ijb_images(
+    layout: IjbLayout,
+    embed: Embed,
+    *,
+    batch_size: int = 128,
+    workers: int = 0,
+    cache: str | os.PathLike[str] | None = None,
+    cache_key: str = "",
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Embeddings of every image, as it is and flipped: ``(float32[N, D], float32[N, D])``.
+
+    Args:
+        layout: :func:`read_ijb_layout`.
+        embed: the backbone (module docstring); called under ``torch.no_grad``.
+        batch_size: images per call (each call also embeds their flips). Default: 128.
+        workers: processes reading and aligning images (0: in this process).
+        cache: a ``.npz`` file: read when it holds these images' embeddings under the same
+            ``cache_key``, else (re)written.
+        cache_key: what identifies the model (e.g. its checkpoint's path, size and time).
+        progress: called with ``(images done, total)`` after each batch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    digest = _names_digest(layout.names, cache_key)
+    if cache is not None and Path(cache).is_file():
+        with np.load(cache, allow_pickle=False) as stored:
+            if str(stored["names_digest"]) == digest:
+                return stored["embeddings"], stored["flipped"]
+    loader = torch.utils.data.DataLoader(
+        _AlignedImages(layout), batch_size=batch_size, num_workers=workers, shuffle=False
+    )
+    as_is: list[np.ndarray] = []
+    flipped: list[np.ndarray] = []
+    done = 0
+    with torch.no_grad():
+        for batch, problems in loader:
+            problem = next((p for p in problems if p), None)
+            if problem is not None:
+                raise ValueError(problem)
+            x = (batch.float() / 255.0 - 0.5) / 0.5  # (B, 3, 112, 112) in [-1, 1]
+            as_is.append(embed(x).detach().float().cpu().numpy())
+            flipped.append(embed(torch.flip(x, dims=(3,))).detach().float().cpu().numpy())
+            done += batch.shape[0]
+            if progress is not None:
+                progress(done, len(layout.names))
+    embeddings, flips = np.concatenate(as_is), np.concatenate(flipped)
+    if cache is not None:
+        from .._atomic import atomic_write
+
+        with atomic_write(cache) as stream:
+            np.savez(stream, embeddings=embeddings, flipped=flips, names_digest=digest)
+    return embeddings, flips
+
+
+@dataclass(frozen=True)
+class IjbResult:
+    """What :func:`evaluate_ijb` measured.
+
+    Attributes:
+        verification: 1:1 (:class:`~marginface.evaluation.ijb.IjbVerificationMetrics`).
+        identification: 1:N by gallery: ``"G1"``, ``"G2"`` (open-set) and ``"G1+G2"``
+            (insightface's rule); empty without the 1:N files.
+        scores: ``float64[P]`` the 1:1 pair scores.
+    """
+
+    verification: IjbVerificationMetrics
+    identification: dict[str, IdentificationMetrics]
+    scores: np.ndarray
+
+    def as_dict(self, prefix: str = "") -> dict[str, float]:
+        """Every scalar, keys prefixed (``ijbc_tar@far=1e-04``, ``ijbc_G1_rank1`` ...)."""
+        out = {f"{prefix}{k}": v for k, v in self.verification.as_dict().items()}
+        for gallery, metrics in self.identification.items():
+            out.update({f"{prefix}{gallery}_{k}": v for k, v in metrics.as_dict().items()})
+        return out
+
+
+def evaluate_ijb(
+    layout: IjbLayout,
+    embeddings: np.ndarray,
+    flipped: np.ndarray | None,
+    *,
+    flip: bool = True,
+    norm_score: bool = True,
+    detector_score: bool = True,
+    far_targets: tuple[float, ...] = IJB_FAR_TARGETS,
+) -> IjbResult:
+    """The 1:1 and 1:N protocols on the embedded images (:func:`embed_ijb_images`).
+
+    Args:
+        layout: :func:`read_ijb_layout`.
+        embeddings, flipped: ``[N, D]`` each, in ``layout.names`` order.
+        flip, norm_score, detector_score: the ablations (all on: insightface's setting).
+        far_targets: 1:1 FARs. Default: 1e-6 ... 1e-1.
+    """
+    features = ijb_image_features(
+        embeddings,
+        flipped,
+        layout.face_scores,
+        flip=flip,
+        norm_score=norm_score,
+        detector_score=detector_score,
+    )
+    ids, pooled = template_features(features, layout.templates, layout.medias)
+    scores = template_pair_scores(ids, pooled, layout.pair_first, layout.pair_second)
+    verification = ijb_verification(scores, layout.pair_label, far_targets)
+    identification: dict[str, IdentificationMetrics] = {}
+    if layout.probes is not None:
+        probe_t, probe_s = layout.probes
+        probe_f = pooled[_rows(ids, probe_t)]
+        both_t, both_s = [], []
+        for name, (gallery_t, gallery_s) in layout.galleries.items():
+            gallery_f = pooled[_rows(ids, gallery_t)]
+            identification[name] = ijb_identification(probe_f, probe_s, gallery_f, gallery_s)
+            both_t.append(gallery_t)
+            both_s.append(gallery_s)
+        if both_t:
+            gallery_t, gallery_s = np.concatenate(both_t), np.concatenate(both_s)
+            identification["+".join(layout.galleries)] = ijb_identification(
+                probe_f, probe_s, pooled[_rows(ids, gallery_t)], gallery_s, rule="insightface"
+            )
+    return IjbResult(verification, identification, scores)
+
+
+def _rows(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    rows = np.searchsorted(ids, wanted)
+    rows = np.minimum(rows, ids.shape[0] - 1)
+    if (ids[rows] != wanted).any():
+        missing = int(wanted[ids[rows] != wanted][0])
+        raise ValueError(f"template {missing} of the 1:N lists has no image")
+    return rows
+
+
+def run_embedder(model: torch.nn.Module, device: torch.device | str) -> Embed:
+    """A model as an ``embed`` callable: eval mode, inputs moved to ``device``."""
+    model.eval()
+
+    def embed(x: torch.Tensor) -> torch.Tensor:
+        return model(x.to(device))
+
+    return embed

@@ -1,0 +1,428 @@
+"""IJB-B / IJB-C template protocols, 1:1 verification and 1:N identification, as insightface's
+``recognition/arcface_torch/eval_ijbc.py`` (1:1) and ``recognition/_evaluation_/ijb/ijb_1n.py``
+(1:N) compute them, on features of any size.
+
+Image features (:func:`ijb_image_features`), from each image's embedding ``e_i`` and its
+left-right flip's ``f_i`` (``float[N, D]`` each) and the detector's face score ``q_i``:
+
+* flip test: ``x_i = e_i + f_i`` (insightface's "F2"); without it ``x_i = e_i``;
+* norm score (default on): ``x_i`` keeps its norm; off: ``x_i / ‖x_i‖``;
+* detector score (default on): ``x_i · q_i``; off: ``x_i``.
+
+Template features (:func:`template_features`): the mean of ``x_i`` over each media (a video's
+frames, or one still image) of a template, summed over the template's media, L2-normalized.
+Pair scores (:func:`template_pair_scores`) are dot products of template features.
+
+1:1 (:func:`ijb_verification`): the ROC of the pair scores (scikit-learn's ``roc_curve`` with
+``drop_intermediate=True``), and at each FAR target ``x`` in 1e-6 ... 1e-1 the TAR of the ROC
+point whose FPR is nearest to ``x`` (insightface's rule: among equally near points the one
+latest on the ROC, i.e. of highest TPR), and beside it the conservative TAR: the largest TPR of
+an ROC point with FPR <= ``x`` (:func:`~marginface.evaluation.tar_at_far`).
+
+1:N (:func:`ijb_identification`): probes (templates of known subjects) against a gallery
+(one template per subject). Rank-k is the fraction of mated probes whose mate scores among the
+``k`` best: fewer than ``k`` gallery templates score strictly higher than the mate (insightface
+sorts with ``numpy.argsort``, whose order among equal scores is unspecified). TPIR at FPIR:
+
+* insightface's rule (``ijb_1n.py``, every probe mated, gallery G1 ∪ G2): the threshold is the
+  ``ceil(Q·f)``-th largest of all ``Q·(G-1)`` non-mate scores; TPIR is the fraction of probes
+  whose mate scores above it;
+* the open-set rule (NIST's, for one gallery, G1 or G2, where some probes are not mated): the
+  threshold lets at most a fraction ``f`` of the non-mated probes' best scores exceed it; TPIR
+  is the fraction of mated probes whose mate is ranked first and scores above it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ._arrays import (
+    ArrayLike,
+    as_bool_vector,
+    as_embeddings,
+    as_float_vector,
+    as_int_vector,
+    to_numpy,
+)
+from .verification import roc_auc, roc_curve, tar_at_far
+
+__all__ = [
+    "IJB_FAR_TARGETS",
+    "IJB_FPIR_TARGETS",
+    "IJB_RANKS",
+    "IdentificationMetrics",
+    "IjbVerificationMetrics",
+    "ijb_identification",
+    "ijb_image_features",
+    "ijb_verification",
+    "insightface_operating_points",
+    "template_features",
+    "template_pair_scores",
+]
+
+IJB_FAR_TARGETS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+"""The FARs of insightface's IJB-B/C 1:1 table."""
+
+IJB_FPIR_TARGETS = (0.01, 0.1)
+"""The FPIRs of insightface's 1:N report."""
+
+IJB_RANKS = (1, 5, 10)
+"""The ranks of insightface's 1:N report."""
+
+_CHUNK_ROWS = 1 << 16
+"""Image rows converted to float64 at a time by :func:`template_features`."""
+
+
+def ijb_image_features(
+    embeddings: ArrayLike,
+    flipped: ArrayLike | None = None,
+    face_scores: ArrayLike | None = None,
+    *,
+    flip: bool = True,
+    norm_score: bool = True,
+    detector_score: bool = True,
+) -> np.ndarray:
+    """Per-image features ``x_i`` entering the template pooling (module docstring).
+
+    Args:
+        embeddings: ``[N, D]`` embeddings of the aligned images (not normalized).
+        flipped: ``[N, D]`` of the flipped images (needed when ``flip``).
+        face_scores: ``float[N]`` detector scores (needed when ``detector_score``).
+        flip: add the flipped image's embedding (insightface default: on).
+        norm_score: keep each feature's norm (default: on); off normalizes it first.
+        detector_score: weight by the detector score (default: on).
+
+    Returns:
+        ``float64[N, D]``.
+    """
+    x = as_embeddings("embeddings", embeddings)
+    if flip:
+        if flipped is None:
+            raise ValueError("flipped must be given when flip=True (or pass flip=False)")
+        f = as_embeddings("flipped", flipped)
+        if f.shape != x.shape:
+            raise ValueError(f"flipped must have the shape of embeddings {x.shape}, got {f.shape}")
+        x = x + f
+    if not norm_score:
+        norms = np.sqrt(np.einsum("nd,nd->n", x, x))[:, None]
+        x = x / np.where(norms == 0.0, 1.0, norms)
+    if detector_score:
+        if face_scores is None:
+            raise ValueError("face_scores must be given when detector_score=True")
+        q = as_float_vector("face_scores", face_scores, length=x.shape[0])
+        x = x * q[:, None]
+    return x
+
+
+def template_features(
+    features: ArrayLike, templates: ArrayLike, medias: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Template features: mean over each media, sum over the template's media, L2-normalized.
+
+    .. math:: t_T = \frac{\sum_{m \in T} \bar x_m}{\|\sum_{m \in T} \bar x_m\|}, \quad
+              \bar x_m = \frac{1}{|m|} \sum_{i \in m} x_i
+
+    (a media is identified by ``(template, media id)``, as insightface groups media within a
+    template). A zero sum stays zero.
+
+    Args:
+        features: ``float[N, D]`` image features (:func:`ijb_image_features`).
+        templates: ``int[N]`` template id of each image.
+        medias: ``int[N]`` media id of each image.
+
+    Returns:
+        ``(template_ids, features)``: ``int64[T]`` sorted distinct template ids and
+        ``float64[T, D]``.
+    """
+    x = _feature_matrix("features", features)  # (N, D), float32 or float64, not copied
+    t = as_int_vector("templates", templates, length=x.shape[0])
+    m = as_int_vector("medias", medias, length=x.shape[0])
+    order = np.lexsort((m, t))  # images grouped by (template, media), (N,)
+    t_sorted, m_sorted = t[order], m[order]
+    new_media = np.r_[True, (t_sorted[1:] != t_sorted[:-1]) | (m_sorted[1:] != m_sorted[:-1])]
+    starts = np.flatnonzero(new_media)  # (M,) first sorted row of each media
+    counts = np.diff(np.r_[starts, x.shape[0]])  # (M,)
+    media_of_image = np.empty(x.shape[0], dtype=np.int64)
+    media_of_image[order] = np.cumsum(new_media) - 1  # (N,) media of each image
+    media_sum = torch.zeros((starts.shape[0], x.shape[1]), dtype=torch.float64)  # (M, D)
+    # float64 sums over chunks of rows in file order (no N × D float64 copy); within a media
+    # the images are added in file order, as the stable sort keeps them
+    for lo in range(0, x.shape[0], _CHUNK_ROWS):
+        hi = min(lo + _CHUNK_ROWS, x.shape[0])
+        block = torch.from_numpy(np.ascontiguousarray(x[lo:hi])).to(torch.float64)  # (rows, D)
+        media_sum.index_add_(0, torch.from_numpy(media_of_image[lo:hi]), block)
+    media_mean = media_sum / torch.from_numpy(counts)[:, None]  # (M, D)
+    media_template = t_sorted[starts]  # (M,) non-decreasing
+    new_template = np.r_[True, media_template[1:] != media_template[:-1]]
+    template_ids = media_template[new_template]  # (T,)
+    template_of_media = torch.from_numpy(np.cumsum(new_template) - 1)  # (M,)
+    pooled = torch.zeros((template_ids.shape[0], x.shape[1]), dtype=torch.float64)
+    pooled = pooled.index_add_(0, template_of_media, media_mean).numpy()  # (T, D)
+    norms = np.sqrt(np.einsum("td,td->t", pooled, pooled))[:, None]
+    return template_ids, pooled / np.where(norms == 0.0, 1.0, norms)
+
+
+def _feature_matrix(name: str, value: object) -> np.ndarray:
+    """A finite ``float32``/``float64`` ``[N, D]`` array, not copied (IJB-C's 470k × 512)."""
+    array = to_numpy(name, value)
+    if array.dtype not in (np.float32, np.float64):
+        return as_embeddings(name, array)
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
+        raise ValueError(f"{name} must have shape (N, D) with N, D >= 1, got {array.shape}")
+    for start in range(0, array.shape[0], 1 << 16):
+        if not np.isfinite(array[start : start + (1 << 16)]).all():
+            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+    return array
+
+
+def template_pair_scores(
+    template_ids: ArrayLike,
+    features: ArrayLike,
+    first: ArrayLike,
+    second: ArrayLike,
+    *,
+    block: int = 2048,
+    precision: str = "float64",
+) -> np.ndarray:
+    """Dot products ``⟨t_a, t_b⟩`` of template pairs.
+
+    Pairs are grouped by their first template; each group of ``block`` first templates is one
+    matrix product with the templates they meet, so no ``P × D`` copy is made.
+    ``precision="float32"`` does the products in single precision (scores within ~1e-7 of
+    float64's, the order of the rounding insightface's own float32 pooling already has).
+
+    Args:
+        template_ids: ``int[T]`` sorted distinct ids (:func:`template_features`).
+        features: ``float[T, D]`` template features.
+        first, second: ``int[P]`` template ids of each pair (every id among ``template_ids``).
+        block: first templates per matrix product. Default: 2048.
+        precision: ``"float64"`` (default) or ``"float32"``.
+
+    Returns:
+        ``float64[P]``.
+    """
+    if precision not in ("float64", "float32"):
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
+    ids = as_int_vector("template_ids", template_ids)
+    f = as_embeddings("features", features).astype(precision, copy=False)
+    a = _template_rows(ids, as_int_vector("first", first), "first")
+    b = _template_rows(ids, as_int_vector("second", second, length=a.shape[0]), "second")
+    scores = np.empty(a.shape[0])
+    order = np.argsort(a, kind="stable")  # pairs grouped by first template
+    a_sorted = a[order]
+    for start in range(0, f.shape[0], block):
+        lo, hi = np.searchsorted(a_sorted, [start, start + block])
+        if lo == hi:
+            continue
+        chosen = order[lo:hi]  # pairs whose first template is in [start, start + block)
+        columns, inverse = np.unique(b[chosen], return_inverse=True)
+        gram = f[start : start + block] @ f[columns].T  # (block, C)
+        scores[chosen] = gram[a[chosen] - start, inverse.reshape(-1)]
+    return scores
+
+
+def _template_rows(ids: np.ndarray, wanted: np.ndarray, name: str) -> np.ndarray:
+    rows = np.searchsorted(ids, wanted)
+    bad = (rows >= ids.shape[0]) | (ids[np.minimum(rows, ids.shape[0] - 1)] != wanted)
+    if bad.any():
+        raise ValueError(
+            f"{name} names template {int(wanted[bad][0])}, which has no image "
+            f"({int(bad.sum())} pair(s) affected)"
+        )
+    return rows
+
+
+def insightface_operating_points(
+    scores: np.ndarray, same: np.ndarray, far_targets: Iterable[float]
+) -> dict[float, float]:
+    """insightface's TAR at each FAR target (module docstring): on scikit-learn's ROC with
+    ``drop_intermediate=True``, the point of FPR nearest the target, the latest on ties."""
+    fpr, tpr, _ = roc_curve(scores, same)  # every distinct score, (0, 0) first
+    # scikit-learn drops the points where the curve of *counts* goes on in a straight line
+    # with equal steps (second differences zero), before (0, 0) is prepended
+    fps = np.round(fpr[1:] * int((~same).sum()))  # accepted impostors, (T,)
+    tps = np.round(tpr[1:] * int(same.sum()))  # accepted genuine pairs, (T,)
+    keep = np.r_[True, (np.diff(fps, 2) != 0) | (np.diff(tps, 2) != 0), True]
+    fpr_kept = np.r_[0.0, fpr[1:][keep]]
+    tpr_kept = np.r_[0.0, tpr[1:][keep]]
+    result = {}
+    for target in far_targets:
+        distance = np.abs(fpr_kept - target)
+        index = int(np.flatnonzero(distance == distance.min())[-1])  # the latest of the nearest
+        result[float(target)] = float(tpr_kept[index])
+    return result
+
+
+@dataclass(frozen=True)
+class IjbVerificationMetrics:
+    """1:1 results.
+
+    Attributes:
+        tar_at_far: ``{far: TAR}`` by insightface's nearest-point rule.
+        tar_at_far_conservative: ``{far: TAR}`` of the best threshold with FPR <= far (None
+            where there are fewer than ``1/far`` impostor pairs).
+        auc: area under the ROC.
+        fpr, tpr: the ROC (every distinct score).
+        num_genuine, num_impostor: pair counts.
+    """
+
+    tar_at_far: dict[float, float]
+    tar_at_far_conservative: dict[float, float | None]
+    auc: float
+    fpr: np.ndarray = field(repr=False)
+    tpr: np.ndarray = field(repr=False)
+    num_genuine: int = 0
+    num_impostor: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        """``tar@far=1e-06`` ..., ``tar@far=1e-06_conservative`` ... (NaN: not measurable),
+        ``auc``, ``pairs_genuine``, ``pairs_impostor``."""
+        out: dict[str, float] = {}
+        for far, tar in self.tar_at_far.items():
+            out[f"tar@far={far:.0e}"] = tar
+        for far, tar in self.tar_at_far_conservative.items():
+            out[f"tar@far={far:.0e}_conservative"] = math.nan if tar is None else tar
+        out["auc"] = self.auc
+        out["pairs_genuine"] = float(self.num_genuine)
+        out["pairs_impostor"] = float(self.num_impostor)
+        return out
+
+
+def ijb_verification(
+    scores: ArrayLike, same: ArrayLike, far_targets: Iterable[float] = IJB_FAR_TARGETS
+) -> IjbVerificationMetrics:
+    """1:1 metrics of scored template pairs (module docstring).
+
+    Args:
+        scores: ``float[P]`` (:func:`template_pair_scores`); same: ``bool[P]`` (the label).
+        far_targets: Default: 1e-6, 1e-5 ... 1e-1.
+    """
+    s = as_float_vector("scores", scores)
+    y = as_bool_vector("same", same, length=s.shape[0])
+    targets = [float(t) for t in far_targets]
+    fpr, tpr, _ = roc_curve(s, y)
+    num_impostor = int((~y).sum())
+    return IjbVerificationMetrics(
+        tar_at_far=insightface_operating_points(s, y, targets),
+        tar_at_far_conservative={t: tar_at_far(fpr, tpr, t, num_impostor) for t in targets},
+        auc=roc_auc(fpr, tpr),
+        fpr=fpr,
+        tpr=tpr,
+        num_genuine=int(y.sum()),
+        num_impostor=num_impostor,
+    )
+
+
+@dataclass(frozen=True)
+class IdentificationMetrics:
+    """1:N results for one gallery.
+
+    Attributes:
+        rank: ``{k: fraction of mated probes whose mate is among the k best}``.
+        tpir_at_fpir: ``{fpir: TPIR}`` (see ``rule``).
+        rule: ``"insightface"`` (all probes mated) or ``"open-set"``.
+        num_mated, num_non_mated: probe counts; num_gallery: gallery templates.
+    """
+
+    rank: dict[int, float]
+    tpir_at_fpir: dict[float, float]
+    rule: str
+    num_mated: int
+    num_non_mated: int
+    num_gallery: int
+
+    def as_dict(self) -> dict[str, float]:
+        """``rank1``, ``rank5``, ``rank10``, ``tpir@fpir=1e-02`` ..., ``probes_mated``,
+        ``probes_non_mated``, ``gallery``."""
+        out: dict[str, float] = {f"rank{k}": v for k, v in self.rank.items()}
+        out.update({f"tpir@fpir={f:.0e}": v for f, v in self.tpir_at_fpir.items()})
+        out["probes_mated"] = float(self.num_mated)
+        out["probes_non_mated"] = float(self.num_non_mated)
+        out["gallery"] = float(self.num_gallery)
+        return out
+
+
+def ijb_identification(
+    probe_features: ArrayLike,
+    probe_subjects: ArrayLike,
+    gallery_features: ArrayLike,
+    gallery_subjects: ArrayLike,
+    *,
+    ranks: Iterable[int] = IJB_RANKS,
+    fpir_targets: Iterable[float] = IJB_FPIR_TARGETS,
+    rule: str = "open-set",
+) -> IdentificationMetrics:
+    """1:N identification of probe templates against a gallery (module docstring).
+
+    Args:
+        probe_features: ``float[Q, D]`` L2-normalized template features.
+        probe_subjects: ``int[Q]`` subject of each probe.
+        gallery_features: ``float[G, D]``; gallery_subjects: ``int[G]``, each subject once.
+        ranks: Default 1, 5, 10. fpir_targets: Default 0.01, 0.1.
+        rule: ``"open-set"`` (default; probes whose subject is not in the gallery are
+            non-mated) or ``"insightface"`` (``ijb_1n.py``'s: every probe must be mated).
+    """
+    q = as_embeddings("probe_features", probe_features)
+    g = as_embeddings("gallery_features", gallery_features)
+    if g.shape[1] != q.shape[1]:
+        raise ValueError(
+            f"gallery_features must have {q.shape[1]} columns like probe_features, got {g.shape}"
+        )
+    probe_ids = as_int_vector("probe_subjects", probe_subjects, length=q.shape[0])
+    gallery_ids = as_int_vector("gallery_subjects", gallery_subjects, length=g.shape[0])
+    if np.unique(gallery_ids).shape[0] != gallery_ids.shape[0]:
+        raise ValueError("gallery_subjects must name each subject once (one template each)")
+    if rule not in ("open-set", "insightface"):
+        raise ValueError(f"rule must be 'open-set' or 'insightface', got {rule!r}")
+    order = np.argsort(gallery_ids)
+    position = np.searchsorted(gallery_ids[order], probe_ids)
+    position = np.minimum(position, gallery_ids.shape[0] - 1)
+    mated = gallery_ids[order][position] == probe_ids  # (Q,)
+    mate = order[position]  # (Q,) gallery row of the mate (where mated)
+    if rule == "insightface" and not mated.all():
+        raise ValueError(
+            f"rule='insightface' needs every probe's subject in the gallery; "
+            f"{int((~mated).sum())} probe(s) are not"
+        )
+    if not mated.any():
+        raise ValueError("no probe's subject is in the gallery (no mated probe)")
+    similarity = q @ g.T  # (Q, G)
+    rows = np.flatnonzero(mated)
+    mate_score = similarity[rows, mate[rows]]  # (Qm,)
+    higher = (similarity[rows] > mate_score[:, None]).sum(axis=1)  # (Qm,) strictly better
+    rank = {int(k): float(np.mean(higher < k)) for k in ranks}
+    targets = [float(f) for f in fpir_targets]
+    if rule == "insightface":
+        others = similarity.copy()
+        others[rows, mate[rows]] = -np.inf
+        non_mate = others[np.isfinite(others)]  # (Q·(G-1),) every non-mate score
+        if non_mate.shape[0] == 0:
+            raise ValueError("rule='insightface' needs at least 2 gallery templates")
+        tpir = {}
+        for f in targets:
+            needed = min(max(math.ceil(q.shape[0] * f), 1), non_mate.shape[0])
+            # the needed-th largest non-mate score
+            threshold = -np.partition(-non_mate, needed - 1)[needed - 1]
+            tpir[f] = float(np.mean(mate_score > threshold))
+    else:
+        best_non_mated = np.sort(similarity[~mated].max(axis=1))[::-1]  # (Qn,) descending
+        tpir = {}
+        for f in targets:
+            allowed = math.floor(f * best_non_mated.shape[0] + 1e-9)  # false alarms allowed
+            # at most `allowed` best scores exceed the threshold (-inf: no non-mated probe)
+            count = best_non_mated.shape[0]
+            threshold = best_non_mated[allowed] if allowed < count else -np.inf
+            tpir[f] = float(np.mean((higher == 0) & (mate_score > threshold)))
+    return IdentificationMetrics(
+        rank=rank,
+        tpir_at_fpir=tpir,
+        rule=rule,
+        num_mated=int(mated.sum()),
+        num_non_mated=int((~mated).sum()),
+        num_gallery=int(g.shape[0]),
+    )

@@ -1,0 +1,188 @@
+"""The ``marginface align`` and ``marginface ijb`` commands: arguments and what they run.
+
+``cli.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
+``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
+:func:`marginface.evaluation.ijb.evaluate_ijb`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["add_align_arguments", "add_ijb_arguments", "run_align", "run_ijb"]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def add_align_arguments(parser: argparse.ArgumentParser) -> None:
+    """``SRC LANDMARKS OUT [--size S] [--workers N]``."""
+    parser.add_argument("src", type=Path, help="image folder (e.g. SRC/<identity>/<image>)")
+    parser.add_argument(
+        "landmarks",
+        type=Path,
+        help="five landmarks per image: insightface's *_name_5pts_score.txt layout "
+        "('name x1 y1 ... x5 y5 score', paths relative to SRC) or the same columns as a CSV",
+    )
+    parser.add_argument("out", type=Path, help="output folder (same relative paths)")
+    parser.add_argument(
+        "--size", type=int, default=112, help="crop side, a multiple of 112 or 128 (default 112)"
+    )
+    parser.add_argument(
+        "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
+    )
+
+
+def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
+    """Align the folder; print what was written."""
+    from .data.align import align_folder
+
+    result = align_folder(
+        args.src, args.landmarks, args.out, image_size=args.size, workers=args.workers
+    )
+    echo(
+        f"{result.written} aligned {args.size}x{args.size} crop(s) written to {result.out}"
+        + (f"; {result.unlisted} image(s) without landmarks skipped" if result.unlisted else "")
+    )
+    return 0
+
+
+def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
+    """``RUN --data-dir DIR [--target IJBC] [--batch-size B] [--workers N] [--no-flip]
+    [--no-norm-score] [--no-detector-score] [--device D] [--out DIR]``."""
+    parser.add_argument("run_dir", type=Path, help="the trained run to evaluate")
+    parser.add_argument(
+        "--data-dir", type=Path, required=True, help="the IJB folder (loose_crop/, meta/)"
+    )
+    parser.add_argument("--target", choices=("IJBC", "IJBB"), default="IJBC")
+    parser.add_argument("--batch-size", type=int, default=128, help="images per batch")
+    parser.add_argument(
+        "--workers", type=_positive_int, default=0, help="processes reading and aligning images"
+    )
+    parser.add_argument(
+        "--no-flip", action="store_true", help="ablation: no flip test (embeddings alone)"
+    )
+    parser.add_argument(
+        "--no-norm-score",
+        action="store_true",
+        help="ablation: normalize each image's feature before pooling",
+    )
+    parser.add_argument(
+        "--no-detector-score",
+        action="store_true",
+        help="ablation: do not weight images by their detector score",
+    )
+    parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--out", type=Path, help="folder for the features, metrics and ROC (default RUN/ijb)"
+    )
+
+
+def _checkpoint_identity(run_dir: Path) -> str:
+    """The run's checkpoint files (name, size, modification time): a retrained or resumed run
+    does not reuse features cached for its earlier weights."""
+    parts = [
+        f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+        for p in sorted(run_dir.glob("checkpoint*"))
+    ]
+    return f"{run_dir.resolve()}|" + "|".join(parts)
+
+
+def _ablation_suffix(args: argparse.Namespace) -> str:
+    parts = [
+        flag
+        for flag, off in (
+            ("noflip", args.no_flip),
+            ("nonorm", args.no_norm_score),
+            ("nodet", args.no_detector_score),
+        )
+        if off
+    ]
+    return "-" + "-".join(parts) if parts else ""
+
+
+def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
+    """Embed (or read the cached features), evaluate 1:1 and 1:N, write the metrics (JSON,
+    and into the run's ``evaluation.json``), the ROC picture and an HTML report of both; print
+    the table."""
+    import json
+    import math
+
+    from ._atomic import atomic_write_text
+    from .data.ijb import embed_ijb_images, evaluate_ijb, read_ijb_layout, run_embedder
+    from .report import format_table
+    from .train import EVALUATION_NAME, load_run, resolve_device
+
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    layout = read_ijb_layout(args.data_dir, args.target)
+    out = args.out or Path(args.run_dir) / "ijb"
+    device = resolve_device(args.device)
+    run = load_run(args.run_dir, device=device)
+    name = args.target.lower()
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % (20 * args.batch_size) == 0:
+            echo(f"embedded {done}/{total} images")
+
+    model_embed = run_embedder(run.model, device)
+
+    def embed(x):
+        try:
+            return model_embed(x)
+        except RuntimeError as error:  # a model for other images (size, channels)
+            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ValueError(
+                f"the model of {args.run_dir} cannot embed 112x112 RGB face crops: {first_line}"
+            ) from None
+
+    embeddings, flipped = embed_ijb_images(
+        layout,
+        embed,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        cache=out / f"{name}_features.npz",
+        cache_key=_checkpoint_identity(Path(args.run_dir)),
+        progress=progress,
+    )
+    result = evaluate_ijb(
+        layout,
+        embeddings,
+        flipped,
+        flip=not args.no_flip,
+        norm_score=not args.no_norm_score,
+        detector_score=not args.no_detector_score,
+    )
+    prefix = f"{name}{_ablation_suffix(args)}_"
+    metrics = result.as_dict(prefix)
+    clean = {k: (None if not math.isfinite(v) else v) for k, v in metrics.items()}
+    path = atomic_write_text(
+        out / f"{prefix}metrics.json", json.dumps(clean, indent=2, sort_keys=True) + "\n"
+    )
+    evaluation_path = Path(args.run_dir) / EVALUATION_NAME
+    merged = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
+    merged.update(clean)
+    atomic_write_text(evaluation_path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    from .plots import plot_roc, save_figure
+
+    v = result.verification
+    picture = save_figure(
+        plot_roc({f"{args.target} 1:1": (v.fpr, v.tpr)}), out / f"{prefix}roc.png"
+    )
+    from .report import write_evaluation_report
+
+    report = write_evaluation_report(
+        out / f"{prefix}report.html",
+        title=f"marginface {args.target}: {Path(args.run_dir).name}",
+        metrics=metrics,
+        images={f"{args.target} 1:1 ROC (FAR on a log axis)": picture},
+    )
+    print(format_table([{"metric": k, "value": value} for k, value in metrics.items()]))
+    echo(f"written to {path}, {evaluation_path}, {picture} and {report}")
+    return 0
