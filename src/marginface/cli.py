@@ -29,16 +29,22 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
     ("--image-size", "image_size", int, "resize images to this side"),
     ("--limit", "limit", int, "use at most this many training images"),
-    ("--model", "model", str, "backbone: seed-cnn, seed-cnn-bn, iresnet18, iresnet50"),
+    (
+        "--model",
+        "model",
+        str,
+        "backbone: seed-cnn, seed-cnn-bn, r18/r34/r50/r100/r200, mbf, mbf_large, vit_t/vit_s/vit_b",
+    ),
     ("--embedding-dim", "embedding_dim", int, "embedding dimension (2 or 3 to plot)"),
     ("--epochs", "epochs", int, "training epochs"),
     ("--batch-size", "batch_size", int, "training batch size"),
     ("--optimizer", "optimizer", str, "adam, adamw or sgd"),
     ("--lr", "lr", float, "peak learning rate"),
     ("--weight-decay", "weight_decay", float, "weight decay"),
-    ("--schedule", "schedule", str, "constant, cosine or step"),
+    ("--schedule", "schedule", str, "constant, cosine, step or polynomial (insightface's)"),
     ("--warmup-epochs", "warmup_epochs", float, "linear warm-up length in epochs"),
     ("--grad-clip", "grad_clip", float, "clip the gradient norm to this"),
+    ("--grad-accumulation", "grad_accumulation", int, "micro-batches per batch (memory / k)"),
     ("--amp", "amp", str, "none, bf16 (CPU/CUDA) or fp16 (CUDA)"),
     ("--device", "device", str, "auto (CUDA when present), cpu, cuda, cuda:N"),
     ("--threads", "threads", int, "CPU threads for torch"),
@@ -101,6 +107,9 @@ def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = Tru
     group.add_argument(
         "--tensorboard", action="store_true", default=None, help="also log to TensorBoard"
     )
+    group.add_argument(
+        "--compile", action="store_true", default=None, help="train through torch.compile"
+    )
 
 
 def option_name(key: str) -> str:
@@ -110,6 +119,7 @@ def option_name(key: str) -> str:
         if flag_key == key:
             return flag
     named = {"loss": "--loss", "flip": "--flip", "tensorboard": "--tensorboard"}
+    named |= {"compile": "--compile"}
     named |= {"loss_options": "--loss-option", "augment": "--augment", "config": "--config"}
     return named.get(key, f"--set {key}=...")
 
@@ -126,7 +136,7 @@ def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
     for _, key, _, _ in _TRAIN_FLAGS:
         if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
-    for key in ("loss", "flip", "tensorboard"):
+    for key in ("loss", "flip", "tensorboard", "compile"):
         if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
     values.update(_key_values(args.set, "--set"))
@@ -263,10 +273,14 @@ def _verification_printer(args: argparse.Namespace):
 
 # ------------------------------------------------------------------ commands
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.init_from is not None and args.drop_non_dominant is not None:
+        raise ValueError("--init-from and --drop-non-dominant both choose the starting weights")
     if args.drop_non_dominant is not None:
         return _train_with_dominant_centers(args)
     if args.drop_outliers is not None:
         raise ValueError("--drop-outliers goes with --drop-non-dominant RUN")
+    if args.init_from is not None:
+        return _train_from_backbone(args)
     if args.resume and args.out is not None:
         out = args.out
     else:
@@ -304,6 +318,27 @@ def _fit(
     if trainer.is_main:
         _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0
+
+
+def _train_from_backbone(args: argparse.Namespace) -> int:
+    """``train --init-from FILE``: a new run whose backbone starts from FILE's weights (a
+    backbone state_dict: fine-tuning); the class centers, optimizer and schedule start
+    afresh."""
+    from .models.pretrained import load_backbone
+
+    if args.resume:
+        raise ValueError("--init-from starts a new run from FILE's weights; it cannot --resume")
+    config = _config_from_args(args)
+    out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
+    backbone = load_backbone(
+        args.init_from,
+        model=config.model,
+        embedding_dim=config.embedding_dim,
+        image_size=config.image_size or 112,
+        **config.model_options,
+    )
+    _echo(args, f"backbone {config.model} initialized from {args.init_from}")
+    return _fit(args, config, out, initial_state={"model": backbone.state_dict()})
 
 
 def _train_with_dominant_centers(args: argparse.Namespace) -> int:
@@ -359,6 +394,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .report import format_table
     from .train import EVALUATION_NAME, evaluate_run, write_evaluation
 
+    if args.backbone is not None or args.onnx is not None:
+        return _evaluate_backbone(args)
+    if args.run_dir is None:
+        raise ValueError("evaluate needs RUN_DIR, or --backbone FILE/--onnx FILE with --data-dir")
+    for flag in ("model", "data_dir", "pairs"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
     evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
     path = write_evaluation(evaluation, Path(args.run_dir) / EVALUATION_NAME)
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
@@ -366,6 +408,50 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _echo(args, f"written to {path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
+    return 0
+
+
+def _evaluate_backbone(args: argparse.Namespace) -> int:
+    """``evaluate --backbone FILE --model NAME --data-dir DIR`` (or ``--onnx FILE``): a
+    pretrained backbone on DIR's ``.bin`` verification sets, or on DIR's image folder and the
+    pairs of ``--pairs FILE``; no run folder."""
+    from .models.pretrained import load_backbone
+    from .report import format_table
+    from .train.backbone_evaluation import evaluate_backbone
+    from .train.run import resolve_device
+
+    if args.run_dir is not None:
+        raise ValueError("--backbone/--onnx evaluate a file, not RUN_DIR: leave RUN_DIR out")
+    if args.data_dir is None:
+        raise ValueError("--backbone/--onnx need --data-dir DIR (.bin sets, or images + --pairs)")
+    device = resolve_device(args.device)
+    model = load_backbone(
+        args.backbone,
+        onnx=args.onnx,
+        model=args.model,
+        embedding_dim=args.embedding_dim,
+        image_size=args.image_size,
+        bgr=args.bgr,
+        device=device,
+    )
+    metrics = evaluate_backbone(
+        model,
+        args.data_dir,
+        pairs=args.pairs,
+        image_size=args.image_size,
+        device=device,
+        batch_size=args.batch_size,
+        flip=True,  # insightface's protocol
+    )
+    print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
+    if args.out is not None:
+        import json
+
+        from ._atomic import atomic_write_text
+
+        clean = {k: (v if v == v else None) for k, v in metrics.items()}  # NaN → null
+        path = atomic_write_text(args.out, json.dumps(clean, indent=2, sort_keys=True) + "\n")
+        _echo(args, f"written to {path}")
     return 0
 
 
@@ -484,7 +570,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import torch
 
-    from .export import export_onnx, export_torchscript
+    from .export import export_onnx, export_safetensors, export_torchscript
     from .train import load_run
 
     run = load_run(args.run_dir)
@@ -503,6 +589,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.format in ("onnx", "both"):
             path = export_onnx(model, example, out / "model.onnx")
             _echo(args, f"ONNX (verified): {path}")
+        if args.format == "safetensors":
+            path = export_safetensors(model, out / "backbone.safetensors")
+            _echo(args, f"safetensors (the backbone's state_dict, verified): {path}")
     except BaseException:
         for folder in created:  # deepest first: a failed export leaves no empty folder behind
             if not folder.is_dir() or any(folder.iterdir()):
@@ -610,6 +699,14 @@ def build_parser() -> argparse.ArgumentParser:
         "DEGREES (default 75, the paper's) from their class's dominant sub-center (config key "
         "'exclude'; `marginface outliers RUN` lists them)",
     )
+    train.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="FILE",
+        help="start the backbone from FILE's weights (a state_dict: insightface's "
+        "backbone.pth, .safetensors, an AdaFace IR checkpoint), --model naming its "
+        "architecture; the class centers, optimizer and schedule start afresh (fine-tuning)",
+    )
     _add_progress_option(train)
     train.set_defaults(func=cmd_train)
 
@@ -625,9 +722,42 @@ def build_parser() -> argparse.ArgumentParser:
         "XNorm, VAL@FAR=1e-3), marginface's finer midpoint search (*_accuracy_midpoint), AUC, EER "
         "and TAR@FAR (docs/evaluation.md).",
     )
-    evaluate.add_argument("run_dir", type=Path)
+    evaluate.add_argument("run_dir", type=Path, nargs="?", help="a run folder (or --backbone)")
     evaluate.add_argument("--device", default="auto")
     evaluate.add_argument("--flip", action="store_true", default=None, help="flip-averaged")
+    pretrained = evaluate.add_argument_group(
+        "a pretrained backbone, no run folder (docs/backbones.md)"
+    )
+    source = pretrained.add_mutually_exclusive_group()
+    source.add_argument(
+        "--backbone",
+        type=Path,
+        metavar="FILE",
+        help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors: insightface's backbone.pth, "
+        "an AdaFace IR checkpoint, marginface's export), opened safely",
+    )
+    source.add_argument(
+        "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"
+    )
+    pretrained.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    pretrained.add_argument(
+        "--data-dir",
+        type=Path,
+        help="DIR with insightface .bin sets (lfw.bin, cfp_fp.bin...), or an image folder "
+        "DIR/<identity>/<image> with --pairs",
+    )
+    pretrained.add_argument(
+        "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
+    )
+    pretrained.add_argument(
+        "--bgr",
+        action="store_true",
+        help="the model expects BGR input (the images are RGB; reversed before the model)",
+    )
+    pretrained.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
+    pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
+    pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
+    pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
     evaluate.set_defaults(func=cmd_evaluate)
 
     outliers = sub.add_parser(
@@ -689,7 +819,14 @@ def build_parser() -> argparse.ArgumentParser:
         "against PyTorch's on a batch. ONNX needs the marginface[onnx] extra.",
     )
     export.add_argument("run_dir", type=Path)
-    export.add_argument("--format", choices=("torchscript", "onnx", "both"), default="torchscript")
+    export.add_argument(
+        "--format",
+        choices=("torchscript", "onnx", "both", "safetensors"),
+        default="torchscript",
+        help="both: TorchScript and ONNX; safetensors: the backbone's weights under "
+        "insightface's names (backbone.safetensors, for evaluate --backbone and "
+        "train --init-from)",
+    )
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")
     export.set_defaults(func=cmd_export)

@@ -47,7 +47,7 @@ class ConfigValueError(ValueError):
 
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
-SCHEDULES = ("constant", "cosine", "step")
+SCHEDULES = ("constant", "cosine", "step", "polynomial")
 AMP_MODES = ("none", "bf16", "fp16")
 
 PIPELINE_SCALE = 30.0
@@ -109,10 +109,19 @@ class TrainConfig:
         lr: peak learning rate. Default: 1e-3 (Keras Adam's default).
         weight_decay: decoupled for adamw, L2 for adam/sgd. Default: 0.
         momentum: SGD momentum (Nesterov off). Default: 0.9.
-        schedule: ``constant``, ``cosine`` (to 0 at the end) or ``step`` (× ``gamma`` every
-            ``step_epochs``), applied per step. Default: constant (seed).
+        schedule: ``constant``, ``cosine`` (to 0 at the end), ``step`` (× ``gamma`` every
+            ``step_epochs``) or ``polynomial`` (insightface's: ``(1 - p) ** poly_power``, ``p``
+            the progress after the warm-up; :mod:`marginface.train.schedule`), applied per
+            step. Default: constant (seed).
         warmup_epochs: linear warm-up from 0, in epochs (may be fractional). Default: 0.
         step_epochs, gamma: the step schedule. Defaults: 10, 0.1.
+        poly_power: the polynomial schedule's power. Default: 1.0 (insightface's).
+        grad_accumulation: split each batch into this many micro-batches, run forward and
+            backward one micro-batch at a time and sum their gradients (each micro-batch's loss
+            weighted by its share of the batch) before the one optimizer step: the same step as
+            the whole batch with about 1/k of the activation memory (BatchNorm statistics and
+            losses with batch state, such as CurricularFace's ``t``, see micro-batches).
+            Default: 1. Single-process runs only.
         grad_clip: clip the global gradient L2 norm to this, or None (default).
         augment: random training-time augmentation, a table with any of ``translate``
             (pixels), ``rotate`` (degrees), ``scale`` (relative zoom) and ``hflip``
@@ -122,6 +131,8 @@ class TrainConfig:
         device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda``, ``cuda:1``...
         amp: ``none``, ``bf16`` (CPU or CUDA autocast) or ``fp16`` (CUDA, with a grad scaler).
         channels_last: NHWC memory format for the backbone (faster convolutions on CPU).
+        compile: train through ``torch.compile(backbone)`` (the checkpoint keeps the plain
+            module's names; evaluation runs the plain module). Default: False.
         threads: ``torch.set_num_threads`` for the run, or None (torch's default).
         seed: seeds initialization, shuffling and dropout. Default: 0.
         eval_batch_size: batch size of embedding extraction. Default: 1024.
@@ -158,11 +169,14 @@ class TrainConfig:
     warmup_epochs: float = 0.0
     step_epochs: int = 10
     gamma: float = 0.1
+    poly_power: float = 1.0
+    grad_accumulation: int = 1
     grad_clip: float | None = None
     augment: dict[str, Any] = field(default_factory=dict)
     device: str = "auto"
     amp: str = "none"
     channels_last: bool = True
+    compile: bool = False
     threads: int | None = None
     seed: int = 0
     eval_batch_size: int = 1024
@@ -195,9 +209,20 @@ class TrainConfig:
             raise ConfigValueError(
                 "verify_every", f"verify_every must be >= 1 or unset, got {self.verify_every!r}"
             )
-        for name in ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs"):
+        if not math.isfinite(self.poly_power) or self.poly_power <= 0:
+            raise ConfigValueError(
+                "poly_power", f"poly_power must be a finite number > 0, got {self.poly_power!r}"
+            )
+        names = ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs")
+        for name in (*names, "grad_accumulation"):
             if getattr(self, name) < 1:
                 raise ConfigValueError(name, f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.grad_accumulation > self.batch_size:
+            raise ConfigValueError(
+                "grad_accumulation",
+                f"grad_accumulation = {self.grad_accumulation} must be <= batch_size "
+                f"({self.batch_size}): each micro-batch needs an image",
+            )
         for name in ("image_size", "limit", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -1,6 +1,6 @@
 """Export an embedding model to TorchScript or ONNX, verified against PyTorch on a batch.
 
-Both exporters:
+Both graph exporters:
 
 * put the model in eval mode for the export (and restore its mode afterwards), so dropout is off
   and BatchNorm uses its running statistics;
@@ -10,6 +10,10 @@ Both exporters:
   no file and does not touch an existing one;
 * raise :class:`RuntimeError` when the model cannot be exported, or with the largest absolute
   difference when the outputs do not match within ``atol``.
+
+:func:`export_safetensors` writes the weights alone (the backbone's ``state_dict`` under
+insightface's names, no pickle), readable by ``marginface evaluate --backbone FILE --model
+NAME`` and by ``safetensors.torch.load_file``; also written atomically and verified.
 
 The model must take one tensor (the images, batch first) and return a tensor or a tuple of
 tensors (batch first).
@@ -31,7 +35,7 @@ from torch import Tensor, nn
 from ._atomic import atomic_write_with
 from ._validation import check_choice, check_real
 
-__all__ = ["TORCHSCRIPT_METHODS", "export_onnx", "export_torchscript"]
+__all__ = ["TORCHSCRIPT_METHODS", "export_onnx", "export_safetensors", "export_torchscript"]
 
 TORCHSCRIPT_METHODS = ("trace", "script")
 
@@ -287,3 +291,47 @@ def export_onnx(
                 _compare(reference, session.run(None, feed), atol, "the ONNX model", len(batch))
 
         return _write_atomically(target, write, verify)
+
+
+def export_safetensors(model: nn.Module, path: str | os.PathLike[str]) -> Path:
+    """Save ``model.state_dict()`` (parameters and buffers, on the CPU) as a ``.safetensors``
+    file, verified by reading it back (same names, dtypes, shapes and values).
+
+    Args:
+        model: any module (the backbone: keys such as ``conv1.weight``, ``layer1.0.bn1.bias``).
+        path: the destination file (conventionally ``.safetensors``).
+
+    Returns:
+        The absolute path written.
+
+    Raises:
+        ImportError: safetensors is missing (``marginface[safetensors]``).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    target = Path(path).expanduser().absolute()
+    if target.is_dir():
+        raise ValueError(f"path must be a file path, got the directory {str(target)!r}")
+    try:
+        safetensors_torch = importlib.import_module("safetensors.torch")
+    except ImportError as error:
+        raise ImportError(
+            "export_safetensors needs the optional package safetensors: "
+            "pip install 'marginface[safetensors]'"
+        ) from error
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+
+    def write(file: Path) -> None:
+        safetensors_torch.save_file(tensors, str(file))
+
+    def verify(file: Path) -> None:
+        loaded = safetensors_torch.load_file(str(file), device="cpu")
+        if set(loaded) != set(tensors):
+            raise RuntimeError(f"{file}: the safetensors file lost or gained keys")
+        for key, value in tensors.items():
+            if loaded[key].dtype != value.dtype or not torch.equal(loaded[key], value):
+                raise RuntimeError(f"{file}: {key} differs after reading it back")
+
+    return _write_atomically(target, write, verify)

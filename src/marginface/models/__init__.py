@@ -1,7 +1,19 @@
-"""Backbones: the seeds' CNN (optionally with BatchNorm) and IResNet-18/50 for faces."""
+"""Backbones: the seeds' CNN (optionally with BatchNorm) and insightface's face backbones
+(IResNet r18-r200, MobileFaceNet mbf/mbf_large, ViT vit_t/vit_s/vit_b) under their names."""
 
 from .iresnet import IResNet, iresnet18, iresnet50
+from .mobilefacenet import MobileFaceNet
 from .registry import create_model, list_models
 from .seed_cnn import SeedCNN
+from .vit import VisionTransformer
 
-__all__ = ["IResNet", "SeedCNN", "create_model", "iresnet18", "iresnet50", "list_models"]
+__all__ = [
+    "IResNet",
+    "MobileFaceNet",
+    "SeedCNN",
+    "VisionTransformer",
+    "create_model",
+    "iresnet18",
+    "iresnet50",
+    "list_models",
+]

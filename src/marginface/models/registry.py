@@ -5,6 +5,10 @@ The table is :data:`MODELS`, a :class:`~marginface._registry.Registry` (names ca
 ``image_size`` as keywords (plus its own options) and returns an ``nn.Module`` mapping
 ``Tensor[N, in_channels, H, W]`` to ``Tensor[N, embedding_dim]``; register one with
 :func:`register_model` (docs/architecture.md, "Adding a backbone").
+
+The face backbones are registered under insightface's ``get_model`` names (r18 ... r200, mbf,
+mbf_large, vit_t, vit_s, vit_b; docs/backbones.md); ``iresnet18`` and ``iresnet50`` build the
+same models as r18 and r50.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from torch import nn
 
 from .._registry import Registry
 from .iresnet import IResNet
+from .mobilefacenet import mbf, mbf_large
 from .seed_cnn import SeedCNN
+from .vit import vit_b, vit_s, vit_t
 
 __all__ = ["MODELS", "create_model", "list_models", "register_model"]
 
@@ -28,8 +34,20 @@ MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
 
 MODELS.add("seed-cnn", SeedCNN)
 MODELS.add("seed-cnn-bn", partial(SeedCNN, batch_norm=True))
+# insightface's names (arcface_torch ``get_model``); iresnet18/iresnet50, the names of earlier
+# versions, stay listed (the same factories as r18/r50)
 MODELS.add("iresnet18", partial(IResNet, 18))
 MODELS.add("iresnet50", partial(IResNet, 50))
+MODELS.add("r18", partial(IResNet, 18))
+MODELS.add("r34", partial(IResNet, 34))
+MODELS.add("r50", partial(IResNet, 50))
+MODELS.add("r100", partial(IResNet, 100))
+MODELS.add("r200", partial(IResNet, 200))
+MODELS.add("mbf", mbf)
+MODELS.add("mbf_large", mbf_large)
+MODELS.add("vit_t", vit_t)
+MODELS.add("vit_s", vit_s)
+MODELS.add("vit_b", vit_b)
 
 
 def register_model(name: str, *aliases: str) -> Callable[[F], F]:

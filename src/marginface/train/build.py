@@ -97,7 +97,8 @@ def build_training(
             ``DistributedDataParallel`` (docs/distributed.md); None: one process.
 
     Raises:
-        ValueError: ``amp = "fp16"`` off CUDA; a bad optimizer, schedule or augmentation.
+        ValueError: ``amp = "fp16"`` off CUDA; ``grad_accumulation > 1`` in a process group; a
+            bad optimizer, schedule or augmentation.
     """
     if config.amp == "fp16" and device.type != "cuda":
         raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
@@ -113,6 +114,10 @@ def build_training(
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
     forward_model = model
+    if config.grad_accumulation > 1 and process_group is not None:
+        raise ValueError("grad_accumulation > 1 is supported in single-process runs only")
+    if config.compile:
+        forward_model = torch.compile(model)  # the same parameters
     if process_group is not None:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -134,6 +139,7 @@ def build_training(
         warmup_epochs=config.warmup_epochs,
         step_epochs=config.step_epochs,
         gamma=config.gamma,
+        power=config.poly_power,
     )
     scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
     return TrainingSetup(

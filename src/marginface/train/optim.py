@@ -1,4 +1,5 @@
-"""Optimizers and per-step learning-rate schedules (linear warm-up, then constant/cosine/step)."""
+"""Optimizers and per-step learning-rate schedules (linear warm-up, then constant, cosine, step
+or polynomial)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
+
+from ..config import SCHEDULES
+from .schedule import polynomial_factor
 
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
 
@@ -40,12 +44,14 @@ def lr_factor(
     warmup_steps: int = 0,
     step_epochs: int = 10,
     gamma: float = 0.1,
+    power: float = 1.0,
 ) -> float:
     r"""Multiplier of the peak learning rate before optimizer step ``step`` (0-based).
 
     Warm-up: ``(step + 1) / warmup_steps`` for ``step < warmup_steps``. Then
     ``constant``: 1; ``cosine``: :math:`\tfrac12(1 + \cos(\pi\,p))` with
-    ``p = (step - warmup) / (total - warmup)``; ``step``: ``gamma ** (epoch // step_epochs)``.
+    ``p = (step - warmup) / (total - warmup)``; ``step``: ``gamma ** (epoch // step_epochs)``;
+    ``polynomial``: ``(1 - p) ** power`` (insightface's; :mod:`marginface.train.schedule`).
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
@@ -56,7 +62,11 @@ def lr_factor(
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
     if schedule == "step":
         return gamma ** ((step // steps_per_epoch) // step_epochs)
-    raise ValueError(f"unknown schedule {schedule!r}; valid names: constant, cosine, step")
+    if schedule == "polynomial":
+        return polynomial_factor(
+            step, total_steps=total_steps, warmup_steps=warmup_steps, power=power
+        )
+    raise ValueError(f"unknown schedule {schedule!r}; valid names: {', '.join(SCHEDULES)}")
 
 
 def build_scheduler(
@@ -68,10 +78,11 @@ def build_scheduler(
     warmup_epochs: float = 0.0,
     step_epochs: int = 10,
     gamma: float = 0.1,
+    power: float = 1.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` stepped once per optimizer step, following :func:`lr_factor`."""
-    if schedule not in ("constant", "cosine", "step"):
-        raise ValueError(f"unknown schedule {schedule!r}; valid names: constant, cosine, step")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; valid names: {', '.join(SCHEDULES)}")
     warmup_steps = round(warmup_epochs * steps_per_epoch)
 
     def factor(step: int) -> float:
@@ -83,6 +94,7 @@ def build_scheduler(
             warmup_steps=warmup_steps,
             step_epochs=step_epochs,
             gamma=gamma,
+            power=power,
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -87,6 +87,8 @@ RESUMABLE_KEYS = frozenset(
         "workers",
         "dist_timeout",
         "verify_every",
+        "compile",
+        "grad_accumulation",
     }
 )
 """Configuration keys that may change between an interrupted run and its ``--resume``: where

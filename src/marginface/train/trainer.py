@@ -56,6 +56,7 @@ from .run_state import (
     read_saved_run,
     save_run_state,
 )
+from .schedule import micro_batches
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -104,8 +105,9 @@ class Trainer:
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
             (not resumed) run before its first step, e.g. a sub-center run cut to one center
-            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`).
-            The optimizer and schedule start afresh.
+            per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
+            ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
+            class centers). The optimizer and schedule start afresh.
 
     Use :meth:`fit`.
     """
@@ -315,21 +317,12 @@ class Trainer:
         mine = rank_slice(index, self.rank, self.world) if self.distributed else index
         loaded = _next_batch(loader) if loader is not None else None
         images, labels = self._batch(mine, augment_generator, loaded)
-        with torch.autocast(
-            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
-        ):
-            embeddings = self.forward_model(images)  # (b, D), this rank's rows
-        finite = bool(torch.isfinite(embeddings).all())
-        if self.distributed:
-            finite = all_ranks_true(finite, self.device)
-        if not finite:
-            raise self._diverged("the embeddings became non-finite", epoch, step)
-        loss = self.head(embeddings.float(), labels)  # the global batch's loss
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise self._diverged(f"the loss became {value}", epoch, step)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        value = 0.0
+        # grad_accumulation: forward/backward per micro-batch, losses weighted by their share
+        for part_images, part_labels in micro_batches(images, labels, config.grad_accumulation):
+            share = part_labels.shape[0] / labels.shape[0]
+            value += share * self._forward_backward(part_images, part_labels, share, epoch, step)
         if config.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             clip_gradient_norm(
@@ -348,6 +341,26 @@ class Trainer:
         ):
             self._log_step_verification(completed)
         return value, len(index)
+
+    def _forward_backward(
+        self, images: Tensor, labels: Tensor, share: float, epoch: int, step: int
+    ) -> float:
+        """Forward ``images``, add ``share`` × the gradient of their loss; returns the loss."""
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
+            embeddings = self.forward_model(images)  # (b, D), this rank's rows
+        finite = bool(torch.isfinite(embeddings).all())
+        if self.distributed:
+            finite = all_ranks_true(finite, self.device)
+        if not finite:
+            raise self._diverged("the embeddings became non-finite", epoch, step)
+        loss = self.head(embeddings.float(), labels)  # the global batch's loss
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise self._diverged(f"the loss became {value}", epoch, step)
+        self.scaler.scale(loss * share if share != 1.0 else loss).backward()
+        return value
 
     def _log_step_verification(self, step: int) -> None:
         """Every ``verify_every`` steps: the verification sets' accuracy, logged and (rank 0)
@@ -474,7 +487,8 @@ class Trainer:
             del saved  # the checkpoint's tensors are in the run's objects now
         elif self.initial_state is not None:
             self.model.load_state_dict(self.initial_state["model"])
-            self.head.load_state_dict(self.initial_state["loss"])
+            if "loss" in self.initial_state:
+                self.head.load_state_dict(self.initial_state["loss"])
         history_path = run_dir / HISTORY_NAME
         self.step_verification = []
         if start and (run_dir / VERIFICATION_NAME).is_file():

@@ -1,0 +1,302 @@
+"""Backbones from files people already have: state_dicts (``.pth``/``.pt``/``.ckpt``,
+``.safetensors``) and ONNX graphs, as one embedding module.
+
+:func:`load_backbone` is the one entry point of ``marginface evaluate --backbone/--onnx`` and
+``train --init-from`` (and of any command that embeds with a foreign model): it returns an
+``nn.Module`` mapping ``Tensor[N, C, H, W]`` images, normalized as the model expects, to
+``Tensor[N, D]`` embeddings.
+
+Files are opened safely: ``torch.load(weights_only=True)`` (only tensors, numbers, strings and
+containers are rebuilt; docs/safety.md) or safetensors (no pickle at all). Every problem is a
+``ValueError`` of one line naming the file: a type the safe loader refuses, keys that do not fit
+the architecture (how many are missing and unexpected, with examples), a channel count or an
+input layout (channels-last ONNX graphs) the data does not have.
+
+Input convention of insightface's and AdaFace's weights (docs/backbones.md): 112×112 aligned
+faces, ``(x / 255 - 0.5) / 0.5`` per channel; RGB for insightface (its ONNX packs included),
+BGR for AdaFace (mapped to RGB on load unless ``rgb=False``). A model that expects BGR is
+wrapped by :class:`ReversedChannels` (``bgr=True``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .adaface import adaface_to_iresnet, is_adaface_state_dict
+from .iresnet import rename_legacy_keys
+from .registry import create_model, list_models
+
+__all__ = [
+    "OnnxBackbone",
+    "ReversedChannels",
+    "load_backbone",
+    "load_backbone_weights",
+    "read_state_dict",
+]
+
+_CONTAINER_KEYS = ("state_dict", "model", "backbone")
+_UNSAFE_GLOBAL = re.compile(r"GLOBAL\s+([\w.]+)")
+
+
+def _examples(keys: list[str], count: int = 3) -> str:
+    shown = ", ".join(keys[:count])
+    return shown + (", ..." if len(keys) > count else "")
+
+
+def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """The tensors of a backbone file, read safely.
+
+    * ``.safetensors``: read with safetensors (needs the ``marginface[safetensors]`` extra).
+    * anything else: ``torch.load(weights_only=True)`` on the CPU. A bare state_dict
+      (insightface's ``backbone.pth``), a marginface ``checkpoint.pt`` (its ``model``), a
+      Lightning checkpoint (its ``state_dict``, AdaFace's ``.ckpt``) are all accepted; a
+      ``module.`` prefix (DistributedDataParallel) is removed.
+
+    Raises:
+        ValueError: missing or unreadable file, a refused type, no tensors (file named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no backbone file at {path}")
+    if path.suffix == ".safetensors":
+        try:
+            safetensors_torch = importlib.import_module("safetensors.torch")
+        except ImportError as error:
+            raise ImportError(
+                f"reading {path} needs the optional package safetensors: "
+                "pip install 'marginface[safetensors]'"
+            ) from error
+        try:
+            state: Any = safetensors_torch.load_file(str(path), device="cpu")
+        except Exception as error:
+            raise ValueError(f"{path} is not a readable safetensors file ({error})") from None
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:
+            match = _UNSAFE_GLOBAL.search(str(error))
+            if match is None:
+                raise ValueError(f"{path} is not a readable PyTorch file") from None
+            raise ValueError(
+                f"refused to load {path}: it needs {match.group(1)}, a type outside tensors, "
+                "numbers, strings and containers that could run code; nothing from it was "
+                "executed"
+            ) from None
+        except Exception as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ValueError(
+                f"{path} is not a readable PyTorch file ({reason or type(error).__name__})"
+            ) from None
+    for key in _CONTAINER_KEYS:  # a checkpoint holding the weights under one key
+        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
+            state = state[key]
+            break
+    if not isinstance(state, Mapping) or not any(isinstance(v, Tensor) for v in state.values()):
+        raise ValueError(f"{path} holds no state_dict (a mapping of names to tensors)")
+    tensors = {str(k): v for k, v in state.items() if isinstance(v, Tensor)}
+    if tensors and all(k.startswith("module.") for k in tensors):
+        tensors = {k[len("module.") :]: v for k, v in tensors.items()}
+    return tensors
+
+
+def load_backbone_weights(
+    model: nn.Module, state: Mapping[str, Tensor], *, source: str, name: str = "the model"
+) -> None:
+    """``model.load_state_dict(state, strict=True)``, with one line naming ``source`` when the
+    file does not fit: how many keys are missing and unexpected (with examples), which tensors
+    have other shapes, or the first convolution's channel count.
+
+    Raises:
+        ValueError: as above.
+    """
+    state = dict(state)
+    rename_legacy_keys(state)  # marginface's names before insightface's
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    reshaped = [k for k in expected if k in state and state[k].shape != expected[k].shape]
+    if missing or unexpected:
+        raise ValueError(
+            f"{source} does not fit {name}: {len(missing)} of its {len(expected)} keys are "
+            f"missing from the file ({_examples(missing) or 'none'}) and {len(unexpected)} in "
+            f"the file are unexpected ({_examples(unexpected) or 'none'}); is --model right?"
+        )
+    if reshaped:
+        first = reshaped[0]
+        theirs, ours = tuple(state[first].shape), tuple(expected[first].shape)
+        first_conv = first in (
+            "conv1.weight",
+            "patch_embed.proj.weight",
+            "layers.0.layers.0.weight",
+        )
+        if first_conv and len(theirs) == 4 and theirs[1] != ours[1] and theirs[0] == ours[0]:
+            raise ValueError(
+                f"{source} takes {theirs[1]}-channel images (its first convolution), "
+                f"{name} was built for {ours[1]}: check the channel order and count "
+                "(insightface: 3, RGB)"
+            )
+        raise ValueError(
+            f"{source} does not fit {name}: {len(reshaped)} tensors have other shapes "
+            f"({first}: {theirs} in the file, {ours} in the model); check --model, "
+            "--embedding-dim and --image-size"
+        )
+    model.load_state_dict(state, strict=True)
+
+
+class ReversedChannels(nn.Module):
+    """Feed ``model`` its input with the channel axis reversed (RGB ↔ BGR):
+    ``Tensor[N, C, H, W] -> model(x[:, ::-1])``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(torch.flip(images, dims=(1,)))
+
+
+class OnnxBackbone(nn.Module):
+    """An ONNX embedding graph run by ONNX Runtime, as a module ``Tensor[N, C, H, W] ->
+    Tensor[N, D]`` (float32, on the input's device; no gradient).
+
+    Args:
+        path: the ``.onnx`` file (e.g. insightface's ``w600k_r50.onnx``: input ``(N, 3, 112,
+            112)``, RGB, ``(x / 255 - 0.5) / 0.5``).
+        in_channels, image_size: what the data has; checked against the graph's input.
+        providers: ONNX Runtime execution providers. Default: the CPU's.
+
+    Raises:
+        ImportError: onnxruntime is missing (``marginface[onnx]``).
+        ValueError: not an ONNX file, more than one input, a channels-last input, or another
+            channel count or image size than the data's (file named).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        in_channels: int = 3,
+        image_size: int = 112,
+        providers: list[str] | None = None,
+    ) -> None:
+        super().__init__()
+        try:
+            onnxruntime = importlib.import_module("onnxruntime")
+        except ImportError as error:
+            raise ImportError(
+                "--onnx needs the optional package onnxruntime: pip install 'marginface[onnx]'"
+            ) from error
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"no ONNX file at {path}")
+        try:
+            self.session = onnxruntime.InferenceSession(
+                str(path), providers=providers or ["CPUExecutionProvider"]
+            )
+        except Exception as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ValueError(f"{path} is not a readable ONNX model ({reason[:200]})") from None
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            raise ValueError(f"{path} has {len(inputs)} inputs; an embedding model has one")
+        shape = list(inputs[0].shape)
+        self.input_name = inputs[0].name
+        if len(shape) != 4:
+            raise ValueError(f"{path} takes a {len(shape)}-D input {shape}; expected (N, C, H, W)")
+        channels, height, width = shape[1:]
+        if channels != in_channels and width == in_channels:
+            raise ValueError(
+                f"{path} takes channels-last images {shape} (N, H, W, C); marginface feeds "
+                f"(N, C, H, W): export the model with channels first"
+            )
+        if isinstance(channels, int) and channels != in_channels:
+            raise ValueError(
+                f"{path} takes {channels}-channel images, the data has {in_channels}: check the "
+                "channel order and count"
+            )
+        for side in (height, width):
+            if isinstance(side, int) and side != image_size:
+                raise ValueError(
+                    f"{path} takes {height}x{width} images, the data is "
+                    f"{image_size}x{image_size}: pass --image-size {side}"
+                )
+        self.path = path
+
+    def forward(self, images: Tensor) -> Tensor:
+        feed = {self.input_name: images.detach().to("cpu", torch.float32).contiguous().numpy()}
+        (out, *_) = self.session.run(None, feed)
+        return torch.from_numpy(out).float().to(images.device)  # (N, D)
+
+
+def load_backbone(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    onnx: str | os.PathLike[str] | None = None,
+    model: str | None = None,
+    embedding_dim: int = 512,
+    in_channels: int = 3,
+    image_size: int = 112,
+    bgr: bool = False,
+    device: torch.device | str = "cpu",
+    **options: Any,
+) -> nn.Module:
+    """A pretrained embedding model, in eval mode, from a state_dict file or an ONNX graph.
+
+    Args:
+        path: a state_dict file (``.pth``, ``.pt``, ``.ckpt``, ``.safetensors``; see
+            :func:`read_state_dict`). An AdaFace IR checkpoint is recognized by its names and
+            mapped onto IResNet (:func:`~marginface.models.adaface.adaface_to_iresnet`;
+            ``model`` may then be omitted), already taking RGB.
+        onnx: an ONNX file instead (:class:`OnnxBackbone`).
+        model: the registered architecture of ``path`` (``r100``, ``mbf``, ``vit_t``...).
+        embedding_dim, in_channels, image_size: the architecture's ``D``, ``C`` and side.
+            Defaults: 512, 3, 112 (insightface's).
+        bgr: the model expects BGR: the images (RGB) are reversed on the channel axis first.
+        device: where the model is put. Default: the CPU.
+        **options: further options of the architecture (e.g. ``dropout``).
+
+    Returns:
+        ``nn.Module`` ``Tensor[N, C, H, W] -> Tensor[N, D]`` in eval mode.
+
+    Raises:
+        ValueError: neither or both sources, an unknown ``model``, or a file that does not fit
+            (one line naming it).
+    """
+    if (path is None) == (onnx is None):
+        raise ValueError("give exactly one backbone source: a state_dict file or an ONNX file")
+    if not isinstance(bgr, bool):
+        raise TypeError(f"bgr must be a bool, got {bgr!r}")
+    if onnx is not None:
+        if model is not None:
+            raise ValueError(f"an ONNX file brings its own architecture; model={model!r} is unused")
+        backbone: nn.Module = OnnxBackbone(onnx, in_channels=in_channels, image_size=image_size)
+    else:
+        source = str(path)
+        state = read_state_dict(path)  # type: ignore[arg-type]
+        if is_adaface_state_dict(state):
+            state, depth = adaface_to_iresnet(state, source=source)
+            model = model or f"r{depth}"
+        if model is None:
+            raise ValueError(
+                f"which architecture is {source}? pass model= (--model): {', '.join(list_models())}"
+            )
+        backbone = create_model(
+            model,
+            embedding_dim=embedding_dim,
+            in_channels=in_channels,
+            image_size=image_size,
+            **options,
+        )
+        load_backbone_weights(backbone, state, source=source, name=model)
+    if bgr:
+        backbone = ReversedChannels(backbone)
+    return backbone.to(device).eval()

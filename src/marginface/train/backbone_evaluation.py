@@ -1,0 +1,88 @@
+"""Evaluate a pretrained backbone without a run folder (``marginface evaluate --backbone FILE``
+or ``--onnx FILE``): insightface's ``.bin`` verification sets, or an image folder and an
+LFW-format pairs file, with insightface's protocol (10 folds, flip-summed embeddings)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..data.base import VerificationSet
+from ..data.insightface import load_verification_sets
+from .embeddings import extract_embeddings
+from .evaluate import evaluate_pairs
+
+__all__ = ["evaluate_backbone"]
+
+
+def evaluate_backbone(
+    model: nn.Module,
+    data_dir: str | os.PathLike[str],
+    *,
+    pairs: str | os.PathLike[str] | None = None,
+    image_size: int = 112,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    flip: bool = True,
+) -> dict[str, float]:
+    """Verification metrics of ``model`` (``Tensor[N, 3, s, s] -> Tensor[N, D]``, RGB input
+    ``(x / 255 - 0.5) / 0.5``) by cosine similarity.
+
+    Args:
+        model: e.g. :func:`~marginface.models.pretrained.load_backbone`'s.
+        data_dir: a folder of ``*.bin`` sets (each evaluated), or, with ``pairs``, the image
+            folder those pairs name (``<Name>/<Name>_NNNN.jpg``, LFW's layout).
+        pairs: an LFW-format pairs file (``pairs.txt``); its images are read whole (no crop),
+            resized to ``image_size``.
+        image_size: side of the model's input. Default: 112.
+        device: where the images are embedded. Default: the CPU.
+        batch_size: images per forward pass. Default: 256.
+        flip: average each embedding with the horizontally flipped image's (insightface's
+            protocol). Default: True.
+
+    Returns:
+        ``{"<set>_accuracy", "<set>_accuracy_std", "<set>_auc", "<set>_eer",
+        "<set>_tar@far=1e-03", ...}`` (NaN where not measurable).
+
+    Raises:
+        ValueError: no ``.bin`` in ``data_dir`` and no ``pairs``, or as the readers raise.
+    """
+    data_dir = Path(data_dir)
+    if pairs is not None:
+        from ..convert import convert_pairs
+
+        with tempfile.TemporaryDirectory() as folder:
+            converted = Path(folder) / f"{Path(pairs).stem}.bin"
+            convert_pairs(pairs, data_dir, converted, image_size=image_size, crop=None)
+            sets = load_verification_sets(folder)
+    else:
+        if not data_dir.is_dir():
+            raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
+        sets = load_verification_sets(data_dir, image_size=image_size)
+        if not sets:
+            raise ValueError(
+                f"no .bin verification set in {data_dir}; give --pairs FILE to evaluate the "
+                "images of an image folder"
+            )
+    metrics: dict[str, float] = {}
+    for name, found in sets.items():
+        normalize = VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5).model_input
+        embeddings = extract_embeddings(
+            model,
+            found.images,
+            batch_size=batch_size,
+            device=device,
+            flip=flip,
+            transform=normalize,
+        ).numpy()
+        result = evaluate_pairs(embeddings, found.pairs())
+        for key, value in result.as_dict().items():
+            if key in ("threshold", "num_genuine", "num_impostor"):
+                continue
+            metrics[f"{name}_{key}"] = math.nan if value is None else float(value)
+    return metrics

@@ -1,0 +1,139 @@
+"""insightface's training mechanics: the polynomial schedule with warm-up per step, gradient
+accumulation, torch.compile and channels-last, on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from marginface.config import TrainConfig, config_from_dict
+from marginface.train import build_optimizer, build_scheduler, lr_factor, train
+from marginface.train.schedule import micro_batches, polynomial_factor
+
+
+def _insightface_closed_form(t: int, base: float, warmup: int, total: int, power: float) -> float:
+    """``PolynomialLRWarmup._get_closed_form_lr`` restated: ``base · t / w`` up to ``w``, then
+    ``base · (1 - (min(T, t) - w) / (T - w)) ** power``."""
+    if t <= warmup:
+        return base * t / warmup
+    return base * (1.0 - (min(total, t) - warmup) / (total - warmup)) ** power
+
+
+def test_polynomial_factor_by_hand():
+    kw = {"total_steps": 100, "warmup_steps": 10, "power": 2.0}
+    assert polynomial_factor(0, **kw) == pytest.approx(0.1)
+    assert polynomial_factor(9, **kw) == pytest.approx(1.0)
+    assert polynomial_factor(10, **kw) == pytest.approx(1.0)
+    assert polynomial_factor(55, **kw) == pytest.approx(0.25)  # (1 - 45/90)²
+    assert polynomial_factor(100, **kw) == 0.0
+    assert polynomial_factor(150, **kw) == 0.0
+    assert polynomial_factor(3, total_steps=4, warmup_steps=0, power=1.0) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("power", [1.0, 2.0])
+def test_polynomial_decay_equals_insightfaces_after_the_warm_up(power):
+    """After the warm-up, step ``t`` here is insightface's step ``t`` (same closed form);
+    the warm-up reaches the peak one step earlier (``(t + 1) / w`` instead of ``t / w``)."""
+    for t in range(10, 100):
+        ours = lr_factor(
+            t,
+            total_steps=100,
+            steps_per_epoch=10,
+            schedule="polynomial",
+            warmup_steps=10,
+            power=power,
+        )
+        assert ours == pytest.approx(_insightface_closed_form(t, 1.0, 10, 100, power))
+    for t in range(10):
+        warm = lr_factor(t, total_steps=100, steps_per_epoch=10, schedule="polynomial",
+                         warmup_steps=10)  # fmt: skip
+        assert warm == pytest.approx(_insightface_closed_form(t + 1, 1.0, 10, 100, 1.0))
+
+
+def test_polynomial_scheduler_drives_the_optimizer():
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = build_optimizer([param], "sgd", lr=0.1)
+    sched = build_scheduler(
+        opt, schedule="polynomial", epochs=2, steps_per_epoch=5, warmup_epochs=0.4, power=2.0
+    )
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:3] == pytest.approx([0.05, 0.1, 0.1])
+    assert lrs[6] == pytest.approx(0.1 * (1 - 4 / 8) ** 2)
+
+
+def test_config_keys_are_checked():
+    config = config_from_dict({"schedule": "polynomial", "poly_power": 2, "grad_accumulation": 4})
+    assert config.poly_power == 2.0 and config.grad_accumulation == 4 and not config.compile
+    with pytest.raises(ValueError, match="poly_power must be a finite number > 0"):
+        TrainConfig(poly_power=0.0)
+    with pytest.raises(ValueError, match="grad_accumulation must be >= 1"):
+        TrainConfig(grad_accumulation=0)
+    with pytest.raises(ValueError, match=r"grad_accumulation = 9 must be <= batch_size \(8\)"):
+        TrainConfig(grad_accumulation=9, batch_size=8)
+    with pytest.raises(ValueError, match="schedule must be one of .*polynomial"):
+        TrainConfig(schedule="poly")
+
+
+def test_micro_batches_cover_the_batch_in_order():
+    images, labels = torch.arange(10.0)[:, None], torch.arange(10)
+    parts = micro_batches(images, labels, 3)
+    assert [p[1].tolist() for p in parts] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert len(micro_batches(images[:2], labels[:2], 3)) == 2  # no empty micro-batch
+    assert micro_batches(images, labels, 1)[0][0] is images
+
+
+def _quick(**overrides: object) -> TrainConfig:
+    values: dict[str, object] = {
+        "limit": 192,
+        "epochs": 2,
+        "batch_size": 64,
+        "threads": 1,
+        "lr": 3e-3,
+        "loss": "arcface",  # no batch state: micro-batches see the same margin
+        "model": "seed-cnn",  # no BatchNorm
+        "model_options": {"dropout": 0.0},  # no random stream that compile would change
+        "device": "cpu",
+    }
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _weights(trainer) -> dict[str, torch.Tensor]:
+    return {**trainer.model.state_dict(), **trainer.loss.state_dict()}
+
+
+def test_gradient_accumulation_takes_the_same_steps(tmp_path):
+    whole = train(_quick(schedule="polynomial", warmup_epochs=0.5), tmp_path / "whole")
+    split = train(
+        _quick(schedule="polynomial", warmup_epochs=0.5, grad_accumulation=3), tmp_path / "split"
+    )
+    a, b = _weights(whole), _weights(split)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-5)
+    assert [r["loss"] for r in split.history] == pytest.approx(
+        [r["loss"] for r in whole.history], rel=1e-5
+    )
+    assert [r["lr"] for r in split.history] == [r["lr"] for r in whole.history]
+
+
+def test_channels_last_trains_like_contiguous(tmp_path):
+    """One step from the same weights: the loss of the first (and only) batch agrees."""
+    one_step = {"model": "seed-cnn-bn", "epochs": 1, "limit": 64}
+    nchw = train(_quick(channels_last=False, **one_step), tmp_path / "nchw")
+    nhwc = train(_quick(channels_last=True, **one_step), tmp_path / "nhwc")
+    assert next(nhwc.model.parameters()).is_contiguous(memory_format=torch.channels_last)
+    assert nhwc.history[0]["loss"] == pytest.approx(nchw.history[0]["loss"], rel=1e-5)
+
+
+def test_compile_trains_the_same_parameters(tmp_path):
+    eager = train(_quick(epochs=1, limit=128), tmp_path / "eager")
+    compiled = train(_quick(epochs=1, limit=128, compile=True), tmp_path / "compiled")
+    assert compiled.forward_model is not compiled.model  # trained through torch.compile
+    assert compiled.history[0]["loss"] == pytest.approx(eager.history[0]["loss"], rel=1e-3)
+    for key, value in eager.model.state_dict().items():
+        torch.testing.assert_close(compiled.model.state_dict()[key], value, rtol=1e-3, atol=1e-4)
