@@ -80,12 +80,21 @@ def test_adacos_median_to_mean_is_in_the_catalogue(mutate):
     )
 
 
-def test_resume_mutants_stay_inside_restore(mutate):
-    found = mutate.all_mutants("train/trainer.py")["src/marginface/train/trainer.py"]
-    source = (REPO / "src/marginface/train/trainer.py").read_text().splitlines()
-    start = next(i for i, line in enumerate(source, 1) if "def _restore(" in line)
-    end = next(i for i, line in enumerate(source, 1) if i > start and line.startswith("    def "))
-    assert found and all(start < m.line < end for m in found)
+def test_resume_mutants_stay_inside_the_restore_functions(mutate):
+    found = mutate.all_mutants("train/run_state.py")["src/marginface/train/run_state.py"]
+    source = (REPO / "src/marginface/train/run_state.py").read_text().splitlines()
+    spans = []
+    for name in ("def read_saved_run(", "def _restore_file("):
+        start = next(i for i, line in enumerate(source, 1) if name in line)
+        indent = len(source[start - 1]) - len(source[start - 1].lstrip())
+        end = next(
+            i
+            for i, line in enumerate(source, 1)
+            if i > start and line.strip() and len(line) - len(line.lstrip()) <= indent
+        )
+        spans.append((start, end))
+    assert found and all(any(a < m.line < b for a, b in spans) for m in found)
+    assert {any(a < m.line < b for m in found) for a, b in spans} == {True}  # both sampled
 
 
 def test_sampling_is_repeatable_and_covers_every_file(mutate):

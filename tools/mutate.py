@@ -8,8 +8,8 @@ tests that cover that file (``pytest -x -q -p no:cacheprovider``, with a timeout
 **killed** (a test failed, errored or timed out) or **survived** (every test passed).
 
 Scope: the margins, the executors, verification (``evaluation/verification.py``) and the resume
-path (``train/trainer.py``'s ``_restore`` and ``train/checkpoint.py``). Mutants are sampled with
-a fixed seed, a share per file, so a run is repeatable.
+path (``train/run_state.py``'s reading and single-file restoring, ``train/checkpoint.py``).
+Mutants are sampled with a fixed seed, a share per file, so a run is repeatable.
 
 Safety: the mutants are written into a copy of ``src/`` and ``tests/`` in a temporary folder
 (``PYTHONPATH`` points there; the script checks that ``marginface`` is imported from the copy).
@@ -55,7 +55,10 @@ MARGIN_TESTS = (
 )
 EXECUTOR_TESTS = ("tests/executors", "tests/test_registry_sweep.py", "tests/test_gradcheck.py")
 VERIFICATION_TESTS = ("tests/evaluation/test_verification.py",)
-RESUME_TESTS = ("tests/train/test_trainer.py",)
+RESUME_TESTS = ("tests/train/test_trainer.py", "tests/train/test_run_state.py")
+RESUME_FUNCTIONS = frozenset({"read_saved_run", "_restore_file"})
+"""The resume path in ``train/run_state.py``: reading a checkpoint once and restoring it into a
+run of one process (the sharded path needs several processes, too slow per mutant)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ TARGETS = (
     Target("executors", "src/marginface/executors/triton_kernels.py", ("tests/executors",)),
     Target("executors", "src/marginface/executors/triton_dispatch.py", ("tests/executors",)),
     Target("verification", "src/marginface/evaluation/verification.py", VERIFICATION_TESTS),
-    Target("resume", "src/marginface/train/trainer.py", RESUME_TESTS, frozenset({"_restore"})),
+    Target("resume", "src/marginface/train/run_state.py", RESUME_TESTS, RESUME_FUNCTIONS),
     Target("resume", "src/marginface/train/checkpoint.py", RESUME_TESTS),
 )
 

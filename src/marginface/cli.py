@@ -181,37 +181,19 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def _resumed_config(args: argparse.Namespace, run_dir: Path):
-    """The configuration of the run in ``run_dir`` (from its checkpoint), with the options
-    that may change on resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the
-    command line; any other option that contradicts the saved run is an error naming it."""
-    from .config import config_from_dict
-    from .train import RESUMABLE_KEYS, CheckpointError, load_checkpoint
-    from .train.run import CHECKPOINT_NAME
-    from .train.sharded_checkpoint import has_sharded_checkpoint, read_sidecar
+    """``(configuration, saved run)`` of a ``--resume``: the run in ``run_dir``, read once
+    (:func:`~marginface.train.run_state.read_saved_run`), with the options that may change on
+    resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the command line; any other
+    option that contradicts the saved run is an error naming it."""
+    from .train.checkpoint import CheckpointError
+    from .train.run_state import CHECKPOINT_NAME, has_saved_run, read_saved_run, resumed_config
 
-    checkpoint = run_dir / CHECKPOINT_NAME
-    if checkpoint.is_file():
-        saved = load_checkpoint(checkpoint)["config"]
-    elif has_sharded_checkpoint(run_dir):
-        saved = read_sidecar(run_dir)["config"]
-    else:
+    if not has_saved_run(run_dir):
         raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
+    saved = read_saved_run(run_dir)
     explicit = _explicit_values(args)
-    conflicts = [
-        f"{option_name(key)} {value!r} (the run has {saved.get(key)!r})"
-        for key, value in explicit.items()
-        if key not in RESUMABLE_KEYS and saved.get(key) != value
-    ]
-    if conflicts:
-        allowed = ", ".join(sorted(option_name(key) for key in RESUMABLE_KEYS))
-        raise ValueError(
-            f"--resume continues the run in {run_dir} with its saved configuration; these "
-            f"options contradict it: {'; '.join(conflicts)}. Options that may change on "
-            f"--resume: {allowed}. To train with other settings, use another --out or "
-            "--overwrite."
-        )
-    values = {**saved, **{k: v for k, v in explicit.items() if k in RESUMABLE_KEYS}}
-    return _named_option_errors(lambda: config_from_dict(values, source=str(checkpoint)))
+    config = _named_option_errors(lambda: resumed_config(saved, explicit, spell=option_name))
+    return config, saved
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -301,13 +283,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _train_from_backbone(args)
     if args.resume and args.out is not None:
         out = args.out
-        config = _resumed_config(args, out)
     else:
         config = _config_from_args(args)
         out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
-        if args.resume:
-            config = _resumed_config(args, out)
-    return _fit(args, config, out, resume=args.resume)
+    if args.resume:
+        config, saved = _resumed_config(args, out)
+        return _fit(args, config, out, resume=saved)
+    return _fit(args, config, out)
 
 
 def _fit(
@@ -315,11 +297,12 @@ def _fit(
     config: Any,
     out: Path,
     *,
-    resume: bool = False,
+    resume: Any = False,
     initial_state: dict[str, Any] | None = None,
 ) -> int:
     """Train ``config`` into ``out`` with the command line's progress, printers and
-    ``--overwrite``; say where the run is."""
+    ``--overwrite``; say where the run is. ``resume``: the saved run to continue
+    (:class:`~marginface.train.run_state.SavedRun`), or False."""
     from .train import Trainer
 
     trainer = Trainer(
@@ -536,7 +519,8 @@ def demo_config():
     """The demo's recipe on digits (3-D embedding): BatchNorm seed CNN, light dropout, Adam
     with a cosine schedule, the pipeline's per-loss defaults (scale 30 for each of the four
     losses, :data:`~marginface.config.PIPELINE_SCALE`); one thread (faster than two on 8×8
-    images). Measured to finish the four losses well under 3 minutes on 2 CPU cores."""
+    images). Sized to train the four losses in a few minutes on 2 CPU cores (its time is in
+    docs/benchmarks.md)."""
     from .config import TrainConfig
 
     return TrainConfig(
@@ -568,15 +552,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .train import draw_run_pictures, evaluate_run, load_run
+    from .train import draw_run_pictures, evaluate_run, load_run, resolve_device
 
     run_dir = Path(args.run_dir)
-    run = load_run(run_dir)
+    run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
     history = run.history  # the checkpoint's own: complete even if history.csv lags
-    evaluation = evaluate_run(run_dir, device=args.device)
+    evaluation = evaluate_run(run)
     out = args.out or run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    images = draw_run_pictures({run.config.loss: (history, evaluation, run.loss)}, out)
+    pictured = {run.config.loss: (history, evaluation, run.head.cpu())}  # drawn on the CPU
+    images = draw_run_pictures(pictured, out)
     for caption, path in images.items():
         _echo(args, f"{caption}: {path}")
     return 0

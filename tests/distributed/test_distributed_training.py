@@ -10,8 +10,13 @@ import torch.distributed as dist
 
 from marginface.cli import main
 from marginface.config import TrainConfig
-from marginface.train import Trainer, load_checkpoint, load_run, read_history
-from marginface.train.sharded_checkpoint import SHARDED_CHECKPOINT_NAME, read_sidecar
+from marginface.train import Trainer, load_checkpoint, load_run, read_history, run_state
+from marginface.train.run_state import read_saved_run
+from marginface.train.sharded_checkpoint import (
+    SHARDED_CHECKPOINT_NAME,
+    center_state_position,
+    read_sidecar,
+)
 
 from .harness import run_distributed
 
@@ -55,7 +60,7 @@ def _train_two_ranks(rank: int, world: int, run: str) -> None:
     trainer = Trainer(_config(2), run)  # what the ranks hold at the end, to compare
     trainer._init_distributed()
     trainer._setup()
-    trainer._restore(Path(run) / "checkpoint.pt")
+    trainer._restore(read_saved_run(run))
     state = _gathered_state(trainer)
     if rank == 0:
         torch.save(state, Path(run).parent / "two_ranks.pt")
@@ -66,10 +71,10 @@ def _resume_two_ranks(rank: int, world: int, run: str) -> None:
     trainer = Trainer(_config(4), run)
     trainer._init_distributed()
     trainer._setup()
-    assert trainer._restore(Path(run) / "checkpoint.pt") == 3
+    assert trainer._restore(read_saved_run(run)) == 3
     start, stop = trainer.loss.class_range
     assert torch.equal(trainer.loss.weight.detach(), saved["loss"]["weight"][start:stop])
-    index = trainer._weight_index()
+    index = center_state_position(trainer.optimizer, trainer.head)
     momentum = saved["optimizer"]["state"][index]["momentum_buffer"]
     restored = trainer.optimizer.state[trainer.loss.weight]["momentum_buffer"]
     assert torch.equal(restored, momentum[start:stop])
@@ -78,7 +83,7 @@ def _resume_two_ranks(rank: int, world: int, run: str) -> None:
     assert main(["--quiet", "train", "--out", run, "--resume", "--epochs", "4"]) == 0
 
 
-def test_two_ranks_then_one_then_two(tmp_path, capsys):
+def test_two_ranks_then_one_then_two(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     run_distributed(_train_two_ranks, 2, str(run), deadline_s=180)
     sidecar = read_sidecar(run)
@@ -91,14 +96,24 @@ def test_two_ranks_then_one_then_two(tmp_path, capsys):
     trainer = Trainer(_config(2), run)
     trainer._init_distributed()
     trainer._setup()
-    assert trainer._restore(run / "checkpoint.pt") == 2
+    assert trainer._restore(read_saved_run(run)) == 2
     assert torch.equal(trainer.loss.weight.detach(), expected["weight"])
     momentum = trainer.optimizer.state[trainer.loss.weight]["momentum_buffer"]
     assert torch.equal(momentum, expected["momentum"])
     for key, value in expected["model"].items():
         assert torch.equal(trainer.model.state_dict()[key], value), key
     assert [r["epoch"] for r in load_run(run).history] == [1, 2]  # evaluate/plot read it too
+    sidecar_reads: list[Path] = []
+    real_read_sidecar = run_state.read_sidecar
+
+    def counting_read_sidecar(run_dir):
+        sidecar_reads.append(Path(run_dir))
+        return real_read_sidecar(run_dir)
+
+    monkeypatch.setattr(run_state, "read_sidecar", counting_read_sidecar)
     assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"]) == 0
+    assert sidecar_reads == [run]  # the sharded checkpoint is read once per resume
+    monkeypatch.undo()
     assert (run / "checkpoint.pt").is_file() and not (run / SHARDED_CHECKPOINT_NAME).exists()
     assert load_checkpoint(run / "checkpoint.pt")["meta"]["world_size"] == 1
 

@@ -1,4 +1,5 @@
-"""Training: the loop, optimizers and schedules, checkpoints, logs, embedding extraction."""
+"""Training: the loop, what a configuration builds, run state (checkpoints saved, read once and
+restored), evaluation, logs, embedding extraction."""
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
@@ -6,6 +7,7 @@ from .embeddings import extract_dataset_embeddings, extract_embeddings
 from .evaluate import (
     EVALUATION_NAME,
     Evaluation,
+    evaluate_model,
     evaluate_pairs,
     evaluate_run,
     verification_pairs,
@@ -22,7 +24,8 @@ from .run import (
     prepare_run_dir,
     resolve_device,
 )
-from .trainer import RESUMABLE_KEYS, Trainer, TrainingDivergedError, train
+from .run_state import RESUMABLE_KEYS, SavedRun, read_saved_run
+from .trainer import Trainer, TrainingDivergedError, train
 
 __all__ = [
     "EVALUATION_NAME",
@@ -33,6 +36,7 @@ __all__ = [
     "Evaluation",
     "LoadedRun",
     "OutputExistsError",
+    "SavedRun",
     "TensorBoardLogger",
     "Trainer",
     "TrainingDivergedError",
@@ -41,6 +45,7 @@ __all__ = [
     "build_scheduler",
     "compare_losses",
     "draw_run_pictures",
+    "evaluate_model",
     "evaluate_pairs",
     "evaluate_run",
     "extract_dataset_embeddings",
@@ -52,6 +57,7 @@ __all__ = [
     "margin_state",
     "prepare_run_dir",
     "read_history",
+    "read_saved_run",
     "resolve_device",
     "save_checkpoint",
     "train",

@@ -121,7 +121,7 @@ def compare_losses(
         row = {"loss": name, **evaluation.metrics, "epochs": len(history)}
         row["train_seconds"] = seconds
         rows.append(row)
-        runs[name] = (history, evaluation, trainer.loss)
+        runs[name] = (history, evaluation, trainer.head)
         if on_row is not None:
             on_row(row)
     images = draw_run_pictures(runs, out_dir)

@@ -26,7 +26,8 @@ __all__ = [
     "RankFailureError",
     "all_ranks_true",
     "broadcast_object",
-    "gather_rows",
+    "clip_gradient_norm",
+    "collective_failure",
     "init_from_environment",
     "is_distributed",
     "rank_slice",
@@ -38,6 +39,20 @@ logger = logging.getLogger(__name__)
 
 class RankFailureError(RuntimeError):
     """A collective failed or timed out: another rank died, hung or raised."""
+
+
+def collective_failure(
+    error: BaseException, *, rank: int, timeout_s: float, way_forward: str
+) -> RankFailureError:
+    """The one-line :class:`RankFailureError` for ``error`` raised by a collective on ``rank``:
+    another rank died, raised, or hung past ``timeout_s`` seconds; ``way_forward`` says what
+    is kept on disk and how to go on."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else repr(error)
+    return RankFailureError(
+        f"rank {rank}: a collective failed (another rank died, raised, or hung past "
+        f"--dist-timeout = {timeout_s:g} s): {first}; {way_forward}"
+    )
 
 
 def torchrun_environment() -> tuple[int, int, int] | None:
@@ -86,18 +101,32 @@ def rank_slice(index: Tensor, rank: int, world: int) -> Tensor:
     return index.tensor_split(world)[rank]
 
 
-def gather_rows(local: Tensor, group: Any = None) -> Tensor:
-    """Every rank's rows ``Tensor[n_r, ...]`` concatenated in rank order (sizes may differ)."""
-    world = dist.get_world_size(group)
-    size = torch.tensor([local.shape[0]], dtype=torch.int64, device=local.device)
-    sizes = [torch.empty_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size, group=group)
-    counts = [int(s) for s in sizes]
-    padded = local.new_zeros((max(counts), *local.shape[1:]))
-    padded[: local.shape[0]] = local
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded.contiguous(), group=group)
-    return torch.cat([part[:count] for part, count in zip(parts, counts, strict=True)])
+def clip_gradient_norm(
+    parameters: list[torch.nn.Parameter], max_norm: float, *, sharded: torch.nn.Parameter | None
+) -> None:
+    """Clip the global gradient norm ``‖g‖₂`` of ``parameters`` to ``max_norm`` (scale every
+    gradient by ``max_norm / (‖g‖ + 1e-6)`` when that is below 1), on every rank alike.
+
+    ``sharded`` is the one parameter whose rows are split over the ranks (a sharded head's
+    class centers): its squared norm is summed over ranks (one all-reduce); the others are
+    replicated (DDP averaged their gradients), so each counts once. Without a process group
+    this is ``torch.nn.utils.clip_grad_norm_``.
+    """
+    params = [p for p in parameters if p.grad is not None]
+    if not is_distributed():
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return
+    device = params[0].grad.device if params else torch.device("cpu")
+    squares = torch.zeros(2, dtype=torch.float64, device=device)  # (replicated, sharded)
+    for p in params:
+        squares[1 if p is sharded else 0] += p.grad.detach().double().pow(2).sum()
+    sharded_total = squares[1:].clone()
+    dist.all_reduce(sharded_total)
+    norm = float((squares[0] + sharded_total[0]).sqrt())
+    factor = max_norm / (norm + 1e-6)
+    if factor < 1:
+        for p in params:
+            p.grad.detach().mul_(factor)
 
 
 def all_ranks_true(flag: bool, device: torch.device | str = "cpu") -> bool:

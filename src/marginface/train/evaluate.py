@@ -1,14 +1,20 @@
-"""Evaluate a trained run: closed-set accuracy, pair verification and open-set retrieval."""
+"""Evaluate a backbone and its head: closed-set accuracy, pair verification, open-set retrieval
+and the verification sets; one function (:func:`evaluate_model`) serves the trainer's per-epoch
+row and ``marginface evaluate`` (:func:`evaluate_run`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
 
 from .._atomic import atomic_write_text
 from ..data import DatasetBundle, PairSet
@@ -16,7 +22,6 @@ from ..evaluation import (
     ErrorVersusReject,
     VerificationMetrics,
     bin_set_metrics,
-    closed_set_accuracy,
     error_versus_reject,
     pair_quality,
     pair_scores,
@@ -24,19 +29,26 @@ from ..evaluation import (
     sample_pairs,
     verification_metrics,
 )
+from .distributed import rank_slice
 from .embeddings import extract_embeddings
-from .run import load_bundle, load_run, resolve_device
+from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
     "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
     "Evaluation",
+    "closed_set_predictions",
+    "evaluate_model",
     "evaluate_pairs",
     "evaluate_run",
     "magnitude_quality_curve",
     "verification_pairs",
+    "verification_set_metrics",
+    "verification_set_results",
     "write_evaluation",
 ]
+
+logger = logging.getLogger(__name__)
 
 EVALUATION_NAME = "evaluation.json"
 
@@ -102,54 +114,187 @@ def magnitude_quality_curve(embeddings: np.ndarray, pairs: PairSet) -> ErrorVers
     return error_versus_reject(scores, pairs.same, quality)
 
 
-def _is_magface(loss: Any) -> bool:
+def _is_magface(head: Any) -> bool:
     from ..margins import MagFaceMargin
 
-    return isinstance(getattr(loss, "margin", None), MagFaceMargin)
+    return isinstance(getattr(head, "margin", None), MagFaceMargin)
 
 
-def evaluate_run(
-    run_dir: str | Path,
+@torch.no_grad()
+def closed_set_predictions(head: nn.Module, embeddings: Tensor) -> Tensor:
+    """The class of largest cosine ``argmax_j cos θ_ij`` of every row of ``embeddings[N, D]``,
+    ``int64[N]`` (sub-centers pooled by the head). With a sharded head (all ranks call it)
+    every rank's classes take part; ties go to the lowest class index, as ``argmax`` on one
+    process."""
+    cosine = head.cosine(embeddings)  # (N, c): this rank's classes when sharded
+    if getattr(head, "shard", None) is None:
+        return cosine.argmax(dim=1)
+    if cosine.shape[1]:
+        values, index = cosine.max(dim=1)  # (N,), (N,)
+    else:
+        values = torch.full((cosine.shape[0],), -math.inf, device=cosine.device)
+        index = torch.zeros(cosine.shape[0], dtype=torch.int64, device=cosine.device)
+    index = index + head.class_range[0]
+    world = dist.get_world_size()
+    every_value = [torch.empty_like(values) for _ in range(world)]
+    every_index = [torch.empty_like(index) for _ in range(world)]
+    dist.all_gather(every_value, values.contiguous())
+    dist.all_gather(every_index, index.contiguous())
+    best = torch.stack(every_value).argmax(dim=0)  # (N,) the first rank holding the max
+    return torch.stack(every_index).gather(0, best.unsqueeze(0)).squeeze(0)
+
+
+@torch.no_grad()
+def _closed_set(
+    head: nn.Module, embeddings: Tensor, labels: np.ndarray, *, with_loss: bool
+) -> tuple[float, float]:
+    """``(accuracy, val_loss)`` of the test ``embeddings[N, D]`` (on the head's device): the
+    share whose class of largest cosine is their own, and (``with_loss``, else NaN) the head's
+    loss of all rows (each rank passes its share of the rows when the head is sharded)."""
+    y = torch.as_tensor(labels, device=embeddings.device)  # (N,)
+    val_loss = math.nan
+    if with_loss:
+        head.eval()
+        if getattr(head, "shard", None) is not None:
+            mine = rank_slice(torch.arange(len(y)), dist.get_rank(), dist.get_world_size())
+            val_loss = float(head(embeddings[mine], y[mine]))  # the whole set's loss
+        else:
+            val_loss = float(head(embeddings, y))
+    accuracy = float((closed_set_predictions(head, embeddings) == y).double().mean())
+    return accuracy, val_loss
+
+
+def verification_set_results(
+    model: nn.Module,
+    bundle: DatasetBundle,
     *,
-    device: str = "auto",
-    flip: bool | None = None,
-    bundle: DatasetBundle | None = None,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+) -> dict[str, tuple[np.ndarray, VerificationMetrics]]:
+    """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-summed
+    embeddings ``float32[2P, D]`` and their 10-fold verification (insightface's protocol),
+    by set name."""
+    results: dict[str, tuple[np.ndarray, VerificationMetrics]] = {}
+    for name, verification in bundle.verification.items():
+        embeddings = extract_embeddings(
+            model,
+            verification.images,
+            batch_size=batch_size,
+            device=device,
+            channels_last=channels_last,
+            amp_dtype=amp_dtype,
+            flip=True,
+            transform=verification.model_input,
+        ).numpy()
+        metrics = evaluate_pairs(embeddings, verification.pairs)
+        logger.debug("[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std)
+        results[name] = (embeddings, metrics)
+    return results
+
+
+def verification_set_metrics(
+    results: dict[str, tuple[np.ndarray, VerificationMetrics]],
+) -> dict[str, float]:
+    """``<set>_accuracy`` and ``<set>_accuracy_std`` of :func:`verification_set_results` (the
+    trainer's per-epoch and every-``verify_every``-steps columns)."""
+    row: dict[str, float] = {}
+    for name, (_, metrics) in results.items():
+        row[f"{name}_accuracy"] = float(metrics.accuracy)
+        row[f"{name}_accuracy_std"] = float(metrics.accuracy_std)
+    return row
+
+
+def evaluate_model(
+    model: nn.Module,
+    head: nn.Module,
+    bundle: DatasetBundle,
+    *,
+    flip: bool,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+    pairs: PairSet | None = None,
     num_pairs: int = 6000,
     seed: int = 0,
+    summary: bool = False,
 ) -> Evaluation:
-    """Evaluate the checkpoint in ``run_dir`` on its dataset's test set.
+    """Evaluate a backbone and its head on ``bundle``'s test set: the one evaluation behind
+    the trainer's per-epoch row and ``marginface evaluate``.
+
+    The test images' embeddings ``x`` (``flip``: averaged with the mirrored image's) give:
+
+    * closed-set data: ``accuracy``, the share of test images whose class of largest cosine
+      ``argmax_j cos θ_j`` is their own (the scale ``s`` does not change it);
+    * the verification of the test pairs (``pairs``, else :func:`verification_pairs`) by
+      cosine, 10 folds, each judged at the threshold best on the others (LFW's protocol):
+      ``verification_accuracy``, ``verification_accuracy_std``, ``auc``, ``eer``,
+      ``tar@far=...``; ``pairs``; retrieval ``precision_at_1``, ``map_at_r``
+      (Musgrave et al., ECCV 2020); for a MagFace head the accuracy as the lowest-quality
+      pairs are rejected (:func:`magnitude_quality_curve`);
+    * an empty test set with verification sets (insightface's ``.bin``): each set's metrics
+      by :func:`~marginface.evaluation.bin_set_metrics` (docs/evaluation.md).
 
     Args:
-        device: ``auto`` (CUDA when present), ``cpu``, ``cuda``...
-        flip: flip-averaged embeddings; None (default): the run's ``flip`` setting.
-        bundle: the dataset if already loaded (else reloaded from the run's configuration).
-        num_pairs: pairs sampled (balanced, 10 folds) when the dataset brings none. Default: 6000.
-        seed: seed of that sampling.
+        model: the backbone (put in eval mode while embedding, then restored).
+        head: the :class:`~marginface.head.MarginSoftmaxLoss` (its class centers; sharded
+            heads are evaluated over every rank, which all call this function).
+        bundle: the dataset.
+        flip: average each embedding with the horizontally mirrored image's.
+        batch_size: images per forward pass.
+        device: where the model and head live.
+        amp_dtype: autocast dtype of the forward passes (None: full precision).
+        channels_last: feed the model channels-last images.
+        pairs: the test pairs; None: :func:`verification_pairs` ``(bundle, num_pairs, seed)``.
+        num_pairs: pairs sampled when the dataset brings none. Default: 6000.
+        seed: seed of that sampling. Default: 0.
+        summary: only what the trainer logs per epoch: ``val_loss`` (the head's loss of the
+            test set) and ``accuracy`` for closed-set data, ``verification_accuracy`` and
+            ``auc`` (with NaN ``val_loss`` and ``accuracy``) for open-set data, both NaN for an
+            empty test set.
+
+    Returns:
+        The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
     """
-    run = load_run(run_dir, device=resolve_device(device))
-    config = run.config
-    if bundle is None:
-        bundle = load_bundle(config)
     test = bundle.test
-    if len(test) == 0 and bundle.verification:
-        return _evaluate_verification_sets(run, bundle, config)
-    dev = next(run.model.parameters()).device
-    embeddings = extract_embeddings(
-        run.model,
-        test.images,
-        batch_size=config.eval_batch_size,
-        device=dev,
-        flip=config.flip if flip is None else flip,
-    ).numpy()
-    labels = np.asarray(test.labels)
-    metrics: dict[str, float] = {"accuracy": math.nan}
-    if not bundle.open_set:
-        centers = run.loss.weight.detach().float().cpu()
-        metrics["accuracy"] = closed_set_accuracy(
-            embeddings, labels, centers, sub_centers=getattr(run.loss, "sub_centers", 1)
+    if len(test) == 0:
+        if summary or not bundle.verification:
+            return Evaluation({"val_loss": math.nan, "accuracy": math.nan}, *_no_embeddings())
+        return _bin_sets_evaluation(
+            model,
+            bundle,
+            batch_size=batch_size,
+            device=device,
+            amp_dtype=amp_dtype,
+            channels_last=channels_last,
         )
-    pairs = verification_pairs(bundle, num_pairs=num_pairs, seed=seed)
+    embedded = extract_embeddings(
+        model,
+        test.images,
+        batch_size=batch_size,
+        device=device,
+        channels_last=channels_last,
+        amp_dtype=amp_dtype,
+        flip=flip,
+    )  # (N, D) on the CPU
+    embeddings, labels = embedded.numpy(), np.asarray(test.labels)
+    metrics: dict[str, float] = {"val_loss": math.nan} if summary else {}
+    metrics["accuracy"] = math.nan
+    if not bundle.open_set:
+        accuracy, val_loss = _closed_set(head, embedded.to(device), labels, with_loss=summary)
+        metrics["accuracy"] = accuracy
+        if summary:
+            metrics["val_loss"] = val_loss
+            return Evaluation(metrics, embeddings, labels)
+    if pairs is None:
+        pairs = verification_pairs(bundle, num_pairs=num_pairs, seed=seed)
     verification = evaluate_pairs(embeddings, pairs)
+    if summary:
+        metrics["verification_accuracy"] = float(verification.accuracy)
+        metrics["auc"] = float(verification.auc)
+        return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr)
     for key, value in verification.as_dict().items():
         name = "verification_accuracy" if key == "accuracy" else key
         if name == "accuracy_std":
@@ -157,7 +302,7 @@ def evaluate_run(
         metrics[name] = math.nan if value is None else float(value)
     metrics["pairs"] = float(len(pairs))
     metrics.update({k: float(v) for k, v in retrieval_metrics(embeddings, labels).items()})
-    erc = magnitude_quality_curve(embeddings, pairs) if _is_magface(run.loss) else None
+    erc = magnitude_quality_curve(embeddings, pairs) if _is_magface(head) else None
     if erc is not None:
         curve = erc.as_dict()
         for fraction in ERC_REPORTED_FRACTIONS:
@@ -166,22 +311,30 @@ def evaluate_run(
     return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc)
 
 
-def _evaluate_verification_sets(run: Any, bundle: DatasetBundle, config: Any) -> Evaluation:
+def _bin_sets_evaluation(
+    model: nn.Module,
+    bundle: DatasetBundle,
+    *,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+) -> Evaluation:
     """Datasets judged by verification sets only (insightface's ``.bin``): each set's metrics
     by :func:`~marginface.evaluation.bin_set_metrics` (insightface's rule, plus marginface's
-    midpoint search and the ROC's TAR@FAR); the curves of the first set."""
-    import torch
-
-    device = next(run.model.parameters()).device
+    midpoint search and the ROC's TAR@FAR) from the embeddings of the images as they are and
+    mirrored; the curves and the flip-averaged embeddings of the first set."""
     metrics: dict[str, float] = {}
     first: tuple[np.ndarray, Any] | None = None
     for name, verification in bundle.verification.items():
         as_is, flipped = (
             extract_embeddings(
-                run.model,
+                model,
                 verification.images,
-                batch_size=config.eval_batch_size,
+                batch_size=batch_size,
                 device=device,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
                 transform=transform,
             ).numpy()
             for transform in (
@@ -192,11 +345,57 @@ def _evaluate_verification_sets(run: Any, bundle: DatasetBundle, config: Any) ->
         values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
         metrics.update({f"{name}_{key}": value for key, value in values.items()})
         if first is None:
-            first = ((as_is + flipped) / 2, roc)  # flip-averaged, as before
+            first = ((as_is + flipped) / 2, roc)  # flip-averaged
     embeddings, roc = first
     labels = np.zeros(embeddings.shape[0], dtype=np.int64)
     metrics["accuracy"] = math.nan
     return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr)
+
+
+def _no_embeddings() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.int64)
+
+
+def evaluate_run(
+    run_dir: str | Path | LoadedRun,
+    *,
+    device: str = "auto",
+    flip: bool | None = None,
+    bundle: DatasetBundle | None = None,
+    num_pairs: int = 6000,
+    seed: int = 0,
+) -> Evaluation:
+    """Evaluate the checkpoint of a run on its dataset's test set (:func:`evaluate_model`:
+    closed-set accuracy, verification of the pairs, retrieval; the verification sets when
+    the test set is empty).
+
+    Args:
+        run_dir: the run folder, or the run already loaded (:func:`load_run`; it is then
+            evaluated where it is, and ``device`` is not used).
+        device: ``auto`` (CUDA when present), ``cpu``, ``cuda``...
+        flip: flip-averaged embeddings; None (default): the run's ``flip`` setting.
+        bundle: the dataset if already loaded (else reloaded from the run's configuration).
+        num_pairs: pairs sampled (balanced, 10 folds) when the dataset brings none. Default: 6000.
+        seed: seed of that sampling.
+    """
+    run = (
+        run_dir
+        if isinstance(run_dir, LoadedRun)
+        else load_run(run_dir, device=resolve_device(device))
+    )
+    config = run.config
+    if bundle is None:
+        bundle = load_bundle(config)
+    return evaluate_model(
+        run.model,
+        run.head,
+        bundle,
+        flip=config.flip if flip is None else flip,
+        batch_size=config.eval_batch_size,
+        device=next(run.model.parameters()).device,
+        num_pairs=num_pairs,
+        seed=seed,
+    )
 
 
 def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:

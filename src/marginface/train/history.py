@@ -1,4 +1,5 @@
-"""Per-epoch log: a CSV file (one row per epoch, like the seed's printout) and TensorBoard."""
+"""Per-epoch log: a CSV file (one row per epoch, as printed by ``marginface train``) and
+TensorBoard."""
 
 from __future__ import annotations
 

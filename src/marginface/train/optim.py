@@ -23,7 +23,7 @@ def build_optimizer(
     weight_decay: float = 0.0,
     momentum: float = 0.9,
 ) -> torch.optim.Optimizer:
-    """``adam`` (L2 weight decay, the seed's optimizer), ``adamw`` (decoupled) or ``sgd``
+    """``adam`` (L2 weight decay), ``adamw`` (decoupled) or ``sgd``
     (momentum). Unknown names raise ``ValueError`` listing the valid ones."""
     params = [p for p in parameters if p.requires_grad]
     if name == "adam":

@@ -1,8 +1,10 @@
-"""Run directories and the model/loss pair a configuration describes.
+"""Run directories, the dataset and the backbone/head pair a configuration describes, and
+trained runs loaded back.
 
 A run directory holds ``config.toml`` (the resolved configuration), ``history.csv`` (one row per
-epoch), ``checkpoint.pt`` (the last completed epoch, written atomically) and, optionally,
-``tensorboard/``.
+epoch), the checkpoint of the last completed epoch (``checkpoint.pt``, or ``checkpoint/`` from
+several processes; :mod:`marginface.train.run_state` writes and reads both) and, optionally,
+``tensorboard/`` (docs/training.md).
 """
 
 from __future__ import annotations
@@ -16,14 +18,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import ConfigValueError, TrainConfig, config_from_dict
+from .._atomic import remove_stale_temporaries
+from ..config import ConfigValueError, TrainConfig
 from ..data import DatasetBundle, ImageSet, load_dataset
 from ..data.base import StreamedImageSet
 from ..models import create_model
 from ..registry import create_loss
-from .checkpoint import CheckpointError, load_checkpoint
-from .history import read_history
-from .sharded_checkpoint import has_sharded_checkpoint
+from .checkpoint import CheckpointError
+from .distributed import broadcast_object, is_distributed
+from .run_state import (
+    CHECKPOINT_NAME,
+    CONFIG_NAME,
+    HISTORY_NAME,
+    SavedRun,
+    has_saved_run,
+    read_saved_run,
+)
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -37,10 +47,6 @@ __all__ = [
     "prepare_run_dir",
     "resolve_device",
 ]
-
-CONFIG_NAME = "config.toml"
-HISTORY_NAME = "history.csv"
-CHECKPOINT_NAME = "checkpoint.pt"
 
 
 class OutputExistsError(FileExistsError):
@@ -61,13 +67,42 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Path:
+def prepare_run_dir(
+    run_dir: str | Path, *, resume: bool, overwrite: bool, distributed: bool = False
+) -> Path:
     """Create ``run_dir``; refuse (:class:`OutputExistsError`) if it exists and is not empty,
     unless ``resume`` (keep it) or ``overwrite`` (delete it first, only if it holds a run's
-    ``config.toml`` or ``checkpoint.pt``: never an unrelated folder)."""
+    ``config.toml`` or checkpoint: never an unrelated folder). Temporary files that a killed
+    write left in the run are removed.
+
+    With ``distributed`` (all ranks call it), rank 0 prepares the folder and the other ranks
+    wait for it and raise the same error if it failed.
+
+    Raises:
+        OutputExistsError: the folder is taken.
+        CheckpointError: ``resume`` and the folder holds no checkpoint.
+        ValueError: both ``resume`` and ``overwrite``.
+    """
+    run_dir = Path(run_dir)
+    if not (distributed and is_distributed()):
+        _prepare(run_dir, resume=resume, overwrite=overwrite)
+        return run_dir
+    failure: tuple[str, str] | None = None
+    if torch.distributed.get_rank() == 0:
+        try:
+            _prepare(run_dir, resume=resume, overwrite=overwrite)
+        except (OSError, ValueError) as error:
+            failure = (type(error).__name__, str(error))
+    failure = broadcast_object(failure)
+    if failure is not None:
+        kinds = {"OutputExistsError": OutputExistsError, "CheckpointError": CheckpointError}
+        raise kinds.get(failure[0], ValueError)(failure[1])
+    return run_dir
+
+
+def _prepare(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise ValueError("resume and overwrite are mutually exclusive")
-    run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise OutputExistsError(f"output path {run_dir} exists and is not a directory")
     if run_dir.is_dir() and any(run_dir.iterdir()):
@@ -79,9 +114,10 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
                 )
             shutil.rmtree(run_dir)
         elif resume:
-            if not (run_dir / CHECKPOINT_NAME).is_file() and not has_sharded_checkpoint(run_dir):
+            if not has_saved_run(run_dir):
                 raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
-            return run_dir
+            remove_stale_temporaries(run_dir)
+            return
         else:
             raise OutputExistsError(
                 f"output directory {run_dir} already exists; pass --resume to continue it or "
@@ -90,7 +126,7 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
     elif resume:
         raise CheckpointError(f"cannot resume: {run_dir} has no run (no {CHECKPOINT_NAME})")
     run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    remove_stale_temporaries(run_dir)
 
 
 def _limit(images: Any, limit: int | None, seed: int) -> Any:
@@ -173,11 +209,13 @@ def build_model_and_loss(
 
 @dataclass
 class LoadedRun:
-    """A trained run: its configuration, backbone and loss (eval mode), and metadata."""
+    """A trained run: its configuration, backbone and head (eval mode), and metadata."""
 
     config: TrainConfig
     model: nn.Module
     loss: nn.Module
+    """The head (:class:`~marginface.head.MarginSoftmaxLoss`, the class centers); also
+    :attr:`head`."""
     meta: dict[str, Any]
     epoch: int
     run_dir: Path
@@ -185,71 +223,39 @@ class LoadedRun:
     """The per-epoch rows up to :attr:`epoch`: the checkpoint's own (format >= 2), so a kill
     between the checkpoint and ``history.csv`` loses nothing; ``history.csv`` for format 1."""
 
+    @property
+    def head(self) -> nn.Module:
+        """The head holding the class centers (the same object as :attr:`loss`)."""
+        return self.loss
 
-def load_run(run_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedRun:
-    """Rebuild the model and loss of ``run_dir`` from its checkpoint.
 
-    Raises :class:`CheckpointError` when the checkpoint is missing, corrupt, or does not fit
-    the configuration it claims.
+def load_run(
+    run_dir: str | Path, *, device: str | torch.device = "cpu", saved: SavedRun | None = None
+) -> LoadedRun:
+    """Rebuild the backbone and head of ``run_dir`` from its checkpoint (either format, read
+    once), unsharded, in eval mode, on ``device``.
+
+    Args:
+        run_dir: the run folder.
+        device: where the model and head go. Default: the CPU.
+        saved: the checkpoint if already read (:func:`~marginface.train.run_state.read_saved_run`).
+
+    Raises:
+        CheckpointError: the checkpoint is missing, corrupt, or does not fit the configuration
+            it claims.
     """
     run_dir = Path(run_dir)
-    if has_sharded_checkpoint(run_dir) and not (run_dir / CHECKPOINT_NAME).is_file():
-        return _load_sharded_run(run_dir, device)
-    source = run_dir / CHECKPOINT_NAME
-    state = load_checkpoint(source)
-    model, loss, config = _rebuild(state["config"], state["meta"], source)
-    try:
-        model.load_state_dict(state["model"])
-        loss.load_state_dict(state["loss"])
-    except RuntimeError as error:
-        raise CheckpointError(
-            f"checkpoint in {run_dir} does not match its configuration: {error}"
-        ) from error
-    epoch = int(state["epoch"])
-    if "history" in state:
-        history = [dict(row) for row in state["history"]][:epoch]
-    else:
-        csv_path = run_dir / HISTORY_NAME
-        history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
-    model.to(device).eval()
-    loss.to(device).eval()
-    return LoadedRun(config, model, loss, state["meta"], epoch, run_dir, history)
-
-
-def _rebuild(
-    saved: dict[str, Any], meta: dict[str, Any], source: Path
-) -> tuple[nn.Module, nn.Module, TrainConfig]:
-    """The unsharded model and loss a saved configuration and its metadata describe."""
-    config = config_from_dict(dict(saved), source=str(source))
-    size = meta["image_size"]
-    model, loss = build_model_and_loss(
+    if saved is None:
+        saved = read_saved_run(run_dir)
+    config = saved.train_config()
+    size = saved.meta["image_size"]
+    model, head = build_model_and_loss(
         config,
-        in_channels=meta["in_channels"],
+        in_channels=saved.meta["in_channels"],
         image_size=tuple(size) if isinstance(size, list) else size,
-        num_classes=meta["num_classes"],
+        num_classes=saved.meta["num_classes"],
     )
-    return model, loss, config
-
-
-def _load_sharded_run(run_dir: Path, device: str | torch.device) -> LoadedRun:
-    """:func:`load_run` of a run whose ranks wrote a sharded checkpoint: one process rebuilds
-    the unsharded model and loss (the optimizer state is not read)."""
-    from ..head import reshardable_state_dict
-    from .sharded_checkpoint import SHARDED_CHECKPOINT_NAME, load_sharded_tensors, read_sidecar
-
-    sidecar = read_sidecar(run_dir)
-    source = run_dir / SHARDED_CHECKPOINT_NAME
-    model, loss, config = _rebuild(sidecar["config"], sidecar["meta"], source)
-    targets = {f"model/{k}": v for k, v in model.state_dict().items()}
-    targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(loss).items()})
-    try:
-        load_sharded_tensors(run_dir, targets, distributed=False, only_targets=True)
-    except RuntimeError as error:
-        raise CheckpointError(
-            f"checkpoint {source} does not match its configuration: {error}"
-        ) from error
+    saved.load_weights(model, head)
     model.to(device).eval()
-    loss.to(device).eval()
-    epoch = int(sidecar["epoch"])
-    history = [dict(row) for row in sidecar.get("history", [])][:epoch]
-    return LoadedRun(config, model, loss, sidecar["meta"], epoch, run_dir, history)
+    head.to(device).eval()
+    return LoadedRun(config, model, head, saved.meta, saved.epoch, run_dir, saved.history)

@@ -50,12 +50,14 @@ from .checkpoint import CheckpointError
 __all__ = [
     "SHARDED_CHECKPOINT_NAME",
     "SIDECAR_NAME",
+    "center_state_position",
     "checkpoint_entries",
     "has_sharded_checkpoint",
     "load_sharded_tensors",
     "read_sidecar",
     "recover",
     "save_sharded_checkpoint",
+    "sharded_checkpoint_on_disk",
 ]
 
 SHARDED_CHECKPOINT_NAME = "checkpoint"
@@ -124,6 +126,15 @@ def has_sharded_checkpoint(run_dir: str | Path) -> bool:
     return (Path(run_dir) / SHARDED_CHECKPOINT_NAME / SIDECAR_NAME).is_file()
 
 
+def sharded_checkpoint_on_disk(run_dir: str | Path) -> bool:
+    """Whether a complete sharded checkpoint is in ``run_dir``, in place or set aside by a swap
+    cut short (looked for, not read, not repaired)."""
+    run_dir = Path(run_dir)
+    return any(
+        (run_dir / name / SIDECAR_NAME).is_file() for name in (SHARDED_CHECKPOINT_NAME, _OLD)
+    )
+
+
 def recover(run_dir: str | Path) -> None:
     """Repair a kill between the two renames of a checkpoint swap: when ``checkpoint/`` is
     missing or incomplete and ``.checkpoint.old/`` is complete, put the old one back."""
@@ -151,8 +162,10 @@ def _digests(folder: Path) -> dict[str, str]:
     return result
 
 
-def _loss_weight_index(optimizer: torch.optim.Optimizer, loss: nn.Module) -> int | None:
-    weight = getattr(loss, "weight", None)
+def center_state_position(optimizer: torch.optim.Optimizer, head: nn.Module) -> int | None:
+    """The position of the class centers ``head.weight`` among ``optimizer``'s parameters (the
+    key of their entry in ``optimizer.state_dict()["state"]``); None when not optimized."""
+    weight = getattr(head, "weight", None)
     position = 0
     for group in optimizer.param_groups:
         for parameter in group["params"]:
@@ -169,7 +182,7 @@ def _tensor_state(
     tensors: dict[str, Any] = {f"model/{k}": v for k, v in model.state_dict().items()}
     tensors.update({f"loss/{k}": v for k, v in loss.state_dict().items()})
     state = optimizer.state_dict()
-    weight_index = _loss_weight_index(optimizer, loss)
+    weight_index = center_state_position(optimizer, loss)
     plain: dict[str, Any] = {}
     for index, entries in state["state"].items():
         for key, value in entries.items():

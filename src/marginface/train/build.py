@@ -1,0 +1,152 @@
+"""What a training configuration builds: the backbone and head, the optimizer and its schedule,
+mixed precision and augmentation, sized for one dataset and one process group.
+
+:class:`~marginface.train.Trainer` calls :func:`build_training` once per :meth:`fit
+<marginface.train.Trainer.fit>`, after seeding ``torch.manual_seed(config.seed)``, so the
+initial weights depend on the seed only (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import TrainConfig
+from ..data import DatasetBundle
+from ..data.augment import BatchAugmentation, build_augmentation
+from .optim import build_optimizer, build_scheduler
+from .run import build_model_and_loss
+from .run_state import RunObjects
+
+__all__ = ["TrainingSetup", "build_training", "run_meta", "steps_per_epoch"]
+
+AMP_DTYPES: dict[str, torch.dtype | None] = {
+    "none": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+"""``TrainConfig.amp`` → the autocast dtype of the forward passes (None: full precision)."""
+
+
+@dataclass
+class TrainingSetup:
+    """What :func:`build_training` made.
+
+    Attributes:
+        objects: model, head, optimizer, schedule, scaler and device: what a checkpoint
+            saves and restores (:class:`~marginface.train.run_state.RunObjects`).
+        forward_model: the model the step calls: the model, or the
+            ``DistributedDataParallel`` around it in a process group.
+        meta: the run's metadata (:func:`run_meta`).
+        steps_per_epoch: optimizer steps per epoch (:func:`steps_per_epoch`).
+        amp_dtype: autocast dtype (None: full precision).
+        augmentation: the training-time jitter, or None.
+    """
+
+    objects: RunObjects
+    forward_model: nn.Module
+    meta: dict[str, Any]
+    steps_per_epoch: int
+    amp_dtype: torch.dtype | None
+    augmentation: BatchAugmentation | None
+
+
+def steps_per_epoch(num_images: int, batch_size: int) -> int:
+    """Optimizer steps per epoch: ``ceil(n / B)``, one fewer when the last batch would hold a
+    single image (a batch of one breaks BatchNorm's statistics)."""
+    steps = math.ceil(num_images / batch_size)
+    if num_images % batch_size == 1 and num_images > 1:
+        steps -= 1
+    return steps
+
+
+def run_meta(bundle: DatasetBundle, world: int = 1) -> dict[str, Any]:
+    """What a run's checkpoint records beside its configuration, to rebuild the backbone and
+    head without the dataset: ``in_channels``, ``image_size`` (an int when square, else
+    ``(H, W)``), ``num_classes``, ``dataset`` and the ``world_size`` that trained it."""
+    channels, height, width = bundle.train.image_shape
+    return {
+        "in_channels": channels,
+        "image_size": height if height == width else (height, width),
+        "num_classes": bundle.train.num_classes,
+        "dataset": bundle.name,
+        "world_size": world,
+    }
+
+
+def build_training(
+    config: TrainConfig,
+    bundle: DatasetBundle,
+    *,
+    device: torch.device,
+    world: int = 1,
+    process_group: Any = None,
+) -> TrainingSetup:
+    """Build what ``config`` trains on ``bundle``'s training set.
+
+    Args:
+        config: the resolved configuration.
+        bundle: the dataset (its training set sizes the head and the schedule).
+        device: where the model and head are built.
+        world: processes sharing each global batch of ``config.batch_size``.
+        process_group: shard the head's classes over this group and wrap the model in
+            ``DistributedDataParallel`` (docs/distributed.md); None: one process.
+
+    Raises:
+        ValueError: ``amp = "fp16"`` off CUDA; ``grad_accumulation > 1`` in a process group; a
+            bad optimizer, schedule or augmentation.
+    """
+    if config.amp == "fp16" and device.type != "cuda":
+        raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
+    meta = run_meta(bundle, world)
+    model, head = build_model_and_loss(
+        config,
+        in_channels=meta["in_channels"],
+        image_size=meta["image_size"],
+        num_classes=meta["num_classes"],
+        device=device,
+        process_group=process_group,
+    )
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    forward_model = model
+    if config.grad_accumulation > 1 and process_group is not None:
+        raise ValueError("grad_accumulation > 1 is supported in single-process runs only")
+    if config.compile:
+        forward_model = torch.compile(model)  # the same parameters
+    if process_group is not None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [device.index] if device.type == "cuda" else None
+        forward_model = DistributedDataParallel(model, device_ids=device_ids)
+    steps = steps_per_epoch(len(bundle.train), config.batch_size)
+    optimizer = build_optimizer(
+        list(model.parameters()) + list(head.parameters()),
+        config.optimizer,
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        momentum=config.momentum,
+    )
+    scheduler = build_scheduler(
+        optimizer,
+        schedule=config.schedule,
+        epochs=config.epochs,
+        steps_per_epoch=steps,
+        warmup_epochs=config.warmup_epochs,
+        step_epochs=config.step_epochs,
+        gamma=config.gamma,
+        power=config.poly_power,
+    )
+    scaler = torch.amp.GradScaler("cuda", enabled=config.amp == "fp16")
+    return TrainingSetup(
+        objects=RunObjects(model, head, optimizer, scheduler, scaler, device),
+        forward_model=forward_model,
+        meta=meta,
+        steps_per_epoch=steps,
+        amp_dtype=AMP_DTYPES[config.amp],
+        augmentation=build_augmentation(config.augment),
+    )

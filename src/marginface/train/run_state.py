@@ -1,0 +1,434 @@
+"""Run state: what a run's checkpoint holds, written, read once and restored in one place.
+
+A run's state is the configuration it was trained with, its metadata (image shape, classes,
+dataset, world size), the number of completed epochs with their log rows, the backbone's and
+the head's weights, and what training needs to continue exactly: the optimizer, the schedule,
+the gradient scaler and the random number generators. It is kept in one of two formats
+(docs/training.md, docs/distributed.md):
+
+* ``checkpoint.pt``: one file written by one process (:mod:`.checkpoint`: atomic, sealed with
+  the sha256 of its bytes, read with ``weights_only``);
+* ``checkpoint/``: every rank's share written through ``torch.distributed.checkpoint``
+  (:mod:`.sharded_checkpoint`: the files' digests in a JSON sidecar; read back at any world
+  size, the class centers resharded).
+
+This module is the only one that chooses between the two:
+
+* :func:`read_saved_run` reads a run's checkpoint once (the file, or the sidecar of the folder
+  with its digests checked) into a :class:`SavedRun`. The command line's ``--resume``, the
+  :class:`~marginface.train.Trainer` and :func:`~marginface.train.load_run` all start from it;
+* :func:`resumed_config` and :func:`check_resumable` hold the policy of which options a resume
+  may change (:data:`RESUMABLE_KEYS`);
+* :meth:`SavedRun.restore` puts the state back into a training run's objects at any world size,
+  :meth:`SavedRun.load_weights` into an unsharded backbone and head (evaluation, export);
+* :func:`save_run_state` writes the state of a completed epoch in the format the world size
+  calls for, and removes the other, older one;
+* :func:`describe_kept` says what is on disk after a failure and how to go on.
+
+Everything a checkpoint holds besides tensors is assembled by :func:`_plain_state`, so a new
+piece of state (a position inside an epoch, a loader's progress) is added in one place and read
+back by :meth:`SavedRun.restore`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import TrainConfig, config_from_dict
+from ..head import class_rows, reshardable_state_dict
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .history import read_history
+from .sharded_checkpoint import (
+    SHARDED_CHECKPOINT_NAME,
+    center_state_position,
+    checkpoint_entries,
+    has_sharded_checkpoint,
+    load_sharded_tensors,
+    read_sidecar,
+    save_sharded_checkpoint,
+    sharded_checkpoint_on_disk,
+)
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "CONFIG_NAME",
+    "HISTORY_NAME",
+    "RESUMABLE_KEYS",
+    "RunObjects",
+    "SavedRun",
+    "check_resumable",
+    "describe_kept",
+    "has_saved_run",
+    "read_saved_run",
+    "resumed_config",
+    "save_run_state",
+]
+
+CONFIG_NAME = "config.toml"
+HISTORY_NAME = "history.csv"
+CHECKPOINT_NAME = "checkpoint.pt"
+
+RESUMABLE_KEYS = frozenset(
+    {
+        "epochs",
+        "device",
+        "threads",
+        "tensorboard",
+        "eval_batch_size",
+        "flip",
+        "data_dir",
+        "workers",
+        "dist_timeout",
+        "verify_every",
+        "compile",
+        "grad_accumulation",
+    }
+)
+"""Configuration keys that may change between an interrupted run and its ``--resume``: where
+and how fast it runs, how long, and how it is evaluated; never what is trained."""
+
+
+@dataclass
+class RunObjects:
+    """The objects of a training run that its checkpoint saves and restores.
+
+    Attributes:
+        model: the backbone (unwrapped: not the ``DistributedDataParallel`` around it).
+        head: the :class:`~marginface.head.MarginSoftmaxLoss` holding the class centers
+            ``[C·K, D]`` (this rank's block ``[c·K, D]`` when sharded).
+        optimizer: over the backbone's and the head's parameters.
+        scheduler: the learning-rate schedule (stepped once per optimizer step).
+        scaler: the ``torch.amp.GradScaler`` (disabled unless ``amp = "fp16"``).
+        device: where the model lives (its CUDA RNG state is saved too).
+    """
+
+    model: nn.Module
+    head: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    device: torch.device
+
+
+@dataclass
+class SavedRun:
+    """A run's checkpoint as read by :func:`read_saved_run`.
+
+    Attributes:
+        run_dir: the run folder.
+        source: the file (``checkpoint.pt``) or folder (``checkpoint/``) read.
+        config: the configuration as saved (a dict; keys added to
+            :class:`~marginface.config.TrainConfig` since are absent).
+        meta: ``in_channels``, ``image_size``, ``num_classes``, ``dataset``, ``world_size``.
+        epoch: completed epochs.
+        history: the log rows of those epochs: the checkpoint's own (so a kill between the
+            checkpoint and ``history.csv`` loses nothing); ``history.csv`` for a format-1 file.
+    """
+
+    run_dir: Path
+    source: Path
+    config: dict[str, Any]
+    meta: dict[str, Any]
+    epoch: int
+    history: list[dict[str, Any]]
+    contents: dict[str, Any] = field(repr=False, default_factory=dict)
+    """Everything else the checkpoint holds: the single file's state dicts and RNG, or the
+    sharded folder's sidecar (its tensors are read by :meth:`restore` / :meth:`load_weights`)."""
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the ranks of a distributed run wrote it (``checkpoint/``)."""
+        return self.source.name == SHARDED_CHECKPOINT_NAME
+
+    def train_config(self) -> TrainConfig:
+        """The saved configuration as a :class:`~marginface.config.TrainConfig` (keys added
+        since it was written take their defaults)."""
+        return config_from_dict(dict(self.config), source=str(self.source))
+
+    def load_weights(self, model: nn.Module, head: nn.Module) -> None:
+        """Load the backbone's and the head's weights into an unsharded ``model`` and ``head``
+        (built from :meth:`train_config` and :attr:`meta`); the optimizer state is not read.
+
+        Raises:
+            CheckpointError: the weights do not fit the configuration they were saved with.
+        """
+        try:
+            if not self.sharded:
+                model.load_state_dict(self.contents["model"])
+                head.load_state_dict(self.contents["loss"])
+                return
+            targets = {f"model/{k}": v for k, v in model.state_dict().items()}
+            targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
+            load_sharded_tensors(self.run_dir, targets, distributed=False, only_targets=True)
+        except RuntimeError as error:
+            raise CheckpointError(
+                f"checkpoint {self.source} does not match its configuration: {error}"
+            ) from error
+
+    def restore(self, objects: RunObjects, *, distributed: bool = False) -> int:
+        """Put the saved state into a training run's ``objects``: weights, optimizer state
+        (the class centers' part cut to this rank's block when the head is sharded, whatever
+        the world size that saved it), schedule, scaler and RNG. All ranks call it.
+
+        Returns:
+            The number of completed epochs (the next epoch to train, counted from 0).
+
+        Raises:
+            CheckpointError: the state does not fit these objects.
+        """
+        if self.sharded:
+            self._restore_sharded(objects, distributed=distributed)
+        else:
+            self._restore_file(objects)
+        return self.epoch
+
+    def _restore_file(self, objects: RunObjects) -> None:
+        state = self.contents
+        try:
+            objects.model.load_state_dict(state["model"])
+            objects.head.load_state_dict(state["loss"])
+            objects.optimizer.load_state_dict(
+                _local_optimizer_state(state["optimizer"], objects.optimizer, objects.head)
+            )
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CheckpointError(
+                f"checkpoint {self.source} does not fit this model: {error}"
+            ) from error
+        objects.scheduler.load_state_dict(state["scheduler"])
+        objects.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"])
+        if "cuda_rng" in state and objects.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], objects.device)
+
+    def _restore_sharded(self, objects: RunObjects, *, distributed: bool) -> None:
+        head, optimizer = objects.head, objects.optimizer
+        targets: dict[str, Any] = {f"model/{k}": v for k, v in objects.model.state_dict().items()}
+        targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
+        prefix = f"optimizer/{center_state_position(optimizer, head)}/"
+        holders: dict[str, Tensor] = {}  # the centers' optimizer state, laid out like them
+        for key, (size, dtype) in checkpoint_entries(self.run_dir).items():
+            if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
+                holders[key] = torch.empty_like(head.weight, dtype=dtype)  # (c·K, D)
+                targets[key] = class_rows(holders[key], head)
+        filled = load_sharded_tensors(self.run_dir, targets, distributed=distributed)
+        saved = self.contents["optimizer"]
+        state: dict[int, dict[str, Any]] = {}
+        for key, value in filled.items():
+            if key.startswith("optimizer/"):
+                _, position, name = key.split("/", 2)
+                state.setdefault(int(position), {})[name] = holders.get(key, value)
+        for position, plain in saved.get("state", {}).items():
+            state.setdefault(int(position), {}).update(plain)
+        try:
+            optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CheckpointError(
+                f"checkpoint {self.source} does not fit this model: {error}"
+            ) from error
+        objects.scheduler.load_state_dict(self.contents["scheduler"])
+        objects.scaler.load_state_dict(self.contents.get("scaler", {}))
+        rank = torch.distributed.get_rank() if distributed else 0
+        rng = filled.get(f"rng/{rank}", filled.get("rng/0"))
+        if rng is not None:
+            torch.set_rng_state(rng)
+
+
+def _local_optimizer_state(
+    state: dict[str, Any], optimizer: torch.optim.Optimizer, head: nn.Module
+) -> dict[str, Any]:
+    """An optimizer state dict saved by one process, with the class centers' state
+    ``[C·K, D]`` cut to this rank's block ``[c·K, D]`` when ``head`` is sharded."""
+    shard = getattr(head, "shard", None)
+    index = center_state_position(optimizer, head)
+    if shard is None or index is None or index not in state["state"]:
+        return state
+    k = head.sub_centers
+    full = head.num_classes * k
+    entries = dict(state["state"][index])
+    for key, value in entries.items():
+        if isinstance(value, Tensor) and value.dim() == 2 and value.shape[0] == full:
+            entries[key] = value[shard.start * k : shard.stop * k].clone()
+    return {**state, "state": {**state["state"], index: entries}}
+
+
+def has_saved_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a checkpoint to resume from (either format; a sharded
+    checkpoint cut short between its two renames is repaired first)."""
+    run_dir = Path(run_dir)
+    return (run_dir / CHECKPOINT_NAME).is_file() or has_sharded_checkpoint(run_dir)
+
+
+def read_saved_run(run_dir: str | Path) -> SavedRun:
+    """Read the checkpoint of ``run_dir``, once, verified: ``checkpoint.pt`` when present (a
+    run resumed on one process last wrote it), else the sharded ``checkpoint/``.
+
+    Raises:
+        CheckpointError: no checkpoint, or a damaged, unsafe, foreign or newer one (one line
+            naming the file, see :func:`~marginface.train.load_checkpoint`).
+    """
+    run_dir = Path(run_dir)
+    source = run_dir / CHECKPOINT_NAME
+    if source.is_file():
+        state = load_checkpoint(source)
+        epoch = int(state["epoch"])
+        if "history" in state:
+            history = [dict(row) for row in state["history"]][:epoch]
+        else:  # format 1: the CSV, cut to the checkpoint's epochs
+            csv_path = run_dir / HISTORY_NAME
+            history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
+        return SavedRun(
+            run_dir, source, dict(state["config"]), state["meta"], epoch, history, state
+        )
+    if has_sharded_checkpoint(run_dir):
+        sidecar = read_sidecar(run_dir)
+        epoch = int(sidecar["epoch"])
+        history = [dict(row) for row in sidecar.get("history", [])][:epoch]
+        folder = run_dir / SHARDED_CHECKPOINT_NAME
+        return SavedRun(
+            run_dir, folder, dict(sidecar["config"]), sidecar["meta"], epoch, history, sidecar
+        )
+    raise CheckpointError(
+        f"no checkpoint in {run_dir} (neither {CHECKPOINT_NAME} nor {SHARDED_CHECKPOINT_NAME}/)"
+    )
+
+
+def resumed_config(
+    saved: SavedRun, explicit: dict[str, Any], *, spell: Callable[[str], str] = str
+) -> TrainConfig:
+    """The configuration a ``--resume`` continues with: the saved one, with the options that
+    may change (:data:`RESUMABLE_KEYS`) taken from ``explicit`` (what the command line set).
+
+    Args:
+        saved: the run, as :func:`read_saved_run` read it.
+        explicit: configuration keys given explicitly (repeating a saved value is allowed).
+        spell: how a key is named in the message (the command line's ``--batch-size``).
+
+    Raises:
+        ValueError: an option outside :data:`RESUMABLE_KEYS` contradicts the saved run (every
+            such option named, with the run's value, and the options that may change).
+    """
+    conflicts = [
+        f"{spell(key)} {value!r} (the run has {saved.config.get(key)!r})"
+        for key, value in explicit.items()
+        if key not in RESUMABLE_KEYS and saved.config.get(key) != value
+    ]
+    if conflicts:
+        allowed = ", ".join(sorted(spell(key) for key in RESUMABLE_KEYS))
+        raise ValueError(
+            f"--resume continues the run in {saved.run_dir} with its saved configuration; these "
+            f"options contradict it: {'; '.join(conflicts)}. Options that may change on "
+            f"--resume: {allowed}. To train with other settings, use another --out or "
+            "--overwrite."
+        )
+    values = {**saved.config, **{k: v for k, v in explicit.items() if k in RESUMABLE_KEYS}}
+    return config_from_dict(values, source=str(saved.source))
+
+
+def check_resumable(saved: SavedRun, config: TrainConfig) -> None:
+    """Refuse to continue ``saved`` with a ``config`` that differs from it in a key outside
+    :data:`RESUMABLE_KEYS` (the saved configuration's missing keys take their defaults).
+
+    Raises:
+        CheckpointError: naming every differing key with both values.
+    """
+    before = saved.train_config().to_dict()
+    current = config.to_dict()
+    differ = sorted(k for k in current if k not in RESUMABLE_KEYS and before.get(k) != current[k])
+    if differ:
+        details = ", ".join(f"{k}: {before.get(k)!r} -> {current[k]!r}" for k in differ)
+        raise CheckpointError(
+            f"checkpoint {saved.source} is from another configuration ({details}); "
+            "use --overwrite to start afresh"
+        )
+
+
+def _plain_state(
+    *, epoch: int, config: TrainConfig, meta: dict[str, Any], history: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What every checkpoint holds besides the objects' state: the progress and the log."""
+    return {
+        "epoch": epoch,
+        "config": config.to_dict(),
+        "meta": meta,
+        "history": [dict(row) for row in history],
+    }
+
+
+def save_run_state(
+    run_dir: str | Path,
+    objects: RunObjects,
+    *,
+    epoch: int,
+    config: TrainConfig,
+    meta: dict[str, Any],
+    history: list[dict[str, Any]],
+    distributed: bool = False,
+) -> Path:
+    """Write the state of ``epoch`` completed epochs into ``run_dir``: ``checkpoint.pt`` from
+    one process, or every rank's share into ``checkpoint/`` (all ranks call it); either write
+    is atomic, and the other format, now older, is removed.
+
+    Returns:
+        The checkpoint written (file or folder).
+
+    Raises:
+        marginface._atomic.DiskFullError: the disk is full (the previous checkpoint is kept).
+        OSError: the folder cannot be written.
+    """
+    run_dir = Path(run_dir)
+    plain = _plain_state(epoch=epoch, config=config, meta=meta, history=history)
+    if distributed:
+        extra = {
+            **{k: v for k, v in plain.items() if k != "epoch"},
+            "scheduler": objects.scheduler.state_dict(),
+            "scaler": objects.scaler.state_dict(),
+        }
+        return save_sharded_checkpoint(
+            run_dir,
+            epoch=epoch,
+            model=objects.model,
+            loss=objects.head,
+            optimizer=objects.optimizer,
+            extra=extra,
+        )
+    state: dict[str, Any] = {
+        **plain,
+        "model": objects.model.state_dict(),
+        "loss": objects.head.state_dict(),
+        "optimizer": objects.optimizer.state_dict(),
+        "scheduler": objects.scheduler.state_dict(),
+        "scaler": objects.scaler.state_dict(),
+        "rng": torch.get_rng_state(),
+    }
+    if objects.device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
+    path = save_checkpoint(state, run_dir / CHECKPOINT_NAME)
+    stale = run_dir / SHARDED_CHECKPOINT_NAME
+    if stale.is_dir():
+        shutil.rmtree(stale)
+    return path
+
+
+def describe_kept(run_dir: str | Path, epoch: int | None) -> str:
+    """What the user can do after a failure, true to what is on disk: the checkpoint of
+    ``epoch`` (the last one this process wrote or restored; None: none) and the ``--resume``
+    command, or, when no epoch was completed, that the run starts again with
+    ``--overwrite``. Looks for the checkpoint without reading it."""
+    run_dir = Path(run_dir)
+    if (run_dir / CHECKPOINT_NAME).is_file() or sharded_checkpoint_on_disk(run_dir):
+        done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
+        return (
+            f"{done} is kept in {run_dir}; continue with `marginface train --out "
+            f"{run_dir} --resume` (or start again with --overwrite)"
+        )
+    return (
+        "no epoch was completed, so no checkpoint was written; start again with "
+        f"`marginface train ... --out {run_dir} --overwrite`"
+    )
