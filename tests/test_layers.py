@@ -34,7 +34,6 @@ PIPELINE = (
     "plots",
     "report",
     "cli",
-    "evaluation_commands",
     "convert",
     "export",
     "config",

@@ -1,6 +1,6 @@
 """The ``marginface align`` and ``marginface ijb`` commands: arguments and what they run.
 
-``cli.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
+``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
 :func:`marginface.evaluation.ijb.evaluate_ijb`.
 """
@@ -41,7 +41,7 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     """Align the folder; print what was written."""
-    from .data.align import align_folder
+    from ..data.align import align_folder
 
     result = align_folder(
         args.src, args.landmarks, args.out, image_size=args.size, workers=args.workers
@@ -138,10 +138,10 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     import json
     import math
 
-    from ._atomic import atomic_write_text
-    from .data.ijb import embed_ijb_images, evaluate_ijb, read_ijb_layout, run_embedder
-    from .report import format_table
-    from .train import EVALUATION_NAME, load_run, resolve_device
+    from .._atomic import atomic_write_text
+    from ..data.ijb import embed_ijb_images, evaluate_ijb, read_ijb_layout, run_embedder
+    from ..report import format_table
+    from ..train import EVALUATION_NAME, load_run, resolve_device
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -159,7 +159,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     device = resolve_device(args.device)
     name = args.target.lower()
     if source is not None:
-        from .models.pretrained import load_backbone
+        from ..models.pretrained import load_backbone
 
         model = load_backbone(
             args.backbone,
@@ -219,13 +219,13 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         merged.update(clean)
         atomic_write_text(evaluation_path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
         written.append(evaluation_path)
-    from .plots import plot_roc, save_figure
+    from ..plots import plot_roc, save_figure
 
     v = result.verification
     picture = save_figure(
         plot_roc({f"{args.target} 1:1": (v.fpr, v.tpr)}), out / f"{prefix}roc.png"
     )
-    from .report import write_evaluation_report
+    from ..report import write_evaluation_report
 
     report = write_evaluation_report(
         out / f"{prefix}report.html",

@@ -1,0 +1,208 @@
+"""The command line's training options: flags, ``--set``, ``--config`` TOML, resumed configs."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+# Flags that map one-to-one onto TrainConfig keys: (flag, key, type, help).
+_TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--dataset", "dataset", str, "registered dataset (digits, mnist, lfw, insightface, ...)"),
+    ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
+    ("--image-size", "image_size", int, "resize images to this side"),
+    ("--limit", "limit", int, "use at most this many training images"),
+    (
+        "--model",
+        "model",
+        str,
+        "backbone: seed-cnn, seed-cnn-bn, r18/r34/r50/r100/r200, mbf, mbf_large, vit_t/vit_s/vit_b",
+    ),
+    ("--embedding-dim", "embedding_dim", int, "embedding dimension (2 or 3 to plot)"),
+    ("--epochs", "epochs", int, "training epochs"),
+    ("--batch-size", "batch_size", int, "training batch size"),
+    ("--optimizer", "optimizer", str, "adam, adamw or sgd"),
+    ("--lr", "lr", float, "peak learning rate"),
+    ("--weight-decay", "weight_decay", float, "weight decay"),
+    ("--schedule", "schedule", str, "constant, cosine, step or polynomial (insightface's)"),
+    ("--warmup-epochs", "warmup_epochs", float, "linear warm-up length in epochs"),
+    ("--grad-clip", "grad_clip", float, "clip the gradient norm to this"),
+    ("--grad-accumulation", "grad_accumulation", int, "micro-batches per batch (memory / k)"),
+    ("--amp", "amp", str, "none, bf16 (CPU/CUDA) or fp16 (CUDA)"),
+    ("--device", "device", str, "auto (CUDA when present), cpu, cuda, cuda:N"),
+    ("--threads", "threads", int, "CPU threads for torch"),
+    ("--seed", "seed", int, "random seed"),
+    ("--sample-rate", "sample_rate", float, "Partial FC: share of the classes per step (0, 1]"),
+    ("--workers", "workers", int, "DataLoader workers for streamed datasets"),
+    ("--dist-timeout", "dist_timeout", float, "seconds before a collective fails (torchrun)"),
+    ("--verify-every", "verify_every", int, "also evaluate .bin sets every N steps"),
+]
+
+
+def _parse_value(text: str) -> Any:
+    """A TOML value (``30``, ``0.5``, ``true``, ``"x"``, ``[1, 2]``), else the raw string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _key_values(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} expects KEY=VALUE, got {item!r}")
+        result[key.strip().replace("-", "_")] = _parse_value(value.strip())
+    return result
+
+
+def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = True) -> None:
+    group = parser.add_argument_group("training configuration")
+    group.add_argument("--config", type=Path, help="TOML file with configuration keys")
+    if with_loss:
+        group.add_argument(
+            "--loss",
+            help="registered loss (normface, arcface, adacos, ...; default curricularface)",
+        )
+    for flag, key, kind, text in _TRAIN_FLAGS:
+        group.add_argument(flag, dest=key, type=kind, help=text)
+    group.add_argument(
+        "--loss-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="keyword argument of the loss, e.g. margin=0.5 scale=64 (repeatable). Default: "
+        "scale=30 for every loss that takes a scale (not the library's 64, the papers' value "
+        "for 512-D faces: 30 suits the small embeddings trained here); AdaCos chooses its own. "
+        "The run's config.toml records the options used",
+    )
+    group.add_argument(
+        "--augment",
+        action="append",
+        metavar="KEY=VALUE",
+        help="training augmentation: translate=PIXELS rotate=DEGREES scale=FRACTION "
+        "hflip=PROBABILITY (repeatable)",
+    )
+    group.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="any configuration key (repeatable)"
+    )
+    group.add_argument("--flip", action="store_true", default=None, help="flip-averaged eval")
+    group.add_argument(
+        "--tensorboard", action="store_true", default=None, help="also log to TensorBoard"
+    )
+    group.add_argument(
+        "--compile", action="store_true", default=None, help="train through torch.compile"
+    )
+
+
+def option_name(key: str) -> str:
+    """The command-line spelling of configuration key ``key`` (``batch_size`` → ``--batch-size``,
+    ``loss_options`` → ``--loss-option``, keys without a flag → ``--set key=...``)."""
+    for flag, flag_key, _, _ in _TRAIN_FLAGS:
+        if flag_key == key:
+            return flag
+    named = {"loss": "--loss", "flip": "--flip", "tensorboard": "--tensorboard"}
+    named |= {"compile": "--compile"}
+    named |= {"loss_options": "--loss-option", "augment": "--augment", "config": "--config"}
+    return named.get(key, f"--set {key}=...")
+
+
+def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The configuration keys the command line (and ``--config``) set explicitly, merged in
+    the documented order: ``--config`` file, flags, ``--set``; ``--loss-option`` and
+    ``--augment`` add to the tables of the file (or of the defaults)."""
+    from ..config import TrainConfig
+
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None) is not None:
+        values.update(_read_toml_table(args.config))
+    for _, key, _, _ in _TRAIN_FLAGS:
+        if getattr(args, key, None) is not None:
+            values[key] = getattr(args, key)
+    for key in ("loss", "flip", "tensorboard", "compile"):
+        if getattr(args, key, None) is not None:
+            values[key] = getattr(args, key)
+    values.update(_key_values(args.set, "--set"))
+    loss_options = _key_values(args.loss_option, "--loss-option")
+    if loss_options:
+        base = values.get("loss_options", TrainConfig().loss_options)
+        values["loss_options"] = {**base, **loss_options}
+    augment = _key_values(getattr(args, "augment", None), "--augment")
+    if augment:
+        values["augment"] = {**values.get("augment", {}), **augment}
+    return values
+
+
+def _read_toml_table(path: Path) -> dict[str, Any]:
+    from ..config import load_config
+
+    load_config(path)  # the file's own errors (missing, not TOML, not UTF-8, bad keys)
+    with Path(path).open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def _named_option_errors(build):
+    """Call ``build()``; a :class:`~marginface.config.ConfigValueError` is re-raised naming
+    the command-line option instead of the configuration key."""
+    from ..config import ConfigValueError
+
+    try:
+        return build()
+    except ConfigValueError as error:
+        message = str(error)
+        if message.startswith(error.key):
+            message = option_name(error.key) + message[len(error.key) :]
+        raise ValueError(message) from None
+
+
+def _config_from_args(args: argparse.Namespace):
+    from ..config import config_from_dict
+
+    values = _explicit_values(args)
+    source = str(args.config) if getattr(args, "config", None) else "the command line"
+    return _named_option_errors(lambda: config_from_dict(values, source=source))
+
+
+def _resumed_config(args: argparse.Namespace, run_dir: Path):
+    """``(configuration, saved run)`` of a ``--resume``: the run in ``run_dir``, read once
+    (:func:`~marginface.train.run_state.read_saved_run`), with the options that may change on
+    resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the command line; any other
+    option that contradicts the saved run is an error naming it."""
+    from ..train.checkpoint import CheckpointError
+    from ..train.run_state import CHECKPOINT_NAME, has_saved_run, read_saved_run, resumed_config
+
+    if not has_saved_run(run_dir):
+        raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
+    saved = read_saved_run(run_dir)
+    explicit = _explicit_values(args)
+    config = _named_option_errors(lambda: resumed_config(saved, explicit, spell=option_name))
+    return config, saved
+
+
+# ------------------------------------------------------------------ parser
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return value
+
+
+def _add_progress_option(parser: argparse.ArgumentParser) -> None:
+    from ..train.progress import DEFAULT_PROGRESS_SECONDS
+
+    parser.add_argument(
+        "--progress-seconds",
+        type=_seconds,
+        default=DEFAULT_PROGRESS_SECONDS,
+        metavar="S",
+        help="when stderr is not a terminal (a log file, CI), a progress line (step, loss, "
+        f"img/s, ETA) every S seconds and at every epoch's end instead of a bar (default "
+        f"{DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
+    )

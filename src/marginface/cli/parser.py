@@ -1,0 +1,242 @@
+"""The ``marginface`` argument parser: every subcommand, its options and its function."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .options import _add_progress_option, _add_train_options
+from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
+from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``marginface`` (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="marginface",
+        description="Train, evaluate and show embeddings learned with margin-based softmax losses.",
+    )
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress output or chatter (warnings only)"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    # the same two flags after the subcommand (``marginface train ... --quiet``); SUPPRESS keeps
+    # a flag given before the subcommand from being reset by the subcommand's default
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser(
+        parents=[common],
+        name="demo",
+        help="digits, four losses, 3-D sphere pictures and report (no arguments needed)",
+        description="Train NormFace, CosFace, ArcFace and CurricularFace on scikit-learn's digits "
+        "with a 3-D embedding; write runs/demo/report.html and print the metrics table.",
+    )
+    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder")
+    demo.add_argument("--epochs", type=int, help="override the demo's epochs (30)")
+    demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
+    _add_progress_option(demo)
+    demo.set_defaults(func=cmd_demo)
+
+    train = sub.add_parser(
+        parents=[common], name="train", help="train one model", description="Train one model."
+    )
+    _add_train_options(train)
+    train.add_argument("--out", type=Path, help="run folder (default runs/<dataset>-<loss>)")
+    mode = train.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue the run in --out")
+    mode.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    train.add_argument(
+        "--drop-non-dominant",
+        type=Path,
+        metavar="RUN",
+        help="start from RUN's checkpoint (a sub-center run) keeping only each class's dominant "
+        "sub-center (K = 1; Sub-center ArcFace's clean-up) and train into --out (default "
+        "RUN-dominant) with RUN's configuration and this command line's options; the optimizer "
+        "and schedule start afresh",
+    )
+    train.add_argument(
+        "--drop-outliers",
+        type=float,
+        nargs="?",
+        const=75.0,
+        default=None,
+        metavar="DEGREES",
+        help="with --drop-non-dominant: also leave out of training the samples farther than "
+        "DEGREES (default 75, the paper's) from their class's dominant sub-center (config key "
+        "'exclude'; `marginface outliers RUN` lists them)",
+    )
+    train.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="FILE",
+        help="start the backbone from FILE's weights (a state_dict: insightface's "
+        "backbone.pth, .safetensors, an AdaFace IR checkpoint), --model naming its "
+        "architecture; the class centers, optimizer and schedule start afresh (fine-tuning)",
+    )
+    _add_progress_option(train)
+    train.set_defaults(func=cmd_train)
+
+    evaluate = sub.add_parser(
+        parents=[common],
+        name="evaluate",
+        help="metrics of a trained run",
+        description="Closed-set accuracy, 10-fold pair verification (accuracy, AUC, EER, "
+        "TAR@FAR) and retrieval (P@1, MAP@R) of a run; writes evaluation.json. For a MagFace "
+        "run also the error-versus-reject curve (feature magnitude as quality: accuracy as the "
+        "lowest-quality pairs are rejected): erc.png and evaluation.html. On insightface's .bin "
+        "sets: insightface's numbers (Accuracy-Flip on its squared-L2 0.01 grid, best threshold, "
+        "XNorm, VAL@FAR=1e-3), marginface's finer midpoint search (*_accuracy_midpoint), AUC, EER "
+        "and TAR@FAR (docs/evaluation.md).",
+    )
+    evaluate.add_argument("run_dir", type=Path, nargs="?", help="a run folder (or --backbone)")
+    evaluate.add_argument("--device", default="auto")
+    evaluate.add_argument("--flip", action="store_true", default=None, help="flip-averaged")
+    pretrained = evaluate.add_argument_group(
+        "a pretrained backbone, no run folder (docs/backbones.md)"
+    )
+    source = pretrained.add_mutually_exclusive_group()
+    source.add_argument(
+        "--backbone",
+        type=Path,
+        metavar="FILE",
+        help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors: insightface's backbone.pth, "
+        "an AdaFace IR checkpoint, marginface's export), opened safely",
+    )
+    source.add_argument(
+        "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"
+    )
+    pretrained.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    pretrained.add_argument(
+        "--data-dir",
+        type=Path,
+        help="DIR with insightface .bin sets (lfw.bin, cfp_fp.bin...), or an image folder "
+        "DIR/<identity>/<image> with --pairs",
+    )
+    pretrained.add_argument(
+        "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
+    )
+    pretrained.add_argument(
+        "--bgr",
+        action="store_true",
+        help="the model expects BGR input (the images are RGB; reversed before the model)",
+    )
+    pretrained.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
+    pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
+    pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
+    pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    outliers = sub.add_parser(
+        parents=[common],
+        name="outliers",
+        help="training samples far from their class's dominant sub-center (CSV)",
+        description="Sub-center ArcFace's noise detection: embed the run's training set, find "
+        "each class's dominant sub-center (the one most samples are nearest to) and write the "
+        "samples whose angle to it exceeds --threshold degrees as a CSV (index, label, "
+        "class_name, angle_degrees, dominant_sub_center). A streamed training set (train.rec) "
+        "is read in batches by --workers processes.",
+    )
+    outliers.add_argument("run_dir", type=Path)
+    outliers.add_argument(
+        "--threshold", type=float, default=75.0, help="angle in degrees (default 75, the paper's)"
+    )
+    outliers.add_argument("--out", type=Path, help="CSV file (default RUN_DIR/outliers.csv)")
+    outliers.add_argument("--device", default="auto")
+    outliers.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
+    )
+    outliers.set_defaults(func=cmd_outliers)
+
+    compare = sub.add_parser(
+        parents=[common],
+        name="compare",
+        help="train several losses with the same budget and report",
+        description="Train each loss with the same configuration, evaluate, and write "
+        "report.html with pictures and a metrics table.",
+    )
+    compare.add_argument(
+        "--losses", default=",".join(DEMO_LOSSES), help="comma-separated loss names"
+    )
+    _add_train_options(compare, with_loss=False)
+    compare.add_argument("--out", type=Path, help="output folder (default runs/compare-<data>)")
+    compare.add_argument("--overwrite", action="store_true", help="replace --out")
+    _add_progress_option(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    plot = sub.add_parser(
+        parents=[common],
+        name="plot",
+        help="pictures of a trained run",
+        description="Embeddings (circle/sphere), margin curve, ROC, training and state curves.",
+    )
+    plot.add_argument("run_dir", type=Path)
+    plot.add_argument("--out", type=Path, help="folder for the PNGs (default RUN_DIR/plots)")
+    plot.add_argument("--device", default="auto")
+    plot.set_defaults(func=cmd_plot)
+
+    export = sub.add_parser(
+        parents=[common],
+        name="export",
+        help="export the embedding model (TorchScript, ONNX), verified",
+        description="Export the run's backbone; the exported model's outputs are checked "
+        "against PyTorch's on a batch. ONNX needs the marginface[onnx] extra.",
+    )
+    export.add_argument("run_dir", type=Path)
+    export.add_argument(
+        "--format",
+        choices=("torchscript", "onnx", "both", "safetensors"),
+        default="torchscript",
+        help="both: TorchScript and ONNX; safetensors: the backbone's weights under "
+        "insightface's names (backbone.safetensors, for evaluate --backbone and "
+        "train --init-from)",
+    )
+    export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
+    export.add_argument("--batch", type=int, default=4, help="verification batch size")
+    export.set_defaults(func=cmd_export)
+
+    from ..convert import add_convert_arguments
+
+    convert = sub.add_parser(
+        parents=[common],
+        name="convert",
+        help="an image folder to insightface's train.rec/.idx/property, or pairs to a .bin",
+        description="SRC/<identity>/<image> -> OUT/train.rec, train.idx, property (insightface's "
+        "layout, readable by MXNet); with --pairs FILE (LFW's pairs.txt format), the pairs "
+        "of SRC's images -> the verification set OUT (a .bin).",
+    )
+    add_convert_arguments(convert)
+    convert.set_defaults(func=cmd_convert)
+
+    from .faces import add_align_arguments
+
+    align = sub.add_parser(
+        parents=[common],
+        name="align",
+        help="five landmarks per image -> 112x112 ArcFace crops (no face detector)",
+        description="SRC/NAME -> OUT/NAME: the similarity transform of each image's five "
+        "landmarks (from your face detector) onto the ArcFace template, as insightface's "
+        "face_align.norm_crop (needs OpenCV: pip install 'marginface[align]').",
+    )
+    add_align_arguments(align)
+    align.set_defaults(func=cmd_align)
+
+    from .faces import add_ijb_arguments
+
+    ijb = sub.add_parser(
+        parents=[common],
+        name="ijb",
+        help="IJB-B/IJB-C 1:1 TAR@FAR and 1:N rank/TPIR of a run (insightface's protocol)",
+        description="Align DATA_DIR/loose_crop on meta/*_name_5pts_score.txt, embed with the "
+        "run's model (flip test), pool templates (detector-score weighted, mean per media, "
+        "sum over media), score the 1:1 pairs and the 1:N gallery/probe lists as insightface's "
+        "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
+    )
+    add_ijb_arguments(ijb)
+    ijb.set_defaults(func=cmd_ijb)
+    return parser

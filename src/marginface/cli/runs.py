@@ -1,0 +1,159 @@
+"""The commands that read a run or a backbone: evaluate, plot, export, convert, align, ijb."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .output import _echo
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ..report import format_table
+    from ..train import EVALUATION_NAME, evaluate_run, write_evaluation
+
+    if args.backbone is not None or args.onnx is not None:
+        return _evaluate_backbone(args)
+    if args.run_dir is None:
+        raise ValueError("evaluate needs RUN_DIR, or --backbone FILE/--onnx FILE with --data-dir")
+    for flag in ("model", "data_dir", "pairs"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
+    evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
+    path = write_evaluation(evaluation, Path(args.run_dir) / EVALUATION_NAME)
+    rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
+    print(format_table(rows))
+    _echo(args, f"written to {path}")
+    if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
+        _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
+    return 0
+
+
+def _evaluate_backbone(args: argparse.Namespace) -> int:
+    """``evaluate --backbone FILE --model NAME --data-dir DIR`` (or ``--onnx FILE``): a
+    pretrained backbone on DIR's ``.bin`` verification sets, or on DIR's image folder and the
+    pairs of ``--pairs FILE``; no run folder."""
+    from ..models.pretrained import load_backbone
+    from ..report import format_table
+    from ..train.backbone_evaluation import evaluate_backbone
+    from ..train.run import resolve_device
+
+    if args.run_dir is not None:
+        raise ValueError("--backbone/--onnx evaluate a file, not RUN_DIR: leave RUN_DIR out")
+    if args.data_dir is None:
+        raise ValueError("--backbone/--onnx need --data-dir DIR (.bin sets, or images + --pairs)")
+    device = resolve_device(args.device)
+    model = load_backbone(
+        args.backbone,
+        onnx=args.onnx,
+        model=args.model,
+        embedding_dim=args.embedding_dim,
+        image_size=args.image_size,
+        bgr=args.bgr,
+        device=device,
+    )
+    metrics = evaluate_backbone(
+        model,
+        args.data_dir,
+        pairs=args.pairs,
+        image_size=args.image_size,
+        device=device,
+        batch_size=args.batch_size,
+        flip=True,  # insightface's protocol
+    )
+    print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
+    if args.out is not None:
+        import json
+
+        from .._atomic import atomic_write_text
+
+        clean = {k: (v if v == v else None) for k, v in metrics.items()}  # NaN → null
+        path = atomic_write_text(args.out, json.dumps(clean, indent=2, sort_keys=True) + "\n")
+        _echo(args, f"written to {path}")
+    return 0
+
+
+def _write_quality_report(run_dir: Path, evaluation) -> Path:
+    """``RUN/erc.png`` (error versus reject, feature magnitude as quality) and
+    ``RUN/evaluation.html`` (the metrics and that figure)."""
+    from ..plots import plot_error_versus_reject, save_figure
+    from ..report import write_evaluation_report
+
+    caption = "Error versus reject: pairs of lowest quality (min ‖x‖ of the two) rejected"
+    image = save_figure(
+        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / "erc.png"
+    )
+    return write_evaluation_report(
+        run_dir / "evaluation.html",
+        title=f"marginface evaluation: {run_dir.name}",
+        metrics=evaluation.metrics,
+        images={caption: image},
+    )
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ..train import draw_run_pictures, evaluate_run, load_run, resolve_device
+
+    run_dir = Path(args.run_dir)
+    run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
+    history = run.history  # the checkpoint's own: complete even if history.csv lags
+    evaluation = evaluate_run(run)
+    out = args.out or run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    pictured = {run.config.loss: (history, evaluation, run.head.cpu())}  # drawn on the CPU
+    images = draw_run_pictures(pictured, out)
+    for caption, path in images.items():
+        _echo(args, f"{caption}: {path}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..export import export_onnx, export_safetensors, export_torchscript
+    from ..train import load_run
+
+    run = load_run(args.run_dir)
+    meta = run.meta
+    size = meta["image_size"]
+    height, width = (size, size) if isinstance(size, int) else size
+    example = torch.rand(args.batch, meta["in_channels"], height, width)
+    out = args.out or Path(args.run_dir)
+    # the folders this command will create (``--out new/deeper`` creates both)
+    created = [folder for folder in (out, *out.parents) if not folder.exists()]
+    model = run.model.float().to(memory_format=torch.contiguous_format)
+    try:
+        if args.format in ("torchscript", "both"):
+            path = export_torchscript(model, example, out / "model.ts")
+            _echo(args, f"TorchScript (verified): {path}")
+        if args.format in ("onnx", "both"):
+            path = export_onnx(model, example, out / "model.onnx")
+            _echo(args, f"ONNX (verified): {path}")
+        if args.format == "safetensors":
+            path = export_safetensors(model, out / "backbone.safetensors")
+            _echo(args, f"safetensors (the backbone's state_dict, verified): {path}")
+    except BaseException:
+        for folder in created:  # deepest first: a failed export leaves no empty folder behind
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+        raise
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ..convert import run_convert
+
+    return run_convert(args, echo=lambda text: _echo(args, text))
+
+
+def cmd_align(args: argparse.Namespace) -> int:
+    from .faces import run_align
+
+    return run_align(args, echo=lambda text: _echo(args, text))
+
+
+def cmd_ijb(args: argparse.Namespace) -> int:
+    from .faces import run_ijb
+
+    return run_ijb(args, echo=lambda text: _echo(args, text))
