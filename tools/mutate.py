@@ -73,9 +73,12 @@ TARGETS = (
     Target("margins", "src/marginface/margins/[!_]*.py", MARGIN_TESTS),
     Target("margins", "src/marginface/margins/_angles.py", MARGIN_TESTS),
     Target("executors", "src/marginface/executors/dense.py", EXECUTOR_TESTS),
-    Target("executors", "src/marginface/executors/chunked.py", EXECUTOR_TESTS),
+    # the chunk loop: prologue, loop, workspace, entry points, autograd Function
+    Target("executors", "src/marginface/executors/chunk*.py", EXECUTOR_TESTS),
+    Target("executors", "src/marginface/executors/margin_loss.py", EXECUTOR_TESTS),
     Target("executors", "src/marginface/executors/_online_softmax.py", EXECUTOR_TESTS),
     Target("executors", "src/marginface/executors/triton_kernels.py", ("tests/executors",)),
+    Target("executors", "src/marginface/executors/triton_dispatch.py", ("tests/executors",)),
     Target("verification", "src/marginface/evaluation/verification.py", VERIFICATION_TESTS),
     Target("resume", "src/marginface/train/trainer.py", RESUME_TESTS, frozenset({"_restore"})),
     Target("resume", "src/marginface/train/checkpoint.py", RESUME_TESTS),

@@ -7,10 +7,10 @@ can drive any executor unchanged.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor
 
 from ._validation import check_choice, check_labels
+from .executors.margin_loss import REDUCTIONS, logits_cross_entropy
 from .margins.adacos import adacos_dynamic_scale, adacos_fixed_scale
 from .margins.adaface import adaface_target
 from .margins.arcface import additive_angular_margin
@@ -79,17 +79,9 @@ def margin_cross_entropy(
     """
     if not isinstance(margin, Margin):
         raise TypeError(f"margin must be a marginface Margin, got {type(margin).__name__}")
-    check_choice("reduction", reduction, ("mean", "sum", "none"))
+    check_choice("reduction", reduction, REDUCTIONS)
     check_cosine(cosine)
     labels = check_labels(labels, cosine.shape[0], cosine.shape[1])
     check_norms(norms, cosine.shape[0], required=margin.requires_norms)
-    logits = margin.apply(cosine, labels, norms)
-    loss = F.cross_entropy(logits, labels, reduction="none")
-    extra = margin.regularizer(norms)
-    if extra is not None:
-        loss = loss + extra
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
+    logits = margin.apply(cosine, labels, norms)  # (N, C)
+    return logits_cross_entropy(logits, labels, margin, norms, reduction=reduction)

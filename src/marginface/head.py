@@ -18,17 +18,15 @@ from ._validation import (
     check_real,
     check_representable,
 )
-from .executors.chunked import (
-    check_chunkable,
-    chunked_margin_cross_entropy,
-    sharded_margin_cross_entropy,
-)
+from .executors.chunk_plan import KERNELS, check_chunkable
+from .executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
 from .executors.dense import (
     compute_dtype,
     dense_margin_cross_entropy,
     normalized_cosine,
     row_norms,
 )
+from .executors.margin_loss import REDUCTIONS, reduce_loss
 from .executors.sharding import ClassShard, scale_gradient
 from .margins.base import Margin
 from .subcenters import (
@@ -44,33 +42,34 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "DENSE_LOGIT_COPIES",
     "IMPLEMENTATIONS",
+    "KERNELS",
     "REDUCTIONS",
     "MarginSoftmaxLoss",
     "class_rows",
     "reshardable_state_dict",
 ]
 
-REDUCTIONS = ("mean", "sum", "none")
 IMPLEMENTATIONS = ("dense", "chunked", "auto")
 
 DENSE_LOGIT_COPIES = 4
 """How many ``N×C·K`` matrices (in the compute dtype) a dense training step holds at its peak,
-beyond the inputs, the weight and the gradients a training loop holds anyway: measured 806 MB
-extra at N = 512, C = 100k, float32 (``benchmarks/bench_memory.py``), 4.1 times the 195 MiB
-logits (cosines, logits, softmax and its gradient)."""
+beyond the inputs, the weight and the gradients a training loop holds anyway: the cosines, the
+logits, the softmax and its gradient (``benchmarks/bench_memory.py`` measures it; the figures
+are in docs/benchmarks.md)."""
 
 DEFAULT_MEMORY_BUDGET = 1 << 28
 """``impl="auto"``'s default ``memory_budget``: 256 MiB. With :data:`DENSE_LOGIT_COPIES` float32
 copies that is ``N·C·K <= 16M`` logits (:data:`AUTO_CHUNKED_MIN_LOGITS`, e.g. N = 512 and
-C <= 32768), where the dense path was also the faster one in eager mode on a 2-core CPU
-(``benchmarks/bench_fused.py``: at C = 10k fp32 dense was faster, at C = 100k chunked).
-Under ``torch.compile`` in float32, dense was the faster one at C = 100k too (1.40 s vs
-1.74 s a step, for 426 MB extra instead of 56; ``benchmarks/bench_compile.py``): raise the
-budget to get it (docs/fused.md, "Choosing an executor")."""
+C <= 32768), where the dense path was also the faster one in eager mode on a 2-core CPU, and
+chunked the faster one beyond (``benchmarks/bench_fused.py``). Under ``torch.compile`` in
+float32 dense can be the faster one at larger sizes too, for several times the memory
+(``benchmarks/bench_compile.py``): raise the budget to get it (docs/fused.md, "Choosing an
+executor"; the measured figures are in docs/benchmarks.md)."""
 
 AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 """``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
-(16M, 64 MB of logits, e.g. N = 512 and C > 32768). Kept for reference; the rule itself is
+(16M, 64 MB of logits, e.g. N = 512 and C > 32768): :data:`DEFAULT_MEMORY_BUDGET` divided by
+:meth:`MarginSoftmaxLoss.dense_step_bytes`'s bytes per logit. The rule itself is
 :meth:`MarginSoftmaxLoss.dense_step_bytes` against ``memory_budget``."""
 
 
@@ -102,6 +101,12 @@ class MarginSoftmaxLoss(nn.Module):
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
             5461 with a bf16 weight; a Partial FC step also gathers the chunk's sampled rows:
             2730 and 3276 at D = 512; :func:`~marginface.executors.chunked.default_chunk_size`).
+        kernels: who runs the chunked executor's per-chunk work: ``"auto"`` (Triton for CUDA
+            tensors when triton imports and the margin's non-target rule is compiled in, else
+            PyTorch), ``"torch"`` or ``"triton"`` (``ValueError`` at the step where the kernels
+            cannot run); see :data:`~marginface.executors.chunk_plan.KERNELS`. Default: None,
+            the environment variable ``MARGINFACE_KERNELS`` read at each step's entry (unset:
+            ``"auto"``). Not consulted by the dense executor.
         device, dtype: where and how the class centers are created. With ``torch.float64``
             the margin's floating buffers (CurricularFace's ``t``, AdaFace's statistics...) are
             made float64 too; otherwise they stay float32.
@@ -144,6 +149,7 @@ class MarginSoftmaxLoss(nn.Module):
         reduction: str = "mean",
         impl: str = "dense",
         chunk_size: int | None = None,
+        kernels: str | None = None,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -169,6 +175,7 @@ class MarginSoftmaxLoss(nn.Module):
         self.chunk_size = (
             None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
+        self.kernels = None if kernels is None else check_choice("kernels", kernels, KERNELS)
         self.memory_budget = check_int("memory_budget", memory_budget, minimum=0)
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
         if dtype == torch.float64:  # the running statistics keep float64 precision too
@@ -207,7 +214,7 @@ class MarginSoftmaxLoss(nn.Module):
 
         With ``labels``: margin-adjusted, as the loss sees them (in training mode this advances
         stateful margins, like :meth:`forward`). Without: plain ``s·cos θ`` for inference
-        (seed 004's eval branch), with the margin's current scale.
+        (the usual evaluation-time logits), with the margin's current scale.
         """
         cosine = self.cosine(embeddings)
         norms = row_norms(embeddings.to(cosine.dtype))
@@ -242,6 +249,7 @@ class MarginSoftmaxLoss(nn.Module):
                     self.margin,
                     sub_centers=self.sub_centers,
                     chunk_size=self.chunk_size,
+                    kernels=self.kernels,
                     sampled_classes=sampled,  # read in place, chunk by chunk
                 )
             else:
@@ -252,11 +260,7 @@ class MarginSoftmaxLoss(nn.Module):
                 per_sample = dense_margin_cross_entropy(
                     embeddings, weight, targets, self.margin, sub_centers=self.sub_centers
                 )
-        if self.reduction == "mean":
-            return per_sample.mean()
-        if self.reduction == "sum":
-            return per_sample.sum()
-        return per_sample
+        return reduce_loss(per_sample, self.reduction)
 
     # ------------------------------------------------------------ sharding, sampling
     def _classes_of_step(self, labels: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -315,6 +319,7 @@ class MarginSoftmaxLoss(nn.Module):
             shard,
             sub_centers=self.sub_centers,
             chunk_size=self.chunk_size,
+            kernels=self.kernels,
             sampled_classes=sampled,  # read in place, chunk by chunk
         )
         return per_sample
@@ -407,17 +412,13 @@ class MarginSoftmaxLoss(nn.Module):
             return self.impl
         if self.dense_step_bytes(batch_size) <= self.memory_budget:
             return "dense"
-        try:
-            check_chunkable(self.margin)
-        except ValueError:
-            return "dense"
-        return "chunked"
+        return "chunked" if self.margin.runs_chunked() else "dense"
 
     def dense_step_bytes(self, batch_size: int) -> int:
         """Estimated bytes a dense training step holds beyond the inputs, the weight and the
         gradients: ``DENSE_LOGIT_COPIES · N · C·K · itemsize`` (8 for a float64 weight, else
-        4: the dense math runs in float32 or float64). 819 MB at N = 512, C = 100k, float32
-        (measured: 806 MB)."""
+        4: the dense math runs in float32 or float64), e.g. 819 MB at N = 512, C = 100k,
+        float32."""
         itemsize = 8 if self.weight.dtype == torch.float64 else 4
         return DENSE_LOGIT_COPIES * batch_size * self.num_classes * self.sub_centers * itemsize
 
@@ -427,6 +428,7 @@ class MarginSoftmaxLoss(nn.Module):
             f"num_classes={self.num_classes}, embedding_dim={self.embedding_dim}{extra}, "
             f"reduction={self.reduction!r}, impl={self.impl!r}"
             + (f", chunk_size={self.chunk_size}" if self.impl != "dense" else "")
+            + (f", kernels={self.kernels!r}" if self.kernels is not None else "")
             + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
         )
 

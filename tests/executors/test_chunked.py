@@ -7,7 +7,7 @@ import torch
 
 import marginface
 from marginface import head as head_module
-from marginface.executors import chunked as chunked_module
+from marginface.executors import chunk_plan as chunk_plan_module
 from marginface.executors.chunked import check_chunkable, chunked_margin_cross_entropy
 from marginface.executors.dense import dense_margin_cross_entropy
 from marginface.margins import ArcFaceMargin, Margin
@@ -306,9 +306,32 @@ def test_invalid_kernels_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
         chunked_margin_cross_entropy(*args)
     monkeypatch.setenv("MARGINFACE_KERNELS", "torch")
     assert torch.isfinite(chunked_margin_cross_entropy(*args)).all()
-    monkeypatch.setattr(chunked_module, "triton_available", lambda: False)
+    monkeypatch.setattr(chunk_plan_module, "triton_available", lambda: False)
     with pytest.raises(ValueError, match="kernels='triton' needs triton installed"):
         chunked_margin_cross_entropy(*args, kernels="triton")
+
+
+def test_the_head_and_create_loss_take_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kernels=`` is an argument of the head (and of ``create_loss`` through it), checked at
+    construction; None reads MARGINFACE_KERNELS at each step's entry."""
+    with pytest.raises(
+        ValueError, match=r"kernels must be one of 'auto', 'torch', 'triton'.*'fast'"
+    ):
+        marginface.ArcFaceLoss(10, D, impl="chunked", kernels="fast")
+    with pytest.raises(ValueError, match=r"kernels must be one of .*got 'fast'"):
+        marginface.create_loss("cosface", 10, D, impl="chunked", kernels="fast")
+    x, labels = torch.randn(4, D), torch.tensor([0, 1, 2, 3])
+    torch_loss = marginface.create_loss("cosface", 10, D, impl="chunked", kernels="torch")
+    assert torch_loss.kernels == "torch" and "kernels='torch'" in repr(torch_loss)
+    monkeypatch.setenv("MARGINFACE_KERNELS", "fast")  # not read: kernels was given
+    assert torch.isfinite(torch_loss(x, labels))
+    from_env = marginface.create_loss("cosface", 10, D, impl="chunked")
+    with pytest.raises(ValueError, match=r"MARGINFACE_KERNELS must be one of .*got 'fast'"):
+        from_env(x, labels)
+    monkeypatch.setattr(chunk_plan_module, "triton_available", lambda: False)
+    triton_loss = marginface.create_loss("cosface", 10, D, impl="chunked", kernels="triton")
+    with pytest.raises(ValueError, match="kernels='triton' needs triton installed"):
+        triton_loss(x, labels)
 
 
 def test_repr_names_the_executor() -> None:

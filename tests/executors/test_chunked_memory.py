@@ -87,7 +87,7 @@ def test_backward_does_not_import_sympy() -> None:
 def test_row_dot_equals_the_row_sums_of_the_product(dtype: torch.dtype) -> None:
     """``_row_dot``: blocks of ROW_DOT_BLOCK rows in half precision (a partial last block
     included), one batched GEMM in float32; both the row sums of the float64 product."""
-    from marginface.executors.chunked import ROW_DOT_BLOCK, _row_dot
+    from marginface.executors.chunk_workspace import ROW_DOT_BLOCK, _row_dot
 
     rows = 2 * ROW_DOT_BLOCK + 37
     a, b = torch.randn(rows, 64).to(dtype), torch.randn(rows, 64).to(dtype)

@@ -314,7 +314,8 @@ def test_float16_weight_with_large_norms_stays_finite(name: str, norm: float, pa
     (AdaCos, whose scale is ~5-12: 20000, through its extra pass for the scale); the dense path
     (float32) is the reference. ``path``: the custom operators
     (:func:`chunked_margin_cross_entropy`) or the autograd Function the sharded head uses."""
-    from marginface.executors.chunked import _ChunkedMarginCrossEntropy, gemm_dtype
+    from marginface.executors.chunked import gemm_dtype
+    from marginface.executors.chunked_function import ChunkedMarginCrossEntropy
 
     loss = make_loss(name, C, D, **loss_options(name))
     generator = torch.Generator().manual_seed(0)
@@ -339,7 +340,7 @@ def test_float16_weight_with_large_norms_stays_finite(name: str, norm: float, pa
             )
         else:
             gemm = gemm_dtype(x_in, w_in)
-            value = _ChunkedMarginCrossEntropy.apply(
+            value = ChunkedMarginCrossEntropy.apply(
                 x_in.float(), w_in, labels, labels, margin, 1, CHUNK, gemm, "torch", None, None
             )
             extra = margin.regularizer(x_in.float().norm(dim=1)) if margin.requires_norms else None

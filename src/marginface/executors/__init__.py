@@ -6,7 +6,14 @@ on every executor.
 
 * :mod:`~marginface.executors.dense`: materialize the ``N×C`` cosines (the reference).
 * :mod:`~marginface.executors.chunked`: visit the classes in chunks with an online
-  log-sum-exp; never holds ``N×C``.
+  log-sum-exp; never holds ``N×C``. One chunk loop (:mod:`~.chunk_plan`, :mod:`~.chunk_loop`,
+  :mod:`~.chunk_workspace`, :mod:`~.triton_dispatch`) behind two thin wrappers: custom operators
+  for ``torch.compile`` (:mod:`~.fused_op`) and an autograd Function (:mod:`~.chunked_function`).
+* :mod:`~marginface.executors.sharding`: the classes split over processes.
+* :mod:`~marginface.executors.margin_loss`: cross-entropy + regularizer + reduction, shared.
+
+What an executor needs from a margin is declared on the margin
+(:class:`~marginface.margins.base.Margin`), never found from its type.
 """
 
 from .chunked import (

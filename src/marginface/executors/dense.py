@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..margins.base import Margin
+from .margin_loss import logits_cross_entropy
 
 __all__ = [
     "compute_dtype",
@@ -31,7 +32,7 @@ def compute_dtype(*tensors: Tensor) -> torch.dtype:
     return torch.float32
 
 
-def _row_scale(x: Tensor) -> Tensor:
+def _norm_prescale(x: Tensor) -> Tensor:
     """``c_i = max(1, max_j |x_ij|)`` per row, ``Tensor[N, 1]``, detached. Rows whose entries
     are all within [-1, 1] cannot overflow and are divided by exactly 1 (unchanged, bit for
     bit, zero rows and ``F.normalize``'s ``eps`` semantics included)."""
@@ -43,7 +44,7 @@ def row_norms(x: Tensor) -> Tensor:
     computed as ``c_i·‖x_i / c_i‖`` with ``c_i = max(1, max_j |x_ij|)`` (detached; the gradient is
     still exactly ``x_i / ‖x_i‖``). A plain float32 norm of a row with entries above ~1.8e19
     squares to inf."""
-    scale = _row_scale(x)  # (N, 1)
+    scale = _norm_prescale(x)  # (N, 1)
     return torch.linalg.vector_norm(x / scale, dim=1) * scale.squeeze(1)
 
 
@@ -109,8 +110,4 @@ def dense_margin_cross_entropy(
         norms = row_norms(x) if margin.requires_norms else None  # (N,)
         cosine = normalized_cosine(x, w, sub_centers)  # (N, C)
         logits = margin.apply(cosine, labels, norms)  # (N, C)
-        loss = F.cross_entropy(logits, labels, reduction="none")  # (N,)
-        extra = margin.regularizer(norms)
-        if extra is not None:
-            loss = loss + extra
-    return loss
+        return logits_cross_entropy(logits, labels, margin, norms)  # (N,)

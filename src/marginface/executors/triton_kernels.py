@@ -1,14 +1,15 @@
 """Triton kernels for the chunked executor's per-chunk work: the ``N×C`` logits stay on chip.
 
-Importing this module imports :mod:`triton`; :mod:`marginface.executors.chunked` imports it only
-when it is about to use it (tensors on CUDA and triton installed, or ``kernels="triton"``), so
-marginface imports and runs without triton. Kernels are decorated at import time: to run them on
-the CPU through Triton's interpreter, ``TRITON_INTERPRET=1`` must be in the environment *before
-this module is first imported*.
+Importing this module imports :mod:`triton`; :mod:`marginface.executors.triton_dispatch` imports
+it only when it is about to use it (tensors on CUDA and triton installed, or
+``kernels="triton"``), so marginface imports and runs without triton. Kernels are decorated at
+import time: to run them on the CPU through Triton's interpreter, ``TRITON_INTERPRET=1`` must be
+in the environment *before this module is first imported*. Their launch options and the rule they
+take are in :mod:`~marginface.executors.kernel_options` (importable without triton).
 
 The kernels see only what is elementwise per entry ``(i, j)`` of the logit matrix; everything of
 size ``N`` (the target cosine, the margin's target rule, its context, the stateful updates) stays
-in PyTorch in :mod:`~marginface.executors.chunked`. Per entry, with ``x̂_i`` the normalized
+in PyTorch in :mod:`~marginface.executors.chunk_loop`. Per entry, with ``x̂_i`` the normalized
 embedding, ``w_{jk}`` the raw centers and ``r_{jk} = 1/max(‖w_{jk}‖, eps)``:
 
 .. math::
@@ -31,12 +32,12 @@ inputs may be float32, bfloat16 or float16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from .kernel_options import Blocks, NonTargetRule, default_blocks
 
 __all__ = [
     "Blocks",
@@ -53,70 +54,6 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 EMBEDDING_GRADIENT_WORKSPACE_BYTES = 64 * 2**20
 """Bound on :func:`embedding_gradient`'s float32 buffer of per-chunk partial sums, bytes."""
-
-
-@dataclass(frozen=True)
-class Blocks:
-    """Tile sizes and launch options of a kernel.
-
-    ``n``, ``c``, ``d``: rows, classes and embedding dimensions per tile, each a power of two
-    ``>= 16`` (``tl.dot``'s minimum). ``warps``: warps per program (a power of two in
-    ``[1, 32]``), ``stages``: software-pipelining stages of the loops (``>= 1``). The defaults
-    are Triton's own launch defaults (4 warps, 3 stages) with 64×64×32 tiles; no tile size has
-    been tuned on a GPU yet (docs/benchmarks.md).
-    """
-
-    n: int = 64
-    c: int = 64
-    d: int = 32
-    warps: int = 4
-    stages: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("n", "c", "d"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < 16
-                or value & (value - 1)
-            ):
-                raise ValueError(f"Blocks.{name} must be a power of two >= 16, got {value!r}")
-        warps = self.warps
-        if (
-            isinstance(warps, bool)
-            or not isinstance(warps, int)
-            or not 1 <= warps <= 32
-            or (warps & (warps - 1))
-        ):
-            raise ValueError(f"Blocks.warps must be a power of two in [1, 32], got {warps!r}")
-        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
-            raise ValueError(f"Blocks.stages must be an integer >= 1, got {self.stages!r}")
-
-
-def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
-    """Tiles no larger than the problem: each side ``next_power_of_2`` of the size, in
-    ``[16, 64]`` (``[16, 32]`` for ``d``)."""
-
-    def fit(size: int, top: int) -> int:
-        return max(16, min(top, triton.next_power_of_2(max(size, 1))))
-
-    return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
-
-
-@dataclass(frozen=True)
-class NonTargetRule:
-    """The margin's non-target rule ``g_i``: the identity, or CurricularFace's
-    (:func:`~marginface.margins.curricularface.curricular_negative`) with per-row
-    ``threshold`` ``τ_i`` and ``t_i`` (``Tensor[N]`` float32 each, no gradient)."""
-
-    threshold: Tensor | None = None
-    t: Tensor | None = None
-
-    @property
-    def curricular(self) -> bool:
-        """Whether the rule is CurricularFace's (else the identity)."""
-        return self.threshold is not None
 
 
 # --------------------------------------------------------------------------- device functions

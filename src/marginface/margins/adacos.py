@@ -115,6 +115,20 @@ class AdaCosMargin(Margin):
                 self.update_scale(log_b_avg, cos_target, valid=has_target)
         return {"scale": self.scale.detach()}
 
+    def statistics_scale(self) -> Tensor | None:
+        """The current scale in dynamic training mode (``B_avg`` is taken at the old scale,
+        Algorithm 1), else None."""
+        return self.scale.detach() if self.training and self.dynamic else None
+
+    def prepare_with_statistics(
+        self, cos_target: Tensor, labels: Tensor, norms: Tensor | None, log_b: Tensor
+    ) -> Context:
+        """:meth:`update_scale` from the executor's ``log B_avg`` (dynamic training mode), then
+        the context."""
+        if self.training and self.dynamic:
+            self.update_scale(log_b, cos_target.detach())
+        return {"scale": self.scale_for(norms)}
+
     def update_scale(
         self, log_b_avg: Tensor, target_cosines: Tensor, valid: Tensor | None = None
     ) -> None:

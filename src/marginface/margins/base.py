@@ -14,6 +14,19 @@ Every margin is written through three hooks, each a page of the paper at most:
   (identity for every loss except CurricularFace).
 
 and the logits are ``scale · f(cos θ_y)`` at the target and ``scale · g(cos θ_j)`` elsewhere.
+
+Executors that never hold the whole cosine matrix (chunked, sharded, Partial FC) learn what they
+need from declarations on the margin, never from its type:
+
+* :meth:`Margin.runs_chunked` -- whether the margin is written through the hooks only.
+* :meth:`Margin.nontarget_kernel` and :meth:`Margin.nontarget_kernel_parameters` -- which of the
+  executors' compiled non-target rules (:data:`NONTARGET_KERNELS`) ``nontarget_cosine`` equals,
+  and its per-row parameters, so that the rule runs in the custom operators and Triton kernels.
+* :meth:`Margin.statistics_scale` and :meth:`Margin.prepare_with_statistics` -- a batch
+  statistic over the non-target logits that ``prepare`` needs (AdaCos's ``B_avg``), which such
+  an executor computes in one extra pass over the classes.
+
+A new margin gets the chunked, sharded and Partial FC paths by declaring these (docs/fused.md).
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ from torch import Tensor, nn
 from .._validation import check_choice, check_labels
 from .filtering import check_filtering_threshold, interclass_filter
 
-__all__ = ["GRADIENT_MODES", "Context", "Margin"]
+__all__ = ["GRADIENT_MODES", "NONTARGET_KERNELS", "Context", "Margin"]
 
 Context = dict[str, "Tensor | float"]
 """Per-row quantities computed once per batch by :meth:`Margin.prepare`.
@@ -37,6 +50,16 @@ one row per sample.
 """
 
 GRADIENT_MODES = ("exact", "straight_through")
+
+NONTARGET_KERNELS = ("identity", "curricular")
+"""The non-target rules ``g`` the chunked executor's custom operators and Triton kernels have
+compiled in (:meth:`Margin.nontarget_kernel`):
+
+* ``"identity"``: ``g(cos θ_j) = cos θ_j``.
+* ``"curricular"``: ``g(cos θ_j) = cos θ_j (t + cos θ_j)`` where ``cos θ_j > τ_i``, else
+  ``cos θ_j`` (CurricularFace, Huang et al. 2020, Eq. 9), with a per-row threshold ``τ_i`` and a
+  scalar ``t`` (:meth:`Margin.nontarget_kernel_parameters`; neither carries a gradient).
+"""
 
 
 class Margin(nn.Module):
@@ -115,6 +138,50 @@ class Margin(nn.Module):
         that executors keep their identity fast paths.
         """
         return type(self).nontarget_cosine is Margin.nontarget_cosine
+
+    def runs_chunked(self) -> bool:
+        """Whether executors that see one chunk of classes at a time can run this margin: it is
+        written through the hooks (:meth:`prepare`, :meth:`target_cosine`,
+        :meth:`nontarget_cosine`). Default: True unless the class overrides :meth:`apply` or
+        :meth:`forward`, which need the whole cosine matrix."""
+        return not any(
+            getattr(type(self), name) is not getattr(Margin, name) for name in ("apply", "forward")
+        )
+
+    def nontarget_kernel(self) -> str | None:
+        """The compiled rule (one of :data:`NONTARGET_KERNELS`) that :meth:`nontarget_cosine`
+        equals for this instance, or None: executors then evaluate :meth:`nontarget_cosine`
+        chunk by chunk in PyTorch (correct, but a graph break under ``torch.compile`` and no
+        Triton kernel). Default: ``"identity"`` when :meth:`nontarget_is_identity`, else None.
+
+        Inter-class filtering (``interclass_filtering_threshold > 0``) is applied by the
+        executors before the rule, whatever this returns.
+        """
+        return "identity" if self.nontarget_is_identity() else None
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        """The per-row parameters of :meth:`nontarget_kernel`'s rule from this batch's
+        ``context``: ``{}`` for ``"identity"``; ``{"threshold": Tensor[N] or Tensor[N, 1],
+        "t": 0-dim or Tensor[N]}`` for ``"curricular"`` (no gradient). Default: ``{}``."""
+        return {}
+
+    def statistics_scale(self) -> Tensor | float | None:
+        """The scale ``s`` at which :meth:`prepare` needs the batch statistic
+
+        .. math:: \\log B = \\log\\Big(\\frac1N\\sum_i\\sum_{j\\ne y_i} e^{s\\cos\\theta_{ij}}\\Big)
+
+        (over the inter-class-filtered cosines), or None (default) when it needs none. An
+        executor without the whole cosine matrix computes ``log B`` in one extra pass over the
+        classes and calls :meth:`prepare_with_statistics` instead of :meth:`prepare`.
+        """
+        return None
+
+    def prepare_with_statistics(
+        self, cos_target: Tensor, labels: Tensor, norms: Tensor | None, log_b: Tensor
+    ) -> Context:
+        """:meth:`prepare` given ``log_b`` (0-dim), the statistic of :meth:`statistics_scale`,
+        for executors that never hold the whole cosine matrix. Default: :meth:`prepare`."""
+        return self.prepare(cos_target, labels, norms)
 
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """Per-sample term added to the cross-entropy (MagFace's ``λ_g·g(a)``), or None."""

@@ -117,6 +117,19 @@ class CurricularFaceMargin(Margin):
         assert isinstance(threshold, Tensor)
         return curricular_negative(cosine, threshold.to(cosine.dtype), context["t"])
 
+    def nontarget_kernel(self) -> str | None:
+        """``"curricular"``: :func:`curricular_negative` is compiled into the executors' kernels
+        (None for a subclass with its own :meth:`nontarget_cosine`)."""
+        if type(self).nontarget_cosine is not CurricularFaceMargin.nontarget_cosine:
+            return super().nontarget_kernel()
+        return "curricular"
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        """The rule's ``threshold`` ``cos(θ_y + m)`` (``Tensor[N, 1]``) and ``t`` (0-dim)."""
+        threshold, t = context["threshold"], context["t"]
+        assert isinstance(threshold, Tensor) and isinstance(t, Tensor)
+        return {"threshold": threshold.detach(), "t": t.detach()}
+
     def extra_repr(self) -> str:
         return (
             f"margin={self.margin}, scale={self.scale}, momentum={self.momentum}"

@@ -1,0 +1,278 @@
+"""The chunk loop's workspace: the inputs of one call, their normalizations, the chunk GEMM.
+
+A :class:`ChunkWorkspace` holds ``x̂`` (``Tensor[N, D]``), the raw class centers
+(``Tensor[C·K, D]``, read in place), their inverse norms ``r_j = 1/max(‖w_j‖, eps)``, the
+labels, and one reused buffer per dtype for a chunk's ``N×c·K`` GEMM result. Its
+:meth:`~ChunkWorkspace.cosine` gives one chunk's cosines, weight normalization fused as a
+per-column scaling (no normalized copy of the weight is ever made), and
+:meth:`~ChunkWorkspace.project_into` writes one chunk's weight gradient through the Jacobian of
+``w/‖w‖``. The loops over chunks are in :mod:`~marginface.executors.chunk_loop`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .dense import NORMALIZE_EPS
+
+__all__ = ["PROJECTION_BLOCK", "ROW_DOT_BLOCK", "ChunkWorkspace", "project_scattered_rows"]
+
+PROJECTION_BLOCK = 256
+"""Weight rows per block when a half-precision weight gradient is projected (see
+:func:`_project`): its float32 temporaries stay at ``3·256·D`` floats."""
+
+ROW_DOT_BLOCK = 1024
+"""Rows per block of :func:`_row_dot`'s half-precision product (``1024·D`` elements: 1 MB at
+D = 512 in bf16)."""
+
+
+class ChunkWorkspace:
+    """One call's chunk loop state: inputs, their normalizations, the chunk GEMM, and the
+    pass's workspace.
+
+    Memory: every chunk of a pass writes its ``N×c·K`` GEMM result into the same buffer (one per
+    dtype: a second, float32 one when the GEMM runs in bf16/fp16), allocated at the pass's first
+    chunk and freed by :meth:`release` at its end. So a pass holds one chunk's logits, not two
+    (a fresh ``torch.mm`` per chunk allocates the next chunk while the previous one is still
+    referenced), allocates them once instead of once per chunk (glibc raises its mmap
+    threshold to the size of a freed block, so repeated 16 MB allocations come from its heap
+    and stay resident), and nothing of size ``N×chunk`` outlives a pass: between forward and
+    backward only ``N``- and ``C``-vectors and ``x̂`` are kept.
+
+    Partial FC (``sample``: ``int64[S]``, sorted distinct classes of ``weight``): the chunks
+    run over the ``S`` sampled classes, and class ``j`` of the loop (a position in ``sample``;
+    ``labels`` are such positions too) is row block ``sample[j]`` of the whole ``weight``. Each
+    chunk's rows are gathered into one more reused buffer (``chunk·K×D``) and its weight
+    gradient is written into the rows of the shard-sized gradient through another
+    (:meth:`gradient_rows`, :meth:`project_into`): no ``S·K×D`` copy of the sampled centers
+    or of their gradient exists at any time. ``inv_norms`` is then ``Tensor[S·K]`` (the
+    sampled rows').
+    """
+
+    def __init__(
+        self,
+        x_hat: Tensor,
+        weight: Tensor,
+        labels: Tensor,
+        sub_centers: int,
+        chunk_size: int,
+        gemm: torch.dtype,
+        inv_norms: Tensor | None = None,
+        sample: Tensor | None = None,
+    ) -> None:
+        self.x_hat = x_hat  # (N, D), compute dtype
+        self.weight = weight  # (C·K, D), its own dtype
+        self.labels = labels  # (N,)
+        self.k = sub_centers
+        self.sample = sample  # (S,) classes of weight, or None: every class
+        self.num_classes = weight.shape[0] // sub_centers if sample is None else sample.shape[0]
+        self.chunk_size = chunk_size
+        self.gemm = gemm
+        self.x_gemm = x_hat.to(gemm)  # (N, D)
+        widest = min(chunk_size, self.num_classes) * sub_centers
+        self.capacity = x_hat.shape[0] * widest
+        self.row_capacity = widest * weight.shape[1]  # a chunk's weight rows
+        self._buffers: dict[tuple[torch.dtype, str], Tensor] = {}  # the workspace
+        self._gathered: tuple[int, int, Tensor] | None = None  # the gathered chunk's rows
+        if inv_norms is None:  # (C·K,) or (S·K,), compute dtype; given: the forward's, reused
+            inv_norms = self._inverse_norms(x_hat.dtype)
+        self.inv_norms = inv_norms
+
+    def _inverse_norms(self, dtype: torch.dtype) -> Tensor:
+        """``1 / max(‖w_j‖, eps)`` of every weight row (of every sampled row), ``Tensor[C·K]``
+        (``Tensor[S·K]``) in ``dtype``.
+
+        A weight of another dtype (bf16/fp16 into float32) is converted block by block through
+        the workspace: ``vector_norm(weight, dtype=float32)`` would convert all of it at once (a
+        float32 copy, twice the size of a bf16 weight). Sampled rows are gathered block by block
+        the same way.
+        """
+        weight = self.weight
+        if weight.dtype == dtype and self.sample is None:
+            norms = torch.linalg.vector_norm(weight, dim=1)  # (C·K,)
+        else:
+            k, dim = self.k, weight.shape[1]
+            norms = torch.empty(self.num_classes * k, dtype=dtype, device=weight.device)
+            block = max(1, self.capacity // (dim * k))  # classes per block
+            for start in range(0, self.num_classes, block):
+                stop = min(start + block, self.num_classes)
+                part = self.raw_rows(start, stop)  # (b·K, D), the weight's dtype
+                if part.dtype != dtype:
+                    part = self.scratch(part.shape[0], dim, dtype).copy_(part)
+                torch.linalg.vector_norm(part, dim=1, out=norms[start * k : stop * k])
+            self.release()
+        return norms.clamp_min_(NORMALIZE_EPS).reciprocal_()  # in place: C-vectors add up
+
+    def scratch(self, rows: int, cols: int, dtype: torch.dtype, slot: str = "logits") -> Tensor:
+        """``Tensor[rows, cols]`` of ``dtype`` (uninitialized) in the pass's buffer for that
+        dtype and ``slot``, which holds the widest chunk (:attr:`capacity` elements for the
+        ``"logits"``, :attr:`row_capacity` for the ``"rows"`` and ``"gradient"`` of a sample).
+        The previous chunk's view is overwritten."""
+        size = rows * cols
+        buffer = self._buffers.get((dtype, slot))
+        if buffer is None or buffer.numel() < size:
+            least = self.capacity if slot == "logits" else self.row_capacity
+            buffer = torch.empty(max(size, least), dtype=dtype, device=self.x_hat.device)
+            self._buffers[(dtype, slot)] = buffer
+        return buffer[:size].view(rows, cols)
+
+    def release(self) -> None:
+        """Free the workspace (at the end of each pass)."""
+        self._buffers.clear()
+        self._gathered = None
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """Class ranges ``[start, stop)`` of the chunks."""
+        step = self.chunk_size
+        return [(lo, min(lo + step, self.num_classes)) for lo in range(0, self.num_classes, step)]
+
+    def weight_index(self, start: int, stop: int) -> Tensor:
+        """The rows of :attr:`weight` that hold loop classes ``[start, stop)`` (a sample's),
+        ``int64[(stop - start)·K]``, class-major."""
+        assert self.sample is not None
+        classes = self.sample[start:stop]  # (c,)
+        if self.k == 1:
+            return classes
+        offsets = torch.arange(self.k, device=classes.device)
+        return (classes.unsqueeze(1) * self.k + offsets).reshape(-1)  # (c·K,)
+
+    def weight_row_of(self, positions: Tensor) -> Tensor:
+        """Rows of :attr:`weight` for rows ``positions`` of the loop's classes (``j·K + k``)."""
+        if self.sample is None:
+            return positions
+        return self.sample[positions // self.k] * self.k + positions % self.k
+
+    def raw_rows(self, start: int, stop: int) -> Tensor:
+        """The chunk's raw class centers ``Tensor[(stop - start)·K, D]`` in the weight's dtype:
+        a slice of :attr:`weight`, or (a sample) its rows gathered into the ``"rows"`` buffer,
+        kept until another chunk is gathered."""
+        if self.sample is None:
+            return self.weight[start * self.k : stop * self.k]
+        if self._gathered is None or self._gathered[:2] != (start, stop):
+            index = self.weight_index(start, stop)  # (c·K,)
+            rows = self.scratch(index.shape[0], self.weight.shape[1], self.weight.dtype, "rows")
+            torch.index_select(self.weight, 0, index, out=rows)
+            self._gathered = (start, stop, rows)
+        return self._gathered[2]
+
+    def weight_rows(self, start: int, stop: int) -> Tensor:
+        """The chunk's raw class centers ``Tensor[(stop - start)·K, D]`` in the GEMM dtype."""
+        return self.raw_rows(start, stop).to(self.gemm)
+
+    def gradient_rows(self, grad_weight: Tensor, start: int, stop: int) -> Tensor:
+        """Where the chunk's weight gradient is computed: its own rows of ``grad_weight``, or (a
+        sample) the ``"gradient"`` buffer, ``Tensor[(stop - start)·K, D]`` of its dtype."""
+        if self.sample is None:
+            return grad_weight[start * self.k : stop * self.k]
+        rows = (stop - start) * self.k
+        return self.scratch(rows, grad_weight.shape[1], grad_weight.dtype, "gradient")
+
+    def project_into(self, grad_weight: Tensor, start: int, stop: int, partial: Tensor) -> None:
+        """Write ``∂L/∂w`` of the chunk's rows given ``partial = r·Σ_i G_ij x̂_i`` (which may be
+        :meth:`gradient_rows`, then projected in place):
+        ``∂L/∂w_j = partial_j - r_j²(w_j·partial_j)·w_j`` (the Jacobian of ``w/‖w‖``)."""
+        lo, hi = start * self.k, stop * self.k
+        _project(partial, self.raw_rows(start, stop), self.inv_norms[lo:hi])
+        if self.sample is not None:  # each sampled row is written by exactly one chunk
+            index = self.weight_index(start, stop)  # (c·K,)
+            grad_weight.index_copy_(0, index, partial.to(grad_weight.dtype))
+        elif partial.data_ptr() != grad_weight[lo:hi].data_ptr():
+            grad_weight[lo:hi] = partial.to(grad_weight.dtype)
+
+    def cosine(
+        self,
+        start: int,
+        stop: int,
+        rows: Tensor,
+        *,
+        argmax: bool = False,
+        shift: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``rows @ ŵ_chunkᵀ``, sub-centers max-pooled: ``Tensor[N, stop - start]``.
+
+        ``rows`` is ``x̂`` (cosines) or ``s·x̂`` (scaled cosines) in the GEMM dtype. With
+        ``argmax``, also the winning sub-center of each entry (``Tensor[N, c]``, or None if K = 1).
+        With ``shift`` (``Tensor[N]``, K = 1 only), returns ``rows @ ŵᵀ - shift`` in one pass.
+        """
+        accumulate = self.inv_norms.dtype
+        n, width = rows.shape[0], (stop - start) * self.k
+        raw = torch.mm(
+            rows, self.weight_rows(start, stop).t(), out=self.scratch(n, width, self.gemm)
+        )  # (N, c·K), GEMM dtype, in the workspace
+        inv_norms = self.inv_norms[start * self.k : stop * self.k]  # (c·K,)
+        if raw.dtype != accumulate:  # a half GEMM: promote into the float32 workspace first
+            # (an op mixing the dtypes would make a hidden float32 copy of raw)
+            raw = self.scratch(n, width, accumulate).copy_(raw)
+        if shift is not None and self.k == 1:
+            offset = shift.neg().unsqueeze(1)  # (N, 1)
+            return torch.addcmul(offset, raw, inv_norms, out=raw), None
+        raw = raw.mul_(inv_norms)
+        if shift is not None:
+            raw = raw.view(raw.shape[0], stop - start, self.k)  # (N, c, K)
+            values, index = raw.max(dim=2)
+            return values.sub_(shift.unsqueeze(1)), index
+        if self.k == 1:
+            return raw, None
+        pooled = raw.view(raw.shape[0], stop - start, self.k)  # (N, c, K)
+        if argmax:
+            values, index = pooled.max(dim=2)
+            return values, index
+        return pooled.amax(dim=2), None
+
+    def target_slots(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
+        """Rows whose label lies in ``[start, stop)`` and that label's column in the chunk."""
+        inside = (self.labels >= start) & (self.labels < stop)  # (N,)
+        rows = inside.nonzero().squeeze(1)  # (r,)
+        return rows, self.labels[rows] - start
+
+
+def _row_dot(a: Tensor, b: Tensor) -> Tensor:
+    """Row-wise dot products ``Tensor[R, D], Tensor[R, D] -> Tensor[R]`` (in ``a``'s dtype).
+
+    float32/float64: one batched GEMM (``bmm`` of ``R`` 1×D·D×1 products; no ``R×D``
+    temporary). bf16/fp16: ``Σ_d a_rd·b_rd`` over blocks of :data:`ROW_DOT_BLOCK` rows, as the
+    CPU's half-precision ``bmm`` of such thin products is slow (docs/benchmarks.md). Blocked
+    float32 would hold a little more peak memory under ``torch.compile``, so float32 keeps
+    ``bmm``.
+    """
+    if a.dtype in (torch.float32, torch.float64):
+        return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(a.shape[0])
+    out = torch.empty(a.shape[0], dtype=a.dtype, device=a.device)  # (R,)
+    for start in range(0, a.shape[0], ROW_DOT_BLOCK):
+        stop = start + ROW_DOT_BLOCK
+        torch.sum(a[start:stop] * b[start:stop], dim=1, out=out[start:stop])
+    return out
+
+
+def _projection_coefficient(rows: Tensor, inv_norms: Tensor, partial: Tensor) -> Tensor:
+    """``r²·(w·a)`` per row (0 where ``‖w‖ <= eps``, where normalization is a plain scaling)."""
+    inside = inv_norms < 1.0 / NORMALIZE_EPS
+    coefficient = _row_dot(rows, partial) * inv_norms * inv_norms
+    return torch.where(inside, coefficient, torch.zeros_like(coefficient))
+
+
+def _project(partial: Tensor, weight_rows: Tensor, inv_norms: Tensor) -> None:
+    """Project ``partial = r·Σ_i G_ij x̂_i`` (``Tensor[R, D]``) in place through the Jacobian of
+    ``w/‖w‖``: ``partial_j -= r_j²(w_j·partial_j)·w_j``, given the rows ``w`` (``Tensor[R, D]``,
+    any dtype) and their ``r`` (``Tensor[R]``)."""
+    rows = weight_rows.to(partial.dtype)  # (R, D); a bf16 weight is projected in bf16
+    coefficient = _projection_coefficient(rows, inv_norms, partial)  # (R,)
+    # With a bf16 partial and a float32 coefficient, addcmul_ computes through float32 copies
+    # of its operands: blocks of PROJECTION_BLOCK rows keep those copies small.
+    step = max(1, rows.shape[0]) if partial.dtype == coefficient.dtype else PROJECTION_BLOCK
+    for a in range(0, rows.shape[0], step):
+        b = a + step
+        partial[a:b].addcmul_(rows[a:b], coefficient[a:b].unsqueeze(1), value=-1.0)
+
+
+def project_scattered_rows(
+    grad_weight: Tensor, index: Tensor, partial: Tensor, rows: Tensor, inv_norms: Tensor
+) -> None:
+    """Add ``∂L/∂w`` of the scattered weight rows ``index`` (``int64[R]``; repeats
+    accumulate) into ``grad_weight``, given ``partial = r·Σ G x̂`` (``Tensor[R, D]``), the rows
+    ``w`` and their ``r``: as :meth:`ChunkWorkspace.project_into`."""
+    coefficient = _projection_coefficient(rows, inv_norms, partial)  # (N,)
+    partial = partial - rows * coefficient.unsqueeze(1)
+    # index_put_ with accumulate: ~10x faster than index_add_ on CPU for a large destination
+    grad_weight.index_put_((index,), partial.to(grad_weight.dtype), accumulate=True)

@@ -1,0 +1,214 @@
+"""The chunked executor as an autograd Function: eager mode, the sharded head, Partial FC, and
+any margin written through the hooks (any non-target rule, inter-class filtering).
+
+A thin wrapper over the one chunk loop (:mod:`~marginface.executors.chunk_loop`): the prologue,
+the margin's hooks on a small graph of ``N``-vectors (replayed in backward), one forward pass
+(:func:`~marginface.executors.chunk_loop.nontarget_statistics`) and one backward pass
+(:func:`~marginface.executors.chunk_loop.nontarget_gradient`). With a
+:class:`~marginface.executors.sharding.ClassShard`, the embeddings are gathered first and the
+partial results merge by all-reductions. ``torch.compile`` breaks the graph here; the margins
+whose non-target rule is compiled in run on the custom operators of
+:mod:`~marginface.executors.fused_op` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..margins.base import Context, Margin
+from ._online_softmax import finish_log_sum_exp
+from .chunk_loop import (
+    ChunkRule,
+    add_target_gradient,
+    batch_log_b,
+    chunk_rule_for_margin,
+    nontarget_gradient,
+    nontarget_statistics,
+    target_cosines,
+)
+from .chunk_plan import (
+    chunk_size_for,
+    normalized_with_norms,
+    requested_kernels,
+    scale_per_row,
+    use_triton_kernels,
+)
+from .chunk_workspace import ChunkWorkspace, _row_dot
+from .dense import NORMALIZE_EPS
+from .sharding import ClassShard
+from .triton_dispatch import kernel_rule
+
+__all__ = ["ChunkedMarginCrossEntropy"]
+
+
+class ChunkedMarginCrossEntropy(torch.autograd.Function):
+    """``(x[n, D], weight[c·K, D]) -> loss[N]`` (the cross-entropy, without the regularizer).
+
+    ``apply(x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard,
+    sample)``: ``x`` in the compute dtype (float32/float64), autocast off. ``targets[N]`` is
+    each row's class among these weight rows (``-1`` when another rank owns it), ``labels[N]``
+    its global class (what the margin sees). Without a shard ``n = N`` and ``targets`` are the
+    labels; with a :class:`~.sharding.ClassShard`, ``x`` holds this rank's rows, which are
+    gathered into the global batch of ``N`` rows first. ``sample`` (``int64[S]``, Partial FC's
+    sorted classes of ``weight``): only those classes are computed with, read in place, and
+    ``targets`` are positions in ``sample``; the weight's gradient is shard-sized, zero outside
+    the sample. ``chunk_size`` None: :func:`~.chunk_plan.default_chunk_size` of the global
+    batch. ``gemm``: the chunk GEMM's dtype (:func:`~.chunk_plan.gemm_dtype`). ``kernels``:
+    one of :data:`~.chunk_plan.KERNELS` or None (the environment variable, read here), resolved
+    once for the call.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        weight: Tensor,
+        targets: Tensor,
+        labels: Tensor,
+        margin: Margin,
+        sub_centers: int,
+        chunk_size: int | None,
+        gemm: torch.dtype,
+        kernels: str | None,
+        shard: ClassShard | None,
+        sample: Tensor | None,
+    ) -> Tensor:
+        if shard is not None:
+            x = shard.gather_rows(x)  # (N, D), the global batch
+        triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
+        n, k = x.shape[0], sub_centers
+        x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
+        chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
+        chunks = ChunkWorkspace(x_hat, weight, targets, k, chunk_size, gemm, sample=sample)
+
+        # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
+        cos_raw, target_rows = target_cosines(x_hat, weight, targets, k, sample)
+        owned = targets >= 0  # (N,)
+        if shard is not None:
+            shard.all_sum_(cos_raw)
+
+        # The margin's hooks on a small graph of N-vectors, replayed in backward.
+        with torch.enable_grad():
+            cos_leaf = cos_raw.detach().requires_grad_(True)
+            norms_leaf = norms.detach().requires_grad_(True) if margin.requires_norms else None
+            cos_target = cos_leaf.clamp(-1.0, 1.0)
+            context = _prepare(margin, chunks, cos_target, labels, norms_leaf, shard, triton)
+            target = margin.adjusted_target_cosine(cos_target, norms_leaf, context)  # (N,)
+            row_scale = scale_per_row(context["scale"], n, x_hat)  # (N,)
+            target_logit = target.to(x.dtype) * row_scale  # (N,)
+
+        if not margin.nontarget_is_identity():
+            for key, value in context.items():
+                if key != "scale" and isinstance(value, Tensor) and value.requires_grad:
+                    raise ValueError(
+                        f"margin {type(margin).__name__}'s context[{key!r}] carries a gradient "
+                        "into nontarget_cosine, which the chunked executor cannot propagate; "
+                        "use impl='dense'"
+                    )
+        frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
+        rule = chunk_rule_for_margin(margin, frozen, rows=n, device=x.device, triton=triton)
+        stats = nontarget_statistics(chunks, rule, row_scale.detach())
+        if shard is not None:
+            stats = shard.merge_statistics(stats)
+        lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
+
+        ctx.save_for_backward(norms, x_hat, lse, target_rows, owned)
+        ctx.shard, ctx.chunks, ctx.rule = shard, chunks, rule
+        ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale)
+        return lse - target_logit.detach()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        norms, x_hat, lse, target_rows, owned = ctx.saved_tensors
+        shard: ClassShard | None = ctx.shard
+        chunks: ChunkWorkspace = ctx.chunks
+        rule: ChunkRule = ctx.rule
+        cos_leaf, norms_leaf, target_logit, row_scale = ctx.graph
+        grad = grad_loss.to(x_hat.dtype)  # (N,)
+        scale = row_scale.detach()  # (N,)
+        scale_grad = row_scale.requires_grad
+
+        grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
+        grad_weight = None  # (C·K, D): every row (every sampled row) is written by one chunk
+        if ctx.needs_input_grad[1]:
+            weight = chunks.weight
+            sampled = chunks.sample is not None
+            grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
+        grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
+        nontarget_gradient(
+            chunks,
+            rule,
+            scale=scale,
+            lse=lse,
+            grad=grad,
+            grad_x_hat=grad_x_hat,
+            grad_weight=grad_weight,
+            grad_scale=grad_scale,
+        )
+
+        # The target: backward through the margin's small graph, then through the indexed dot.
+        outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
+        if scale_grad:
+            if shard is not None:  # each rank summed over its own classes
+                shard.all_sum_(grad_scale)
+            outputs.append(row_scale)
+            seeds.append(grad_scale)
+        inputs = [cos_leaf] + ([norms_leaf] if norms_leaf is not None else [])
+        # retain_graph: the small graph is kept so that backward can run again (e.g. gradcheck,
+        # or retain_graph=True upstream); it holds only N-vectors. The seeds enter as one scalar
+        # Σ seed·output (the same vector-Jacobian product): torch.autograd.grad given
+        # grad_outputs imports sympy on first use, for the process's lifetime.
+        with torch.enable_grad():
+            objective = sum(torch.dot(out, seed) for out, seed in zip(outputs, seeds, strict=True))
+        grads = torch.autograd.grad(objective, inputs, allow_unused=True, retain_graph=True)
+        grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(lse)
+        add_target_gradient(chunks, grad_cos, target_rows, owned, grad_x_hat, grad_weight)
+
+        # Through x̂ = x / max(‖x‖, eps) and through ‖x‖ itself.
+        safe = norms > NORMALIZE_EPS
+        radial = _row_dot(x_hat, grad_x_hat)  # (N,)
+        tangent = grad_x_hat - x_hat * radial.unsqueeze(1)
+        grad_x = torch.where(
+            safe.unsqueeze(1),
+            tangent / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1),
+            grad_x_hat / NORMALIZE_EPS,
+        )
+        leader = shard is None or shard.rank == 0  # terms every rank computed: add them once
+        if leader and norms_leaf is not None and len(grads) > 1 and grads[1] is not None:
+            grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
+        if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
+            grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
+        return grad_x, grad_weight, None, None, None, None, None, None, None, None, None
+
+
+def _prepare(
+    margin: Margin,
+    chunks: ChunkWorkspace,
+    cos_target: Tensor,
+    labels: Tensor,
+    norms: Tensor | None,
+    shard: ClassShard | None,
+    triton: bool,
+) -> Context:
+    """The margin's context; first, if it asks for one
+    (:meth:`~marginface.margins.base.Margin.statistics_scale`), the batch statistic ``log B``
+    by one more pass over the classes (merged over the ranks of ``shard``)."""
+    statistics_scale = margin.statistics_scale()
+    if statistics_scale is None:
+        return margin.prepare(cos_target, labels, norms)
+    n, device = chunks.x_hat.shape[0], chunks.x_hat.device
+    rule = ChunkRule(  # the identity, after inter-class filtering (never on the kernels)
+        identity=True,
+        filter_threshold=margin.interclass_filtering_threshold,
+        kernel=kernel_rule("identity", {}, n, device) if triton else None,
+    )
+    with torch.no_grad():
+        scale = scale_per_row(statistics_scale, n, chunks.x_hat)  # (N,)
+        merge = shard.merge_statistics if shard is not None else None
+        log_b = batch_log_b(chunks, scale, rule, merge)
+    return margin.prepare_with_statistics(cos_target, labels, norms, log_b)

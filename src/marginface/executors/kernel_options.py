@@ -1,0 +1,76 @@
+"""What the Triton kernels take besides tensors: tile sizes and launch options (:class:`Blocks`)
+and the non-target rule (:class:`NonTargetRule`). Importable without triton;
+:mod:`~marginface.executors.triton_kernels` launches with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+__all__ = ["Blocks", "NonTargetRule", "default_blocks"]
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Tile sizes and launch options of a kernel.
+
+    ``n``, ``c``, ``d``: rows, classes and embedding dimensions per tile, each a power of two
+    ``>= 16`` (``tl.dot``'s minimum). ``warps``: warps per program (a power of two in
+    ``[1, 32]``), ``stages``: software-pipelining stages of the loops (``>= 1``). The defaults
+    are Triton's own launch defaults (4 warps, 3 stages) with 64×64×32 tiles; no tile size has
+    been tuned on a GPU yet (docs/benchmarks.md).
+    """
+
+    n: int = 64
+    c: int = 64
+    d: int = 32
+    warps: int = 4
+    stages: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("n", "c", "d"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < 16
+                or value & (value - 1)
+            ):
+                raise ValueError(f"Blocks.{name} must be a power of two >= 16, got {value!r}")
+        warps = self.warps
+        if (
+            isinstance(warps, bool)
+            or not isinstance(warps, int)
+            or not 1 <= warps <= 32
+            or (warps & (warps - 1))
+        ):
+            raise ValueError(f"Blocks.warps must be a power of two in [1, 32], got {warps!r}")
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"Blocks.stages must be an integer >= 1, got {self.stages!r}")
+
+
+def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
+    """Tiles no larger than the problem: each side ``next_power_of_2`` of the size, in
+    ``[16, 64]`` (``[16, 32]`` for ``d``)."""
+
+    def fit(size: int, top: int) -> int:  # the next power of two of size, within [16, top]
+        return max(16, min(top, 1 << (max(size, 1) - 1).bit_length()))
+
+    return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
+
+
+@dataclass(frozen=True)
+class NonTargetRule:
+    """The margin's non-target rule ``g_i``: the identity, or CurricularFace's
+    (:func:`~marginface.margins.curricularface.curricular_negative`) with per-row
+    ``threshold`` ``τ_i`` and ``t_i`` (``Tensor[N]`` float32 each, no gradient)."""
+
+    threshold: Tensor | None = None
+    t: Tensor | None = None
+
+    @property
+    def curricular(self) -> bool:
+        """Whether the rule is CurricularFace's (else the identity)."""
+        return self.threshold is not None
