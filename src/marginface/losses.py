@@ -47,6 +47,8 @@ from .margins import (
     CurricularFaceMargin,
     ElasticFaceMargin,
     MagFaceMargin,
+    MVAMSoftmaxMargin,
+    MVArcSoftmaxMargin,
     NormFaceMargin,
     SphereFaceMargin,
 )
@@ -64,6 +66,8 @@ __all__ = [
     "CurricularFaceLoss",
     "ElasticFaceLoss",
     "LossDeclaration",
+    "MVAMSoftmaxLoss",
+    "MVArcSoftmaxLoss",
     "MagFaceLoss",
     "NamedLoss",
     "NormFaceLoss",
@@ -401,3 +405,15 @@ class AdaFaceLoss(NamedLoss, margin=AdaFaceMargin, positional=("margin", "scale"
 @register_loss("elasticface", "elastic")
 class ElasticFaceLoss(NamedLoss, margin=ElasticFaceMargin, positional=("margin", "scale")):
     """ElasticFace: per-sample margin ``~ N(m, σ)`` on ArcFace or CosFace."""
+
+
+@register_loss("mv-am-softmax", "mv-softmax")
+class MVAMSoftmaxLoss(NamedLoss, margin=MVAMSoftmaxMargin, positional=("margin", "scale")):
+    """MV-AM-Softmax (Wang et al., 2020): ``s·(cos θ_y - m)``, mis-classified non-targets
+    re-weighted (``mode="adaptive"`` or ``"fixed"``)."""
+
+
+@register_loss("mv-arc-softmax")
+class MVArcSoftmaxLoss(NamedLoss, margin=MVArcSoftmaxMargin, positional=("margin", "scale")):
+    """MV-Arc-Softmax (Wang et al., 2020): ``s·cos(θ_y + m)``, mis-classified non-targets
+    re-weighted (``mode="adaptive"`` or ``"fixed"``)."""

@@ -31,6 +31,7 @@ __all__ = [
     "lower_median",
     "magface_margin",
     "magface_regularizer",
+    "mv_negative",
     "normalize_rows",
     "normalized_cosine",
     "row_norms",
@@ -193,6 +194,13 @@ def curricular_negative(cosine, threshold, t):
     ``cos θ_j``; ``threshold`` ``[N, 1]`` and ``t`` carry no gradient."""
     hard = cosine > threshold  # (N, c)
     return ops.where(hard, cosine * (t + cosine), cosine)
+
+
+def mv_negative(cosine, threshold, slope: float, shift: float):
+    """MV-Softmax's ``a·cos θ_j + b`` where ``cos θ_j > threshold`` (mis-classified), else
+    ``cos θ_j``; ``threshold`` ``[N, 1]`` carries no gradient."""
+    hard = cosine > threshold  # (N, c)
+    return ops.where(hard, cosine * slope + shift, cosine)
 
 
 def lower_median(values):

@@ -33,6 +33,7 @@ from .functional import (
     lower_median,
     magface_margin,
     magface_regularizer,
+    mv_negative,
     sphereface_psi,
 )
 from .head import MarginHead
@@ -47,6 +48,8 @@ __all__ = [
     "CosFace",
     "CurricularFace",
     "ElasticFace",
+    "MVAMSoftmax",
+    "MVArcSoftmax",
     "MagFace",
     "NormFace",
     "SphereFace",
@@ -340,3 +343,49 @@ class SphereFace(MarginHead):
     def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
         lam = context["lambda"]
         return (lam * cos_target + sphereface_psi(cos_target, self.margin)) / (1.0 + lam)
+
+
+class _MVSoftmax(_FixedScale):
+    """MV-Softmax's non-target rule: ``a·cos θ_j + b`` on the mis-classified classes
+    (``cos θ_j > f(m, θ_y)``); ``(a, b)`` are the PyTorch margin's ``slope`` and ``shift``."""
+
+    def hard_threshold(self, cos_target: Any) -> Any:
+        raise NotImplementedError
+
+    def prepare(
+        self, cos_target: Any, is_target: Any, norms: Any, cosine: Any, *, training: bool
+    ) -> dict:
+        threshold = ops.stop_gradient(self.hard_threshold(cos_target))  # (N,)
+        return {"scale": self.scale, "threshold": threshold[:, None]}
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return mv_negative(cosine, context["threshold"], self.slope, self.shift)
+
+
+@_head
+class MVAMSoftmax(_MVSoftmax):
+    """MV-AM-Softmax: ``logit_y = s·(cos θ_y - m)``; non-targets with ``cos θ_j > cos θ_y - m``
+    re-weighted (``mode`` ``"adaptive"``: ``(t + 1)cos θ_j + t``; ``"fixed"``:
+    ``cos θ_j + t - 1``)."""
+
+    loss_name = "mv-am-softmax"
+
+    def hard_threshold(self, cos_target: Any) -> Any:
+        return cos_target - self.margin
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_cosine_margin(cos_target, self.margin, conditional=self.conditional)
+
+
+@_head
+class MVArcSoftmax(_MVSoftmax):
+    """MV-Arc-Softmax: ``logit_y = s·cos(θ_y + m)`` (``policy`` where ``θ_y + m`` is large);
+    non-targets with ``cos θ_j > cos(θ_y + m)`` re-weighted as :class:`MVAMSoftmax`'s."""
+
+    loss_name = "mv-arc-softmax"
+
+    def hard_threshold(self, cos_target: Any) -> Any:
+        return cos_add(cos_target, self.margin)
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_angular_margin(cos_target, self.margin, self.policy)

@@ -12,6 +12,7 @@ from .cosface import CosFaceMargin
 from .curricularface import CurricularFaceMargin
 from .elasticface import ElasticFaceMargin
 from .magface import MagFaceMargin
+from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
 from .sphereface import SphereFaceMargin
 
@@ -26,6 +27,8 @@ __all__ = [
     "CosFaceMargin",
     "CurricularFaceMargin",
     "ElasticFaceMargin",
+    "MVAMSoftmaxMargin",
+    "MVArcSoftmaxMargin",
     "MagFaceMargin",
     "Margin",
     "NormFaceMargin",
