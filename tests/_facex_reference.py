@@ -69,3 +69,33 @@ def mv_softmax_logits(
 def reference_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """``nn.CrossEntropyLoss()`` (mean) on the head's logits, as FaceX-Zoo's training loop."""
     return F.cross_entropy(logits, labels)
+
+
+def circle_loss_logits(
+    x: Tensor, weight: Tensor, labels: Tensor, *, margin: float = 0.25, gamma: float = 256.0
+) -> Tensor:
+    """FaceX-Zoo ``CircleLoss.forward`` (class-level circle loss).
+
+    ``cos θ`` clamped to [-1, 1]; ``O_p = 1 + m``, ``O_n = -m``, ``Δ_p = 1 - m``, ``Δ_n = m``;
+    ``α_p = max(O_p - cos θ, 0)``, ``α_n = max(cos θ - O_n, 0)`` from the detached cosines; the
+    label's column gets ``α_p (cos θ - Δ_p)``, every other column ``α_n (cos θ - Δ_n)``; all
+    times ``γ``.
+    """
+    cos_theta = normalized_cosine(x, weight).clamp(-1, 1)  # (N, C)
+    alpha_p = torch.clamp_min(1.0 + margin - cos_theta.detach(), 0.0)
+    alpha_n = torch.clamp_min(cos_theta.detach() + margin, 0.0)
+    logit_p = alpha_p * (cos_theta - (1.0 - margin))
+    logit_n = alpha_n * (cos_theta - margin)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    return torch.where(is_target, logit_p, logit_n) * gamma
+
+
+def li_arcface_logits(
+    x: Tensor, weight: Tensor, labels: Tensor, *, margin: float = 0.45, scale: float = 64.0
+) -> Tensor:
+    """Li-ArcFace (AirFace, Li et al. 2019, arXiv:1907.12256), as the paper's equation and the
+    implementations in circulation compute it: ``θ = acos(cos θ)`` on every column, ``m`` added
+    at the label's column, ``s·(π - 2(θ + m))/π``. There is no code from the authors."""
+    theta = torch.acos(normalized_cosine(x, weight))  # (N, C)
+    shift = F.one_hot(labels, theta.shape[1]).to(theta.dtype) * margin
+    return scale * (math.pi - 2.0 * (theta + shift)) / math.pi

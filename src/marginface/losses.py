@@ -42,10 +42,12 @@ from .margins import (
     AdaCosMargin,
     AdaFaceMargin,
     ArcFaceMargin,
+    CircleMargin,
     CombinedMargin,
     CosFaceMargin,
     CurricularFaceMargin,
     ElasticFaceMargin,
+    LiArcFaceMargin,
     MagFaceMargin,
     MVAMSoftmaxMargin,
     MVArcSoftmaxMargin,
@@ -61,10 +63,12 @@ __all__ = [
     "AdaCosLoss",
     "AdaFaceLoss",
     "ArcFaceLoss",
+    "CircleLoss",
     "CombinedMarginLoss",
     "CosFaceLoss",
     "CurricularFaceLoss",
     "ElasticFaceLoss",
+    "LiArcFaceLoss",
     "LossDeclaration",
     "MVAMSoftmaxLoss",
     "MVArcSoftmaxLoss",
@@ -417,3 +421,14 @@ class MVAMSoftmaxLoss(NamedLoss, margin=MVAMSoftmaxMargin, positional=("margin",
 class MVArcSoftmaxLoss(NamedLoss, margin=MVArcSoftmaxMargin, positional=("margin", "scale")):
     """MV-Arc-Softmax (Wang et al., 2020): ``s·cos(θ_y + m)``, mis-classified non-targets
     re-weighted (``mode="adaptive"`` or ``"fixed"``)."""
+
+
+@register_loss("li-arcface", "airface")
+class LiArcFaceLoss(NamedLoss, margin=LiArcFaceMargin, positional=("margin", "scale")):
+    """Li-ArcFace / AirFace (Li et al., 2019): ``s·(π - 2(θ_y + m))/π``, ``s·(π - 2θ_j)/π``."""
+
+
+@register_loss("circle", "circle-loss")
+class CircleLoss(NamedLoss, margin=CircleMargin, positional=("margin", "scale")):
+    """Circle loss, class-level (Sun et al., 2020): self-paced weights ``α_p``, ``α_n`` and
+    margins ``Δ_p = 1 - m``, ``Δ_n = m``."""

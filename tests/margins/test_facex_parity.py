@@ -12,7 +12,12 @@ import torch
 
 import marginface
 
-from .._facex_reference import mv_softmax_logits, reference_loss
+from .._facex_reference import (
+    circle_loss_logits,
+    li_arcface_logits,
+    mv_softmax_logits,
+    reference_loss,
+)
 
 TOLERANCE = 1e-10
 N, C, D, STEPS, LR = 16, 11, 6, 3, 0.5
@@ -97,15 +102,49 @@ def test_mv_softmax_reweights_some_classes_in_the_parity_batches() -> None:
     assert 0 < int(hard.sum()) < hard.numel() - N
 
 
+CIRCLE_CASES = [({}, {}), ({"margin": 0.4, "scale": 64.0}, {"margin": 0.4, "gamma": 64.0})]
+LI_ARCFACE_CASES = [({}, {}), ({"margin": 0.3, "scale": 30.0}, {"margin": 0.3, "scale": 30.0})]
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize(("options", "facex"), CIRCLE_CASES)
+def test_circle_loss_reproduces_facex_zoo(options: dict, facex: dict, impl: str) -> None:
+    reference = lambda x, w, y: circle_loss_logits(x, w, y, **facex)  # noqa: E731
+    errors = _parity("circle", options, reference, impl)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize(("options", "paper"), LI_ARCFACE_CASES)
+def test_li_arcface_reproduces_the_papers_formula(options: dict, paper: dict, impl: str) -> None:
+    reference = lambda x, w, y: li_arcface_logits(x, w, y, **paper)  # noqa: E731
+    errors = _parity("li-arcface", options, reference, impl)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
+def _all_cases() -> list[tuple[str, dict, Callable]]:
+    cases: list[tuple[str, dict, Callable]] = [
+        (name, options, lambda x, w, y, f=facex: mv_softmax_logits(x, w, y, **f))
+        for name, options, facex in MV_CASES
+    ]
+    cases += [
+        ("circle", options, lambda x, w, y, f=facex: circle_loss_logits(x, w, y, **f))
+        for options, facex in CIRCLE_CASES
+    ]
+    cases += [
+        ("li-arcface", options, lambda x, w, y, f=paper: li_arcface_logits(x, w, y, **f))
+        for options, paper in LI_ARCFACE_CASES
+    ]
+    return cases
+
+
 def measured_table() -> list[str]:
     """docs/parity.md's measured columns: ``name options: dense loss/∂x/∂W | chunked ...``."""
     lines = []
-    for name, options, facex in MV_CASES:
+    for name, options, reference in _all_cases():
         cells = []
         for impl in ("dense", "chunked"):
-            errors = _parity(
-                name, options, lambda x, w, y, f=facex: mv_softmax_logits(x, w, y, **f), impl
-            )
+            errors = _parity(name, options, reference, impl)
             cells.append(" / ".join(f"{errors[k]:.1e}" for k in ("loss", "∂x", "∂W")))
         lines.append(f"{name} {options}: {' | '.join(cells)}")
     return lines

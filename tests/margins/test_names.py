@@ -22,6 +22,8 @@ EXPECTED = {
     "adaface": "base_margin",
     "mv-am-softmax": "cosine_margin",
     "mv-arc-softmax": "angular_margin",
+    "li-arcface": "angular_margin",
+    "circle": "relaxation",
 }
 
 

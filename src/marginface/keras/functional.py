@@ -26,8 +26,11 @@ __all__ = [
     "at_most",
     "batch_mean",
     "chebyshev_cos_multiple",
+    "circle_negative",
+    "circle_positive",
     "combined_margin",
     "curricular_negative",
+    "linear_angle",
     "lower_median",
     "magface_margin",
     "magface_regularizer",
@@ -194,6 +197,24 @@ def curricular_negative(cosine, threshold, t):
     ``cos θ_j``; ``threshold`` ``[N, 1]`` and ``t`` carry no gradient."""
     hard = cosine > threshold  # (N, c)
     return ops.where(hard, cosine * (t + cosine), cosine)
+
+
+def linear_angle(cosine, margin: float = 0.0):
+    """Li-ArcFace's ``(π - 2(θ + m))/π`` from ``cos θ`` (``arccos`` with the capped
+    derivative of :mod:`marginface.keras._angles`)."""
+    return (math.pi - 2.0 * (arccos(cosine) + margin)) / math.pi
+
+
+def circle_positive(cos_target, margin: float):
+    """Circle loss's ``[1 + m - cos θ_y]_+ (cos θ_y - (1 - m))``, the weight without gradient."""
+    alpha = at_least((1.0 + margin) - ops.stop_gradient(cos_target), 0.0)
+    return alpha * (cos_target - (1.0 - margin))
+
+
+def circle_negative(cosine, margin: float):
+    """Circle loss's ``[cos θ_j + m]_+ (cos θ_j - m)``, the weight without gradient."""
+    alpha = at_least(ops.stop_gradient(cosine) + margin, 0.0)
+    return alpha * (cosine - margin)
 
 
 def mv_negative(cosine, threshold, slope: float, shift: float):

@@ -28,8 +28,11 @@ from .functional import (
     assign_elastic_plus,
     at_least,
     batch_mean,
+    circle_negative,
+    circle_positive,
     combined_margin,
     curricular_negative,
+    linear_angle,
     lower_median,
     magface_margin,
     magface_regularizer,
@@ -44,10 +47,12 @@ __all__ = [
     "AdaCos",
     "AdaFace",
     "ArcFace",
+    "Circle",
     "CombinedMargin",
     "CosFace",
     "CurricularFace",
     "ElasticFace",
+    "LiArcFace",
     "MVAMSoftmax",
     "MVArcSoftmax",
     "MagFace",
@@ -389,3 +394,30 @@ class MVArcSoftmax(_MVSoftmax):
 
     def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
         return additive_angular_margin(cos_target, self.margin, self.policy)
+
+
+@_head
+class LiArcFace(_FixedScale):
+    """Li-ArcFace / AirFace: ``logit_y = s·(π - 2(θ_y + m))/π``, ``logit_j = s·(π - 2θ_j)/π``."""
+
+    loss_name = "li-arcface"
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return linear_angle(cos_target, self.margin)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return linear_angle(cosine)
+
+
+@_head
+class Circle(_FixedScale):
+    """Circle loss, class-level: ``logit_y = γ·[1 + m - cos θ_y]_+·(cos θ_y - (1 - m))``,
+    ``logit_j = γ·[cos θ_j + m]_+·(cos θ_j - m)``; the bracketed weights carry no gradient."""
+
+    loss_name = "circle"
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return circle_positive(cos_target, self.margin)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return circle_negative(cosine, self.margin)

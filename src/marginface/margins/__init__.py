@@ -7,10 +7,12 @@ from .adacos import AdaCosMargin
 from .adaface import AdaFaceMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
 from .base import GRADIENT_MODES, Context, Margin
+from .circle import CircleMargin
 from .combined import CombinedMargin
 from .cosface import CosFaceMargin
 from .curricularface import CurricularFaceMargin
 from .elasticface import ElasticFaceMargin
+from .li_arcface import LiArcFaceMargin
 from .magface import MagFaceMargin
 from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
@@ -22,11 +24,13 @@ __all__ = [
     "AdaCosMargin",
     "AdaFaceMargin",
     "ArcFaceMargin",
+    "CircleMargin",
     "CombinedMargin",
     "Context",
     "CosFaceMargin",
     "CurricularFaceMargin",
     "ElasticFaceMargin",
+    "LiArcFaceMargin",
     "MVAMSoftmaxMargin",
     "MVArcSoftmaxMargin",
     "MagFaceMargin",
