@@ -99,3 +99,30 @@ def li_arcface_logits(
     theta = torch.acos(normalized_cosine(x, weight))  # (N, C)
     shift = F.one_hot(labels, theta.shape[1]).to(theta.dtype) * margin
     return scale * (math.pi - 2.0 * (theta + shift)) / math.pi
+
+
+def arcnegface_logits(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    margin: float = 0.5,
+    scale: float = 64.0,
+    alpha: float = 1.2,
+    sigma: float = 2.0,
+) -> Tensor:
+    """ArcNegFace as FaceX-Zoo ``head/ArcNegFace.py`` and face.evoLVe compute it (the row loop
+    written with tensors).
+
+    Target ``a = cos(acos(cos θ_y) + m)`` if ``cos θ_y > cos(π - m)`` else
+    ``cos θ_y - sin(π - m)·m``; per entry ``t = α·exp(-(cos θ_j - a)²/σ)`` from the values only
+    (``.item()`` / ``detach``); logits ``s·a`` at the label, ``s·(t·cos θ_j + t - 1)`` elsewhere.
+    """
+    cos = normalized_cosine(x, weight)  # (N, C)
+    gt = cos.gather(1, labels.view(-1, 1))  # (N, 1)
+    threshold = math.cos(math.pi - margin)
+    shift = math.sin(math.pi - margin) * margin
+    a = torch.where(gt > threshold, torch.cos(torch.acos(gt) + margin), gt - shift)  # (N, 1)
+    t = (alpha * torch.exp(-((cos - a.detach()) ** 2) / sigma)).detach()
+    is_target = F.one_hot(labels, cos.shape[1]).bool()
+    return scale * torch.where(is_target, a, t * cos + t - 1.0)

@@ -13,6 +13,8 @@ DETACHED_BY_DESIGN = {
     "circle": "circle loss's self-paced weights α_p, α_n carry no gradient (paper and authors' "
     "code): its gradient is checked against the frozen-weight derivative in "
     "tests/margins/test_circle.py",
+    "arcnegface": "ArcNegFace's Gaussian weights t carry no gradient (authors' code): its gradient "
+    "is checked against the frozen-weight derivative in tests/margins/test_arcnegface.py",
 }
 
 

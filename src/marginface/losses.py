@@ -42,6 +42,7 @@ from .margins import (
     AdaCosMargin,
     AdaFaceMargin,
     ArcFaceMargin,
+    ArcNegFaceMargin,
     CircleMargin,
     CombinedMargin,
     CosFaceMargin,
@@ -63,6 +64,7 @@ __all__ = [
     "AdaCosLoss",
     "AdaFaceLoss",
     "ArcFaceLoss",
+    "ArcNegFaceLoss",
     "CircleLoss",
     "CombinedMarginLoss",
     "CosFaceLoss",
@@ -432,3 +434,9 @@ class LiArcFaceLoss(NamedLoss, margin=LiArcFaceMargin, positional=("margin", "sc
 class CircleLoss(NamedLoss, margin=CircleMargin, positional=("margin", "scale")):
     """Circle loss, class-level (Sun et al., 2020): self-paced weights ``α_p``, ``α_n`` and
     margins ``Δ_p = 1 - m``, ``Δ_n = m``."""
+
+
+@register_loss("arcnegface", "arcneg")
+class ArcNegFaceLoss(NamedLoss, margin=ArcNegFaceMargin, positional=("margin", "scale")):
+    """ArcNegFace (Liu et al., 2019): ArcFace's ``s·cos(θ_y + m)``, non-targets re-weighted by
+    a Gaussian of their distance to it."""

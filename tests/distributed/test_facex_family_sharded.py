@@ -9,7 +9,7 @@ from .harness import run_distributed
 from .test_partial_fc_in_place_sharded import _check as _check_partial_fc
 from .test_sharded_head import _check_invariant
 
-NEW_LOSSES = ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle"]
+NEW_LOSSES = ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface"]
 
 
 def _check_all(rank: int, world: int) -> None:

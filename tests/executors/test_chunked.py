@@ -17,13 +17,15 @@ D, N = 16, 24
 OPTIONS: dict[str, dict] = {"elasticface": {"seed": 0}}
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 ARCCOS_TOLERANCE = {torch.float32: 1e-2, torch.float64: 2 * torch.finfo(torch.float64).eps ** 0.5}
-"""Losses whose every logit is a function of ``θ = arccos(cos θ)`` (Li-ArcFace): arccos has
-slope ``1/sin θ``, so where a non-target cosine is one ulp from 1 (here: the batch's first rows
-lie on centers of other classes, drawn from the same seed) the two executors' cosines, one ulp
-apart, give angles ``sqrt(2·ulp)`` apart (float64: ``2·sqrt(eps)``), and derivatives
-``1/sin θ`` between ``1/sqrt(2·ulp)`` and the cap ``1/sqrt(SIN2_FLOOR)`` (float32: measured up to
-1.9e-3 relative on ∂x; bound 1e-2). Every other loss keeps :data:`TOLERANCE`."""
-ANGLE_LOSSES = {"li-arcface"}
+"""Losses whose non-target logits depend on an angle's value: every logit on ``θ = arccos(cos θ)``
+(Li-ArcFace), or every non-target weight on ``cos(θ_y + m) = cos θ_y cos m - sin θ_y sin m``
+(ArcNegFace). ``θ`` and ``sin θ = sqrt(1 - cos²θ)`` have infinite slope at ``cos θ = ±1``, so where
+a cosine is one ulp from 1 (here: the batch's first rows lie on class centers, drawn from the same
+seed as the weight) the two executors' cosines, one ulp apart, give values ``sqrt(2·ulp)`` apart
+(float64: ``2·sqrt(eps)``), and derivatives ``1/sin θ`` between ``1/sqrt(2·ulp)`` and the cap
+``1/sqrt(SIN2_FLOOR)`` (float32: measured up to 1.9e-3 relative on ∂x; bound 1e-2). Every other
+loss keeps :data:`TOLERANCE`."""
+ANGLE_LOSSES = {"li-arcface", "arcnegface"}
 
 # (C, chunk_size): not dividing C, dividing C, exactly one chunk, C smaller than one chunk,
 # chunks of a single class (a chunk can hold only the target).

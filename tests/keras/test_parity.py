@@ -68,6 +68,8 @@ CASES: list[tuple[str, dict]] = [
     ("li-arcface", {"margin": 0.3, "scale": 30.0, "gradient": "straight_through"}),
     ("circle", {}),
     ("circle", {"margin": 0.4, "scale": 64.0}),
+    ("arcnegface", {}),
+    ("arcnegface", {"alpha": 1.5, "sigma": 0.5, "policy": "easy", "margin": 0.3}),
 ]
 
 # float64 is kept end to end on the torch backend; Keras >= 3.12 computes cos/sin/arccos of a

@@ -10,6 +10,8 @@ import torch
 
 from marginface.margins import CircleMargin
 
+from ._frozen_weights import check_frozen_weight_gradient
+
 N, C = 8, 6
 
 
@@ -72,47 +74,12 @@ def test_bad_options_are_named(kwargs: dict, error: type, pattern: str) -> None:
 def test_the_heads_gradient_is_the_frozen_weight_derivative(impl: str) -> None:
     """float64: ∂L/∂x and ∂L/∂W of the head equal central differences of the loss with α_p and
     α_n frozen at the evaluation point (the gradcheck of a loss whose weights are detached)."""
-    import marginface
+    m, gamma = 0.25, 16.0
 
-    torch.manual_seed(3)
-    loss_fn = marginface.create_loss(
-        "circle",
-        4,
-        3,
-        margin=0.25,
-        scale=16.0,
-        dtype=torch.float64,
-        reduction="sum",
-        impl=impl,
-        chunk_size=3,
-    )
-    x = torch.randn(5, 3, dtype=torch.float64) * 4
-    y = torch.tensor([0, 1, 2, 3, 1])
-    w = loss_fn.weight.detach().clone()
-    xr, wr = x.clone().requires_grad_(True), loss_fn.weight
-    gx, gw = torch.autograd.grad(loss_fn(xr, y), [xr, wr])
+    def frozen(c0: torch.Tensor, y: torch.Tensor, x: torch.Tensor):
+        is_target = torch.nn.functional.one_hot(y, c0.shape[1]).bool()
+        alpha = torch.where(is_target, (1 + m - c0).clamp_min(0), (c0 + m).clamp_min(0))
+        delta = torch.where(is_target, torch.full_like(c0, 1 - m), torch.full_like(c0, m))
+        return lambda cosine: gamma * alpha * (cosine - delta)
 
-    def cosine(x_: torch.Tensor, w_: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.normalize(x_, dim=1) @ torch.nn.functional.normalize(w_).t()
-
-    with torch.no_grad():
-        c0 = cosine(x, w)
-        is_target = torch.nn.functional.one_hot(y, 4).bool()
-        alpha = torch.where(is_target, (1.25 - c0).clamp_min(0), (c0 + 0.25).clamp_min(0))
-        delta = torch.where(is_target, torch.full_like(c0, 0.75), torch.full_like(c0, 0.25))
-
-    def frozen(x_: torch.Tensor, w_: torch.Tensor) -> float:
-        logits = 16.0 * alpha * (cosine(x_, w_) - delta)
-        return float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
-
-    h = 1e-6
-    for tensor, grad, other in ((x, gx, "x"), (w, gw, "w")):
-        numeric = torch.zeros_like(tensor)
-        for index in range(tensor.numel()):
-            plus, minus = tensor.clone(), tensor.clone()
-            plus.view(-1)[index] += h
-            minus.view(-1)[index] -= h
-            args_p = (plus, w) if other == "x" else (x, plus)
-            args_m = (minus, w) if other == "x" else (x, minus)
-            numeric.view(-1)[index] = (frozen(*args_p) - frozen(*args_m)) / (2 * h)
-        torch.testing.assert_close(grad, numeric, rtol=1e-6, atol=1e-6)
+    check_frozen_weight_gradient("circle", {"margin": m, "scale": gamma}, frozen, impl)

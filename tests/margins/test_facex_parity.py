@@ -13,6 +13,7 @@ import torch
 import marginface
 
 from .._facex_reference import (
+    arcnegface_logits,
     circle_loss_logits,
     li_arcface_logits,
     mv_softmax_logits,
@@ -122,6 +123,20 @@ def test_li_arcface_reproduces_the_papers_formula(options: dict, paper: dict, im
     assert max(errors.values()) <= TOLERANCE, errors
 
 
+ARCNEG_CASES = [
+    ({}, {}),
+    ({"margin": 0.3, "alpha": 1.5, "sigma": 0.5}, {"margin": 0.3, "alpha": 1.5, "sigma": 0.5}),
+]
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize(("options", "theirs"), ARCNEG_CASES)
+def test_arcnegface_reproduces_the_authors_code(options: dict, theirs: dict, impl: str) -> None:
+    reference = lambda x, w, y: arcnegface_logits(x, w, y, **theirs)  # noqa: E731
+    errors = _parity("arcnegface", options, reference, impl)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
 def _all_cases() -> list[tuple[str, dict, Callable]]:
     cases: list[tuple[str, dict, Callable]] = [
         (name, options, lambda x, w, y, f=facex: mv_softmax_logits(x, w, y, **f))
@@ -134,6 +149,10 @@ def _all_cases() -> list[tuple[str, dict, Callable]]:
     cases += [
         ("li-arcface", options, lambda x, w, y, f=paper: li_arcface_logits(x, w, y, **f))
         for options, paper in LI_ARCFACE_CASES
+    ]
+    cases += [
+        ("arcnegface", options, lambda x, w, y, f=theirs: arcnegface_logits(x, w, y, **f))
+        for options, theirs in ARCNEG_CASES
     ]
     return cases
 

@@ -24,6 +24,7 @@ EXPECTED = {
     "mv-arc-softmax": "angular_margin",
     "li-arcface": "angular_margin",
     "circle": "relaxation",
+    "arcnegface": "angular_margin",
 }
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "circle_positive",
     "combined_margin",
     "curricular_negative",
+    "gaussian_negative",
     "linear_angle",
     "lower_median",
     "magface_margin",
@@ -215,6 +216,14 @@ def circle_negative(cosine, margin: float):
     """Circle loss's ``[cos θ_j + m]_+ (cos θ_j - m)``, the weight without gradient."""
     alpha = at_least(ops.stop_gradient(cosine) + margin, 0.0)
     return alpha * (cosine - margin)
+
+
+def gaussian_negative(cosine, target, alpha: float, sigma: float):
+    """ArcNegFace's ``t·cos θ_j + t - 1``, ``t = α·exp(-(cos θ_j - f_y)²/σ)`` without gradient;
+    ``target`` ``[N, 1]`` (no gradient)."""
+    fixed = ops.stop_gradient(cosine)
+    weight = alpha * ops.exp(-((fixed - target) * (fixed - target)) / sigma)  # (N, c)
+    return weight * cosine + weight - 1.0
 
 
 def mv_negative(cosine, threshold, slope: float, shift: float):

@@ -32,6 +32,7 @@ from .functional import (
     circle_positive,
     combined_margin,
     curricular_negative,
+    gaussian_negative,
     linear_angle,
     lower_median,
     magface_margin,
@@ -47,6 +48,7 @@ __all__ = [
     "AdaCos",
     "AdaFace",
     "ArcFace",
+    "ArcNegFace",
     "Circle",
     "CombinedMargin",
     "CosFace",
@@ -421,3 +423,23 @@ class Circle(_FixedScale):
 
     def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
         return circle_negative(cosine, self.margin)
+
+
+@_head
+class ArcNegFace(_FixedScale):
+    """ArcNegFace: ArcFace's target ``f_y = cos(θ_y + m)`` (``policy``); non-targets
+    ``t·cos θ_j + t - 1`` with ``t = α·exp(-(cos θ_j - f_y)²/σ)`` (no gradient through ``t``)."""
+
+    loss_name = "arcnegface"
+
+    def prepare(
+        self, cos_target: Any, is_target: Any, norms: Any, cosine: Any, *, training: bool
+    ) -> dict:
+        target = additive_angular_margin(cos_target, self.margin, self.policy)  # (N,)
+        return {"scale": self.scale, "target": ops.stop_gradient(target)[:, None]}
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_angular_margin(cos_target, self.margin, self.policy)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return gaussian_negative(cosine, context["target"], self.alpha, self.sigma)

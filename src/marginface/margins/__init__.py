@@ -6,6 +6,7 @@ They never own class centers; see :mod:`marginface.margins.base` for the interfa
 from .adacos import AdaCosMargin
 from .adaface import AdaFaceMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
+from .arcnegface import ArcNegFaceMargin
 from .base import GRADIENT_MODES, Context, Margin
 from .circle import CircleMargin
 from .combined import CombinedMargin
@@ -24,6 +25,7 @@ __all__ = [
     "AdaCosMargin",
     "AdaFaceMargin",
     "ArcFaceMargin",
+    "ArcNegFaceMargin",
     "CircleMargin",
     "CombinedMargin",
     "Context",
