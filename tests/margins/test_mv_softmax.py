@@ -120,3 +120,17 @@ def test_bad_options_are_named(build, error: type, pattern: str) -> None:
 def test_repr_names_the_options() -> None:
     assert "mode='fixed', t=1.2" in repr(MVArcSoftmaxMargin(mode="fixed"))
     assert "conditional=False" in repr(MVAMSoftmaxMargin(conditional=False))
+
+
+@pytest.mark.parametrize(
+    "name", ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface"]
+)
+def test_the_rules_without_a_kernel_refuse_triton_by_name(name: str) -> None:
+    """The issue-25 non-target rules run on the PyTorch chunk loop only: asking for the Triton
+    kernels is a ValueError naming the margin (or triton's absence), never a silent fallback."""
+    import marginface
+
+    loss_fn = marginface.create_loss(name, 6, 4, impl="chunked", kernels="triton")
+    x, y = torch.randn(3, 4), torch.tensor([0, 2, 5])
+    with pytest.raises(ValueError, match=r"has no Triton kernel|triton"):
+        loss_fn(x, y)
