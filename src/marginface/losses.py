@@ -42,11 +42,16 @@ from .margins import (
     AdaCosMargin,
     AdaFaceMargin,
     ArcFaceMargin,
+    ArcNegFaceMargin,
+    CircleMargin,
     CombinedMargin,
     CosFaceMargin,
     CurricularFaceMargin,
     ElasticFaceMargin,
+    LiArcFaceMargin,
     MagFaceMargin,
+    MVAMSoftmaxMargin,
+    MVArcSoftmaxMargin,
     NormFaceMargin,
     SphereFaceMargin,
 )
@@ -59,11 +64,16 @@ __all__ = [
     "AdaCosLoss",
     "AdaFaceLoss",
     "ArcFaceLoss",
+    "ArcNegFaceLoss",
+    "CircleLoss",
     "CombinedMarginLoss",
     "CosFaceLoss",
     "CurricularFaceLoss",
     "ElasticFaceLoss",
+    "LiArcFaceLoss",
     "LossDeclaration",
+    "MVAMSoftmaxLoss",
+    "MVArcSoftmaxLoss",
     "MagFaceLoss",
     "NamedLoss",
     "NormFaceLoss",
@@ -401,3 +411,32 @@ class AdaFaceLoss(NamedLoss, margin=AdaFaceMargin, positional=("margin", "scale"
 @register_loss("elasticface", "elastic")
 class ElasticFaceLoss(NamedLoss, margin=ElasticFaceMargin, positional=("margin", "scale")):
     """ElasticFace: per-sample margin ``~ N(m, σ)`` on ArcFace or CosFace."""
+
+
+@register_loss("mv-am-softmax", "mv-softmax")
+class MVAMSoftmaxLoss(NamedLoss, margin=MVAMSoftmaxMargin, positional=("margin", "scale")):
+    """MV-AM-Softmax (Wang et al., 2020): ``s·(cos θ_y - m)``, mis-classified non-targets
+    re-weighted (``mode="adaptive"`` or ``"fixed"``)."""
+
+
+@register_loss("mv-arc-softmax")
+class MVArcSoftmaxLoss(NamedLoss, margin=MVArcSoftmaxMargin, positional=("margin", "scale")):
+    """MV-Arc-Softmax (Wang et al., 2020): ``s·cos(θ_y + m)``, mis-classified non-targets
+    re-weighted (``mode="adaptive"`` or ``"fixed"``)."""
+
+
+@register_loss("li-arcface", "airface")
+class LiArcFaceLoss(NamedLoss, margin=LiArcFaceMargin, positional=("margin", "scale")):
+    """Li-ArcFace / AirFace (Li et al., 2019): ``s·(π - 2(θ_y + m))/π``, ``s·(π - 2θ_j)/π``."""
+
+
+@register_loss("circle", "circle-loss")
+class CircleLoss(NamedLoss, margin=CircleMargin, positional=("margin", "scale")):
+    """Circle loss, class-level (Sun et al., 2020): self-paced weights ``α_p``, ``α_n`` and
+    margins ``Δ_p = 1 - m``, ``Δ_n = m``."""
+
+
+@register_loss("arcnegface", "arcneg")
+class ArcNegFaceLoss(NamedLoss, margin=ArcNegFaceMargin, positional=("margin", "scale")):
+    """ArcNegFace (Liu et al., 2019): ArcFace's ``s·cos(θ_y + m)``, non-targets re-weighted by
+    a Gaussian of their distance to it."""

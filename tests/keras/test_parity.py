@@ -60,6 +60,16 @@ CASES: list[tuple[str, dict]] = [
     ("adacos", {"interclass_filtering_threshold": 0.2}),
     ("magface", {"interclass_filtering_threshold": 0.25}),
     ("adaface", {"cosine_clamp": 0.3}),
+    ("mv-am-softmax", {}),
+    ("mv-am-softmax", {"mode": "fixed", "conditional": False, "margin": 0.2}),
+    ("mv-arc-softmax", {}),
+    ("mv-arc-softmax", {"mode": "fixed", "t": 1.3, "policy": "linear", "margin": 0.5}),
+    ("li-arcface", {}),
+    ("li-arcface", {"margin": 0.3, "scale": 30.0, "gradient": "straight_through"}),
+    ("circle", {}),
+    ("circle", {"margin": 0.4, "scale": 64.0}),
+    ("arcnegface", {}),
+    ("arcnegface", {"alpha": 1.5, "sigma": 0.5, "policy": "easy", "margin": 0.3}),
 ]
 
 # float64 is kept end to end on the torch backend; Keras >= 3.12 computes cos/sin/arccos of a

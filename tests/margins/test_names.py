@@ -20,6 +20,11 @@ EXPECTED = {
     "sphereface": "angle_multiplier",
     "elasticface": "mean_margin",
     "adaface": "base_margin",
+    "mv-am-softmax": "cosine_margin",
+    "mv-arc-softmax": "angular_margin",
+    "li-arcface": "angular_margin",
+    "circle": "relaxation",
+    "arcnegface": "angular_margin",
 }
 
 

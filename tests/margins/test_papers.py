@@ -13,11 +13,16 @@ from marginface.margins import (
     AdaCosMargin,
     AdaFaceMargin,
     ArcFaceMargin,
+    ArcNegFaceMargin,
+    CircleMargin,
     CombinedMargin,
     CosFaceMargin,
     CurricularFaceMargin,
     ElasticFaceMargin,
+    LiArcFaceMargin,
     MagFaceMargin,
+    MVAMSoftmaxMargin,
+    MVArcSoftmaxMargin,
     NormFaceMargin,
     SphereFaceMargin,
 )
@@ -358,6 +363,12 @@ PAPER_DEFAULTS = {
     },
     AdaFaceMargin: {"margin": 0.4, "scale": 64.0, "h": 0.333, "momentum": 0.01},
     ElasticFaceMargin: {"kind": "arc", "margin": None, "scale": 64.0, "std": 0.05, "plus": False},
+    # issue 25: the authors' code's defaults where it has them (docs/losses.md says which)
+    MVAMSoftmaxMargin: {"margin": 0.35, "scale": 32.0, "mode": "adaptive", "t": None},
+    MVArcSoftmaxMargin: {"margin": 0.35, "scale": 32.0, "mode": "adaptive", "policy": "easy"},
+    LiArcFaceMargin: {"margin": 0.45, "scale": 64.0},
+    CircleMargin: {"margin": 0.25, "scale": 256.0},
+    ArcNegFaceMargin: {"margin": 0.5, "scale": 64.0, "alpha": 1.2, "sigma": 2.0},
 }
 """The defaults docs/losses.md states (the papers' values, AM-Softmax aside): pinned here so a
 changed default is a failing test, not a silent change to every named loss."""

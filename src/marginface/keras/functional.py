@@ -26,11 +26,16 @@ __all__ = [
     "at_most",
     "batch_mean",
     "chebyshev_cos_multiple",
+    "circle_negative",
+    "circle_positive",
     "combined_margin",
     "curricular_negative",
+    "gaussian_negative",
+    "linear_angle",
     "lower_median",
     "magface_margin",
     "magface_regularizer",
+    "mv_negative",
     "normalize_rows",
     "normalized_cosine",
     "row_norms",
@@ -193,6 +198,39 @@ def curricular_negative(cosine, threshold, t):
     ``cos θ_j``; ``threshold`` ``[N, 1]`` and ``t`` carry no gradient."""
     hard = cosine > threshold  # (N, c)
     return ops.where(hard, cosine * (t + cosine), cosine)
+
+
+def linear_angle(cosine, margin: float = 0.0):
+    """Li-ArcFace's ``(π - 2(θ + m))/π`` from ``cos θ`` (``arccos`` with the capped
+    derivative of :mod:`marginface.keras._angles`)."""
+    return (math.pi - 2.0 * (arccos(cosine) + margin)) / math.pi
+
+
+def circle_positive(cos_target, margin: float):
+    """Circle loss's ``[1 + m - cos θ_y]_+ (cos θ_y - (1 - m))``, the weight without gradient."""
+    alpha = at_least((1.0 + margin) - ops.stop_gradient(cos_target), 0.0)
+    return alpha * (cos_target - (1.0 - margin))
+
+
+def circle_negative(cosine, margin: float):
+    """Circle loss's ``[cos θ_j + m]_+ (cos θ_j - m)``, the weight without gradient."""
+    alpha = at_least(ops.stop_gradient(cosine) + margin, 0.0)
+    return alpha * (cosine - margin)
+
+
+def gaussian_negative(cosine, target, alpha: float, sigma: float):
+    """ArcNegFace's ``t·cos θ_j + t - 1``, ``t = α·exp(-(cos θ_j - f_y)²/σ)`` without gradient;
+    ``target`` ``[N, 1]`` (no gradient)."""
+    fixed = ops.stop_gradient(cosine)
+    weight = alpha * ops.exp(-((fixed - target) * (fixed - target)) / sigma)  # (N, c)
+    return weight * cosine + weight - 1.0
+
+
+def mv_negative(cosine, threshold, slope: float, shift: float):
+    """MV-Softmax's ``a·cos θ_j + b`` where ``cos θ_j > threshold`` (mis-classified), else
+    ``cos θ_j``; ``threshold`` ``[N, 1]`` carries no gradient."""
+    hard = cosine > threshold  # (N, c)
+    return ops.where(hard, cosine * slope + shift, cosine)
 
 
 def lower_median(values):

@@ -28,11 +28,16 @@ from .functional import (
     assign_elastic_plus,
     at_least,
     batch_mean,
+    circle_negative,
+    circle_positive,
     combined_margin,
     curricular_negative,
+    gaussian_negative,
+    linear_angle,
     lower_median,
     magface_margin,
     magface_regularizer,
+    mv_negative,
     sphereface_psi,
 )
 from .head import MarginHead
@@ -43,10 +48,15 @@ __all__ = [
     "AdaCos",
     "AdaFace",
     "ArcFace",
+    "ArcNegFace",
+    "Circle",
     "CombinedMargin",
     "CosFace",
     "CurricularFace",
     "ElasticFace",
+    "LiArcFace",
+    "MVAMSoftmax",
+    "MVArcSoftmax",
     "MagFace",
     "NormFace",
     "SphereFace",
@@ -340,3 +350,96 @@ class SphereFace(MarginHead):
     def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
         lam = context["lambda"]
         return (lam * cos_target + sphereface_psi(cos_target, self.margin)) / (1.0 + lam)
+
+
+class _MVSoftmax(_FixedScale):
+    """MV-Softmax's non-target rule: ``a·cos θ_j + b`` on the mis-classified classes
+    (``cos θ_j > f(m, θ_y)``); ``(a, b)`` are the PyTorch margin's ``slope`` and ``shift``."""
+
+    def hard_threshold(self, cos_target: Any) -> Any:
+        raise NotImplementedError
+
+    def prepare(
+        self, cos_target: Any, is_target: Any, norms: Any, cosine: Any, *, training: bool
+    ) -> dict:
+        threshold = ops.stop_gradient(self.hard_threshold(cos_target))  # (N,)
+        return {"scale": self.scale, "threshold": threshold[:, None]}
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return mv_negative(cosine, context["threshold"], self.slope, self.shift)
+
+
+@_head
+class MVAMSoftmax(_MVSoftmax):
+    """MV-AM-Softmax: ``logit_y = s·(cos θ_y - m)``; non-targets with ``cos θ_j > cos θ_y - m``
+    re-weighted (``mode`` ``"adaptive"``: ``(t + 1)cos θ_j + t``; ``"fixed"``:
+    ``cos θ_j + t - 1``)."""
+
+    loss_name = "mv-am-softmax"
+
+    def hard_threshold(self, cos_target: Any) -> Any:
+        return cos_target - self.margin
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_cosine_margin(cos_target, self.margin, conditional=self.conditional)
+
+
+@_head
+class MVArcSoftmax(_MVSoftmax):
+    """MV-Arc-Softmax: ``logit_y = s·cos(θ_y + m)`` (``policy`` where ``θ_y + m`` is large);
+    non-targets with ``cos θ_j > cos(θ_y + m)`` re-weighted as :class:`MVAMSoftmax`'s."""
+
+    loss_name = "mv-arc-softmax"
+
+    def hard_threshold(self, cos_target: Any) -> Any:
+        return cos_add(cos_target, self.margin)
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_angular_margin(cos_target, self.margin, self.policy)
+
+
+@_head
+class LiArcFace(_FixedScale):
+    """Li-ArcFace / AirFace: ``logit_y = s·(π - 2(θ_y + m))/π``, ``logit_j = s·(π - 2θ_j)/π``."""
+
+    loss_name = "li-arcface"
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return linear_angle(cos_target, self.margin)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return linear_angle(cosine)
+
+
+@_head
+class Circle(_FixedScale):
+    """Circle loss, class-level: ``logit_y = γ·[1 + m - cos θ_y]_+·(cos θ_y - (1 - m))``,
+    ``logit_j = γ·[cos θ_j + m]_+·(cos θ_j - m)``; the bracketed weights carry no gradient."""
+
+    loss_name = "circle"
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return circle_positive(cos_target, self.margin)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return circle_negative(cosine, self.margin)
+
+
+@_head
+class ArcNegFace(_FixedScale):
+    """ArcNegFace: ArcFace's target ``f_y = cos(θ_y + m)`` (``policy``); non-targets
+    ``t·cos θ_j + t - 1`` with ``t = α·exp(-(cos θ_j - f_y)²/σ)`` (no gradient through ``t``)."""
+
+    loss_name = "arcnegface"
+
+    def prepare(
+        self, cos_target: Any, is_target: Any, norms: Any, cosine: Any, *, training: bool
+    ) -> dict:
+        target = additive_angular_margin(cos_target, self.margin, self.policy)  # (N,)
+        return {"scale": self.scale, "target": ops.stop_gradient(target)[:, None]}
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_angular_margin(cos_target, self.margin, self.policy)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return gaussian_negative(cosine, context["target"], self.alpha, self.sigma)

@@ -6,12 +6,16 @@ They never own class centers; see :mod:`marginface.margins.base` for the interfa
 from .adacos import AdaCosMargin
 from .adaface import AdaFaceMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
+from .arcnegface import ArcNegFaceMargin
 from .base import GRADIENT_MODES, Context, Margin
+from .circle import CircleMargin
 from .combined import CombinedMargin
 from .cosface import CosFaceMargin
 from .curricularface import CurricularFaceMargin
 from .elasticface import ElasticFaceMargin
+from .li_arcface import LiArcFaceMargin
 from .magface import MagFaceMargin
+from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
 from .sphereface import SphereFaceMargin
 
@@ -21,11 +25,16 @@ __all__ = [
     "AdaCosMargin",
     "AdaFaceMargin",
     "ArcFaceMargin",
+    "ArcNegFaceMargin",
+    "CircleMargin",
     "CombinedMargin",
     "Context",
     "CosFaceMargin",
     "CurricularFaceMargin",
     "ElasticFaceMargin",
+    "LiArcFaceMargin",
+    "MVAMSoftmaxMargin",
+    "MVArcSoftmaxMargin",
     "MagFaceMargin",
     "Margin",
     "NormFaceMargin",

@@ -1,0 +1,128 @@
+"""The softmax-form heads of FaceX-Zoo (JDAI-CV/FaceX-Zoo ``head/``), face.evoLVe and OpenSphere
+written out for the tests from what their code computes, on embeddings and centers, in plain
+PyTorch. Independent of marginface's code; nothing copied.
+
+Conventions shared by every function here:
+
+* ``x``: ``Tensor[N, D]`` embeddings, ``weight``: ``Tensor[C, D]`` class centers (FaceX-Zoo
+  stores ``(D, C)`` and normalizes along ``D``: the same centers transposed), ``labels``:
+  ``Tensor[N]`` int64. The functions return the logits (``Tensor[N, C]``) that the authors' head
+  hands to ``CrossEntropyLoss``.
+* The embeddings are L2-normalized first. FaceX-Zoo's MV-Softmax head takes ``x`` as it comes
+  (its backbones' outputs are used unnormalized); marginface's heads always normalize, so the
+  parity is stated for normalized embeddings (``∂x`` then includes the normalization's
+  Jacobian on both sides).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def normalized_cosine(x: Tensor, weight: Tensor) -> Tensor:
+    """``cos θ = x̂·ŵᵀ``, ``Tensor[N, C]``, no clamp (FaceX-Zoo's MV head clamps nothing)."""
+    return F.normalize(x, dim=1) @ F.normalize(weight, dim=1).t()
+
+
+def mv_softmax_logits(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    is_am: bool,
+    margin: float = 0.35,
+    mv_weight: float = 1.12,
+    scale: float = 32.0,
+) -> Tensor:
+    """FaceX-Zoo ``MV_Softmax.forward``.
+
+    With ``g = cos θ_y`` (unclamped):
+
+    * AM (``is_am``): mis-classified where ``cos θ_j > g - m``; target ``g - m`` if ``g > m``
+      else ``g``.
+    * Arc: ``f = g·cos m - sqrt(1 - g²)·sin m``; mis-classified where ``cos θ_j > f``; target
+      ``f`` if ``g > 0`` else ``g``.
+
+    Every mis-classified cosine (a boolean mask, no gradient through it) becomes
+    ``w·cos θ_j + w - 1``; the target column is then overwritten; all times ``s``.
+    """
+    cos_theta = normalized_cosine(x, weight)  # (N, C)
+    gt = cos_theta.gather(1, labels.view(-1, 1))  # (N, 1)
+    if is_am:
+        mask = cos_theta > gt - margin
+        final_gt = torch.where(gt > margin, gt - margin, gt)
+    else:
+        sin_theta = torch.sqrt(1.0 - gt * gt)
+        cos_theta_m = gt * math.cos(margin) - sin_theta * math.sin(margin)
+        mask = cos_theta > cos_theta_m
+        final_gt = torch.where(gt > 0.0, cos_theta_m, gt)
+    reweighted = torch.where(mask, mv_weight * cos_theta + mv_weight - 1.0, cos_theta)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    logits = torch.where(is_target, final_gt, reweighted)
+    return logits * scale
+
+
+def reference_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """``nn.CrossEntropyLoss()`` (mean) on the head's logits, as FaceX-Zoo's training loop."""
+    return F.cross_entropy(logits, labels)
+
+
+def circle_loss_logits(
+    x: Tensor, weight: Tensor, labels: Tensor, *, margin: float = 0.25, gamma: float = 256.0
+) -> Tensor:
+    """FaceX-Zoo ``CircleLoss.forward`` (class-level circle loss).
+
+    ``cos θ`` clamped to [-1, 1]; ``O_p = 1 + m``, ``O_n = -m``, ``Δ_p = 1 - m``, ``Δ_n = m``;
+    ``α_p = max(O_p - cos θ, 0)``, ``α_n = max(cos θ - O_n, 0)`` from the detached cosines; the
+    label's column gets ``α_p (cos θ - Δ_p)``, every other column ``α_n (cos θ - Δ_n)``; all
+    times ``γ``.
+    """
+    cos_theta = normalized_cosine(x, weight).clamp(-1, 1)  # (N, C)
+    alpha_p = torch.clamp_min(1.0 + margin - cos_theta.detach(), 0.0)
+    alpha_n = torch.clamp_min(cos_theta.detach() + margin, 0.0)
+    logit_p = alpha_p * (cos_theta - (1.0 - margin))
+    logit_n = alpha_n * (cos_theta - margin)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    return torch.where(is_target, logit_p, logit_n) * gamma
+
+
+def li_arcface_logits(
+    x: Tensor, weight: Tensor, labels: Tensor, *, margin: float = 0.45, scale: float = 64.0
+) -> Tensor:
+    """Li-ArcFace (AirFace, Li et al. 2019, arXiv:1907.12256), as the paper's equation and the
+    implementations in circulation compute it: ``θ = acos(cos θ)`` on every column, ``m`` added
+    at the label's column, ``s·(π - 2(θ + m))/π``. There is no code from the authors."""
+    theta = torch.acos(normalized_cosine(x, weight))  # (N, C)
+    shift = F.one_hot(labels, theta.shape[1]).to(theta.dtype) * margin
+    return scale * (math.pi - 2.0 * (theta + shift)) / math.pi
+
+
+def arcnegface_logits(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    margin: float = 0.5,
+    scale: float = 64.0,
+    alpha: float = 1.2,
+    sigma: float = 2.0,
+) -> Tensor:
+    """ArcNegFace as FaceX-Zoo ``head/ArcNegFace.py`` and face.evoLVe compute it (the row loop
+    written with tensors).
+
+    Target ``a = cos(acos(cos θ_y) + m)`` if ``cos θ_y > cos(π - m)`` else
+    ``cos θ_y - sin(π - m)·m``; per entry ``t = α·exp(-(cos θ_j - a)²/σ)`` from the values only
+    (``.item()`` / ``detach``); logits ``s·a`` at the label, ``s·(t·cos θ_j + t - 1)`` elsewhere.
+    """
+    cos = normalized_cosine(x, weight)  # (N, C)
+    gt = cos.gather(1, labels.view(-1, 1))  # (N, 1)
+    threshold = math.cos(math.pi - margin)
+    shift = math.sin(math.pi - margin) * margin
+    a = torch.where(gt > threshold, torch.cos(torch.acos(gt) + margin), gt - shift)  # (N, 1)
+    t = (alpha * torch.exp(-((cos - a.detach()) ** 2) / sigma)).detach()
+    is_target = F.one_hot(labels, cos.shape[1]).bool()
+    return scale * torch.where(is_target, a, t * cos + t - 1.0)
