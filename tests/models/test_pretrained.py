@@ -339,6 +339,9 @@ def test_cli_evaluates_a_backbone_file_and_an_onnx_file(tmp_path, capsys):
 
     from_file = json.loads((tmp_path / "m.json").read_text())
     assert 0.0 <= from_file["tiny_accuracy"] <= 1.0
+    # a .bin set's report is insightface's (threshold, XNorm, VAL@FAR) beside the midpoint search
+    insightface_keys = {"tiny_threshold", "tiny_xnorm", "tiny_val@far=1e-03"}
+    assert insightface_keys | {"tiny_accuracy_midpoint"} <= set(from_file)
     path = export_onnx(model, torch.randn(2, 3, 32, 32), tmp_path / "m.onnx", dynamo=False)
     onnx_args = ["evaluate", "--onnx", str(path), "--out", str(tmp_path / "o.json"), *common]
     assert main(onnx_args) == 0
@@ -362,7 +365,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 
 def test_train_init_from_starts_the_backbone_from_the_file(tmp_path, monkeypatch):
     """``train --init-from`` hands the file's weights to the trainer as its initial state."""
-    import marginface.cli as cli
+    import marginface.cli.training as cli
 
     source = IResNet(18, 8, image_size=16).eval()
     torch.save(source.state_dict(), tmp_path / "init.pth")

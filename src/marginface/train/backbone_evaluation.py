@@ -1,10 +1,11 @@
 """Evaluate a pretrained backbone without a run folder (``marginface evaluate --backbone FILE``
 or ``--onnx FILE``): insightface's ``.bin`` verification sets, or an image folder and an
-LFW-format pairs file, with insightface's protocol (10 folds, flip-summed embeddings)."""
+LFW-format pairs file, with insightface's protocol (:func:`~marginface.evaluation.bin_set_metrics`:
+Accuracy-Flip on the squared-L2 grid, 10 folds, XNorm, VAL@FAR, beside marginface's finer
+threshold search and the ROC)."""
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -14,8 +15,9 @@ from torch import nn
 
 from ..data.base import VerificationSet
 from ..data.insightface import load_verification_sets
+from ..evaluation import bin_set_metrics
 from .embeddings import extract_embeddings
-from .evaluate import evaluate_pairs
+from .evaluate import as_is_and_flipped
 
 __all__ = ["evaluate_backbone"]
 
@@ -42,12 +44,15 @@ def evaluate_backbone(
         image_size: side of the model's input. Default: 112.
         device: where the images are embedded. Default: the CPU.
         batch_size: images per forward pass. Default: 256.
-        flip: average each embedding with the horizontally flipped image's (insightface's
-            protocol). Default: True.
+        flip: embed the horizontally flipped images too (insightface's flip test). Default:
+            True.
 
     Returns:
-        ``{"<set>_accuracy", "<set>_accuracy_std", "<set>_auc", "<set>_eer",
-        "<set>_tar@far=1e-03", ...}`` (NaN where not measurable).
+        ``{"<set>_accuracy", "<set>_accuracy_std", "<set>_threshold", "<set>_xnorm",
+        "<set>_val@far=1e-03", "<set>_accuracy_midpoint", "<set>_auc", "<set>_eer",
+        "<set>_tar@far=1e-03", ...}`` (NaN where not measurable): the keys of
+        :func:`~marginface.evaluation.bin_set_metrics`, as ``marginface evaluate`` reports a
+        run's ``.bin`` sets.
 
     Raises:
         ValueError: no ``.bin`` in ``data_dir`` and no ``pairs``, or as the readers raise.
@@ -71,18 +76,20 @@ def evaluate_backbone(
             )
     metrics: dict[str, float] = {}
     for name, found in sets.items():
-        normalize = VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5).model_input
-        embeddings = extract_embeddings(
-            model,
-            found.images,
-            batch_size=batch_size,
-            device=device,
-            flip=flip,
-            transform=normalize,
-        ).numpy()
-        result = evaluate_pairs(embeddings, found.pairs())
-        for key, value in result.as_dict().items():
-            if key in ("threshold", "num_genuine", "num_impostor"):
-                continue
-            metrics[f"{name}_{key}"] = math.nan if value is None else float(value)
+        verification = VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
+        if flip:
+            as_is, flipped = as_is_and_flipped(
+                model, verification, batch_size=batch_size, device=device
+            )
+        else:
+            as_is = extract_embeddings(
+                model,
+                found.images,
+                batch_size=batch_size,
+                device=device,
+                transform=verification.model_input,
+            ).numpy()
+            flipped = None
+        values, _ = bin_set_metrics(as_is, flipped, verification.pairs)
+        metrics.update({f"{name}_{key}": value for key, value in values.items()})
     return metrics

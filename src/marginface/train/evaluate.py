@@ -19,9 +19,11 @@ from torch import Tensor, nn
 from .._atomic import atomic_write_text
 from ..data import DatasetBundle, PairSet
 from ..evaluation import (
+    BinVerificationMetrics,
     ErrorVersusReject,
     VerificationMetrics,
     bin_set_metrics,
+    bin_verification_metrics,
     error_versus_reject,
     pair_quality,
     pair_scores,
@@ -37,6 +39,7 @@ __all__ = [
     "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
     "Evaluation",
+    "as_is_and_flipped",
     "closed_set_predictions",
     "evaluate_model",
     "evaluate_pairs",
@@ -164,6 +167,36 @@ def _closed_set(
     return accuracy, val_loss
 
 
+def as_is_and_flipped(
+    model: nn.Module,
+    verification: Any,
+    *,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The embeddings ``float32[2P, D]`` of a verification set's images as they are and
+    mirrored left-right (insightface's flip test keeps both: its XNorm and its Accuracy-Flip
+    read them separately)."""
+    as_is, flipped = (
+        extract_embeddings(
+            model,
+            verification.images,
+            batch_size=batch_size,
+            device=device,
+            amp_dtype=amp_dtype,
+            channels_last=channels_last,
+            transform=transform,
+        ).numpy()
+        for transform in (
+            verification.model_input,
+            lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
+        )
+    )
+    return as_is, flipped
+
+
 def verification_set_results(
     model: nn.Module,
     bundle: DatasetBundle,
@@ -172,30 +205,32 @@ def verification_set_results(
     device: torch.device | str,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
-) -> dict[str, tuple[np.ndarray, VerificationMetrics]]:
-    """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-summed
-    embeddings ``float32[2P, D]`` and their 10-fold verification (insightface's protocol),
-    by set name."""
-    results: dict[str, tuple[np.ndarray, VerificationMetrics]] = {}
+) -> dict[str, tuple[np.ndarray, BinVerificationMetrics]]:
+    """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-averaged
+    embeddings ``float32[2P, D]`` and insightface's numbers
+    (:func:`~marginface.evaluation.bin_verification_metrics`: Accuracy-Flip on the squared-L2
+    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set."""
+    results: dict[str, tuple[np.ndarray, BinVerificationMetrics]] = {}
     for name, verification in bundle.verification.items():
-        embeddings = extract_embeddings(
+        as_is, flipped = as_is_and_flipped(
             model,
-            verification.images,
+            verification,
             batch_size=batch_size,
             device=device,
-            channels_last=channels_last,
             amp_dtype=amp_dtype,
-            flip=True,
-            transform=verification.model_input,
-        ).numpy()
-        metrics = evaluate_pairs(embeddings, verification.pairs)
+            channels_last=channels_last,
+        )
+        order = np.asarray(verification.pairs.index).reshape(-1)  # (2P,) a_0, b_0, a_1, ...
+        metrics = bin_verification_metrics(
+            as_is[order], verification.pairs.same, flipped=flipped[order]
+        )
         logger.debug("[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std)
-        results[name] = (embeddings, metrics)
+        results[name] = ((as_is + flipped) / 2, metrics)
     return results
 
 
 def verification_set_metrics(
-    results: dict[str, tuple[np.ndarray, VerificationMetrics]],
+    results: dict[str, tuple[np.ndarray, BinVerificationMetrics]],
 ) -> dict[str, float]:
     """``<set>_accuracy`` and ``<set>_accuracy_std`` of :func:`verification_set_results` (the
     trainer's per-epoch and every-``verify_every``-steps columns)."""
@@ -327,20 +362,13 @@ def _bin_sets_evaluation(
     metrics: dict[str, float] = {}
     first: tuple[np.ndarray, Any] | None = None
     for name, verification in bundle.verification.items():
-        as_is, flipped = (
-            extract_embeddings(
-                model,
-                verification.images,
-                batch_size=batch_size,
-                device=device,
-                amp_dtype=amp_dtype,
-                channels_last=channels_last,
-                transform=transform,
-            ).numpy()
-            for transform in (
-                verification.model_input,
-                lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
-            )
+        as_is, flipped = as_is_and_flipped(
+            model,
+            verification,
+            batch_size=batch_size,
+            device=device,
+            amp_dtype=amp_dtype,
+            channels_last=channels_last,
         )
         values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
         metrics.update({f"{name}_{key}": value for key, value in values.items()})
