@@ -40,6 +40,8 @@ __all__ = [
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.(?:tmp|part)$")
 _OLD_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # before this module
 _FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
+_WRITER_FAILURES = ("write", "unexpected pos", "inline_container")
+"""Words of torch's serializer errors that may mean a full disk (then checked by free space)."""
 
 
 class DiskFullError(OSError):
@@ -67,9 +69,11 @@ def default_file_mode() -> int:
 def _looks_like_full_disk(error: BaseException, folder: Path, written: int = 0) -> bool:
     if isinstance(error, OSError) and error.errno in _FULL_ERRNOS:
         return True
-    if isinstance(error, RuntimeError) and "write" in str(error).lower():
-        # torch's zip writer: "[enforce fail at inline_container.cc] . PytorchStreamWriter
-        # failed writing file ...: file write failed" hides the errno; ask the file system.
+    text = str(error).lower()
+    if isinstance(error, RuntimeError) and any(sign in text for sign in _WRITER_FAILURES):
+        # torch's zip writer hides the errno ("[enforce fail at inline_container.cc] .
+        # PytorchStreamWriter failed writing file ...: file write failed", or, when a short
+        # write went unnoticed, "... unexpected pos 826112 vs 826000"): ask the file system.
         with contextlib.suppress(OSError):
             return shutil.disk_usage(folder).free <= max(written, 1 << 16)
     return False
