@@ -54,9 +54,9 @@ PIPELINE_SCALE = 30.0
 """The scale ``s`` the training pipeline (``marginface train``, ``compare``, ``demo``, the
 :class:`~marginface.train.Trainer`) gives every loss whose constructor takes ``scale`` unless
 ``loss_options`` sets one. Deliberately not the library's default (64, the papers' value for
-512-D face embeddings): the pipeline's default embeddings are 3-D, where ``s = 30`` (the seeds'
-value) trains well and 64 saturates the softmax. Losses without a ``scale`` argument (AdaCos,
-which chooses its own) get nothing."""
+512-D face embeddings): the pipeline's default embeddings are 3-D, where ``s = 30`` (the MNIST
+recipe's, ``examples/mnist_seed.toml``) trains well and 64 saturates the softmax. Losses without
+a ``scale`` argument (AdaCos, which chooses its own) get nothing."""
 
 
 def default_loss_options(loss: str) -> dict[str, Any]:
@@ -82,7 +82,8 @@ def resolve_loss_options(loss: str, options: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class TrainConfig:
-    """Everything a training run depends on. Defaults: the seeds' experiment scaled to digits.
+    """Everything a training run depends on. Defaults: the MNIST recipe
+    (``examples/mnist_seed.toml``) scaled to digits.
 
     Data:
         dataset: a registered dataset name (``marginface.data.list_datasets()``). Default: digits.
@@ -105,14 +106,14 @@ class TrainConfig:
             :data:`PIPELINE_SCALE`. The saved ``config.toml`` holds the resolved options.
     Optimization:
         epochs, batch_size: Defaults 20, 128.
-        optimizer: ``adam``, ``adamw`` or ``sgd``. Default: adam (seed).
+        optimizer: ``adam``, ``adamw`` or ``sgd``. Default: adam (the MNIST recipe's).
         lr: peak learning rate. Default: 1e-3 (Keras Adam's default).
         weight_decay: decoupled for adamw, L2 for adam/sgd. Default: 0.
         momentum: SGD momentum (Nesterov off). Default: 0.9.
         schedule: ``constant``, ``cosine`` (to 0 at the end), ``step`` (× ``gamma`` every
             ``step_epochs``) or ``polynomial`` (insightface's: ``(1 - p) ** poly_power``, ``p``
             the progress after the warm-up; :mod:`marginface.train.schedule`), applied per
-            step. Default: constant (seed).
+            step. Default: constant (the MNIST recipe's).
         warmup_epochs: linear warm-up from 0, in epochs (may be fractional). Default: 0.
         step_epochs, gamma: the step schedule. Defaults: 10, 0.1.
         poly_power: the polynomial schedule's power. Default: 1.0 (insightface's).
@@ -126,7 +127,7 @@ class TrainConfig:
         augment: random training-time augmentation, a table with any of ``translate``
             (pixels), ``rotate`` (degrees), ``scale`` (relative zoom) and ``hflip``
             (probability); see :class:`marginface.data.augment.BatchAugmentation`.
-            Default: none (the seed trains without augmentation).
+            Default: none (the MNIST recipe trains without augmentation).
     Execution:
         device: ``auto`` (CUDA when present, else CPU), ``cpu``, ``cuda``, ``cuda:1``...
         amp: ``none``, ``bf16`` (CPU or CUDA autocast) or ``fp16`` (CUDA, with a grad scaler).

@@ -1,5 +1,6 @@
-"""Backbones: the seeds' CNN (optionally with BatchNorm) and insightface's face backbones
-(IResNet r18-r200, MobileFaceNet mbf/mbf_large, ViT vit_t/vit_s/vit_b) under their names."""
+"""Backbones: the MNIST recipe's small CNN (``seed-cnn``, optionally with BatchNorm) and
+insightface's face backbones (IResNet r18-r200, MobileFaceNet mbf/mbf_large, ViT
+vit_t/vit_s/vit_b) under their names."""
 
 from .iresnet import IResNet, iresnet18, iresnet50
 from .mobilefacenet import MobileFaceNet

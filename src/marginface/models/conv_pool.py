@@ -1,4 +1,4 @@
-"""A 3×3 convolution fused with the 2×2 max-pool and ReLU after it, for the seed CNN's first layer.
+"""A 3×3 convolution fused with the 2×2 max-pool and ReLU after it, for the small CNN's first layer.
 
 ``relu(max_pool2d(conv2d(x, w, b, padding=p), 2))`` computed without the full-resolution map:
 pooled pixel ``(i, j)`` is the max of the convolution at the four offsets ``(2i + a, 2j + b)``,
@@ -6,7 +6,7 @@ pooled pixel ``(i, j)`` is the max of the convolution at the four offsets ``(2i 
 patches ``[N·Ho·Wo, C·16]`` with the four kernels embedded in 4×4 windows ``[C·16, 4·O]``
 (plus a ones column times the bias) gives the four candidates; their max (``max_pool2d`` on
 them: its tie-breaking and NaN handling), then ReLU, is the layer's output. Row chunks keep
-the candidates ``[rows, 4·O]`` in cache: on the seed's first layer (C = 1, O = 32, 32×32
+the candidates ``[rows, 4·O]`` in cache: on ``seed-cnn``'s first layer (C = 1, O = 32, 32×32
 padded map, batch 1024) the 134 MB fp32 map that ``conv2d`` writes, ``max_pool2d`` reads and
 its backward zero-fills, never exists.
 

@@ -1,7 +1,9 @@
-"""The seeds' CNN: three 3×3 conv blocks, dropout and a dense layer to the embedding.
+"""The MNIST recipe's small CNN (``seed-cnn``, docs/training.md): three 3×3 conv blocks,
+dropout and a dense layer to the embedding.
 
-Seed 000 (Keras): ``ZeroPadding2D(2) → [Conv2D(c, 3, same) → ReLU → MaxPool(2)] × 3 with
-c = 32, 64, 128 → Flatten → Dropout(0.5) → Dense(embedding_dim)``, with an L2 penalty of 1e-5
+The architecture (a Keras model in the original recipe): ``ZeroPadding2D(2) → [Conv2D(c, 3,
+same) → ReLU → MaxPool(2)] × 3 with c = 32, 64, 128 → Flatten → Dropout(0.5) →
+Dense(embedding_dim)``, with an L2 penalty of 1e-5
 on the conv kernels (here: the optimizer's weight decay instead). ``batch_norm=True`` inserts a
 BatchNorm after each convolution (and after the dense layer), the variant our best recipe uses.
 
@@ -32,17 +34,17 @@ def _exporting() -> bool:
 
 
 class SeedCNN(nn.Module):
-    """The seeds' three-block CNN: ``Tensor[N, C, H, W] -> Tensor[N, embedding_dim]``.
+    """The MNIST recipe's three-block CNN: ``Tensor[N, C, H, W] -> Tensor[N, embedding_dim]``.
 
     Args:
         embedding_dim: ``D >= 1``, 2 or 3 to plot the embeddings. Default: 3.
         in_channels: image channels. Default: 1.
         image_size: input side in pixels (28 for MNIST, 8 for digits), or ``(H, W)``.
             Default: 28.
-        widths: the three conv widths. Default: (32, 64, 128) (seed).
-        padding: zero padding added around the input first. Default: 2 (seed: 28 → 32).
-        dropout: dropout probability before the dense layer. Default: 0.5 (seed).
-        batch_norm: BatchNorm after each conv and on the embedding. Default: False (seed).
+        widths: the three conv widths. Default: (32, 64, 128) (the recipe's).
+        padding: zero padding added around the input first. Default: 2 (the recipe's: 28 → 32).
+        dropout: dropout probability before the dense layer. Default: 0.5 (the recipe's).
+        batch_norm: BatchNorm after each conv and on the embedding. Default: False (the recipe's).
         hidden: width of an extra dense layer (+ BatchNorm when ``batch_norm``, + ReLU) between
             the flattened features and the embedding layer, or None (seed: one dense layer).
         fused: fast path without BatchNorm: fused first block and bit-mask dropout (see the
@@ -93,7 +95,7 @@ class SeedCNN(nn.Module):
         previous = in_channels
         for i, width in enumerate(widths):
             check_int("widths[i]", width, minimum=1)
-            # The seed's ZeroPadding2D(p) followed by a "same" 3×3 conv is one conv padded 1 + p.
+            # Keras' ZeroPadding2D(p) followed by a "same" 3×3 conv is one conv padded 1 + p.
             pad = 1 + padding if i == 0 else 1
             layers.append(nn.Conv2d(previous, width, 3, padding=pad, bias=not batch_norm, **dd))
             if batch_norm:
