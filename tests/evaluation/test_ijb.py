@@ -460,6 +460,11 @@ def test_ijb_command(ijb_folder, tmp_path, monkeypatch, capsys):
     assert (run / "ijb" / "ijbc_roc.png").stat().st_size > 1000
     assert "ijbc_tar@far=1e-04" in (run / "ijb" / "ijbc_report.html").read_text()
     assert (run / "ijb" / "ijbc_features.npz").is_file()
+    # a later `marginface evaluate` keeps the IJB numbers beside its own
+    assert main(["--quiet", "evaluate", str(run), "--device", "cpu"]) == 0
+    evaluated = json.loads((run / "evaluation.json").read_text())
+    assert evaluated["ijbc_G1+G2_rank1"] == metrics["ijbc_G1+G2_rank1"]
+    assert "accuracy" in evaluated
     # an ablation reuses the cached features and is labelled
     monkeypatch.setattr(ijb_run, "run_embedder", lambda model, device: None)
     assert main(["ijb", str(run), "--data-dir", str(root), "--no-detector-score"]) == 0

@@ -20,13 +20,37 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
     evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
-    path = write_evaluation(evaluation, Path(args.run_dir) / EVALUATION_NAME)
+    path = Path(args.run_dir) / EVALUATION_NAME
+    kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
+    evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
+    path = write_evaluation(evaluation, path)
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _echo(args, f"written to {path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _ijb_results(path: Path) -> dict[str, float]:
+    """The IJB-B/C numbers ``marginface ijb`` merged into a run's ``evaluation.json`` (keys
+    ``ijbb...``/``ijbc...``; null read back as NaN), or ``{}``."""
+    import json
+    import math
+
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # unreadable: evaluate rewrites it whole
+    if not isinstance(saved, dict):
+        return {}
+    return {
+        k: (math.nan if v is None else v)
+        for k, v in saved.items()
+        if k.startswith(("ijbb", "ijbc")) and (v is None or isinstance(v, (int, float)))
+    }
 
 
 def _evaluate_backbone(args: argparse.Namespace) -> int:
