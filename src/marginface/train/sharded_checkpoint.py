@@ -17,7 +17,8 @@ Tensor keys: ``model/<name>`` (replicated), ``loss/<name>`` (the class centers a
 Writing is atomic at the level of the folder: every rank writes into
 ``.checkpoint.<epoch>.tmp/``; after a barrier rank 0 adds ``marginface.json`` and swaps the
 folder in (``checkpoint/`` → ``.checkpoint.old/``, the new one → ``checkpoint/``, the old one
-removed). A kill between the two renames is repaired by the next run (:func:`recover`).
+removed). A kill between the two renames is repaired by the next run (:func:`recover`, once,
+under a lock, whichever ranks look at the folder at the same time).
 
 Reading is safe: DCP's own reader unpickles ``.metadata`` with plain :mod:`pickle`; here it is
 read by an unpickler that admits only DCP's metadata classes, ``torch.Size``, dtypes and paths,
@@ -27,12 +28,15 @@ checked against ``marginface.json`` first.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
 import pickle
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +68,7 @@ SHARDED_CHECKPOINT_NAME = "checkpoint"
 SIDECAR_NAME = "marginface.json"
 SHARDED_FORMAT = "marginface-sharded-checkpoint"
 _OLD = ".checkpoint.old"
+_REPAIR_LOCK = ".checkpoint.lock"
 _SIDECAR_KEYS = ("epoch", "config", "meta", "history", "optimizer", "scheduler", "files")
 
 _SAFE_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
@@ -135,19 +140,40 @@ def sharded_checkpoint_on_disk(run_dir: str | Path) -> bool:
     )
 
 
+@contextlib.contextmanager
+def _repair_lock(run_dir: Path) -> Iterator[None]:
+    """Exclusive ``flock`` on ``run_dir/.checkpoint.lock`` while one process repairs: the ranks
+    of a restarted job all look at the folder before any process group exists, and two repairs
+    at once could delete the only complete checkpoint. The lock file stays (removing it would
+    let a waiting process lock a file no longer in the folder)."""
+    with open(run_dir / _REPAIR_LOCK, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def recover(run_dir: str | Path) -> None:
     """Repair a kill between the two renames of a checkpoint swap: when ``checkpoint/`` is
-    missing or incomplete and ``.checkpoint.old/`` is complete, put the old one back."""
+    missing or incomplete and ``.checkpoint.old/`` is complete, put the old one back.
+
+    Safe to call from every rank at once (on one host, or on a shared file system with
+    ``flock``): one process repairs under a lock, the others then find the repaired folder.
+    """
     run_dir = Path(run_dir)
     current, old = run_dir / SHARDED_CHECKPOINT_NAME, run_dir / _OLD
     if not old.is_dir():
-        return
-    if (current / SIDECAR_NAME).is_file():
-        shutil.rmtree(old, ignore_errors=True)
-    elif (old / SIDECAR_NAME).is_file():
-        if current.exists():
-            shutil.rmtree(current)
-        old.rename(current)
+        return  # nothing set aside: no swap was cut short
+    with _repair_lock(run_dir):
+        if not old.is_dir():
+            return  # another process repaired it while this one waited
+        if (current / SIDECAR_NAME).is_file():
+            shutil.rmtree(old, ignore_errors=True)
+        elif (old / SIDECAR_NAME).is_file():
+            if current.exists():
+                shutil.rmtree(current)
+            old.rename(current)
 
 
 def _digests(folder: Path) -> dict[str, str]:
