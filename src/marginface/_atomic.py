@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
+    "DISK_FULL_ERRNOS",
     "DiskFullError",
     "atomic_write",
     "atomic_write_bytes",
@@ -39,7 +40,8 @@ __all__ = [
 
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.(?:tmp|part)$")
 _OLD_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")  # before this module
-_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+"""The ``errno`` values of a full file system (or a quota, or a file-size limit)."""
 _WRITER_FAILURES = ("write", "unexpected pos", "inline_container")
 """Words of torch's serializer errors that may mean a full disk (then checked by free space)."""
 
@@ -67,7 +69,7 @@ def default_file_mode() -> int:
 
 
 def _looks_like_full_disk(error: BaseException, folder: Path, written: int = 0) -> bool:
-    if isinstance(error, OSError) and error.errno in _FULL_ERRNOS:
+    if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
         return True
     text = str(error).lower()
     if isinstance(error, RuntimeError) and any(sign in text for sign in _WRITER_FAILURES):

@@ -44,10 +44,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from .._atomic import atomic_write_text
+from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
 from ..head import MarginSoftmaxLoss, class_rows
 from .checkpoint import CheckpointError
 
@@ -60,6 +61,7 @@ __all__ = [
     "load_sharded_tensors",
     "read_sidecar",
     "recover",
+    "save_failure",
     "save_sharded_checkpoint",
     "sharded_checkpoint_on_disk",
 ]
@@ -221,6 +223,31 @@ def _tensor_state(
     return tensors, {"param_groups": state["param_groups"], "state": plain}
 
 
+def save_failure(error: CheckpointException, staging: Path) -> Exception:
+    """One exception for DCP's ``CheckpointException`` (every rank's failure with its
+    traceback, 80 lines and more): :class:`~marginface._atomic.DiskFullError` naming the file
+    when a rank's write found the disk full, else :class:`OSError` or
+    :class:`~marginface.train.checkpoint.CheckpointError` with the first failure in a line."""
+    failures = sorted(error.failures.items())
+    for _, (failure, _trace) in failures:
+        cause: BaseException | None = failure
+        while cause is not None:
+            if isinstance(cause, OSError) and cause.errno in DISK_FULL_ERRNOS:
+                where = cause.filename or staging
+                return DiskFullError(cause.errno, f"disk full: could not write {where}", str(where))
+            cause = cause.__cause__ or cause.__context__
+    if not failures:
+        return CheckpointError(f"could not write the sharded checkpoint {staging}")
+    rank, (failure, _) = failures[0]
+    text = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+    if isinstance(failure, OSError):
+        return OSError(failure.errno, f"rank {rank}: {failure.strerror or text}", str(staging))
+    return CheckpointError(
+        f"could not write the sharded checkpoint {staging}: rank {rank}: "
+        f"{type(failure).__name__}: {text}"
+    )
+
+
 def save_sharded_checkpoint(
     run_dir: str | Path,
     *,
@@ -240,7 +267,10 @@ def save_sharded_checkpoint(
     dist.barrier()
     tensors, optimizer_json = _tensor_state(model, loss, optimizer)
     tensors[f"rng/{rank}"] = torch.get_rng_state()
-    dcp.save(tensors, checkpoint_id=staging)
+    try:
+        dcp.save(tensors, checkpoint_id=staging)
+    except CheckpointException as error:  # a BaseException in torch 2.13: caught here
+        raise save_failure(error, staging) from None
     dist.barrier()
     final = run_dir / SHARDED_CHECKPOINT_NAME
     if rank == 0:
