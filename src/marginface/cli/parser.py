@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode = train.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the run in --out")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    mode.add_argument(
+        "--resume-if-exists",
+        action="store_true",
+        help="continue the run in --out if it has a checkpoint, else start it (one command "
+        "line for the first launch and every restart: torchrun --max-restarts, requeued jobs)",
+    )
     train.add_argument(
         "--drop-non-dominant",
         type=Path,

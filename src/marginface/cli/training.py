@@ -19,6 +19,8 @@ DEMO_LOSSES = ("normface", "cosface", "arcface", "curricularface")
 def cmd_train(args: argparse.Namespace) -> int:
     if args.init_from is not None and args.drop_non_dominant is not None:
         raise ValueError("--init-from and --drop-non-dominant both choose the starting weights")
+    if args.resume_if_exists:
+        _resume_or_start(args)
     if args.drop_non_dominant is not None:
         return _train_with_dominant_centers(args)
     if args.drop_outliers is not None:
@@ -34,6 +36,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         config, saved = _resumed_config(args, out)
         return _fit(args, config, out, resume=saved)
     return _fit(args, config, out)
+
+
+def _resume_or_start(args: argparse.Namespace) -> None:
+    """``--resume-if-exists``: the same command line starts a run and continues it after a
+    restart (torchrun ``--max-restarts``, a requeued job). When ``--out`` holds a checkpoint the
+    command becomes ``--resume`` (``--init-from`` is then ignored: the run's own weights are
+    newer); otherwise it starts afresh, replacing a run folder that holds no checkpoint yet (a
+    run killed in its first epoch) and refusing any other non-empty folder."""
+    from ..train.run_state import has_saved_run
+
+    if args.out is None:
+        raise ValueError("--resume-if-exists needs --out RUN (the folder to continue)")
+    if args.drop_non_dominant is not None:
+        raise ValueError("--resume-if-exists does not go with --drop-non-dominant")
+    if has_saved_run(args.out):
+        args.resume, args.init_from = True, None
+    else:
+        args.overwrite = True  # prepare_run_dir never deletes a folder that is not a run
 
 
 def _fit(
