@@ -11,6 +11,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from .options import add_backbone_source_arguments
+
 __all__ = ["add_align_arguments", "add_ijb_arguments", "run_align", "run_ijb"]
 
 
@@ -63,19 +65,7 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     pretrained = parser.add_argument_group(
         "a pretrained backbone, no run folder (docs/backbones.md); --out is then required"
     )
-    source = pretrained.add_mutually_exclusive_group()
-    source.add_argument(
-        "--backbone",
-        type=Path,
-        metavar="FILE",
-        help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors), opened safely",
-    )
-    source.add_argument("--onnx", type=Path, metavar="FILE", help="an ONNX embedding model")
-    pretrained.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
-    pretrained.add_argument(
-        "--bgr", action="store_true", help="the model expects BGR input (crops are RGB)"
-    )
-    pretrained.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
+    add_backbone_source_arguments(pretrained)
     parser.add_argument(
         "--data-dir", type=Path, required=True, help="the IJB folder (loose_crop/, meta/)"
     )

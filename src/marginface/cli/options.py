@@ -206,3 +206,27 @@ def _add_progress_option(parser: argparse.ArgumentParser) -> None:
         f"img/s, ETA) every S seconds and at every epoch's end instead of a bar (default "
         f"{DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
     )
+
+
+def add_backbone_source_arguments(group: Any) -> None:
+    """A pretrained backbone instead of a run folder (``evaluate``, ``ijb``): ``--backbone
+    FILE`` or ``--onnx FILE``, ``--model``, ``--bgr``, ``--embedding-dim`` (the arguments of
+    :func:`~marginface.models.pretrained.load_backbone`)."""
+    source = group.add_mutually_exclusive_group()
+    source.add_argument(
+        "--backbone",
+        type=Path,
+        metavar="FILE",
+        help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors: insightface's backbone.pth, "
+        "an AdaFace IR checkpoint, marginface's export), opened safely",
+    )
+    source.add_argument(
+        "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"
+    )
+    group.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    group.add_argument(
+        "--bgr",
+        action="store_true",
+        help="the model expects BGR input (the images are RGB; reversed before the model)",
+    )
+    group.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")

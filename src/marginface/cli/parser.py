@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import _add_progress_option, _add_train_options
+from .options import _add_progress_option, _add_train_options, add_backbone_source_arguments
 from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
 from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
 
@@ -103,18 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained = evaluate.add_argument_group(
         "a pretrained backbone, no run folder (docs/backbones.md)"
     )
-    source = pretrained.add_mutually_exclusive_group()
-    source.add_argument(
-        "--backbone",
-        type=Path,
-        metavar="FILE",
-        help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors: insightface's backbone.pth, "
-        "an AdaFace IR checkpoint, marginface's export), opened safely",
-    )
-    source.add_argument(
-        "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"
-    )
-    pretrained.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    add_backbone_source_arguments(pretrained)
     pretrained.add_argument(
         "--data-dir",
         type=Path,
@@ -124,12 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
     )
-    pretrained.add_argument(
-        "--bgr",
-        action="store_true",
-        help="the model expects BGR input (the images are RGB; reversed before the model)",
-    )
-    pretrained.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
     pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
