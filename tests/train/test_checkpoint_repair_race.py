@@ -51,7 +51,8 @@ def test_ranks_repairing_at_once_keep_the_only_complete_checkpoint(tmp_path):
         _half_swapped(run, partial_current=round_ % 2 == 1)
         barrier = context.Barrier(RANKS)
         ranks = [
-            context.Process(target=_rank, args=(str(run), barrier, errors)) for _ in range(RANKS)
+            context.Process(target=_rank, args=(str(run), barrier, errors), daemon=True)
+            for _ in range(RANKS)
         ]
         for process in ranks:
             process.start()
