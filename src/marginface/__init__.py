@@ -29,8 +29,12 @@ from .losses import (
     MVAMSoftmaxLoss,
     MVArcSoftmaxLoss,
     NormFaceLoss,
+    SphereFace2ALoss,
+    SphereFace2Loss,
+    SphereFace2MLoss,
     SphereFaceLoss,
     SubCenterArcFaceLoss,
+    UniFaceLoss,
 )
 from .registry import create_loss, get_loss_class, list_losses, register_loss
 
@@ -53,8 +57,12 @@ __all__ = [
     "MagFaceLoss",
     "MarginSoftmaxLoss",
     "NormFaceLoss",
+    "SphereFace2ALoss",
+    "SphereFace2Loss",
+    "SphereFace2MLoss",
     "SphereFaceLoss",
     "SubCenterArcFaceLoss",
+    "UniFaceLoss",
     "__version__",
     "create_loss",
     "functional",

@@ -53,7 +53,9 @@ from .margins import (
     MVAMSoftmaxMargin,
     MVArcSoftmaxMargin,
     NormFaceMargin,
+    SphereFace2Margin,
     SphereFaceMargin,
+    UniFaceMargin,
 )
 from .margins.base import Margin
 from .registry import register_loss
@@ -77,8 +79,12 @@ __all__ = [
     "MagFaceLoss",
     "NamedLoss",
     "NormFaceLoss",
+    "SphereFace2ALoss",
+    "SphereFace2Loss",
+    "SphereFace2MLoss",
     "SphereFaceLoss",
     "SubCenterArcFaceLoss",
+    "UniFaceLoss",
     "head_option_defaults",
     "margin_defaults",
 ]
@@ -440,3 +446,28 @@ class CircleLoss(NamedLoss, margin=CircleMargin, positional=("margin", "scale"))
 class ArcNegFaceLoss(NamedLoss, margin=ArcNegFaceMargin, positional=("margin", "scale")):
     """ArcNegFace (Liu et al., 2019): ArcFace's ``s·cos(θ_y + m)``, non-targets re-weighted by
     a Gaussian of their distance to it."""
+
+
+@register_loss("sphereface2", "sphereface2-c")
+class SphereFace2Loss(NamedLoss, margin=SphereFace2Margin, positional=("margin", "scale")):
+    """SphereFace2 (Wen et al., 2022), one-vs-all: ``λ·softplus(-(r·f(cos θ_y) + b)) + (1 - λ)·
+    Σ_j softplus(r·h(cos θ_j) + b)`` with a learned bias ``b``; variant C (additive cosine,
+    the authors' default) unless ``variant`` says otherwise."""
+
+
+@register_loss("sphereface2-a")
+class SphereFace2ALoss(SphereFace2Loss, defaults={"variant": "A", "margin": 0.5}):
+    """SphereFace2-A: additive angular margin ``g(cos(θ_y + m))``, ``m = 0.5`` rad (the
+    authors' configuration)."""
+
+
+@register_loss("sphereface2-m")
+class SphereFace2MLoss(SphereFace2Loss, defaults={"variant": "M", "margin": 1.7}):
+    """SphereFace2-M: multiplicative angular margin ``g(cos(m·θ_y))``, ``m = 1.7`` (the
+    authors' configuration)."""
+
+
+@register_loss("uniface", "uce")
+class UniFaceLoss(NamedLoss, margin=UniFaceMargin, positional=("margin", "scale")):
+    """UniFace (Zhou et al., 2023), the unified cross-entropy: ``softplus(b - s(cos θ_y - m)) +
+    λ·Σ_j softplus(s·cos θ_j - b)`` with one learned threshold ``b`` for all classes."""

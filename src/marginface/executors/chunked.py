@@ -61,6 +61,7 @@ from .chunk_plan import (
     scale_in_gemm,
     triton_available,
 )
+from .binary_loop import chunked_binary_loss, sharded_binary_loss
 from .chunk_workspace import PROJECTION_BLOCK, ROW_DOT_BLOCK
 from .chunked_function import ChunkedMarginCrossEntropy
 from .dense import compute_dtype, row_norms
@@ -138,6 +139,11 @@ def chunked_margin_cross_entropy(
         ``Tensor[N]``, float32 (or float64).
     """
     check_chunkable(margin)
+    if margin.objective == "binary":  # one-vs-all: Σ softplus instead of log-sum-exp
+        return chunked_binary_loss(
+            embeddings, weight, labels, margin, sub_centers=sub_centers, chunk_size=chunk_size,
+            kernels=kernels, sampled_classes=sampled_classes,
+        )  # fmt: skip
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     if chunk_size is not None:
         chunk_size = check_int("chunk_size", chunk_size, minimum=1)
@@ -216,6 +222,11 @@ def sharded_margin_cross_entropy(
         reaching ``embeddings`` is this rank's rows of the gradient of the global loss.
     """
     check_chunkable(margin)
+    if margin.objective == "binary":  # one-vs-all: Σ softplus, the sums all-reduced
+        return sharded_binary_loss(
+            embeddings, weight, targets, labels, margin, shard, sub_centers=sub_centers,
+            chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
+        )  # fmt: skip
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     kernels = requested_kernels(kernels)  # the environment variable, read once
     dtype = compute_dtype(embeddings, weight)

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..margins.base import Margin
+from ..margins.binary import softplus
 
-__all__ = ["REDUCTIONS", "logits_cross_entropy", "margin_loss", "reduce_loss"]
+__all__ = [
+    "REDUCTIONS",
+    "binary_cross_entropy",
+    "logits_cross_entropy",
+    "margin_loss",
+    "reduce_loss",
+]
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -68,6 +76,26 @@ def logits_cross_entropy(
     reduction: str = "none",
 ) -> Tensor:
     """:func:`margin_loss` of the softmax cross-entropy of the margin's ``logits``
-    (``Tensor[N, C]``, labels ``Tensor[N]`` int64 in ``[0, C)``)."""
+    (``Tensor[N, C]``, labels ``Tensor[N]`` int64 in ``[0, C)``), or, for a margin whose
+    :attr:`~marginface.margins.base.Margin.objective` is ``"binary"``, of its one-vs-all loss
+    (:func:`binary_cross_entropy`)."""
+    if margin.objective == "binary":
+        cross_entropy = binary_cross_entropy(logits, labels, margin)  # (N,)
+        return margin_loss(cross_entropy, margin, norms, reduction=reduction)
     cross_entropy = F.cross_entropy(logits, labels, reduction="none")  # (N,)
     return margin_loss(cross_entropy, margin, norms, reduction=reduction)
+
+
+def binary_cross_entropy(logits: Tensor, labels: Tensor, margin: Margin) -> Tensor:
+    """The one-vs-all loss of a binary margin (:mod:`marginface.margins.binary`), per sample:
+    ``w_+·softplus(-z_y) + w_-·Σ_{j≠y} softplus(z_j)`` of its ``logits`` (``Tensor[N, C]``,
+    :meth:`~marginface.margins.binary.BinaryMargin.apply`) and ``labels`` (``Tensor[N]``
+    int64 in ``[0, C)``, or -1: no target term), ``Tensor[N]``. The chunked executor computes
+    the same chunk by chunk (:mod:`~marginface.executors.binary_loop`)."""
+    has_target = labels >= 0  # (N,)
+    index = labels.clamp_min(0)  # (N,)
+    is_target = F.one_hot(index, logits.shape[1]).bool() & has_target.unsqueeze(1)  # (N, C)
+    negative = torch.where(is_target, 0.0, softplus(logits)).sum(dim=1)  # (N,)
+    positive = softplus(-logits.gather(1, index.unsqueeze(1)).squeeze(1))  # (N,)
+    positive = torch.where(has_target, positive, 0.0)
+    return margin.positive_weight * positive + margin.negative_weight * negative

@@ -8,6 +8,7 @@ from .adaface import AdaFaceMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
 from .arcnegface import ArcNegFaceMargin
 from .base import GRADIENT_MODES, Context, Margin
+from .binary import BinaryMargin
 from .circle import CircleMargin
 from .combined import CombinedMargin
 from .cosface import CosFaceMargin
@@ -18,14 +19,18 @@ from .magface import MagFaceMargin
 from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
 from .sphereface import SphereFaceMargin
+from .sphereface2 import SPHEREFACE2_VARIANTS, SphereFace2Margin
+from .uniface import UniFaceMargin
 
 __all__ = [
     "ANGLE_POLICIES",
     "GRADIENT_MODES",
+    "SPHEREFACE2_VARIANTS",
     "AdaCosMargin",
     "AdaFaceMargin",
     "ArcFaceMargin",
     "ArcNegFaceMargin",
+    "BinaryMargin",
     "CircleMargin",
     "CombinedMargin",
     "Context",
@@ -38,5 +43,7 @@ __all__ = [
     "MagFaceMargin",
     "Margin",
     "NormFaceMargin",
+    "SphereFace2Margin",
     "SphereFaceMargin",
+    "UniFaceMargin",
 ]

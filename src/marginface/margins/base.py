@@ -25,6 +25,8 @@ need from declarations on the margin, never from its type:
 * :meth:`Margin.statistics_scale` and :meth:`Margin.prepare_with_statistics` -- a batch
   statistic over the non-target logits that ``prepare`` needs (AdaCos's ``B_avg``), which such
   an executor computes in one extra pass over the classes.
+* :attr:`Margin.objective` -- the reduction: softmax cross-entropy (``"softmax"``) or the
+  one-vs-all sum of softplus terms (``"binary"``, :mod:`marginface.margins.binary`).
 
 A new margin gets the chunked, sharded and Partial FC paths by declaring these (docs/fused.md).
 """
@@ -85,6 +87,11 @@ class Margin(nn.Module):
 
     stateful: ClassVar[bool] = False
     """Whether the margin updates buffers in training mode (CurricularFace's t, AdaCos's s...)."""
+
+    objective: ClassVar[str] = "softmax"
+    """How the executors reduce this margin's logits: ``"softmax"`` (softmax cross-entropy over
+    the classes, a log-sum-exp) or ``"binary"`` (one-vs-all: a sum of per-class softplus terms;
+    :class:`~marginface.margins.binary.BinaryMargin`, SphereFace2 and UniFace)."""
 
     def __init__(
         self, *, gradient: str = "exact", interclass_filtering_threshold: float = 0.0

@@ -1,0 +1,104 @@
+r"""UniFace (Zhou et al., ICCV 2023): the unified cross-entropy (UCE) loss.
+
+One threshold ``b`` (learned, shared by all classes) separates every positive sample-to-class
+similarity from every negative one (:mod:`~marginface.margins.binary`):
+
+.. math::
+    L_i = \log\big(1 + e^{-(s(\cos\theta_{iy_i} - m) - b)}\big)
+          + \lambda\sum_{j\ne y_i}\log\big(1 + e^{s\cos\theta_{ij} - b}\big)
+
+``m = 0`` is the plain UCE loss, ``m > 0`` UCE with a margin (the authors' released head,
+``CVI-SZU/UniFace`` ``head.py`` ``Unified_Cross_Entropy_Loss``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .._validation import check_int, check_real
+from .binary import BinaryMargin
+
+__all__ = ["UniFaceMargin", "uniface_initial_bias"]
+
+
+def uniface_initial_bias(num_classes: int, sample_rate: float = 1.0) -> float:
+    """The authors' initial threshold ``b_0 = log(10·C·r)`` (``head.py``), with ``r`` the
+    Partial FC sampling rate (the number of classes a step sums over is ``C·r``)."""
+    return math.log(10.0 * num_classes * sample_rate)
+
+
+class UniFaceMargin(BinaryMargin):
+    r"""UniFace's unified cross-entropy (Zhou et al., ICCV 2023), with an additive cosine margin.
+
+    .. math::
+        z_y = s(\cos\theta_y - m) - b, \qquad z_j = s\cos\theta_j - b, \qquad
+        L = \mathrm{softplus}(-z_y) + \lambda\textstyle\sum_{j\ne y}\mathrm{softplus}(z_j)
+
+    Defaults are the authors' released code's (``head.py``: ``m = 0.4``, ``s = 64``,
+    ``l = 1``, ``b_0 = log(10·C·r)``).
+
+    Args:
+        margin: ``m >= 0`` in cosine units (0: UCE without margin). Default: 0.4.
+        scale: ``s > 0``. Default: 64.0.
+        negative_weight: ``λ >= 0``, the weight of each negative term (the code's ``l``).
+            Default: 1.0.
+        clamp_logits: clamp every logit to ``[-s, s]`` before the softplus (value and
+            gradient), as the authors' code does to keep its ``log(1 + exp(·))`` finite.
+            Default: False (the paper's loss; marginface's softplus is finite everywhere).
+        gradient: ``"exact"`` or ``"straight_through"`` (identical here: the margin is a shift).
+        num_classes, sample_rate: ``C`` and the Partial FC rate ``r``, for the initial
+            threshold :func:`uniface_initial_bias` (filled from the head).
+        device: where the bias is created (filled from the head).
+
+    Attributes:
+        bias: ``Parameter[]``, the threshold ``b`` in logit units.
+    """
+
+    bias_sign = -1.0
+
+    def __init__(
+        self,
+        margin: float = 0.4,
+        scale: float = 64.0,
+        *,
+        negative_weight: float = 1.0,
+        clamp_logits: bool = False,
+        gradient: str = "exact",
+        num_classes: int = 2,
+        sample_rate: float = 1.0,
+        device: torch.device | str | None = None,
+    ) -> None:
+        if not isinstance(clamp_logits, bool):
+            raise TypeError(f"clamp_logits must be a bool, got {clamp_logits!r}")
+        scale = check_real("scale", scale, positive=True)
+        num_classes = check_int("num_classes", num_classes, minimum=2)
+        sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
+        super().__init__(
+            scale=scale,
+            positive_weight=1.0,
+            negative_weight=negative_weight,
+            bias=uniface_initial_bias(num_classes, sample_rate),
+            logit_clamp=scale if clamp_logits else None,
+            gradient=gradient,
+            device=device,
+        )
+        self.margin = check_real("margin", margin, nonnegative=True)
+        self.clamp_logits = clamp_logits
+
+    def target_similarity(self, cos_target: Tensor) -> Tensor:
+        return cos_target - self.margin
+
+    def nontarget_similarity(self, cosine: Tensor) -> Tensor:
+        return cosine
+
+    def nontarget_similarity_slope(self, cosine: Tensor) -> Tensor:
+        return torch.ones_like(cosine)
+
+    def extra_repr(self) -> str:
+        return (
+            f"margin={self.margin}, {super().extra_repr()}, "
+            f"negative_weight={self.negative_weight}"
+        )
