@@ -48,6 +48,7 @@ from torch import Tensor
 
 from .._validation import check_int
 from ..margins.base import Margin
+from .binary_loop import chunked_binary_loss, sharded_binary_loss
 from .chunk_plan import (
     DEFAULT_CHUNK_BYTES,
     KERNELS,
@@ -61,7 +62,6 @@ from .chunk_plan import (
     scale_in_gemm,
     triton_available,
 )
-from .binary_loop import chunked_binary_loss, sharded_binary_loss
 from .chunk_workspace import PROJECTION_BLOCK, ROW_DOT_BLOCK
 from .chunked_function import ChunkedMarginCrossEntropy
 from .dense import compute_dtype, row_norms

@@ -136,7 +136,8 @@ class SphereFace2Margin(BinaryMargin):
             raise ValueError(f"power must be >= 1, got {power!r}")
         loss_weight = check_real("loss_weight", loss_weight, positive=True)
         num_classes = check_int("num_classes", num_classes, minimum=2)
-        self.margin, self.power, self.balance, self.loss_weight = margin, power, balance, loss_weight
+        self.margin, self.power = margin, power
+        self.balance, self.loss_weight = balance, loss_weight
         zero = torch.zeros((), dtype=torch.float64)
         bias = sphereface2_initial_bias(
             num_classes,
@@ -161,7 +162,8 @@ class SphereFace2Margin(BinaryMargin):
             shifted = torch.where(beyond, -1.0, cos_add(cosine, self.margin))
         else:  # cos(m·θ), held at -1 once m·θ >= π
             theta = arccos(cosine)
-            shifted = torch.where(theta * self.margin >= math.pi, -1.0, torch.cos(theta * self.margin))
+            angle = theta * self.margin
+            shifted = torch.where(angle >= math.pi, -1.0, torch.cos(angle))
         return similarity_adjustment(shifted, self.power)
 
     def _nontarget(self, cosine: Tensor) -> Tensor:

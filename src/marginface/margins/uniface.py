@@ -99,6 +99,5 @@ class UniFaceMargin(BinaryMargin):
 
     def extra_repr(self) -> str:
         return (
-            f"margin={self.margin}, {super().extra_repr()}, "
-            f"negative_weight={self.negative_weight}"
+            f"margin={self.margin}, {super().extra_repr()}, negative_weight={self.negative_weight}"
         )
