@@ -13,8 +13,15 @@ from marginface.margins import AdaCosMargin, ArcFaceMargin
 
 ALL = marginface.list_losses()
 
-DELIBERATE = {("amsoftmax", "scale"): AM_SOFTMAX_SCALE}
-"""Named-loss defaults that differ from their margin's on purpose (AM-Softmax's paper: s = 30)."""
+DELIBERATE = {
+    ("amsoftmax", "scale"): AM_SOFTMAX_SCALE,
+    ("sphereface2-a", "variant"): "A",
+    ("sphereface2-a", "margin"): 0.5,
+    ("sphereface2-m", "variant"): "M",
+    ("sphereface2-m", "margin"): 1.7,
+}
+"""Named-loss defaults that differ from their margin's on purpose (AM-Softmax's paper: s = 30;
+SphereFace2-A and -M: the variant, and its margin from the authors' configurations)."""
 
 NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")}
 """Margin options a named loss does not take (the margin leaves the target cosine as it is, so

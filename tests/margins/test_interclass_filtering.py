@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import marginface
 from marginface.executors.chunked import chunked_margin_cross_entropy
 from marginface.executors.dense import dense_margin_cross_entropy
+from marginface.executors.margin_loss import binary_cross_entropy
 from marginface.margins import ArcFaceMargin, CosFaceMargin, Margin, NormFaceMargin
 from marginface.margins.filtering import interclass_filter
 
@@ -212,7 +213,11 @@ def test_every_loss_filters_on_dense_as_its_unfiltered_margin_on_filtered_cosine
     dirty = _manual_filter(cos2.detach(), labels, THRESHOLD) != cos2.detach()
     cos2 = torch.where(dirty, 0.0, cos2)
     norms = x2.norm(dim=1) if plain.margin.requires_norms else None
-    loss2 = F.cross_entropy(plain.margin.apply(cos2, labels, norms), labels)
+    logits2 = plain.margin.apply(cos2, labels, norms)
+    if plain.margin.objective == "binary":  # one-vs-all: Σ softplus (SphereFace2, UniFace)
+        loss2 = binary_cross_entropy(logits2, labels, plain.margin).mean()
+    else:
+        loss2 = F.cross_entropy(logits2, labels)
     regularizer = plain.margin.regularizer(norms)
     if regularizer is not None:
         loss2 = loss2 + regularizer.mean()

@@ -184,10 +184,13 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             target_logit = margin.target_logit(cos_leaf.clamp(-1.0, 1.0), bias_leaf)  # (N,)
             positive = margin.positive_weight * softplus(-target_logit)  # (N,)
 
+        threshold = margin.interclass_filtering_threshold
         negative = torch.zeros_like(cos_raw)  # (N,), Σ_{j≠y} softplus(z_ij)
         with torch.no_grad():
             for start, stop in chunks.ranges():
                 cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
+                if threshold > 0:  # inter-class filtering (the target column is set below)
+                    cos = cos.masked_fill_(cos > threshold, 0.0)
                 terms = softplus(margin.nontarget_logit(cos, b))  # (N, c)
                 slot_rows, slot_cols = chunks.target_slots(start, stop)
                 terms[slot_rows, slot_cols] = 0.0  # the target enters separately
@@ -221,8 +224,13 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
         grad_bias = torch.zeros((), dtype=x_hat.dtype, device=x_hat.device)  # this rank's share
         row_weight = (grad * margin.negative_weight).unsqueeze(1)  # (N, 1)
+        threshold = margin.interclass_filtering_threshold
         for start, stop in chunks.ranges():
             cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
+            dirty = None
+            if threshold > 0:  # filtered entries: value 0, gradient 0
+                dirty = cos > threshold  # (N, c)
+                cos = cos.masked_fill_(dirty, 0.0)
             z, slope, bias_slope = margin.nontarget_logit_slopes(cos, ctx.bias)
             g_logit = torch.sigmoid(z).mul_(row_weight)  # (N, c), ∂L/∂z
             slot_rows, slot_cols = chunks.target_slots(start, stop)
@@ -232,6 +240,8 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             else:
                 grad_bias += g_logit.sum() * bias_slope
             g_cos = g_logit.mul_(slope)  # (N, c), ∂L/∂cos
+            if dirty is not None:
+                g_cos = g_cos.masked_fill_(dirty, 0.0)
             del z, slope, bias_slope
             _add_chunk_gradient(chunks, start, stop, g_cos, best, grad_x_hat, grad_weight)
             del g_cos, best

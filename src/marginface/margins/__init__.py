@@ -8,7 +8,6 @@ from .adaface import AdaFaceMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
 from .arcnegface import ArcNegFaceMargin
 from .base import GRADIENT_MODES, Context, Margin
-from .binary import BinaryMargin
 from .circle import CircleMargin
 from .combined import CombinedMargin
 from .cosface import CosFaceMargin
@@ -30,7 +29,6 @@ __all__ = [
     "AdaFaceMargin",
     "ArcFaceMargin",
     "ArcNegFaceMargin",
-    "BinaryMargin",
     "CircleMargin",
     "CombinedMargin",
     "Context",

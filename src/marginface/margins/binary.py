@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from .._validation import check_device, check_real
 from .base import Context, Margin
+from .filtering import interclass_filter
 
 __all__ = ["BinaryMargin", "softplus"]
 
@@ -59,6 +60,9 @@ class BinaryMargin(Margin):
         gradient: ``"exact"`` (default) or ``"straight_through"``: ``f`` and ``g`` are then
             treated as constant shifts of the cosine, ``∂z/∂cos θ = s`` for every class (the
             margin applied under ``no_grad``, as OpenSphere's SphereFace2-A and -M).
+        interclass_filtering_threshold: ``τ`` in [0, 1]; above 0, non-target cosines ``> τ``
+            are set to 0 (value and gradient) before ``g``, on every executor (see
+            :class:`~marginface.margins.base.Margin`). Default: 0 (off).
         device: where the bias is created.
 
     Attributes:
@@ -79,9 +83,12 @@ class BinaryMargin(Margin):
         bias: float,
         logit_clamp: float | None = None,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(gradient=gradient)
+        super().__init__(
+            gradient=gradient, interclass_filtering_threshold=interclass_filtering_threshold
+        )
         self.scale = check_real("scale", scale, positive=True)
         self.positive_weight = check_real("positive_weight", positive_weight, positive=True)
         self.negative_weight = check_real("negative_weight", negative_weight, nonnegative=True)
@@ -158,8 +165,11 @@ class BinaryMargin(Margin):
 
     def apply(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
         """The binary logits ``Tensor[N, C]``: ``z_y`` at each row's label, ``z_j`` elsewhere
-        (rows labelled ``-1`` hold non-target logits only). The executors reduce them with
-        :func:`~marginface.executors.binary_loop.binary_cross_entropy`."""
+        (rows labelled ``-1`` hold non-target logits only), after inter-class filtering. The
+        executors reduce them with
+        :func:`~marginface.executors.margin_loss.binary_cross_entropy`."""
+        if self.interclass_filtering_threshold > 0:
+            cosine = interclass_filter(cosine, labels, self.interclass_filtering_threshold)
         has_target = labels >= 0  # (N,)
         index = labels.clamp_min(0).unsqueeze(1)  # (N, 1)
         logits = self.nontarget_logit(cosine, self.bias)  # (N, C)
@@ -189,4 +199,4 @@ class BinaryMargin(Margin):
             parts.append(f"logit_clamp={self.logit_clamp}")
         if self.gradient != "exact":
             parts.append(f"gradient={self.gradient!r}")
-        return ", ".join(parts)
+        return ", ".join(parts) + self._filtering_repr()

@@ -64,6 +64,8 @@ def sphereface2_initial_bias(
     .. math:: b_0 = \log 2z - a_i - \log\Big(1 - z + \sqrt{(1 - z)^2 + 4z\,e^{a_y - a_i}}\Big)
 
     Args:
+        interclass_filtering_threshold: ``τ`` in [0, 1] (0: off; see
+            :class:`~marginface.margins.binary.BinaryMargin`). Default: 0.
         num_classes: ``C >= 2``.
         balance: ``λ`` in (0, 1).
         target_logit, nontarget_logit: ``a_y = r·f(0)``, ``a_i = r·h(0)``.
@@ -117,6 +119,7 @@ class SphereFace2Margin(BinaryMargin):
         power: float = 3.0,
         loss_weight: float = 50.0,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         num_classes: int = 2,
         device: torch.device | str | None = None,
     ) -> None:
@@ -151,6 +154,7 @@ class SphereFace2Margin(BinaryMargin):
             negative_weight=loss_weight * (1.0 - balance) / scale,
             bias=bias,
             gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
             device=device,
         )
 

@@ -49,6 +49,8 @@ class UniFaceMargin(BinaryMargin):
             gradient), as the authors' code does to keep its ``log(1 + exp(·))`` finite.
             Default: False (the paper's loss; marginface's softplus is finite everywhere).
         gradient: ``"exact"`` or ``"straight_through"`` (identical here: the margin is a shift).
+        interclass_filtering_threshold: ``τ`` in [0, 1] (0: off; see
+            :class:`~marginface.margins.binary.BinaryMargin`). Default: 0.
         num_classes, sample_rate: ``C`` and the Partial FC rate ``r``, for the initial
             threshold :func:`uniface_initial_bias` (filled from the head).
         device: where the bias is created (filled from the head).
@@ -67,6 +69,7 @@ class UniFaceMargin(BinaryMargin):
         negative_weight: float = 1.0,
         clamp_logits: bool = False,
         gradient: str = "exact",
+        interclass_filtering_threshold: float = 0.0,
         num_classes: int = 2,
         sample_rate: float = 1.0,
         device: torch.device | str | None = None,
@@ -83,6 +86,7 @@ class UniFaceMargin(BinaryMargin):
             bias=uniface_initial_bias(num_classes, sample_rate),
             logit_clamp=scale if clamp_logits else None,
             gradient=gradient,
+            interclass_filtering_threshold=interclass_filtering_threshold,
             device=device,
         )
         self.margin = check_real("margin", margin, nonnegative=True)
