@@ -122,6 +122,12 @@ class BinaryMargin(Margin):
         chunk (:mod:`marginface.executors.binary_loop`)."""
         return True
 
+    def nontarget_kernel(self) -> str | None:
+        """None: the custom operators and Triton kernels compile only the softmax reduction's
+        rules; the binary reduction runs on its autograd Function (one graph break under
+        ``torch.compile`` on the chunked executor; the dense path compiles whole)."""
+        return None
+
     def _clamped(self, z: Tensor) -> Tensor:
         return z if self.logit_clamp is None else z.clamp(-self.logit_clamp, self.logit_clamp)
 

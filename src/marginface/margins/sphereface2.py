@@ -64,8 +64,6 @@ def sphereface2_initial_bias(
     .. math:: b_0 = \log 2z - a_i - \log\Big(1 - z + \sqrt{(1 - z)^2 + 4z\,e^{a_y - a_i}}\Big)
 
     Args:
-        interclass_filtering_threshold: ``τ`` in [0, 1] (0: off; see
-            :class:`~marginface.margins.binary.BinaryMargin`). Default: 0.
         num_classes: ``C >= 2``.
         balance: ``λ`` in (0, 1).
         target_logit, nontarget_logit: ``a_y = r·f(0)``, ``a_i = r·h(0)``.
@@ -100,6 +98,8 @@ class SphereFace2Margin(BinaryMargin):
             ``"straight_through"``: ``∂z/∂cos θ = r`` for every class, as the authors'
             ``A``/``M`` heads (whose margin is computed under ``no_grad``); their ``C`` head
             keeps the exact gradient.
+        interclass_filtering_threshold: ``τ`` in [0, 1] (0: off; see
+            :class:`~marginface.margins.binary.BinaryMargin`). Default: 0.
         num_classes: ``C``, for the initial bias (filled from the head).
         device: where the bias is created (filled from the head).
 
