@@ -24,10 +24,23 @@ class Step:
 def _loss(head, labels, logits, extra):
     # the batch mean of keras.losses.SparseCategoricalCrossentropy(from_logits=True) (its own
     # reduction, like ops.mean, runs in float32 on the torch backend, keras-team/keras#23704)
-    total = batch_mean(ops.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+    if getattr(head, "objective", "softmax") == "binary":  # one-vs-all: Σ softplus
+        total = batch_mean(_one_vs_all(head, labels, logits))
+    else:
+        total = batch_mean(ops.sparse_categorical_crossentropy(labels, logits, from_logits=True))
     for term in extra:
         total = total + ops.cast(term, total.dtype)
     return total
+
+
+def _one_vs_all(head, labels, logits):
+    """``w_+·log(1 + e^{-z_y}) + w_-·Σ_{j≠y} log(1 + e^{z_j})`` per row, restated here."""
+    is_target = ops.one_hot(ops.cast(labels, "int32"), logits.shape[1], dtype="bool")
+    tail = ops.log1p(ops.exp(-ops.abs(logits)))  # (ops.logaddexp is float32 on torch)
+    softplus, softplus_neg = ops.relu(logits) + tail, ops.relu(-logits) + tail
+    positive = ops.sum(ops.where(is_target, softplus_neg, 0.0), axis=1)
+    negative = ops.sum(ops.where(is_target, 0.0, softplus), axis=1)
+    return head.positive_weight * positive + head.negative_weight * negative
 
 
 def step(head, embeddings: np.ndarray, labels: np.ndarray, *, training: bool) -> Step:

@@ -70,6 +70,13 @@ CASES: list[tuple[str, dict]] = [
     ("circle", {"margin": 0.4, "scale": 64.0}),
     ("arcnegface", {}),
     ("arcnegface", {"alpha": 1.5, "sigma": 0.5, "policy": "easy", "margin": 0.3}),
+    ("sphereface2", {}),
+    ("sphereface2", {"power": 1.5, "balance": 0.6, "interclass_filtering_threshold": 0.3}),
+    ("sphereface2-a", {}),
+    ("sphereface2-a", {"gradient": "straight_through", "margin": 0.8}),
+    ("sphereface2-m", {}),
+    ("uniface", {}),
+    ("uniface", {"margin": 0.0, "negative_weight": 0.5, "clamp_logits": True}),
 ]
 
 # float64 is kept end to end on the torch backend; Keras >= 3.12 computes cos/sin/arccos of a

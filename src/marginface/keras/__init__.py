@@ -13,6 +13,8 @@ Importing :mod:`marginface` never imports Keras; only this subpackage does.
 Every registered PyTorch loss (``marginface.list_losses()``) has a layer here with the same
 options, defaults, checks and state (:mod:`marginface.keras.layers`), and
 :class:`CurricularFaceLoss` is CurricularFace as a ``keras.losses.Loss`` on precomputed cosines.
+The one-vs-all heads (SphereFace2, UniFace: :mod:`marginface.keras.binary`) return binary logits
+and train with their own loss, ``model.compile("adam", head.loss())``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry import LOSSES
+from .binary import BinaryHead, OneVsAllLoss
 from .head import MarginHead
 from .layers import (
     HEADS,
@@ -34,7 +37,11 @@ from .layers import (
     MagFace,
     NormFace,
     SphereFace,
+    SphereFace2,
+    SphereFace2A,
+    SphereFace2M,
     SubCenterArcFace,
+    UniFace,
 )
 from .losses import CurricularFaceLoss
 
@@ -43,6 +50,7 @@ __all__ = [
     "AdaCos",
     "AdaFace",
     "ArcFace",
+    "BinaryHead",
     "CombinedMargin",
     "CosFace",
     "CurricularFace",
@@ -51,8 +59,13 @@ __all__ = [
     "MagFace",
     "MarginHead",
     "NormFace",
+    "OneVsAllLoss",
     "SphereFace",
+    "SphereFace2",
+    "SphereFace2A",
+    "SphereFace2M",
     "SubCenterArcFace",
+    "UniFace",
     "create_head",
     "get_head_class",
 ]

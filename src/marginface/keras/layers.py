@@ -20,6 +20,7 @@ from .._registry import Registry
 from ..margins._alias import alias, aliases_of
 from ..registry import get_loss_class
 from ._angles import clamp, cos_add
+from .binary import BinaryHead, similarity_adjustment, sphereface2_target
 from .functional import (
     adacos_dynamic_scale,
     adaface_target,
@@ -60,7 +61,11 @@ __all__ = [
     "MagFace",
     "NormFace",
     "SphereFace",
+    "SphereFace2",
+    "SphereFace2A",
+    "SphereFace2M",
     "SubCenterArcFace",
+    "UniFace",
 ]
 
 H = TypeVar("H", bound=type)
@@ -443,3 +448,49 @@ class ArcNegFace(_FixedScale):
 
     def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
         return gaussian_negative(cosine, context["target"], self.alpha, self.sigma)
+
+
+@_head
+class SphereFace2(BinaryHead):
+    """SphereFace2 (one-vs-all): ``z_y = r·f(cos θ_y) + b``, ``z_j = r·h(cos θ_j) + b`` with the
+    variant's ``f``, ``h`` (C: ``g ∓ m``; A, M: angular margins on the target); returns the
+    binary logits, trained with :meth:`~marginface.keras.binary.BinaryHead.loss`."""
+
+    loss_name = "sphereface2"
+
+    def target_similarity(self, cos_target: Any) -> Any:
+        return sphereface2_target(cos_target, self.variant, self.margin, self.power)
+
+    def nontarget_similarity(self, cosine: Any) -> Any:
+        adjusted = similarity_adjustment(cosine, self.power)
+        return adjusted + self.margin if self.variant == "C" else adjusted
+
+
+@_head
+class SphereFace2A(SphereFace2):
+    """SphereFace2-A: ``g(cos(θ_y + m))``, ``m = 0.5`` rad."""
+
+    loss_name = "sphereface2-a"
+
+
+@_head
+class SphereFace2M(SphereFace2):
+    """SphereFace2-M: ``g(cos(m·θ_y))``, ``m = 1.7``."""
+
+    loss_name = "sphereface2-m"
+
+
+@_head
+class UniFace(BinaryHead):
+    """UniFace (unified cross-entropy): ``z_y = s(cos θ_y - m) - b``, ``z_j = s·cos θ_j - b``,
+    one learned threshold ``b``; binary logits, trained with
+    :meth:`~marginface.keras.binary.BinaryHead.loss`."""
+
+    loss_name = "uniface"
+    bias_sign = -1.0
+
+    def target_similarity(self, cos_target: Any) -> Any:
+        return cos_target - self.margin
+
+    def nontarget_similarity(self, cosine: Any) -> Any:
+        return cosine
