@@ -1,0 +1,237 @@
+"""The one-vs-all reduction on one process: the loss restated from its formula, chunked = dense
+(sub-centers, Partial FC), the bias's gradient (float64 gradcheck), the errors, the functional
+API and the memory bound."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import marginface
+from marginface.executors.binary_loop import ChunkedBinaryLoss, chunked_binary_loss
+from marginface.executors.dense import normalized_cosine
+from marginface.executors.margin_loss import binary_cross_entropy
+from marginface.functional import margin_cross_entropy
+from marginface.margins import SphereFace2Margin, UniFaceMargin
+from marginface.margins.binary import softplus
+from marginface.margins.sphereface2 import similarity_adjustment
+
+N, C, D = 9, 13, 6
+BINARY = ["sphereface2", "sphereface2-a", "sphereface2-m", "uniface"]
+
+
+def _data(seed: int = 0, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(N, D, generator=generator, dtype=dtype) * 3
+    labels = torch.randint(0, C, (N,), generator=generator)
+    return x, labels
+
+
+def test_softplus_is_exact_where_f_softplus_is_not():
+    z = torch.tensor([-800.0, -30.0, 0.0, 21.0, 800.0], dtype=torch.float64)
+    expected = torch.log1p(torch.exp(-z.abs())) + z.clamp_min(0)
+    assert torch.equal(softplus(z), expected)
+    assert float(softplus(torch.tensor(21.0, dtype=torch.float64)) - 21.0) > 7e-10  # e^-21
+    assert float(F.softplus(torch.tensor(21.0, dtype=torch.float64)) - 21.0) == 0.0
+
+
+def test_sphereface2_c_loss_is_its_formula():
+    """``w/r·[λ·softplus(-(r(g(c_y) - m) + b)) + (1 - λ)Σ softplus(r(g(c_j) + m) + b)]``."""
+    x, labels = _data()
+    loss_fn = marginface.SphereFace2Loss(C, D, dtype=torch.float64, reduction="none")
+    cos = F.normalize(x) @ F.normalize(loss_fn.weight.detach()).t()
+    b, r, m, lam, w = float(loss_fn.margin.bias), 40.0, 0.4, 0.7, 50.0
+    g = 2.0 * ((cos + 1) / 2) ** 3 - 1
+    one_hot = F.one_hot(labels, C).bool()
+    positive = torch.log1p(torch.exp(-(r * (g - m) + b)))[one_hot]
+    negative = torch.where(one_hot, 0.0, torch.log1p(torch.exp(r * (g + m) + b))).sum(dim=1)
+    expected = w / r * (lam * positive + (1 - lam) * negative)
+    torch.testing.assert_close(loss_fn(x, labels), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_uniface_loss_is_its_formula():
+    x, labels = _data(1)
+    loss_fn = marginface.UniFaceLoss(C, D, negative_weight=0.3, dtype=torch.float64)
+    cos = F.normalize(x) @ F.normalize(loss_fn.weight.detach()).t()
+    b = float(loss_fn.margin.bias)
+    assert b == pytest.approx(float(torch.tensor(float(torch.log(torch.tensor(10.0 * C))))))
+    one_hot = F.one_hot(labels, C).bool()
+    positive = torch.log1p(torch.exp(-(64 * (cos - 0.4) - b)))[one_hot]
+    negative = torch.where(one_hot, 0.0, torch.log1p(torch.exp(64 * cos - b))).sum(dim=1)
+    expected = (positive + 0.3 * negative).mean()
+    torch.testing.assert_close(loss_fn(x, labels), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_power_one_and_no_margin_is_plain_cosine_for_every_variant():
+    """With ``t = 1`` the adjustment is the identity, and with ``m = 0`` (C, A) or ``m = 1``
+    (M) the three variants are the same loss (a degenerate identity)."""
+    x, labels = _data(2)
+    values = []
+    for variant, m in (("C", 0.0), ("A", 0.0), ("M", 1.0)):
+        loss_fn = marginface.SphereFace2Loss(
+            C, D, m, variant=variant, power=1.0, dtype=torch.float64
+        )
+        torch.manual_seed(3)
+        loss_fn.reset_parameters()
+        values.append(loss_fn(x, labels))
+    torch.testing.assert_close(values[0], values[1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(values[0], values[2], rtol=1e-12, atol=1e-12)
+    c = torch.linspace(-1, 1, 7, dtype=torch.float64)
+    torch.testing.assert_close(similarity_adjustment(c, 1.0), c, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", BINARY)
+@pytest.mark.parametrize("sub_centers", [1, 3])
+def test_chunked_equals_dense_with_sub_centers(name, sub_centers):
+    x, labels = _data(4)
+    results = []
+    for impl in ("dense", "chunked"):
+        torch.manual_seed(0)
+        loss_fn = marginface.create_loss(
+            name, C, D, dtype=torch.float64, impl=impl, chunk_size=4, sub_centers=sub_centers
+        )
+        xi = x.clone().requires_grad_(True)
+        value = loss_fn(xi, labels)
+        grads = torch.autograd.grad(value, [xi, loss_fn.weight, loss_fn.margin.bias])
+        results.append((value, *grads))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+def test_partial_fc_sums_the_sampled_classes_only_not_reweighted(impl):
+    """Partial FC: the one-vs-all loss over the sampled classes (positives always among them),
+    the negative terms not scaled by ``C_neg / sampled``; unsampled centers get no gradient."""
+    x, labels = _data(5)
+    torch.manual_seed(0)
+    loss_fn = marginface.create_loss(
+        "sphereface2", C, D, dtype=torch.float64, impl=impl, chunk_size=3, sample_rate=0.6
+    ).train()
+    torch.manual_seed(7)
+    targets, sampled = loss_fn._classes_of_step(labels)
+    assert sampled is not None and sampled.numel() < C
+    torch.manual_seed(7)
+    value = loss_fn(x, labels)
+    value.backward()
+    with torch.no_grad():
+        logits = loss_fn.logits(x, labels)[:, sampled]  # (N, S)
+        one_hot = F.one_hot(targets, sampled.numel()).bool()
+        positive = softplus(-logits[one_hot])
+        negative = torch.where(one_hot, 0.0, softplus(logits)).sum(dim=1)
+        margin = loss_fn.margin
+        expected = (margin.positive_weight * positive + margin.negative_weight * negative).mean()
+    torch.testing.assert_close(value.detach(), expected, rtol=1e-12, atol=1e-12)
+    unsampled = torch.ones(C, dtype=torch.bool)
+    unsampled[sampled] = False
+    assert torch.equal(loss_fn.weight.grad[unsampled], torch.zeros_like(loss_fn.weight[unsampled]))
+    assert float(loss_fn.margin.bias.grad.abs()) > 0
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize(
+    "margin",
+    [
+        SphereFace2Margin(num_classes=C),
+        SphereFace2Margin(0.7, variant="A", num_classes=C),
+        SphereFace2Margin(1.6, variant="M", power=2.5, num_classes=C),
+        UniFaceMargin(num_classes=C, negative_weight=0.5),
+    ],
+    ids=["C", "A", "M", "uniface"],
+)
+def test_gradcheck_in_x_weight_and_bias(margin, impl):
+    """float64 gradcheck of the loss in the embeddings, the centers and the bias."""
+    margin = margin.double()
+    x, labels = _data(6)
+    x = x[:5]
+    labels = labels[:5]
+    weight = torch.randn(C, D, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+
+    def loss_of(embeddings, centers, bias):
+        if impl == "dense":  # the margin with its bias replaced by the input
+            cosine = normalized_cosine(embeddings, centers)
+            logits = torch.func.functional_call(margin, {"bias": bias}, (cosine, labels))
+            return binary_cross_entropy(logits, labels, margin).sum()
+        return ChunkedBinaryLoss.apply(
+            embeddings, centers, bias, labels, labels, margin, 1, 4, torch.float64, None, None
+        ).sum()
+
+    bias = margin.bias.detach().clone().requires_grad_(True)
+    inputs = (x.clone().requires_grad_(True), weight.requires_grad_(True), bias)
+    assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-6)
+
+
+def test_functional_api_reduces_one_vs_all():
+    cosine = torch.tanh(torch.randn(N, C, dtype=torch.float64))
+    labels = torch.randint(0, C, (N,))
+    margin = UniFaceMargin(num_classes=C).double()
+    logits = margin(cosine, labels)
+    one_hot = F.one_hot(labels, C).bool()
+    expected = (
+        softplus(-logits[one_hot]) + torch.where(one_hot, 0.0, softplus(logits)).sum(dim=1)
+    ).mean()
+    torch.testing.assert_close(margin_cross_entropy(cosine, labels, margin), expected)
+
+
+def test_triton_kernels_are_refused_naming_the_margin():
+    x, labels = _data(7, torch.float32)
+    margin = SphereFace2Margin(num_classes=C)
+    weight = torch.randn(C, D)
+    with pytest.raises(ValueError, match="kernels='triton' has no kernel for the binary .*"
+                       "SphereFace2Margin"):  # fmt: skip
+        chunked_binary_loss(x, weight, labels, margin, kernels="triton")
+    loss_fn = marginface.UniFaceLoss(C, D, impl="chunked", kernels="triton")
+    with pytest.raises(ValueError, match="UniFaceMargin"):
+        loss_fn(x, labels)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "text"),
+    [
+        ({"variant": "B"}, ValueError, r"variant must be one of 'C', 'A', 'M', got 'B'"),
+        ({"variant": "M", "margin": 0.5}, ValueError, r"margin must be >= 1 for variant 'M'"),
+        ({"variant": "A", "margin": 4.0}, ValueError, r"margin must be < 3.14"),
+        ({"margin": -0.1}, ValueError, r"margin must be >= 0"),
+        ({"balance": 1.0}, ValueError, r"balance must be < 1"),
+        ({"balance": 0.0}, ValueError, r"balance must be > 0"),
+        ({"power": 0.5}, ValueError, r"power must be >= 1, got 0.5"),
+        ({"loss_weight": 0.0}, ValueError, r"loss_weight must be > 0"),
+        ({"scale": -1.0}, ValueError, r"scale must be > 0"),
+        ({"balance": "0.7"}, TypeError, r"balance must be a real number"),
+    ],
+)
+def test_sphereface2_bad_options_raise_naming_them(options, error, text):
+    with pytest.raises(error, match=text):
+        marginface.SphereFace2Loss(C, D, **options)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "text"),
+    [
+        ({"negative_weight": -1.0}, ValueError, r"negative_weight must be >= 0"),
+        ({"clamp_logits": 1}, TypeError, r"clamp_logits must be a bool, got 1"),
+        ({"margin": float("nan")}, ValueError, r"margin must be finite"),
+        ({"scale": 0.0}, ValueError, r"scale must be > 0"),
+    ],
+)
+def test_uniface_bad_options_raise_naming_them(options, error, text):
+    with pytest.raises(error, match=text):
+        marginface.UniFaceLoss(C, D, **options)
+
+
+def test_the_bias_is_a_parameter_trained_and_saved():
+    loss_fn = marginface.create_loss("sphereface2", C, D)
+    assert "margin.bias" in dict(loss_fn.named_parameters())
+    state = loss_fn.state_dict()
+    assert state["margin.bias"].shape == ()
+    other = marginface.create_loss("sphereface2", C, D)
+    with torch.no_grad():
+        other.margin.bias.fill_(3.0)
+    other.load_state_dict(state)
+    assert float(other.margin.bias) == float(loss_fn.margin.bias)
+    x, labels = _data(8, torch.float32)
+    optimizer = torch.optim.SGD(loss_fn.parameters(), lr=0.1)
+    before = float(loss_fn.margin.bias)
+    loss_fn(x, labels).backward()
+    optimizer.step()
+    assert float(loss_fn.margin.bias) != before
