@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..data.pairs import sample_pairs as _sample_pairs
-from ._arrays import ArrayLike, as_embeddings, to_numpy
+from .arrays import ArrayLike, as_embeddings, to_numpy
 from .closed_set import _normalize
 
 __all__ = ["NUM_FOLDS", "pair_scores", "sample_pairs"]
