@@ -173,16 +173,19 @@ def test_functional_api_reduces_one_vs_all():
     torch.testing.assert_close(margin_cross_entropy(cosine, labels, margin), expected)
 
 
-def test_triton_kernels_are_refused_naming_the_margin():
+def test_kernels_triton_needs_a_declared_rule_naming_the_margin():
+    """A binary margin whose non-target rule the kernels do not compile is refused by name
+    (the declared ones run: tests/executors/test_binary_triton.py)."""
+
+    class Shifted(UniFaceMargin):
+        def nontarget_similarity(self, cosine):
+            return cosine * 0.5
+
     x, labels = _data(7, torch.float32)
-    margin = SphereFace2Margin(num_classes=C)
-    weight = torch.randn(C, D)
-    with pytest.raises(ValueError, match="kernels='triton' has no kernel for the binary .*"
-                       "SphereFace2Margin"):  # fmt: skip
-        chunked_binary_loss(x, weight, labels, margin, kernels="triton")
-    loss_fn = marginface.UniFaceLoss(C, D, impl="chunked", kernels="triton")
-    with pytest.raises(ValueError, match="UniFaceMargin"):
-        loss_fn(x, labels)
+    margin = Shifted(num_classes=C)
+    assert margin.binary_kernel_parameters() is None
+    with pytest.raises(ValueError, match="Shifted's non-target rule has no Triton kernel"):
+        chunked_binary_loss(x, torch.randn(C, D), labels, margin, kernels="triton")
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ instead; SphereFace2's authors have no Partial FC). docs/losses.md says more.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,26 +57,79 @@ from .chunk_plan import (
     gemm_dtype,
     normalized_with_norms,
     requested_kernels,
+    use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace, _row_dot
 from .dense import NORMALIZE_EPS, compute_dtype
 from .sharding import ClassShard
 
 __all__ = [
+    "BinaryRule",
     "ChunkedBinaryLoss",
     "chunked_binary_loss",
     "sharded_binary_loss",
 ]
 
 
-def _check_kernels(margin: Margin, kernels: str | None) -> None:
-    """``ValueError`` for ``kernels="triton"``: the binary reduction has no Triton kernel
-    (``"auto"`` runs it on PyTorch)."""
-    if requested_kernels(kernels) == "triton":
+@dataclass(frozen=True)
+class BinaryRule:
+    """A binary margin's non-target logit as the Triton kernels compute it
+    (:mod:`~marginface.executors.triton_binary`): ``z = s(2u^t - 1 + μ) + βb`` with
+    ``u = max((c + 1)/2, 0)``, clamped to ``[-clamp, clamp]`` if ``clamp``; ``negative_weight``
+    ``w_-``; ``straight_through``: ``∂z/∂c = s``."""
+
+    scale: float
+    power: float
+    offset: float
+    bias_term: float
+    negative_weight: float
+    clamp: float | None = None
+    straight_through: bool = False
+
+
+def use_binary_kernels(
+    margin: Any, kernels: str | None, x: Tensor, weight: Tensor, sample: Tensor | None
+) -> bool:
+    """Whether this call's binary reduction runs on the Triton kernels, decided once per call.
+
+    ``"torch"``: no. ``"auto"``: yes for CUDA tensors when triton imports, the GEMM dtype and
+    the weight suit the kernels, the margin declares its rule
+    (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`), and there is no
+    inter-class filtering and no Partial FC sample. ``"triton"``: yes, or ``ValueError`` naming
+    the margin and what is unsupported.
+    """
+    requested = requested_kernels(kernels)
+    if requested == "torch":
+        return False
+    name = type(margin).__name__
+    problems = []
+    if margin.binary_kernel_parameters() is None:
+        problems.append(f"{name}'s non-target rule has no Triton kernel")
+    if margin.interclass_filtering_threshold > 0:
+        problems.append("interclass_filtering_threshold > 0 has no Triton kernel")
+    if sample is not None:
+        problems.append("Partial FC (sample_rate < 1) has no binary Triton kernel")
+    if requested == "auto":
+        return not problems and use_triton_kernels("auto", x, weight)
+    if problems:
         raise ValueError(
-            f"kernels='triton' has no kernel for the binary (one-vs-all) reduction of "
-            f"{type(margin).__name__}; use kernels='torch' (or 'auto')"
+            f"kernels='triton' for the binary (one-vs-all) reduction of {name}: "
+            f"{'; '.join(problems)}; use kernels='torch' (or 'auto')"
         )
+    return use_triton_kernels("triton", x, weight)  # the dtype and interpreter checks
+
+
+def _binary_rule(margin: Any, bias: Tensor) -> BinaryRule:
+    parameters = margin.binary_kernel_parameters()
+    return BinaryRule(
+        scale=margin.scale,
+        power=parameters["power"],
+        offset=parameters["offset"],
+        bias_term=margin.bias_sign * float(bias),
+        negative_weight=margin.negative_weight,
+        clamp=margin.logit_clamp,
+        straight_through=margin.gradient == "straight_through",
+    )
 
 
 def chunked_binary_loss(
@@ -91,8 +145,7 @@ def chunked_binary_loss(
 ) -> Tensor:
     """Per-sample binary loss without the ``N×C`` logits: the arguments and the return value
     of :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`, for a binary margin.
-    ``kernels="triton"`` raises ``ValueError`` (no Triton kernel for this reduction)."""
-    _check_kernels(margin, kernels)
+    ``kernels``: see :func:`use_binary_kernels`."""
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     if chunk_size is not None:
         chunk_size = check_int("chunk_size", chunk_size, minimum=1)
@@ -104,10 +157,11 @@ def chunked_binary_loss(
         )
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
+    triton = use_binary_kernels(margin, kernels, embeddings, weight, sampled_classes)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         return ChunkedBinaryLoss.apply(
             embeddings.to(dtype), weight, margin.bias, labels, labels, margin, sub_centers,
-            chunk_size, gemm, None, sampled_classes,
+            chunk_size, gemm, None, sampled_classes, triton,
         )  # fmt: skip
 
 
@@ -127,14 +181,14 @@ def sharded_binary_loss(
     """The global batch's per-sample binary loss, classes sharded over ``shard``'s ranks: the
     arguments and the return value of
     :func:`~marginface.executors.chunked.sharded_margin_cross_entropy`, for a binary margin."""
-    _check_kernels(margin, kernels)
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
+    triton = use_binary_kernels(margin, kernels, embeddings, weight, sampled_classes)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         return ChunkedBinaryLoss.apply(
             embeddings.to(dtype), weight, margin.bias, targets, labels, margin, sub_centers,
-            chunk_size, gemm, shard, sampled_classes,
+            chunk_size, gemm, shard, sampled_classes, triton,
         )  # fmt: skip
 
 
@@ -142,11 +196,12 @@ class ChunkedBinaryLoss(torch.autograd.Function):
     """``(x[n, D], weight[c·K, D], bias[]) -> loss[N]``, the binary reduction chunk by chunk.
 
     ``apply(x, weight, bias, targets, labels, margin, sub_centers, chunk_size, gemm, shard,
-    sample)`` with the conventions of
+    sample, triton)`` with the conventions of
     :class:`~marginface.executors.chunked_function.ChunkedMarginCrossEntropy` (``x`` in the
     compute dtype; ``targets`` the classes among these weight rows, ``-1`` on another rank;
     ``sample`` Partial FC's classes, read in place). ``bias`` is the margin's ``b``; its
-    gradient is complete on every rank.
+    gradient is complete on every rank. ``triton``: run the per-chunk work on the kernels of
+    :mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`).
     """
 
     @staticmethod
@@ -163,6 +218,7 @@ class ChunkedBinaryLoss(torch.autograd.Function):
         gemm: torch.dtype,
         shard: ClassShard | None,
         sample: Tensor | None,
+        triton: bool = False,
     ) -> Tensor:
         if shard is not None:
             x = shard.gather_rows(x)  # (N, D), the global batch
@@ -184,24 +240,22 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             target_logit = margin.target_logit(cos_leaf.clamp(-1.0, 1.0), bias_leaf)  # (N,)
             positive = margin.positive_weight * softplus(-target_logit)  # (N,)
 
-        threshold = margin.interclass_filtering_threshold
-        negative = torch.zeros_like(cos_raw)  # (N,), Σ_{j≠y} softplus(z_ij)
-        with torch.no_grad():
-            for start, stop in chunks.ranges():
-                cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
-                if threshold > 0:  # inter-class filtering (the target column is set below)
-                    cos = cos.masked_fill_(cos > threshold, 0.0)
-                terms = softplus(margin.nontarget_logit(cos, b))  # (N, c)
-                slot_rows, slot_cols = chunks.target_slots(start, stop)
-                terms[slot_rows, slot_cols] = 0.0  # the target enters separately
-                negative += terms.sum(dim=1)
-                del terms
-            chunks.release()
+        rule = _binary_rule(margin, b) if triton else None
+        if rule is not None:
+            from .triton_binary import binary_sums
+
+            negative = binary_sums(
+                chunks.x_gemm, weight, chunks.inv_norms, targets, rule, sub_centers=k,
+                chunk_size=chunk_size,
+            ).to(cos_raw.dtype)  # fmt: skip
+        else:
+            negative = _nontarget_sums(chunks, margin, b)  # (N,)
         if shard is not None:
             shard.all_sum_(negative)
 
         ctx.save_for_backward(norms, x_hat, target_rows, owned)
         ctx.shard, ctx.chunks, ctx.margin, ctx.bias = shard, chunks, margin, b
+        ctx.rule = rule
         ctx.graph = (cos_leaf, bias_leaf, positive)
         ctx.bias_dtype = bias.dtype
         return positive.detach() + margin.negative_weight * negative
@@ -222,30 +276,10 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             sampled = chunks.sample is not None
             weight = chunks.weight
             grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
-        grad_bias = torch.zeros((), dtype=x_hat.dtype, device=x_hat.device)  # this rank's share
-        row_weight = (grad * margin.negative_weight).unsqueeze(1)  # (N, 1)
-        threshold = margin.interclass_filtering_threshold
-        for start, stop in chunks.ranges():
-            cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
-            dirty = None
-            if threshold > 0:  # filtered entries: value 0, gradient 0
-                dirty = cos > threshold  # (N, c)
-                cos = cos.masked_fill_(dirty, 0.0)
-            z, slope, bias_slope = margin.nontarget_logit_slopes(cos, ctx.bias)
-            g_logit = torch.sigmoid(z).mul_(row_weight)  # (N, c), ∂L/∂z
-            slot_rows, slot_cols = chunks.target_slots(start, stop)
-            g_logit[slot_rows, slot_cols] = 0.0
-            if isinstance(bias_slope, Tensor):
-                grad_bias += (g_logit * bias_slope).sum()
-            else:
-                grad_bias += g_logit.sum() * bias_slope
-            g_cos = g_logit.mul_(slope)  # (N, c), ∂L/∂cos
-            if dirty is not None:
-                g_cos = g_cos.masked_fill_(dirty, 0.0)
-            del z, slope, bias_slope
-            _add_chunk_gradient(chunks, start, stop, g_cos, best, grad_x_hat, grad_weight)
-            del g_cos, best
-        chunks.release()
+        if ctx.rule is not None:
+            grad_bias = _triton_gradient(chunks, ctx.rule, margin, grad, grad_x_hat, grad_weight)
+        else:
+            grad_bias = _nontarget_gradient(chunks, margin, ctx.bias, grad, grad_x_hat, grad_weight)
         if shard is not None:
             shard.all_sum_(grad_bias)  # Σ over ranks of each one's classes
 
@@ -273,4 +307,90 @@ class ChunkedBinaryLoss(torch.autograd.Function):
         if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
             grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
         grad_b = grad_bias.to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
-        return grad_x, grad_weight, grad_b, None, None, None, None, None, None, None, None
+        return grad_x, grad_weight, grad_b, None, None, None, None, None, None, None, None, None
+
+
+def _nontarget_sums(chunks: ChunkWorkspace, margin: Any, b: Tensor) -> Tensor:
+    """Each row's ``Σ_{j≠y} softplus(z_ij)`` over every chunk (PyTorch ops), ``Tensor[N]``."""
+    threshold = margin.interclass_filtering_threshold
+    negative = torch.zeros(chunks.x_hat.shape[0], dtype=chunks.x_hat.dtype, device=b.device)
+    with torch.no_grad():
+        for start, stop in chunks.ranges():
+            cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
+            if threshold > 0:  # inter-class filtering (the target column is set below)
+                cos = cos.masked_fill_(cos > threshold, 0.0)
+            terms = softplus(margin.nontarget_logit(cos, b))  # (N, c)
+            slot_rows, slot_cols = chunks.target_slots(start, stop)
+            terms[slot_rows, slot_cols] = 0.0  # the target enters separately
+            negative += terms.sum(dim=1)
+            del terms
+        chunks.release()
+    return negative
+
+
+def _nontarget_gradient(
+    chunks: ChunkWorkspace,
+    margin: Any,
+    b: Tensor,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+) -> Tensor:
+    """The backward's pass over the chunks (PyTorch ops): add the non-target part of ``∂L/∂x̂``
+    into ``grad_x_hat``, write every row of ``grad_weight``; returns this shard's non-target
+    share of ``∂L/∂b`` (0-dim)."""
+    grad_bias = torch.zeros((), dtype=grad_x_hat.dtype, device=grad_x_hat.device)
+    row_weight = (grad * margin.negative_weight).unsqueeze(1)  # (N, 1)
+    threshold = margin.interclass_filtering_threshold
+    for start, stop in chunks.ranges():
+        cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
+        dirty = None
+        if threshold > 0:  # filtered entries: value 0, gradient 0
+            dirty = cos > threshold  # (N, c)
+            cos = cos.masked_fill_(dirty, 0.0)
+        z, slope, bias_slope = margin.nontarget_logit_slopes(cos, b)
+        g_logit = torch.sigmoid(z).mul_(row_weight)  # (N, c), ∂L/∂z
+        slot_rows, slot_cols = chunks.target_slots(start, stop)
+        g_logit[slot_rows, slot_cols] = 0.0
+        if isinstance(bias_slope, Tensor):
+            grad_bias += (g_logit * bias_slope).sum()
+        else:
+            grad_bias += g_logit.sum() * bias_slope
+        g_cos = g_logit.mul_(slope)  # (N, c), ∂L/∂cos
+        if dirty is not None:
+            g_cos = g_cos.masked_fill_(dirty, 0.0)
+        del z, slope, bias_slope
+        _add_chunk_gradient(chunks, start, stop, g_cos, best, grad_x_hat, grad_weight)
+        del g_cos, best
+    chunks.release()
+    return grad_bias
+
+
+def _triton_gradient(
+    chunks: ChunkWorkspace,
+    rule: BinaryRule,
+    margin: Any,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+) -> Tensor:
+    """:func:`_nontarget_gradient` on the Triton kernels (no Partial FC sample)."""
+    from .triton_binary import binary_embedding_gradient, binary_weight_gradient
+
+    k = chunks.k
+    grad = grad.contiguous()
+    part_x, part_b = binary_embedding_gradient(
+        chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
+        sub_centers=k, chunk_size=chunks.chunk_size,
+    )  # fmt: skip
+    grad_x_hat += part_x.to(grad_x_hat.dtype)
+    if grad_weight is not None:
+        for start, stop in chunks.ranges():
+            rows = grad_weight[start * k : stop * k]
+            in_place = rows.dtype == torch.float32 and rows.is_contiguous()
+            partial = binary_weight_gradient(
+                chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
+                sub_centers=k, start=start, stop=stop, out=rows if in_place else None,
+            )  # fmt: skip
+            chunks.project_into(grad_weight, start, stop, partial)
+    return (part_b.sum() * margin.bias_sign).to(grad_x_hat.dtype)

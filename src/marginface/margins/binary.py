@@ -128,6 +128,13 @@ class BinaryMargin(Margin):
         ``torch.compile`` on the chunked executor; the dense path compiles whole)."""
         return None
 
+    def binary_kernel_parameters(self) -> dict[str, float] | None:
+        """The non-target rule as the Triton kernels compile it, or None (no kernel):
+        ``{"power": t, "offset": μ}`` when ``g(c) = 2((c + 1)/2)^t - 1 + μ`` (UniFace's ``g(c) =
+        c`` is ``t = 1``, ``μ = 0``). The kernels add the scale, the bias, the clamp and the
+        gradient mode themselves (:mod:`marginface.executors.binary_loop`). Default: None."""
+        return None
+
     def _clamped(self, z: Tensor) -> Tensor:
         return z if self.logit_clamp is None else z.clamp(-self.logit_clamp, self.logit_clamp)
 

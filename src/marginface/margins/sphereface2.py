@@ -183,6 +183,12 @@ class SphereFace2Margin(BinaryMargin):
     def nontarget_similarity_slope(self, cosine: Tensor) -> Tensor:
         return _similarity_adjustment_slope(cosine, self.power)
 
+    def binary_kernel_parameters(self) -> dict[str, float] | None:
+        """``g(c) = G(c) + m`` (C) or ``G(c)`` (A, M): ``{"power": t, "offset": m or 0}``."""
+        if type(self).nontarget_similarity is not SphereFace2Margin.nontarget_similarity:
+            return None
+        return {"power": self.power, "offset": self.margin if self.variant == "C" else 0.0}
+
     def extra_repr(self) -> str:
         return (
             f"variant={self.variant!r}, margin={self.margin}, {super().extra_repr()}, "

@@ -101,6 +101,12 @@ class UniFaceMargin(BinaryMargin):
     def nontarget_similarity_slope(self, cosine: Tensor) -> Tensor:
         return torch.ones_like(cosine)
 
+    def binary_kernel_parameters(self) -> dict[str, float] | None:
+        """``g(c) = c``: ``{"power": 1, "offset": 0}``."""
+        if type(self).nontarget_similarity is not UniFaceMargin.nontarget_similarity:
+            return None
+        return {"power": 1.0, "offset": 0.0}
+
     def extra_repr(self) -> str:
         return (
             f"margin={self.margin}, {super().extra_repr()}, negative_weight={self.negative_weight}"

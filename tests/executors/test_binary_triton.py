@@ -1,0 +1,91 @@
+"""The one-vs-all reduction on its Triton kernels (``executors/triton_binary.py``; compiled on
+CUDA, Triton's interpreter on the CPU, see conftest.py) against the PyTorch chunk loop: loss,
+∂x, ∂W and ∂b, float32 and bf16 weights, sub-centers, the straight-through gradient and
+UniFace's clamp (reached by the inputs)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+
+import marginface
+
+from ._compare import DEVICE, relative_error
+
+N, C, D, CHUNK = 20, 37, 24, 16
+TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 5e-2)}
+"""Relative error (loss, gradients), as test_triton.py's: bf16 GEMMs round their output to bf16
+on the PyTorch path (~3 significant digits) where the kernels accumulate in float32."""
+CASES = [
+    ("sphereface2", {}),
+    ("sphereface2", {"sub_centers": 2, "power": 2.5}),
+    ("sphereface2-a", {"gradient": "straight_through"}),
+    ("sphereface2-m", {}),
+    ("uniface", {"clamp_logits": True, "scale": 10.0}),
+    ("uniface", {"margin": 0.0, "negative_weight": 0.5}),
+]
+
+
+def _run(name, options, kernels, dtype, x, labels, upstream):
+    torch.manual_seed(1)
+    loss_fn = marginface.create_loss(
+        name, C, D, impl="chunked", chunk_size=CHUNK, kernels=kernels, reduction="none",
+        device=DEVICE, dtype=dtype, **options,
+    )  # fmt: skip
+    xi = x.clone().requires_grad_(True)
+    value = loss_fn(xi, labels)
+    grads = torch.autograd.grad((value * upstream).sum(), [xi, loss_fn.weight, loss_fn.margin.bias])
+    return (value.detach(), *grads), loss_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("name", "options"), CASES, ids=[f"{n}-{o}" for n, o in CASES])
+def test_kernels_match_the_pytorch_chunk_loop(
+    name: str, options: dict, dtype: torch.dtype, kernels: ModuleType, monkeypatch
+) -> None:
+    import marginface.executors.triton_binary as binary_kernels
+
+    launched = []
+    for launcher in ("binary_sums", "binary_embedding_gradient", "binary_weight_gradient"):
+        original = getattr(binary_kernels, launcher)
+
+        def counted(*args, _original=original, _name=launcher, **kwargs):
+            launched.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(binary_kernels, launcher, counted)
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.randn(N, D, generator=generator) * 3).to(DEVICE)
+    labels = torch.randint(0, C, (N,), generator=generator).to(DEVICE)
+    labels[0], labels[1] = 0, C - 1  # the first and the last chunk
+    upstream = torch.rand(N, generator=generator).to(DEVICE)
+    expected, reference = _run(name, options, "torch", dtype, x, labels, upstream)
+    actual, _ = _run(name, options, "triton", dtype, x, labels, upstream)
+    assert set(launched) == {"binary_sums", "binary_embedding_gradient", "binary_weight_gradient"}
+    loss_tolerance, gradient_tolerance = TOLERANCE[dtype]
+    for what, a, e in zip(("loss", "∂x", "∂W", "∂b"), actual, expected, strict=True):
+        assert torch.isfinite(a).all(), what
+        tolerance = loss_tolerance if what == "loss" else gradient_tolerance
+        assert relative_error(a, e) <= tolerance, (what, relative_error(a, e))
+    if options.get("clamp_logits"):  # the inputs reach the clamp (logits held at ±s)
+        with torch.no_grad():
+            logits = reference.logits(x, labels)
+        assert int((logits.abs() == options["scale"]).sum()) >= 3
+
+
+def test_kernels_refuse_filtering_and_partial_fc_naming_the_margin(kernels: ModuleType) -> None:
+    x = torch.randn(6, D).to(DEVICE)
+    labels = torch.randint(0, C, (6,)).to(DEVICE)
+    filtered = marginface.create_loss(
+        "uniface", C, D, impl="chunked", kernels="triton", interclass_filtering_threshold=0.3,
+        device=DEVICE,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="UniFaceMargin: interclass_filtering_threshold"):
+        filtered(x, labels)
+    sampled = marginface.create_loss(
+        "sphereface2", C, D, impl="chunked", kernels="triton", sample_rate=0.5, device=DEVICE
+    )
+    with pytest.raises(ValueError, match="SphereFace2Margin: Partial FC"):
+        sampled(x, labels)
