@@ -123,9 +123,10 @@ class BinaryMargin(Margin):
         return True
 
     def nontarget_kernel(self) -> str | None:
-        """None: the custom operators and Triton kernels compile only the softmax reduction's
-        rules; the binary reduction runs on its autograd Function (one graph break under
-        ``torch.compile`` on the chunked executor; the dense path compiles whole)."""
+        """None: the custom operators and the softmax Triton kernels compile only the softmax
+        reduction's rules; the binary reduction runs on its own autograd Function (one graph
+        break under ``torch.compile`` on the chunked executor; the dense path compiles whole)
+        and its own kernels (:meth:`binary_kernel_parameters`)."""
         return None
 
     def binary_kernel_parameters(self) -> dict[str, float] | None:
