@@ -18,11 +18,19 @@ NAMED = [
     for name in marginface.list_losses()
     if issubclass(marginface.get_loss_class(name), NamedLoss)
 ]
-FROM_HEAD = {"num_classes", "device"}
-"""Margin parameters the head fills in (AdaCos's initial scale, stateful margins' buffers)."""
+FROM_HEAD = {"num_classes", "device", "sample_rate"}
+"""Margin parameters the head fills in (AdaCos's initial scale, stateful margins' buffers,
+UniFace's initial threshold)."""
 
 HIDDEN = {"normface": {"gradient"}, "adacos": {"gradient"}}
-OVERRIDES = {("amsoftmax", "scale"): 30.0, ("subcenter-arcface", "sub_centers"): 3}
+OVERRIDES = {
+    ("amsoftmax", "scale"): 30.0,
+    ("subcenter-arcface", "sub_centers"): 3,
+    ("sphereface2-a", "variant"): "A",
+    ("sphereface2-a", "margin"): 0.5,
+    ("sphereface2-m", "variant"): "M",
+    ("sphereface2-m", "margin"): 1.7,
+}
 
 
 def _head_keywords() -> dict[str, inspect.Parameter]:
@@ -33,8 +41,8 @@ def _head_keywords() -> dict[str, inspect.Parameter]:
 
 
 def test_every_registered_paper_is_declared():
-    # 12 + MV-AM, MV-Arc, Li-ArcFace, Circle, ArcNegFace
-    assert len(NAMED) == 17 and marginface.list_losses() == NAMED
+    # 12 + MV-AM, MV-Arc, Li-ArcFace, Circle, ArcNegFace + SphereFace2 (C, A, M), UniFace
+    assert len(NAMED) == 21 and marginface.list_losses() == NAMED
 
 
 @pytest.mark.parametrize("name", NAMED)

@@ -25,6 +25,10 @@ EXPECTED = {
     "li-arcface": "angular_margin",
     "circle": "relaxation",
     "arcnegface": "angular_margin",
+    "sphereface2": "variant_margin",
+    "sphereface2-a": "variant_margin",
+    "sphereface2-m": "variant_margin",
+    "uniface": "cosine_margin",
 }
 
 
@@ -42,6 +46,8 @@ def test_the_size_has_a_unit_name_and_keeps_its_old_one(name):
     assert aliases_of(type(margin)) == {EXPECTED[name]: "margin"}
     new = EXPECTED[name]
     default = inspect.signature(type(margin)).parameters["margin"].default
+    declared = marginface.get_loss_class(name).declaration.margin_options  # SphereFace2-A, -M
+    default = declared.get("margin", default)
     assert getattr(margin, new) == margin.margin == (default if default is not None else 0.5)
     changed = 3 if name == "sphereface" else 0.25
     setattr(margin, new, changed)  # writes through: both names agree

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_choice, check_int, check_real
+from ._alias import alias
 from ._angles import arccos, cos_add
 from .binary import BinaryMargin
 
@@ -108,6 +109,12 @@ class SphereFace2Margin(BinaryMargin):
     """
 
     bias_sign = 1.0
+
+    variant_margin = alias(
+        "margin",
+        "``m`` of the variant: cosine units (C), radians (A) or a factor on θ (M) (the "
+        "constructor's ``margin``).",
+    )
 
     def __init__(
         self,

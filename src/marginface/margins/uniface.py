@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_int, check_real
+from ._alias import alias
 from .binary import BinaryMargin
 
 __all__ = ["UniFaceMargin", "uniface_initial_bias"]
@@ -60,6 +61,11 @@ class UniFaceMargin(BinaryMargin):
     """
 
     bias_sign = -1.0
+
+    cosine_margin = alias(
+        "margin",
+        "``m``, the additive cosine margin, in cosine units (the constructor's ``margin``).",
+    )
 
     def __init__(
         self,
