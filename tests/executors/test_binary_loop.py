@@ -238,3 +238,30 @@ def test_the_bias_is_a_parameter_trained_and_saved():
     loss_fn(x, labels).backward()
     optimizer.step()
     assert float(loss_fn.margin.bias) != before
+
+
+@pytest.mark.parametrize("name", ["sphereface2", "uniface"])
+def test_chunked_step_never_allocates_n_by_c(name):
+    """Every tensor a chunked training step allocates is at most one chunk's ``N×c`` (float32)
+    or the weight's gradient: nothing of size ``N×C``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    n, d, c, chunk = 64, 16, 4096, 256
+    head = marginface.create_loss(name, c, d, impl="chunked", chunk_size=chunk)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=generator).requires_grad_(True)
+    labels = torch.randint(0, c, (n,), generator=generator)
+    head(x, labels).backward()  # warm-up
+    head.zero_grad(set_to_none=True)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        head(x, labels).backward()
+    sizes = [
+        e.cpu_memory_usage
+        for e in prof.events()
+        if e.name in ("aten::empty", "aten::empty_strided")
+    ]
+    weight_bytes = c * d * 4
+    others = [s for s in sizes if s != weight_bytes]
+    assert weight_bytes in sizes
+    assert max(others) <= n * chunk * 4, max(others)
+    assert c >= 16 * chunk  # the bound is 16 times below one N×C matrix
