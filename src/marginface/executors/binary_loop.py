@@ -20,12 +20,12 @@ backward, recomputing each chunk's cosines and adding, with ``γ_i`` the gradien
     \frac{\partial z_{ij}}{\partial b}
 
 through the same chunk GEMM, weight-gradient projection and Partial FC gathering as the softmax
-path (:mod:`~marginface.executors.chunk_workspace`, :mod:`~marginface.executors.chunk_loop`); the
-dense path is :func:`~marginface.executors.margin_loss.binary_cross_entropy` of the margin's
-``N×C`` logits:
+path (:mod:`~marginface.executors.chunk_workspace`, :mod:`~marginface.executors.chunk_loop`):
 nothing of size ``N×C`` is kept, the extra memory is one chunk's ``N×c`` temporaries. The target
 term is an ``N``-vector on a small autograd graph (the margin's own ``target_logit``), replayed
-in backward.
+in backward. The per-chunk work runs as PyTorch ops or on the Triton kernels of
+:mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`). The dense path is
+:func:`~marginface.executors.margin_loss.binary_cross_entropy` of the margin's ``N×C`` logits.
 
 Sharded (:class:`~marginface.executors.sharding.ClassShard`): the target cosine is summed over
 ranks (only the owner's is non-zero), each rank sums its own classes' softplus terms and the
