@@ -94,7 +94,8 @@ def binary_cross_entropy(logits: Tensor, labels: Tensor, margin: Margin) -> Tens
     the same chunk by chunk (:mod:`~marginface.executors.binary_loop`)."""
     has_target = labels >= 0  # (N,)
     index = labels.clamp_min(0)  # (N,)
-    is_target = F.one_hot(index, logits.shape[1]).bool() & has_target.unsqueeze(1)  # (N, C)
+    is_target = torch.zeros_like(logits, dtype=torch.bool)  # (N, C), one byte per entry
+    is_target.scatter_(1, index.unsqueeze(1), has_target.unsqueeze(1))
     negative = torch.where(is_target, 0.0, softplus(logits)).sum(dim=1)  # (N,)
     positive = softplus(-logits.gather(1, index.unsqueeze(1)).squeeze(1))  # (N,)
     positive = torch.where(has_target, positive, 0.0)

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._validation import check_device, check_real
@@ -189,8 +188,8 @@ class BinaryMargin(Margin):
         logits = self.nontarget_logit(cosine, self.bias)  # (N, C)
         cos_target = cosine.gather(1, index).squeeze(1).clamp(-1.0, 1.0)  # (N,)
         target = self.target_logit(cos_target, self.bias)  # (N,)
-        is_target = F.one_hot(index.squeeze(1), cosine.shape[1]).bool()  # (N, C)
-        is_target &= has_target.unsqueeze(1)
+        is_target = torch.zeros_like(cosine, dtype=torch.bool)  # (N, C), one byte per entry
+        is_target.scatter_(1, index, has_target.unsqueeze(1))
         return torch.where(is_target, target.unsqueeze(1).to(logits.dtype), logits)
 
     def prepare(
