@@ -265,3 +265,29 @@ def test_chunked_step_never_allocates_n_by_c(name):
     assert weight_bytes in sizes
     assert max(others) <= n * chunk * 4, max(others)
     assert c >= 16 * chunk  # the bound is 16 times below one N×C matrix
+
+
+@pytest.mark.parametrize(
+    "margin",
+    [
+        SphereFace2Margin(num_classes=C),
+        SphereFace2Margin(1.6, variant="M", power=2.5, num_classes=C),
+        UniFaceMargin(num_classes=C, scale=8.0, clamp_logits=True),
+    ],
+    ids=["C", "M", "uniface-clamped"],
+)
+def test_gradcheck_of_the_custom_op_path(margin):
+    """The chunked entry point runs declared rules on the custom ops (executors/binary_op.py):
+    float64 gradcheck in the embeddings and the centers there too."""
+    from marginface.executors.chunked import chunked_margin_cross_entropy
+
+    margin = margin.double()
+    x, labels = _data(11)
+    x, labels = x[:5], labels[:5]
+    weight = torch.randn(C, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+
+    def loss_of(embeddings, centers):
+        return chunked_margin_cross_entropy(embeddings, centers, labels, margin, chunk_size=4).sum()
+
+    inputs = (x.clone().requires_grad_(True), weight.requires_grad_(True))
+    assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-6)

@@ -31,11 +31,15 @@ def make_loss(name: str, impl: str, **kwargs) -> marginface.MarginSoftmaxLoss:
 
 
 def has_compiled_rule(name: str) -> bool:
-    """Whether ``name``'s default margin declares one of the custom ops' non-target rules;
-    without one (MV-Softmax) the chunked step runs on the autograd Function: a graph break."""
+    """Whether ``name``'s default margin declares one of the custom ops' non-target rules
+    (softmax, or a one-vs-all rule); without one (MV-Softmax) the chunked step runs on the
+    autograd Function: a graph break."""
     from marginface.executors.fused_op import nontarget_rule
 
-    return nontarget_rule(make_loss(name, "dense").margin) is not None
+    margin = make_loss(name, "dense").margin
+    if margin.objective == "binary":  # one-vs-all: executors/binary_op.py's custom ops
+        return margin.binary_kernel_parameters() is not None
+    return nontarget_rule(margin) is not None
 
 
 FULLGRAPH = [name for name in ALL if has_compiled_rule(name)]

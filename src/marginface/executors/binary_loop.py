@@ -158,7 +158,17 @@ def chunked_binary_loss(
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
     triton = use_binary_kernels(margin, kernels, embeddings, weight, sampled_classes)
+    compiled_rule = (
+        margin.binary_kernel_parameters() is not None and margin.interclass_filtering_threshold == 0
+    )
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        if compiled_rule:  # the custom ops: torch.compile traces them without a graph break
+            from .binary_op import fused_binary_loss  # binary_op imports this module
+
+            return fused_binary_loss(
+                embeddings.to(dtype), weight, labels, margin, sub_centers=sub_centers,
+                chunk_size=chunk_size, triton=triton, sampled_classes=sampled_classes,
+            )  # fmt: skip
         return ChunkedBinaryLoss.apply(
             embeddings.to(dtype), weight, margin.bias, labels, labels, margin, sub_centers,
             chunk_size, gemm, None, sampled_classes, triton,
@@ -277,7 +287,9 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             weight = chunks.weight
             grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
         if ctx.rule is not None:
-            grad_bias = _triton_gradient(chunks, ctx.rule, margin, grad, grad_x_hat, grad_weight)
+            grad_bias = triton_nontarget_gradient(
+                chunks, ctx.rule, margin.bias_sign, grad, grad_x_hat, grad_weight
+            )
         else:
             grad_bias = _nontarget_gradient(chunks, margin, ctx.bias, grad, grad_x_hat, grad_weight)
         if shard is not None:
@@ -366,15 +378,17 @@ def _nontarget_gradient(
     return grad_bias
 
 
-def _triton_gradient(
+def triton_nontarget_gradient(
     chunks: ChunkWorkspace,
     rule: BinaryRule,
-    margin: Any,
+    sign: float,
     grad: Tensor,
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
 ) -> Tensor:
-    """:func:`_nontarget_gradient` on the Triton kernels (no Partial FC sample)."""
+    """:func:`_nontarget_gradient` on the Triton kernels (no Partial FC sample): adds into
+    ``grad_x_hat``, writes ``grad_weight``, returns the non-target share of ``∂L/∂b`` (``sign``:
+    ``β``)."""
     from .triton_binary import binary_embedding_gradient, binary_weight_gradient
 
     k = chunks.k
@@ -393,4 +407,4 @@ def _triton_gradient(
                 sub_centers=k, start=start, stop=stop, out=rows if in_place else None,
             )  # fmt: skip
             chunks.project_into(grad_weight, start, stop, partial)
-    return (part_b.sum() * margin.bias_sign).to(grad_x_hat.dtype)
+    return (part_b.sum() * sign).to(grad_x_hat.dtype)

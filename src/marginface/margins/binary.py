@@ -122,14 +122,15 @@ class BinaryMargin(Margin):
         return True
 
     def nontarget_kernel(self) -> str | None:
-        """None: the custom operators and the softmax Triton kernels compile only the softmax
-        reduction's rules; the binary reduction runs on its own autograd Function (one graph
-        break under ``torch.compile`` on the chunked executor; the dense path compiles whole)
-        and its own kernels (:meth:`binary_kernel_parameters`)."""
+        """None: the softmax reduction's compiled rules do not apply; the binary reduction has
+        its own custom operators and Triton kernels, for the rule
+        :meth:`binary_kernel_parameters` declares."""
         return None
 
     def binary_kernel_parameters(self) -> dict[str, float] | None:
-        """The non-target rule as the Triton kernels compile it, or None (no kernel):
+        """The non-target rule as the custom operators and the Triton kernels compile it, or
+        None (the chunked step then runs on an autograd Function, a graph break under
+        ``torch.compile``, and has no Triton kernel):
         ``{"power": t, "offset": μ}`` when ``g(c) = 2((c + 1)/2)^t - 1 + μ`` (UniFace's ``g(c) =
         c`` is ``t = 1``, ``μ = 0``). The kernels add the scale, the bias, the clamp and the
         gradient mode themselves (:mod:`marginface.executors.binary_loop`). Default: None."""
