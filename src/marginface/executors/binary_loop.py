@@ -40,7 +40,6 @@ instead; SphereFace2's authors have no Partial FC). docs/losses.md says more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,14 +49,14 @@ from torch.autograd.function import once_differentiable
 from .._validation import check_int
 from ..margins.base import Margin
 from ..margins.binary import softplus
+from .binary_op import fused_binary_loss
+from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
 from .chunk_loop import _add_chunk_gradient, add_target_gradient, target_cosines
 from .chunk_plan import (
     check_sampled_classes,
     chunk_size_for,
     gemm_dtype,
     normalized_with_norms,
-    requested_kernels,
-    use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace, _row_dot
 from .dense import NORMALIZE_EPS, compute_dtype
@@ -68,68 +67,8 @@ __all__ = [
     "ChunkedBinaryLoss",
     "chunked_binary_loss",
     "sharded_binary_loss",
+    "use_binary_kernels",
 ]
-
-
-@dataclass(frozen=True)
-class BinaryRule:
-    """A binary margin's non-target logit as the Triton kernels compute it
-    (:mod:`~marginface.executors.triton_binary`): ``z = s(2u^t - 1 + μ) + βb`` with
-    ``u = max((c + 1)/2, 0)``, clamped to ``[-clamp, clamp]`` if ``clamp``; ``negative_weight``
-    ``w_-``; ``straight_through``: ``∂z/∂c = s``."""
-
-    scale: float
-    power: float
-    offset: float
-    bias_term: float
-    negative_weight: float
-    clamp: float | None = None
-    straight_through: bool = False
-
-
-def use_binary_kernels(
-    margin: Any, kernels: str | None, x: Tensor, weight: Tensor, sample: Tensor | None
-) -> bool:
-    """Whether this call's binary reduction runs on the Triton kernels, decided once per call.
-
-    ``"torch"``: no. ``"auto"``: yes for CUDA tensors when triton imports, the GEMM dtype and
-    the weight suit the kernels, the margin declares its rule
-    (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`), and there is no
-    inter-class filtering and no Partial FC sample. ``"triton"``: yes, or ``ValueError`` naming
-    the margin and what is unsupported.
-    """
-    requested = requested_kernels(kernels)
-    if requested == "torch":
-        return False
-    name = type(margin).__name__
-    problems = []
-    if margin.binary_kernel_parameters() is None:
-        problems.append(f"{name}'s non-target rule has no Triton kernel")
-    if margin.interclass_filtering_threshold > 0:
-        problems.append("interclass_filtering_threshold > 0 has no Triton kernel")
-    if sample is not None:
-        problems.append("Partial FC (sample_rate < 1) has no binary Triton kernel")
-    if requested == "auto":
-        return not problems and use_triton_kernels("auto", x, weight)
-    if problems:
-        raise ValueError(
-            f"kernels='triton' for the binary (one-vs-all) reduction of {name}: "
-            f"{'; '.join(problems)}; use kernels='torch' (or 'auto')"
-        )
-    return use_triton_kernels("triton", x, weight)  # the dtype and interpreter checks
-
-
-def _binary_rule(margin: Any, bias: Tensor) -> BinaryRule:
-    parameters = margin.binary_kernel_parameters()
-    return BinaryRule(
-        scale=margin.scale,
-        power=parameters["power"],
-        offset=parameters["offset"],
-        bias_term=margin.bias_sign * float(bias),
-        negative_weight=margin.negative_weight,
-        clamp=margin.logit_clamp,
-        straight_through=margin.gradient == "straight_through",
-    )
 
 
 def chunked_binary_loss(
@@ -163,8 +102,6 @@ def chunked_binary_loss(
     )
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         if compiled_rule:  # the custom ops: torch.compile traces them without a graph break
-            from .binary_op import fused_binary_loss  # binary_op imports this module
-
             return fused_binary_loss(
                 embeddings.to(dtype), weight, labels, margin, sub_centers=sub_centers,
                 chunk_size=chunk_size, triton=triton, sampled_classes=sampled_classes,
@@ -250,7 +187,7 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             target_logit = margin.target_logit(cos_leaf.clamp(-1.0, 1.0), bias_leaf)  # (N,)
             positive = margin.positive_weight * softplus(-target_logit)  # (N,)
 
-        rule = _binary_rule(margin, b) if triton else None
+        rule = binary_rule_of(margin, b) if triton else None
         if rule is not None:
             from .triton_binary import binary_sums
 
@@ -287,6 +224,8 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             weight = chunks.weight
             grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
         if ctx.rule is not None:
+            from .triton_binary import triton_nontarget_gradient
+
             grad_bias = triton_nontarget_gradient(
                 chunks, ctx.rule, margin.bias_sign, grad, grad_x_hat, grad_weight
             )
@@ -376,35 +315,3 @@ def _nontarget_gradient(
         del g_cos, best
     chunks.release()
     return grad_bias
-
-
-def triton_nontarget_gradient(
-    chunks: ChunkWorkspace,
-    rule: BinaryRule,
-    sign: float,
-    grad: Tensor,
-    grad_x_hat: Tensor,
-    grad_weight: Tensor | None,
-) -> Tensor:
-    """:func:`_nontarget_gradient` on the Triton kernels (no Partial FC sample): adds into
-    ``grad_x_hat``, writes ``grad_weight``, returns the non-target share of ``∂L/∂b`` (``sign``:
-    ``β``)."""
-    from .triton_binary import binary_embedding_gradient, binary_weight_gradient
-
-    k = chunks.k
-    grad = grad.contiguous()
-    part_x, part_b = binary_embedding_gradient(
-        chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
-        sub_centers=k, chunk_size=chunks.chunk_size,
-    )  # fmt: skip
-    grad_x_hat += part_x.to(grad_x_hat.dtype)
-    if grad_weight is not None:
-        for start, stop in chunks.ranges():
-            rows = grad_weight[start * k : stop * k]
-            in_place = rows.dtype == torch.float32 and rows.is_contiguous()
-            partial = binary_weight_gradient(
-                chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
-                sub_centers=k, start=start, stop=stop, out=rows if in_place else None,
-            )  # fmt: skip
-            chunks.project_into(grad_weight, start, stop, partial)
-    return (part_b.sum() * sign).to(grad_x_hat.dtype)

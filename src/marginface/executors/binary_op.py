@@ -28,28 +28,12 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..margins.binary import softplus
-from .binary_loop import BinaryRule
+from .binary_rule import BinaryRule, rule_logits
 from .chunk_loop import _add_chunk_gradient, add_target_gradient, target_cosines
 from .chunk_plan import chunk_size_for, gemm_dtype, normalized_with_norms
 from .chunk_workspace import ChunkWorkspace
 
-__all__ = ["fused_binary_loss", "rule_logits"]
-
-
-def rule_logits(cos: Tensor, rule: BinaryRule) -> tuple[Tensor, Tensor, Tensor | float]:
-    """``(z, ∂z/∂c, ∂z/∂b / β)`` of :class:`~marginface.executors.binary_loop.BinaryRule`
-    elementwise (``Tensor[N, c]`` each; the last a float 1 without a clamp)."""
-    u = ((cos + 1.0) * 0.5).clamp_min(0.0)
-    z = (2.0 * u.pow(rule.power) - 1.0 + rule.offset) * rule.scale + rule.bias_term
-    if rule.straight_through:
-        slope = torch.full_like(cos, rule.scale)
-    else:
-        slope = u.pow(rule.power - 1.0).mul_(rule.power * rule.scale)
-    if rule.clamp is None:
-        return z, slope, 1.0
-    inside = (z >= -rule.clamp) & (z <= rule.clamp)
-    zero = torch.zeros_like(slope)
-    return z.clamp(-rule.clamp, rule.clamp), torch.where(inside, slope, zero), inside.to(z.dtype)
+__all__ = ["fused_binary_loss"]
 
 
 def _rule(scale: float, power: float, offset: float, sign: float, bias: Tensor, clamp: float,
@@ -163,7 +147,7 @@ def _backward_impl(
     if need_weight:
         grad_weight = torch.empty_like(weight) if sample is None else torch.zeros_like(weight)
     if kernels == "triton":
-        from .binary_loop import triton_nontarget_gradient
+        from .triton_binary import triton_nontarget_gradient
 
         grad_bias = triton_nontarget_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
     else:

@@ -7,7 +7,7 @@ before the first import, as for the softmax kernels.
 
 Per entry ``(i, j)``, with ``c_ij`` the (sub-center max-pooled) cosine, the binary margins'
 non-target logit is, for the rules the kernels compile in
-(:class:`~marginface.executors.binary_loop.BinaryRule`),
+(:class:`~marginface.executors.binary_rule.BinaryRule`),
 
 .. math::
     z_{ij} = s\\,\\big(2u^t - 1 + \\mu\\big) + \\beta b,\\qquad u = \\max\\big(\\tfrac{c_{ij}+1}{2},
@@ -31,11 +31,17 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .binary_loop import BinaryRule
+from .binary_rule import BinaryRule
+from .chunk_workspace import ChunkWorkspace
 from .kernel_options import Blocks, default_blocks
 from .triton_kernels import _check, _cosine_tile, _dot_upcast, _precision
 
-__all__ = ["binary_embedding_gradient", "binary_sums", "binary_weight_gradient"]
+__all__ = [
+    "binary_embedding_gradient",
+    "binary_sums",
+    "binary_weight_gradient",
+    "triton_nontarget_gradient",
+]
 
 EMBEDDING_GRADIENT_WORKSPACE_BYTES = 64 * 2**20
 """Bound on :func:`binary_embedding_gradient`'s float32 buffer of per-chunk partial sums."""
@@ -342,3 +348,33 @@ def binary_weight_gradient(
         num_warps=blocks.warps, num_stages=blocks.stages,
     )  # fmt: skip
     return out
+
+
+def triton_nontarget_gradient(
+    chunks: ChunkWorkspace,
+    rule: BinaryRule,
+    sign: float,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+) -> Tensor:
+    """The backward's non-target pass of :mod:`~marginface.executors.binary_loop` on these
+    kernels (no Partial FC sample): adds into ``grad_x_hat``, writes ``grad_weight``, returns the
+    non-target share of ``∂L/∂b`` (``sign``: ``β``)."""
+    k = chunks.k
+    grad = grad.contiguous()
+    part_x, part_b = binary_embedding_gradient(
+        chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
+        sub_centers=k, chunk_size=chunks.chunk_size,
+    )  # fmt: skip
+    grad_x_hat += part_x.to(grad_x_hat.dtype)
+    if grad_weight is not None:
+        for start, stop in chunks.ranges():
+            rows = grad_weight[start * k : stop * k]
+            in_place = rows.dtype == torch.float32 and rows.is_contiguous()
+            partial = binary_weight_gradient(
+                chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
+                sub_centers=k, start=start, stop=stop, out=rows if in_place else None,
+            )  # fmt: skip
+            chunks.project_into(grad_weight, start, stop, partial)
+    return (part_b.sum() * sign).to(grad_x_hat.dtype)
