@@ -19,14 +19,12 @@ LR = 0.5
 
 ROWS = [
     ("sphereface2", "C", {}, "SphereFace2Loss(C, D)"),
-    ("sphereface2-a", "A", {"gradient": "straight_through"},
-     'SphereFace2ALoss(C, D, gradient="straight_through")'),
-    ("sphereface2-m", "M", {"gradient": "straight_through"},
-     'SphereFace2MLoss(C, D, gradient="straight_through")'),
-    ("uniface", None, {"clamp_logits": True}, "UniFaceLoss(C, D, clamp_logits=True)"),
-    # marginface's defaults where they differ from the code on purpose:
     ("sphereface2-a", "A", {}, "SphereFace2ALoss(C, D)"),
     ("sphereface2-m", "M", {}, "SphereFace2MLoss(C, D)"),
+    ("uniface", None, {"clamp_logits": True}, "UniFaceLoss(C, D, clamp_logits=True)"),
+    # where the options differ from the code on purpose (the exact gradient; no clamp):
+    ("sphereface2-a", "A", {"gradient": "exact"}, 'SphereFace2ALoss(C, D, gradient="exact")'),
+    ("sphereface2-m", "M", {"gradient": "exact"}, 'SphereFace2MLoss(C, D, gradient="exact")'),
     ("uniface", None, {}, "UniFaceLoss(C, D)"),
 ]  # fmt: skip
 

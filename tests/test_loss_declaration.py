@@ -28,8 +28,10 @@ OVERRIDES = {
     ("subcenter-arcface", "sub_centers"): 3,
     ("sphereface2-a", "variant"): "A",
     ("sphereface2-a", "margin"): 0.5,
+    ("sphereface2-a", "gradient"): "straight_through",
     ("sphereface2-m", "variant"): "M",
     ("sphereface2-m", "margin"): 1.7,
+    ("sphereface2-m", "gradient"): "straight_through",
 }
 
 

@@ -17,11 +17,14 @@ DELIBERATE = {
     ("amsoftmax", "scale"): AM_SOFTMAX_SCALE,
     ("sphereface2-a", "variant"): "A",
     ("sphereface2-a", "margin"): 0.5,
+    ("sphereface2-a", "gradient"): "straight_through",
     ("sphereface2-m", "variant"): "M",
     ("sphereface2-m", "margin"): 1.7,
+    ("sphereface2-m", "gradient"): "straight_through",
 }
 """Named-loss defaults that differ from their margin's on purpose (AM-Softmax's paper: s = 30;
-SphereFace2-A and -M: the variant, and its margin from the authors' configurations)."""
+SphereFace2-A and -M: the variant, its margin from the authors' configurations and their
+straight-through gradient)."""
 
 NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")}
 """Margin options a named loss does not take (the margin leaves the target cosine as it is, so

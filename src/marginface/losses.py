@@ -456,15 +456,22 @@ class SphereFace2Loss(NamedLoss, margin=SphereFace2Margin, positional=("margin",
 
 
 @register_loss("sphereface2-a")
-class SphereFace2ALoss(SphereFace2Loss, defaults={"variant": "A", "margin": 0.5}):
-    """SphereFace2-A: additive angular margin ``g(cos(θ_y + m))``, ``m = 0.5`` rad (the
-    authors' configuration)."""
+class SphereFace2ALoss(
+    SphereFace2Loss, defaults={"variant": "A", "margin": 0.5, "gradient": "straight_through"}
+):
+    """SphereFace2-A: additive angular margin ``G(cos(θ_y + m))``, ``m = 0.5`` rad (the
+    authors' configuration), with the authors' straight-through gradient (``∂z/∂cos θ = r``:
+    the exact one vanishes where ``θ_y + m >= π`` and, through ``G' = t·u^{t-1}``, wherever
+    ``cos θ`` is near -1)."""
 
 
 @register_loss("sphereface2-m")
-class SphereFace2MLoss(SphereFace2Loss, defaults={"variant": "M", "margin": 1.7}):
-    """SphereFace2-M: multiplicative angular margin ``g(cos(m·θ_y))``, ``m = 1.7`` (the
-    authors' configuration)."""
+class SphereFace2MLoss(
+    SphereFace2Loss, defaults={"variant": "M", "margin": 1.7, "gradient": "straight_through"}
+):
+    """SphereFace2-M: multiplicative angular margin ``G(cos(m·θ_y))``, ``m = 1.7`` (the
+    authors' configuration), with the authors' straight-through gradient (as
+    :class:`SphereFace2ALoss`)."""
 
 
 @register_loss("uniface", "uce")
