@@ -17,8 +17,8 @@ This module is the only one that chooses between the two:
 * :func:`read_saved_run` reads a run's checkpoint once (the file, or the sidecar of the folder
   with its digests checked) into a :class:`SavedRun`. The command line's ``--resume``, the
   :class:`~marginface.train.Trainer` and :func:`~marginface.train.load_run` all start from it;
-* :func:`resumed_config` and :func:`check_resumable` hold the policy of which options a resume
-  may change (:data:`RESUMABLE_KEYS`);
+* :func:`resumed_config`, :func:`check_resumable` and :func:`run_to_continue` hold the policy
+  of which options a resume may change (:data:`RESUMABLE_KEYS`);
 * :meth:`SavedRun.restore` puts the state back into a training run's objects at any world size,
   :meth:`SavedRun.load_weights` into an unsharded backbone and head (evaluation, export);
 * :func:`save_run_state` writes the state of a completed epoch in the format the world size
@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._atomic import DiskFullError
 from ..config import TrainConfig, config_from_dict
 from ..head import class_rows, reshardable_state_dict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -68,6 +69,7 @@ __all__ = [
     "has_saved_run",
     "read_saved_run",
     "resumed_config",
+    "run_to_continue",
     "save_run_state",
 ]
 
@@ -349,6 +351,31 @@ def check_resumable(saved: SavedRun, config: TrainConfig) -> None:
         )
 
 
+def run_to_continue(
+    run_dir: str | Path, resume: bool | SavedRun, config: TrainConfig
+) -> SavedRun | None:
+    """The saved run a training run continues, checked against its ``config``
+    (:func:`check_resumable`) before anything is built, so a refusal costs nothing.
+
+    Args:
+        run_dir: the run folder.
+        resume: False (a new run: None is returned), True (the checkpoint of ``run_dir`` is
+            read, once: :func:`read_saved_run`), or a :class:`SavedRun` already read (the
+            command line reads it once to resolve the configuration).
+        config: the configuration the run continues with.
+
+    Raises:
+        CheckpointError: no checkpoint, a damaged one, or one from another configuration.
+    """
+    if isinstance(resume, SavedRun):
+        saved: SavedRun | None = resume
+    else:
+        saved = read_saved_run(run_dir) if resume else None
+    if saved is not None:
+        check_resumable(saved, config)
+    return saved
+
+
 def _plain_state(
     *, epoch: int, config: TrainConfig, meta: dict[str, Any], history: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -370,19 +397,56 @@ def save_run_state(
     meta: dict[str, Any],
     history: list[dict[str, Any]],
     distributed: bool = False,
+    kept_epoch: int | None = None,
 ) -> Path:
     """Write the state of ``epoch`` completed epochs into ``run_dir``: ``checkpoint.pt`` from
     one process, or every rank's share into ``checkpoint/`` (all ranks call it); either write
     is atomic, and the other format, now older, is removed.
 
+    Args:
+        kept_epoch: the epoch of the checkpoint already on disk (None: none), named by the
+            message of a full disk (:func:`describe_kept`).
+
     Returns:
         The checkpoint written (file or folder).
 
     Raises:
-        marginface._atomic.DiskFullError: the disk is full (the previous checkpoint is kept).
+        marginface._atomic.DiskFullError: the disk is full; the message names the checkpoint
+            kept and how to go on.
         OSError: the folder cannot be written.
     """
     run_dir = Path(run_dir)
+    try:
+        return _save_run_state(
+            run_dir,
+            objects,
+            epoch=epoch,
+            config=config,
+            meta=meta,
+            history=history,
+            distributed=distributed,
+        )
+    except DiskFullError as error:
+        path = run_dir / CHECKPOINT_NAME
+        raise DiskFullError(
+            error.errno,
+            f"disk full: could not write {path} (free some space); "
+            f"{describe_kept(run_dir, kept_epoch)}",
+            str(path),
+        ) from error
+
+
+def _save_run_state(
+    run_dir: Path,
+    objects: RunObjects,
+    *,
+    epoch: int,
+    config: TrainConfig,
+    meta: dict[str, Any],
+    history: list[dict[str, Any]],
+    distributed: bool,
+) -> Path:
+    """:func:`save_run_state` without the message of a full disk."""
     plain = _plain_state(epoch=epoch, config=config, meta=meta, history=history)
     if distributed:
         extra = {
