@@ -42,7 +42,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .._atomic import DiskFullError
 from ..config import TrainConfig, config_from_dict
 from ..head import class_rows, reshardable_state_dict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -414,56 +413,19 @@ def save_run_state(
     meta: dict[str, Any],
     history: list[dict[str, Any]],
     distributed: bool = False,
-    kept_epoch: int | None = None,
 ) -> Path:
     """Write the state of ``epoch`` completed epochs into ``run_dir``: ``checkpoint.pt`` from
     one process, or every rank's share into ``checkpoint/`` (all ranks call it); either write
     is atomic, and the other format, now older, is removed.
 
-    Args:
-        kept_epoch: the epoch of the checkpoint already on disk (None: none), named by the
-            message of a full disk (:func:`describe_kept`).
-
     Returns:
         The checkpoint written (file or folder).
 
     Raises:
-        marginface._atomic.DiskFullError: the disk is full; the message names the checkpoint
-            kept and how to go on.
+        marginface._atomic.DiskFullError: the disk is full (the previous checkpoint is kept).
         OSError: the folder cannot be written.
     """
     run_dir = Path(run_dir)
-    try:
-        return _save_run_state(
-            run_dir,
-            objects,
-            epoch=epoch,
-            config=config,
-            meta=meta,
-            history=history,
-            distributed=distributed,
-        )
-    except DiskFullError as error:
-        path = run_dir / CHECKPOINT_NAME
-        raise DiskFullError(
-            error.errno,
-            f"disk full: could not write {path} (free some space); "
-            f"{describe_kept(run_dir, kept_epoch)}",
-            str(path),
-        ) from error
-
-
-def _save_run_state(
-    run_dir: Path,
-    objects: RunObjects,
-    *,
-    epoch: int,
-    config: TrainConfig,
-    meta: dict[str, Any],
-    history: list[dict[str, Any]],
-    distributed: bool,
-) -> Path:
-    """:func:`save_run_state` without the message of a full disk."""
     plain = _plain_state(epoch=epoch, config=config, meta=meta, history=history)
     if distributed:
         extra = {

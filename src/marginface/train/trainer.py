@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .._atomic import DiskFullError
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..data.base import StreamedImageSet
@@ -40,6 +41,7 @@ from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progre
 from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_log import EpochCallback, RunLog
 from .run_state import (
+    CHECKPOINT_NAME,
     CONFIG_NAME,
     RESUMABLE_KEYS,
     RunObjects,
@@ -360,18 +362,25 @@ class Trainer:
 
     def _save(self, epoch: int) -> None:
         """Write the checkpoint of ``epoch`` completed epochs, :attr:`history` included (every
-        rank's share when distributed; :func:`~marginface.train.run_state.save_run_state`;
-        a full disk says which checkpoint is kept and how to go on)."""
-        save_run_state(
-            self.run_dir,
-            self._objects(),
-            epoch=epoch,
-            config=self.config,
-            meta=self.meta,
-            history=self.history,
-            distributed=self.distributed,
-            kept_epoch=self._kept_epoch,
-        )
+        rank's share when distributed; :func:`~marginface.train.run_state.save_run_state`).
+        A full disk says which checkpoint is kept and how to go on."""
+        try:
+            save_run_state(
+                self.run_dir,
+                self._objects(),
+                epoch=epoch,
+                config=self.config,
+                meta=self.meta,
+                history=self.history,
+                distributed=self.distributed,
+            )
+        except DiskFullError as error:
+            path = self.run_dir / CHECKPOINT_NAME
+            raise DiskFullError(
+                error.errno,
+                f"disk full: could not write {path} (free some space); {self._way_forward()}",
+                str(path),
+            ) from error
         self._kept_epoch = epoch
 
     def fit(
