@@ -116,7 +116,7 @@ class Trainer:
             )
         self.progress_seconds = float(progress_seconds)
         self._reporter = ProgressReporter("none", epochs=1, steps_per_epoch=1)
-        self.log = RunLog(self.run_dir, callbacks=callbacks)
+        self.run_log = RunLog(self.run_dir, callbacks=callbacks)
         self.model: nn.Module | None = None
         self.head: nn.Module | None = None
         self._kept_epoch: int | None = None  # the epoch of the checkpoint on disk, if any
@@ -142,23 +142,23 @@ class Trainer:
 
     @property
     def history(self) -> list[dict[str, Any]]:
-        """One row per completed epoch (see :meth:`fit`), kept by :attr:`log`."""
-        return self.log.history
+        """One row per completed epoch (see :meth:`fit`), kept by :attr:`run_log`."""
+        return self.run_log.history
 
     @property
     def callbacks(self) -> list[EpochCallback]:
-        """Called with each epoch's row after its checkpoint is written (:attr:`log`'s)."""
-        return self.log.callbacks
+        """Called with each epoch's row after its checkpoint is written (:attr:`run_log`'s)."""
+        return self.run_log.callbacks
 
     @property
     def step_callbacks(self) -> list[EpochCallback]:
-        """Called with each ``verify_every``-steps row (:attr:`log`'s)."""
-        return self.log.step_callbacks
+        """Called with each ``verify_every``-steps row (:attr:`run_log`'s)."""
+        return self.run_log.step_callbacks
 
     @property
     def step_verification(self) -> list[dict[str, Any]]:
-        """The verification sets' accuracy every ``verify_every`` steps (:attr:`log`'s)."""
-        return self.log.step_verification
+        """The verification sets' accuracy every ``verify_every`` steps (:attr:`run_log`'s)."""
+        return self.run_log.step_verification
 
     # ---------------------------------------------------------------- setup
     def _init_distributed(self) -> None:
@@ -222,7 +222,7 @@ class Trainer:
         """Continue from ``saved``: the weights, optimizer, schedule, scaler and RNG restored
         (any world size), :attr:`history` its rows. Returns the completed epochs."""
         epoch = saved.restore(self._objects(), distributed=self.distributed)
-        self.log.history = [dict(row) for row in saved.history]
+        self.run_log.history = [dict(row) for row in saved.history]
         self._kept_epoch = epoch
         return epoch
 
@@ -354,7 +354,7 @@ class Trainer:
         appended to ``verification.csv`` (step, then one column per set)."""
         row: dict[str, Any] = {"step": step, **self.evaluator.verification_sets(self.model)}
         self.model.train()
-        self.log.add_step_verification(row)
+        self.run_log.add_step_verification(row)
 
     def _images_per_epoch(self) -> int:
         """Training images of the global batch per epoch (the batches actually run)."""
@@ -434,7 +434,7 @@ class Trainer:
                 self.head.load_state_dict(self.initial_state["loss"])
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
-        self.log.open(
+        self.run_log.open(
             history=history,
             completed_steps=start * self.steps_per_epoch,
             writes=self.is_main,
@@ -464,7 +464,7 @@ class Trainer:
                     "images_per_second": self._images_per_epoch() / seconds,
                     **margin_state(self.head),
                 }
-                self.log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
+                self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
                 if self.is_main:
                     logger.debug("epoch %d: %s", epoch + 1, row)
         except KeyboardInterrupt:
@@ -479,7 +479,7 @@ class Trainer:
                 way_forward=self._way_forward(),
             ) from error
         finally:
-            self.log.close()
+            self.run_log.close()
         return self.history
 
 
