@@ -17,13 +17,19 @@ DETACHED_BY_DESIGN = {
     "is checked against the frozen-weight derivative in tests/margins/test_arcnegface.py",
 }
 
+STRAIGHT_THROUGH_BY_DEFAULT = {"sphereface2-a", "sphereface2-m"}
+"""Losses whose default gradient is the authors' straight-through one (not the derivative of the
+formula; compared with the authors' code in tests/margins/test_binary_parity.py): gradchecked
+with ``gradient="exact"``, the formula's own derivative."""
+
 
 @pytest.mark.parametrize("name", marginface.list_losses())
 def test_gradcheck(name: str) -> None:
     if name in DETACHED_BY_DESIGN:
         pytest.skip(DETACHED_BY_DESIGN[name])
     torch.manual_seed(5)
-    loss_fn = make_loss(name, 4, 3, dtype=torch.float64, reduction="sum")
+    options = {"gradient": "exact"} if name in STRAIGHT_THROUGH_BY_DEFAULT else {}
+    loss_fn = make_loss(name, 4, 3, dtype=torch.float64, reduction="sum", **options)
     loss_fn.eval()  # frozen state: the function under test must not change between evaluations
     # AdaFace deliberately detaches the norm (paper); above its clip of 100 the norm has no
     # effect at all, so the numerical derivative sees the same function as the analytical one.
