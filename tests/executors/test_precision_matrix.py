@@ -282,6 +282,8 @@ def test_chunked_matches_dense_and_float64(
     """``choice``: the chunked executor's ``kernels`` (the name ``kernels`` is conftest's
     fixture). A margin whose non-target rule has no compiled kernel (MV-Softmax's) runs the
     PyTorch chunk loop only: ``kernels="triton"`` is an error for it (tested in test_chunked)."""
+    if choice == "triton" and marginface.create_loss(name, 3, 2).margin.objective == "binary":
+        pytest.skip(f"{name} is one-vs-all: its own kernels, in test_binary_triton.py")
     if choice == "triton" and not has_compiled_rule(name):
         pytest.skip(f"{name}'s non-target rule has no Triton kernel")
     # the launch counter needs triton ("triton" skips without it; "auto" runs PyTorch then)
