@@ -33,6 +33,7 @@ from ..evaluation import (
 )
 from .distributed import rank_slice
 from .embeddings import extract_embeddings
+from .ijb_evaluation import IjbSet, ijb_history_metrics, ijb_results
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
@@ -255,6 +256,7 @@ def evaluate_model(
     num_pairs: int = 6000,
     seed: int = 0,
     summary: bool = False,
+    ijb: IjbSet | None = None,
 ) -> Evaluation:
     """Evaluate a backbone and its head on ``bundle``'s test set: the one evaluation behind
     the trainer's per-epoch row and ``marginface evaluate``.
@@ -289,10 +291,72 @@ def evaluate_model(
             test set) and ``accuracy`` for closed-set data, ``verification_accuracy`` and
             ``auc`` (with NaN ``val_loss`` and ``accuracy``) for open-set data, both NaN for an
             empty test set.
+        ijb: an IJB-B/C dataset (:class:`~marginface.train.ijb_evaluation.IjbSet`): its
+            columns ``ijbc_tar@far=1e-06`` ... ``1e-01`` and, with the 1:N files,
+            ``ijbc_<gallery>_rank1`` and ``ijbc_<gallery>_tpir@fpir=1e-01`` are added
+            (:func:`~marginface.train.ijb_evaluation.ijb_history_metrics`: the numbers
+            ``marginface ijb`` gives for these weights; embedded in full precision, flipped,
+            in batches of ``batch_size``). None (default): no IJB.
 
     Returns:
         The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
     """
+    evaluation = _test_set_evaluation(
+        model,
+        head,
+        bundle,
+        flip=flip,
+        batch_size=batch_size,
+        device=device,
+        amp_dtype=amp_dtype,
+        channels_last=channels_last,
+        pairs=pairs,
+        num_pairs=num_pairs,
+        seed=seed,
+        summary=summary,
+    )
+    if ijb is not None:
+        result = ijb_results(
+            model,
+            ijb.layout,
+            device=device,
+            batch_size=batch_size,
+            workers=ijb.workers,
+            progress=_log_ijb_progress(ijb.target),
+        )
+        evaluation.metrics.update(ijb_history_metrics(result, ijb.prefix))
+    return evaluation
+
+
+def _log_ijb_progress(target: str):
+    """A progress callback logging (INFO) each tenth of the IJB images embedded."""
+    logged = [0]
+
+    def progress(done: int, total: int) -> None:
+        tenth = 10 * done // total
+        if tenth > logged[0]:
+            logged[0] = tenth
+            logger.info("[%s] embedded %d/%d images (flipped too)", target, done, total)
+
+    return progress
+
+
+def _test_set_evaluation(
+    model: nn.Module,
+    head: nn.Module,
+    bundle: DatasetBundle,
+    *,
+    flip: bool,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+    pairs: PairSet | None,
+    num_pairs: int,
+    seed: int,
+    summary: bool,
+) -> Evaluation:
+    """:func:`evaluate_model` without the IJB columns."""
     test = bundle.test
     if len(test) == 0:
         if summary or not bundle.verification:

@@ -41,6 +41,7 @@ from .evaluate import (
     verification_set_results,
 )
 from .history import TensorBoardLogger, margin_state, read_history, write_history
+from .ijb_evaluation import IjbSet, ijb_set_for
 from .loader_errors import next_batch as _next_batch
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
@@ -142,6 +143,7 @@ class Trainer:
         self.model: nn.Module | None = None
         self.head: nn.Module | None = None
         self._pairs = None
+        self.ijb: IjbSet | None = None  # TrainConfig.ijb_dir's dataset, read by _setup
         self._kept_epoch: int | None = None  # the epoch of the checkpoint on disk, if any
         self.distributed = False
         self.rank, self.world = 0, 1
@@ -210,6 +212,14 @@ class Trainer:
         self.forward_model, self.meta = built.forward_model, built.meta
         self.steps_per_epoch, self.amp_dtype = built.steps_per_epoch, built.amp_dtype
         self.augmentation = built.augmentation
+        self.ijb = ijb_set_for(  # read before the first step: a bad folder fails now
+            config.ijb_dir,
+            config.ijb_target,
+            config.ijb_every,
+            in_channels=self.meta["in_channels"],
+            image_size=self.meta["image_size"],
+            workers=config.workers,
+        )
         self.streamed = isinstance(train, StreamedImageSet)
         self.train_x = None if self.streamed else torch.as_tensor(train.images)
         self.train_y = torch.as_tensor(train.labels, dtype=torch.int64)
@@ -400,11 +410,15 @@ class Trainer:
             ) from error
         self._kept_epoch = epoch
 
-    def _evaluate(self) -> dict[str, float]:
-        """The epoch's test metrics (:func:`~marginface.train.evaluate.evaluate_model`'s
-        summary): closed-set ``val_loss`` and ``accuracy`` on unflipped embeddings, or the
-        open-set test pairs' ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the
-        figures ``marginface evaluate`` gives for this checkpoint)."""
+    def _evaluate(self, epoch: int) -> dict[str, float]:
+        """The test metrics after ``epoch`` completed epochs
+        (:func:`~marginface.train.evaluate.evaluate_model`'s summary): closed-set ``val_loss``
+        and ``accuracy`` on unflipped embeddings, or the open-set test pairs'
+        ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the figures
+        ``marginface evaluate`` gives for this checkpoint); the IJB columns when ``ijb_dir``
+        is set and the epoch is due (rank 0 alone embeds IJB; the other ranks go on to the
+        checkpoint's collectives and wait there)."""
+        due = self.ijb is not None and self.is_main and self.ijb.due(epoch, self.config.epochs)
         if self.bundle.open_set and self._pairs is None and len(self.bundle.test):
             self._pairs = verification_pairs(self.bundle)
         evaluation = evaluate_model(
@@ -418,6 +432,7 @@ class Trainer:
             channels_last=self.config.channels_last,
             pairs=self._pairs,
             summary=True,
+            ijb=self.ijb if due else None,
         )
         return evaluation.metrics
 
@@ -519,7 +534,7 @@ class Trainer:
                 row: dict[str, Any] = {
                     "epoch": epoch + 1,
                     "loss": train_loss,
-                    **self._evaluate(),
+                    **self._evaluate(epoch + 1),
                     **self._verify(),
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "seconds": seconds,
