@@ -102,7 +102,7 @@ def build_ijb_folder(parent: Path) -> tuple[Path, dict[str, np.ndarray]]:
     return root, originals
 
 
-def write_training_folder(root: Path, subjects: int = 8, per_subject: int = 4) -> Path:
+def write_training_folder(root: Path, subjects: int = 8, per_subject: int = 5) -> Path:
     """ORL images 6 ... 5 + ``per_subject`` (not in the IJB folder) of ``subjects`` subjects
     as ``root/s<subject>/<k>.png``, RGB 112×112; returns ``root``."""
     image = pytest.importorskip("PIL.Image")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from pathlib import Path
@@ -34,7 +35,7 @@ def _train_argv(faces: Path, out: Path) -> list[str]:
         "--data-dir",
         str(faces),
         "--set",
-        "dataset_options={rgb = true}",
+        "dataset_options={rgb = true, test_fraction = 0.4}",
         "--image-size",
         "112",
         "--model",
@@ -54,6 +55,10 @@ def _train_argv(faces: Path, out: Path) -> list[str]:
     ]
 
 
+def _png(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
 @pytest.fixture(scope="module")
 def faces(tmp_path_factory):
     return write_training_folder(tmp_path_factory.mktemp("faces") / "train")
@@ -70,6 +75,14 @@ def test_history_gets_the_ijb_columns_of_marginface_ijb(ijb_folder, faces, tmp_p
     for row, due in zip(history, (False, True, True), strict=True):
         for key in HISTORY_KEYS:
             assert math.isnan(row[key]) != due, (row["epoch"], key)
+    # the run's report: the IJB section from the history (its last evaluated epoch) and the
+    # IJB columns over training
+    assert main(["--quiet", "plot", str(run), "--device", "cpu"]) == 0
+    page = (run / "plots" / "report.html").read_text()
+    assert "IJB-B / IJB-C" in page and "<td>history, epoch 3</td>" in page
+    assert _png(run / "plots" / "ijbc_arcface.png") in page
+    for key in ("ijbc_tar@far=1e-01", "ijbc_G1+G2_rank1"):
+        assert f"<td>{history[-1][key]:.4f}</td>" in page
     # the last epoch's columns are marginface ijb's numbers on the run's (last) weights
     capsys.readouterr()
     assert main(["--quiet", "ijb", str(run), "--data-dir", str(root), "--batch-size", "16"]) == 0
@@ -81,6 +94,12 @@ def test_history_gets_the_ijb_columns_of_marginface_ijb(ijb_folder, faces, tmp_p
     assert all(0.0 <= history[-1][key] <= 1.0 for key in HISTORY_KEYS)
     tar = history[-1]["ijbc_tar@far=1e-01"] * 8
     assert tar == pytest.approx(round(tar))
+    # after marginface ijb the report shows its numbers and its ROC picture
+    assert main(["--quiet", "plot", str(run), "--device", "cpu"]) == 0
+    page = (run / "plots" / "report.html").read_text()
+    assert "<td>marginface ijb</td>" in page and "<td>history, epoch 3</td>" not in page
+    assert _png(run / "ijb" / "ijbc_roc.png") in page
+    assert _png(run / "plots" / "ijbc_arcface.png") in page
     config = (run / "config.toml").read_text()
     assert "ijb_dir" in config and "ijb_every = 2" in config
 
