@@ -150,7 +150,8 @@ class TrainConfig:
     IJB-B / IJB-C while training (docs/evaluation.md):
         ijb_dir: an IJB folder in insightface's layout (``loose_crop/``, ``meta/``): the epoch
             rows get its 1:1 TAR@FAR and 1:N rank-1 / TPIR columns, as ``marginface ijb``
-            computes them (rank 0 evaluates). None (default): no IJB.
+            computes them (under torchrun every rank embeds its share of the images, rank 0
+            evaluates). None (default): no IJB.
         ijb_target: ``IJBC`` (default) or ``IJBB``: which protocol files of ``ijb_dir``.
         ijb_every: evaluate IJB after every this many epochs and after the last one.
             Default: 1 (every epoch).

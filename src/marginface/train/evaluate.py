@@ -296,7 +296,8 @@ def evaluate_model(
             ``ijbc_<gallery>_rank1`` and ``ijbc_<gallery>_tpir@fpir=1e-01`` are added
             (:func:`~marginface.train.ijb_evaluation.ijb_history_metrics`: the numbers
             ``marginface ijb`` gives for these weights; embedded in full precision, flipped,
-            in batches of ``batch_size``). None (default): no IJB.
+            in batches of ``batch_size``; with ``ijb.distributed`` every rank calls this and
+            embeds its share, rank 0 alone gets the columns). None (default): no IJB.
 
     Returns:
         The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
@@ -323,8 +324,10 @@ def evaluate_model(
             batch_size=batch_size,
             workers=ijb.workers,
             progress=_log_ijb_progress(ijb.target),
+            distributed=ijb.distributed,
         )
-        evaluation.metrics.update(ijb_history_metrics(result, ijb.prefix))
+        if result is not None:  # rank 0 (or the only process)
+            evaluation.metrics.update(ijb_history_metrics(result, ijb.prefix))
     return evaluation
 
 

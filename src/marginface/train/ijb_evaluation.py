@@ -12,6 +12,7 @@ writes for the same weights.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..data import ijb as ijb_data
@@ -51,12 +54,15 @@ class IjbSet:
         target: ``"IJBC"`` or ``"IJBB"``; the columns are prefixed ``ijbc_`` / ``ijbb_``.
         every: evaluate after every ``every``-th epoch and after the last one (>= 1).
         workers: processes reading and aligning the images (0: the training process).
+        distributed: every rank of the default process group embeds its share of the
+            images (:func:`ijb_results`); rank 0 evaluates.
     """
 
     layout: IjbLayout
     target: str
     every: int = 1
     workers: int = 0
+    distributed: bool = False
 
     @property
     def prefix(self) -> str:
@@ -77,6 +83,7 @@ def ijb_set_for(
     in_channels: int,
     image_size: int | tuple[int, int],
     workers: int = 0,
+    distributed: bool = False,
 ) -> IjbSet | None:
     """The :class:`IjbSet` of a training run, read before its first step (None without
     ``ijb_dir``), so a missing folder or file is an error before any training.
@@ -87,6 +94,7 @@ def ijb_set_for(
         every: evaluate every this many epochs (and after the last).
         in_channels, image_size: the run's input (``run_meta``); IJB crops are RGB 112×112.
         workers: processes reading and aligning the images.
+        distributed: the run's ranks share the embedding (:attr:`IjbSet.distributed`).
 
     Raises:
         ValueError: ``target`` unknown, ``every`` < 1, a model of another input, a bad meta
@@ -105,7 +113,7 @@ def ijb_set_for(
             f"images are {in_channels}x{size[0]}x{size[1]}"
         )
     layout = ijb_data.read_ijb_layout(Path(ijb_dir), target)
-    return IjbSet(layout, target, every, workers)
+    return IjbSet(layout, target, every, workers, distributed)
 
 
 def ijb_results(
@@ -122,9 +130,15 @@ def ijb_results(
     norm_score: bool = True,
     detector_score: bool = True,
     label: str = "the model",
-) -> IjbResult:
+    distributed: bool = False,
+) -> IjbResult | None:
     """Embed ``layout``'s images with ``model`` and evaluate IJB 1:1 and 1:N (module
     docstring): what ``marginface ijb`` and the trainer's IJB columns compute.
+
+    With ``distributed``, every rank of the default process group calls this with the same
+    weights: rank ``r`` of ``W`` embeds the ``r``-th of ``W`` contiguous, nearly equal parts
+    of the images (``torch.tensor_split``), rank 0 gathers them in order and evaluates; the
+    other ranks return None.
 
     Args:
         model: the backbone, ``float32[B, 3, 112, 112]`` in [-1, 1] → ``[B, D]``, any ``D``;
@@ -138,6 +152,7 @@ def ijb_results(
         progress: called with ``(images done, total)`` after each batch.
         flip, norm_score, detector_score: the protocol's switches (all on: insightface's).
         label: how errors name the model (a run folder, a file).
+        distributed: share the embedding over the ranks (above); ``cache`` is then not used.
 
     Raises:
         ValueError: the model cannot embed 112×112 RGB crops (one line naming ``label``), an
@@ -155,18 +170,29 @@ def ijb_results(
                 f"the model of {label} cannot embed 112x112 RGB face crops: {first_line}"
             ) from None
 
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    share = layout
+    if world > 1:
+        mine = torch.arange(len(layout.names)).tensor_split(world)[rank].numpy()  # (n_r,)
+        names = [layout.names[i] for i in mine]
+        share = dataclasses.replace(layout, names=names, landmarks=layout.landmarks[mine])
     try:
         embeddings, flipped = ijb_data.embed_ijb_images(
-            layout,
+            share,
             embed,
             batch_size=batch_size,
             workers=workers,
-            cache=cache,
+            cache=cache if world == 1 else None,
             cache_key=cache_key,
             progress=progress,
         )
     finally:
         model.train(was_training)
+    if world > 1:
+        gathered = _gather_to_rank_zero(embeddings, flipped, len(layout.names), device)
+        if gathered is None:
+            return None
+        embeddings, flipped = gathered
     return ijb_data.evaluate_ijb(
         layout,
         embeddings,
@@ -175,6 +201,26 @@ def ijb_results(
         norm_score=norm_score,
         detector_score=detector_score,
     )
+
+
+def _gather_to_rank_zero(
+    embeddings: np.ndarray, flipped: np.ndarray, total: int, device: torch.device | str
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every rank's ``(float32[n_r, D], float32[n_r, D])`` concatenated in rank order on rank
+    0 (None elsewhere): one ``dist.gather`` of ``[max n_r, 2D]`` blocks on ``device``."""
+    world = dist.get_world_size()
+    counts = [len(part) for part in torch.arange(total).tensor_split(world)]  # (W,)
+    rows = max(counts)
+    block = torch.zeros(rows, 2 * embeddings.shape[1], device=device)  # (max n_r, 2D)
+    block[: len(embeddings)] = torch.from_numpy(np.concatenate([embeddings, flipped], axis=1))
+    rank_zero = dist.get_rank() == 0
+    blocks = [torch.empty_like(block) for _ in range(world)] if rank_zero else None
+    dist.gather(block, blocks, dst=0)
+    if not rank_zero:
+        return None
+    both = torch.cat([b[:n] for b, n in zip(blocks, counts, strict=True)]).cpu().numpy()
+    dim = embeddings.shape[1]
+    return both[:, :dim], both[:, dim:]
 
 
 def ijb_history_metrics(result: IjbResult, prefix: str) -> dict[str, float]:

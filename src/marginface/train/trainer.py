@@ -219,6 +219,7 @@ class Trainer:
             in_channels=self.meta["in_channels"],
             image_size=self.meta["image_size"],
             workers=config.workers,
+            distributed=self.distributed,
         )
         self.streamed = isinstance(train, StreamedImageSet)
         self.train_x = None if self.streamed else torch.as_tensor(train.images)
@@ -416,9 +417,9 @@ class Trainer:
         and ``accuracy`` on unflipped embeddings, or the open-set test pairs'
         ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the figures
         ``marginface evaluate`` gives for this checkpoint); the IJB columns when ``ijb_dir``
-        is set and the epoch is due (rank 0 alone embeds IJB; the other ranks go on to the
-        checkpoint's collectives and wait there)."""
-        due = self.ijb is not None and self.is_main and self.ijb.due(epoch, self.config.epochs)
+        is set and the epoch is due (every rank embeds its share of the IJB images, rank 0
+        evaluates: the columns are in rank 0's row)."""
+        due = self.ijb is not None and self.ijb.due(epoch, self.config.epochs)
         if self.bundle.open_set and self._pairs is None and len(self.bundle.test):
             self._pairs = verification_pairs(self.bundle)
         evaluation = evaluate_model(
