@@ -26,33 +26,16 @@ HISTORY_KEYS += [
 ]
 
 
+def _data_argv(faces: Path) -> list[str]:
+    """The options of a short run on the ORL training folder that can embed IJB's crops."""
+    argv = ["--dataset", "folder", "--data-dir", str(faces), "--image-size", "112"]
+    argv += ["--set", "dataset_options={rgb = true, test_fraction = 0.4}"]
+    argv += ["--model", "seed-cnn", "--embedding-dim", "16", "--batch-size", "8"]
+    return [*argv, "--device", "cpu", "--set", "eval_batch_size=16"]
+
+
 def _train_argv(faces: Path, out: Path) -> list[str]:
-    return [
-        "--quiet",
-        "train",
-        "--dataset",
-        "folder",
-        "--data-dir",
-        str(faces),
-        "--set",
-        "dataset_options={rgb = true, test_fraction = 0.4}",
-        "--image-size",
-        "112",
-        "--model",
-        "seed-cnn",
-        "--embedding-dim",
-        "16",
-        "--loss",
-        "arcface",
-        "--batch-size",
-        "8",
-        "--device",
-        "cpu",
-        "--set",
-        "eval_batch_size=16",
-        "--out",
-        str(out),
-    ]
+    return ["--quiet", "train", *_data_argv(faces), "--loss", "arcface", "--out", str(out)]
 
 
 def _png(path: Path) -> str:
@@ -137,3 +120,18 @@ def test_ijb_set_due_and_input_checks(ijb_folder):
         ijb_set_for(root, "IJBC", 1, in_channels=1, image_size=112)
     with pytest.raises(ValueError, match="ijb_target must be one of"):
         TrainConfig(ijb_target="ijbc")
+
+
+def test_compare_reports_the_ijb_columns_of_every_loss(ijb_folder, faces, tmp_path):
+    root, _ = ijb_folder
+    out = tmp_path / "compare"
+    argv = ["--quiet", "compare", *_data_argv(faces), "--losses", "arcface,cosface"]
+    argv += ["--epochs", "1", "--ijb-dir", str(root), "--out", str(out)]
+    assert main(argv) == 0
+    page = (out / "report.html").read_text()
+    assert "IJB-B / IJB-C" in page
+    for loss in ("arcface", "cosface"):
+        (row,) = read_history(out / loss / "history.csv")
+        assert f"<td>{loss}</td><td>ijbc</td><td>history, epoch 1</td>" in page
+        assert f"<td>{row['ijbc_tar@far=1e-01']:.4f}</td>" in page
+        assert _png(out / f"ijbc_{loss}.png") in page
