@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,7 +15,12 @@ import pytest
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import read_history
-from marginface.train.ijb_evaluation import IjbSet, ijb_set_for
+from marginface.train.ijb_evaluation import (
+    IjbSet,
+    ijb_history_keys,
+    ijb_history_metrics,
+    ijb_set_for,
+)
 from tests.evaluation._ijb_folder import write_training_folder
 
 pytest.importorskip("cv2")
@@ -54,7 +60,10 @@ def test_history_gets_the_ijb_columns_of_marginface_ijb(ijb_folder, faces, tmp_p
     assert main([*argv, "--ijb-every", "2"]) == 0
     history = read_history(run / "history.csv")
     assert [row["epoch"] for row in history] == [1, 2, 3]
-    # every second epoch and the last one
+    # the columns from the first epoch on, in place (before lr), so the printed lines align
+    columns = list(history[0])
+    assert columns.index("ijbc_tar@far=1e-06") < columns.index("lr")
+    # values every second epoch and at the last one, empty cells between
     for row, due in zip(history, (False, True, True), strict=True):
         for key in HISTORY_KEYS:
             assert math.isnan(row[key]) != due, (row["epoch"], key)
@@ -111,6 +120,10 @@ def test_ijb_set_due_and_input_checks(ijb_folder):
     assert ijb_set_for(None, "IJBC", 1, in_channels=3, image_size=112) is None
     ijb = ijb_set_for(root, "IJBC", 3, in_channels=3, image_size=(112, 112))
     assert isinstance(ijb, IjbSet) and ijb.prefix == "ijbc_"
+    assert ijb_history_keys(ijb) == HISTORY_KEYS
+    no_1n = dataclasses.replace(ijb, layout=dataclasses.replace(ijb.layout, probes=None))
+    assert ijb_history_keys(no_1n) == HISTORY_KEYS[:6]
+    assert all(math.isnan(v) for v in ijb_history_metrics(None, ijb).values())
     assert [e for e in range(1, 8) if ijb.due(e, 7)] == [3, 6, 7]
     with pytest.raises(ValueError, match="ijb_every must be an int >= 1, got 0"):
         ijb_set_for(root, "IJBC", 0, in_channels=3, image_size=112)

@@ -257,6 +257,7 @@ def evaluate_model(
     seed: int = 0,
     summary: bool = False,
     ijb: IjbSet | None = None,
+    ijb_due: bool = True,
 ) -> Evaluation:
     """Evaluate a backbone and its head on ``bundle``'s test set: the one evaluation behind
     the trainer's per-epoch row and ``marginface evaluate``.
@@ -297,7 +298,9 @@ def evaluate_model(
             (:func:`~marginface.train.ijb_evaluation.ijb_history_metrics`: the numbers
             ``marginface ijb`` gives for these weights; embedded in full precision, flipped,
             in batches of ``batch_size``; with ``ijb.distributed`` every rank calls this and
-            embeds its share, rank 0 alone gets the columns). None (default): no IJB.
+            embeds its share, rank 0 alone gets the values). None (default): no IJB.
+        ijb_due: evaluate ``ijb`` now; False: its columns are NaN (an epoch between two IJB
+            evaluations keeps the columns of the log in place). Default: True.
 
     Returns:
         The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
@@ -317,17 +320,18 @@ def evaluate_model(
         summary=summary,
     )
     if ijb is not None:
-        result = ijb_results(
-            model,
-            ijb.layout,
-            device=device,
-            batch_size=batch_size,
-            workers=ijb.workers,
-            progress=_log_ijb_progress(ijb.target),
-            distributed=ijb.distributed,
-        )
-        if result is not None:  # rank 0 (or the only process)
-            evaluation.metrics.update(ijb_history_metrics(result, ijb.prefix))
+        result = None
+        if ijb_due:
+            result = ijb_results(
+                model,
+                ijb.layout,
+                device=device,
+                batch_size=batch_size,
+                workers=ijb.workers,
+                progress=_log_ijb_progress(ijb.target),
+                distributed=ijb.distributed,
+            )  # None on the ranks other than 0
+        evaluation.metrics.update(ijb_history_metrics(result, ijb))
     return evaluation
 
 

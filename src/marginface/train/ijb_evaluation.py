@@ -33,6 +33,7 @@ __all__ = [
     "HISTORY_FPIR",
     "IJB_INPUT",
     "IjbSet",
+    "ijb_history_keys",
     "ijb_history_metrics",
     "ijb_results",
     "ijb_set_for",
@@ -223,14 +224,25 @@ def _gather_to_rank_zero(
     return both[:, :dim], both[:, dim:]
 
 
-def ijb_history_metrics(result: IjbResult, prefix: str) -> dict[str, float]:
+def ijb_history_keys(ijb: IjbSet) -> list[str]:
     """The IJB columns of an epoch's row: ``<prefix>tar@far=1e-06`` ... ``1e-01`` (1:1,
     insightface's nearest-point rule) and, per gallery when the 1:N files exist,
     ``<prefix><gallery>_rank1`` and ``<prefix><gallery>_tpir@fpir=1e-01`` (``G1``, ``G2``
-    open-set; ``G1+G2`` insightface's rule): a subset of ``marginface ijb``'s keys, values
-    equal."""
-    everything: dict[str, Any] = result.as_dict(prefix)
-    keys = [f"{prefix}tar@far={far:.0e}" for far in IJB_FAR_TARGETS]
-    for gallery in result.identification:
-        keys += [f"{prefix}{gallery}_rank1", f"{prefix}{gallery}_tpir@fpir={HISTORY_FPIR:.0e}"]
-    return {key: float(everything.get(key, math.nan)) for key in keys}
+    open-set; ``G1+G2`` insightface's rule; IJB-B: ``S1``, ``S2``, ``S1+S2``): a subset of
+    ``marginface ijb``'s keys."""
+    keys = [f"{ijb.prefix}tar@far={far:.0e}" for far in IJB_FAR_TARGETS]
+    galleries = list(ijb.layout.galleries)
+    if ijb.layout.probes is not None and galleries:
+        for gallery in [*galleries, "+".join(galleries)]:
+            keys += [f"{ijb.prefix}{gallery}_{k}" for k in ("rank1", _TPIR_COLUMN)]
+    return keys
+
+
+_TPIR_COLUMN = f"tpir@fpir={HISTORY_FPIR:.0e}"
+
+
+def ijb_history_metrics(result: IjbResult | None, ijb: IjbSet) -> dict[str, float]:
+    """:func:`ijb_history_keys` with the values of ``result`` (``marginface ijb``'s for the
+    same weights), NaN where not measured (``result`` None: an epoch IJB skips)."""
+    everything: dict[str, Any] = {} if result is None else result.as_dict(ijb.prefix)
+    return {key: float(everything.get(key, math.nan)) for key in ijb_history_keys(ijb)}

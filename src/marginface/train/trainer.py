@@ -417,8 +417,8 @@ class Trainer:
         and ``accuracy`` on unflipped embeddings, or the open-set test pairs'
         ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the figures
         ``marginface evaluate`` gives for this checkpoint); the IJB columns when ``ijb_dir``
-        is set and the epoch is due (every rank embeds its share of the IJB images, rank 0
-        evaluates: the columns are in rank 0's row)."""
+        is set (values when the epoch is due, else NaN; every rank embeds its share of the IJB
+        images, rank 0 evaluates: the values are in rank 0's row)."""
         due = self.ijb is not None and self.ijb.due(epoch, self.config.epochs)
         if self.bundle.open_set and self._pairs is None and len(self.bundle.test):
             self._pairs = verification_pairs(self.bundle)
@@ -433,7 +433,8 @@ class Trainer:
             channels_last=self.config.channels_last,
             pairs=self._pairs,
             summary=True,
-            ijb=self.ijb if due else None,
+            ijb=self.ijb,
+            ijb_due=due,
         )
         return evaluation.metrics
 
