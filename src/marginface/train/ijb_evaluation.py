@@ -45,6 +45,8 @@ IJB_INPUT = (3, 112, 112)
 HISTORY_FPIR = 0.1
 """The FPIR of the 1:N column of ``history.csv`` (``..._tpir@fpir=1e-01``)."""
 
+_TPIR_COLUMN = f"tpir@fpir={HISTORY_FPIR:.0e}"
+
 
 @dataclass(frozen=True)
 class IjbSet:
@@ -236,9 +238,6 @@ def ijb_history_keys(ijb: IjbSet) -> list[str]:
         for gallery in [*galleries, "+".join(galleries)]:
             keys += [f"{ijb.prefix}{gallery}_{k}" for k in ("rank1", _TPIR_COLUMN)]
     return keys
-
-
-_TPIR_COLUMN = f"tpir@fpir={HISTORY_FPIR:.0e}"
 
 
 def ijb_history_metrics(result: IjbResult | None, ijb: IjbSet) -> dict[str, float]:
