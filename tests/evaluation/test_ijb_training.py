@@ -148,3 +148,15 @@ def test_compare_reports_the_ijb_columns_of_every_loss(ijb_folder, faces, tmp_pa
         assert f"<td>{loss}</td><td>ijbc</td><td>history, epoch 1</td>" in page
         assert f"<td>{row['ijbc_tar@far=1e-01']:.4f}</td>" in page
         assert _png(out / f"ijbc_{loss}.png") in page
+
+
+def test_resume_may_add_the_ijb_columns(ijb_folder, faces, tmp_path):
+    root, _ = ijb_folder
+    run = tmp_path / "run"
+    assert main([*_train_argv(faces, run), "--epochs", "1"]) == 0
+    resume = ["--quiet", "train", "--out", str(run), "--resume", "--epochs", "2"]
+    assert main([*resume, "--ijb-dir", str(root)]) == 0
+    first, second = read_history(run / "history.csv")
+    assert all(math.isnan(first.get(key, math.nan)) for key in HISTORY_KEYS)
+    assert all(0.0 <= second[key] <= 1.0 for key in HISTORY_KEYS)
+    assert f"ijb_dir = {json.dumps(str(root))}" in (run / "config.toml").read_text()
