@@ -175,6 +175,8 @@ def ijb_results(
 
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     share = layout
+    if world > len(layout.names):
+        raise ValueError(f"{len(layout.names)} IJB image(s) cannot be shared by {world} ranks")
     if world > 1:
         mine = torch.arange(len(layout.names)).tensor_split(world)[rank].numpy()  # (n_r,)
         names = [layout.names[i] for i in mine]
