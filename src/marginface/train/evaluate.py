@@ -34,7 +34,13 @@ from ..evaluation import (
 )
 from .distributed import is_distributed, rank_slice
 from .embeddings import extract_embeddings
-from .ijb_evaluation import IjbSet, ijb_history_metrics, ijb_results, ijb_set_for
+from .ijb_evaluation import (
+    IjbSet,
+    ijb_history_metrics,
+    ijb_progress_logger,
+    ijb_results,
+    ijb_set_for,
+)
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
@@ -417,24 +423,11 @@ def evaluate_model(
                 device=device,
                 batch_size=batch_size,
                 workers=ijb.workers,
-                progress=_log_ijb_progress(ijb.target),
+                progress=ijb_progress_logger(ijb.target),
                 distributed=ijb.distributed,
             )  # None on the ranks other than 0
         evaluation.metrics.update(ijb_history_metrics(result, ijb))
     return evaluation
-
-
-def _log_ijb_progress(target: str):
-    """A progress callback logging (INFO) each tenth of the IJB images embedded."""
-    logged = [0]
-
-    def progress(done: int, total: int) -> None:
-        tenth = 10 * done // total
-        if tenth > logged[0]:
-            logged[0] = tenth
-            logger.info("[%s] embedded %d/%d images (flipped too)", target, done, total)
-
-    return progress
 
 
 def _test_set_evaluation(
