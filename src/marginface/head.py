@@ -40,6 +40,7 @@ from .subcenters import (
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
     "DEFAULT_MEMORY_BUDGET",
+    "DEFAULT_ROW_BLOCK_BYTES",
     "DENSE_LOGIT_COPIES",
     "IMPLEMENTATIONS",
     "KERNELS",
@@ -49,7 +50,7 @@ __all__ = [
     "reshardable_state_dict",
 ]
 
-IMPLEMENTATIONS = ("dense", "chunked", "auto")
+IMPLEMENTATIONS = ("dense", "chunked", "row_block", "auto")
 
 DENSE_LOGIT_COPIES = 4
 """How many ``N×C·K`` matrices (in the compute dtype) a dense training step holds at its peak,
@@ -65,6 +66,11 @@ chunked the faster one beyond (``benchmarks/bench_fused.py``). Under ``torch.com
 float32 dense can be the faster one at larger sizes too, for several times the memory
 (``benchmarks/bench_compile.py``): raise the budget to get it (docs/fused.md, "Choosing an
 executor"; the measured figures are in docs/benchmarks.md)."""
+
+DEFAULT_ROW_BLOCK_BYTES = 1 << 28
+"""Bytes of the row-block executor's store of products when ``row_block`` is not given:
+256 MiB, e.g. 671 rows (so every row of a batch of 512) at C = 100k in float32, 67 rows at
+C = 1M (:meth:`MarginSoftmaxLoss.row_block_rows`)."""
 
 AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 """``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
@@ -151,6 +157,7 @@ class MarginSoftmaxLoss(nn.Module):
         chunk_size: int | None = None,
         kernels: str | None = None,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        row_block: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         process_group: dist.ProcessGroup | None = None,
@@ -170,13 +177,14 @@ class MarginSoftmaxLoss(nn.Module):
         for name, value in vars(margin).items():
             if isinstance(value, float):
                 check_representable(name, value, compute)
-        if impl == "chunked":
+        if impl in ("chunked", "row_block"):
             check_chunkable(margin)
         self.chunk_size = (
             None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
         self.kernels = None if kernels is None else check_choice("kernels", kernels, KERNELS)
         self.memory_budget = check_int("memory_budget", memory_budget, minimum=0)
+        self.row_block = None if row_block is None else check_int("row_block", row_block, minimum=1)
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
         if dtype == torch.float64:  # the running statistics keep float64 precision too
             margin.to(dtype=torch.float64)
@@ -241,7 +249,9 @@ class MarginSoftmaxLoss(nn.Module):
             check_embeddings(embeddings, self.embedding_dim)
             labels = check_labels(labels, embeddings.shape[0], self.num_classes)
             targets, sampled = self._classes_of_step(labels)
-            if self.executor(embeddings.shape[0]) == "chunked":
+            executor = self.executor(embeddings.shape[0])
+            if executor in ("chunked", "row_block"):
+                rows = embeddings.shape[0]
                 per_sample = chunked_margin_cross_entropy(
                     embeddings,
                     self.weight,
@@ -251,6 +261,7 @@ class MarginSoftmaxLoss(nn.Module):
                     chunk_size=self.chunk_size,
                     kernels=self.kernels,
                     sampled_classes=sampled,  # read in place, chunk by chunk
+                    row_block=self.row_block_rows(rows) if executor == "row_block" else None,
                 )
             else:
                 weight = self.weight
@@ -407,12 +418,29 @@ class MarginSoftmaxLoss(nn.Module):
         self.sub_centers = 1
 
     def executor(self, batch_size: int) -> str:
-        """The executor a batch of ``batch_size`` rows runs on: ``"dense"`` or ``"chunked"``."""
+        """The executor a batch of ``batch_size`` rows runs on: ``"dense"``, ``"chunked"`` or
+        ``"row_block"``."""
         if self.impl != "auto":
             return self.impl
         if self.dense_step_bytes(batch_size) <= self.memory_budget:
             return "dense"
         return "chunked" if self.margin.runs_chunked() else "dense"
+
+    def row_block_rows(self, batch_size: int) -> int:
+        """Rows per block of the row-block executor for a batch of ``batch_size`` rows: the
+        ``row_block`` given, else the fewest even blocks whose products
+        (:meth:`row_block_bytes`) stay within :data:`DEFAULT_ROW_BLOCK_BYTES` (at least 1 row:
+        e.g. 512 rows at C = 100k in float32, so 4 blocks for N = 2048)."""
+        if self.row_block is not None:
+            return self.row_block
+        return _even_blocks(batch_size, DEFAULT_ROW_BLOCK_BYTES // self.row_block_bytes(1))
+
+    def row_block_bytes(self, rows: int) -> int:
+        """Bytes of the row-block executor's store of products for a block of ``rows`` rows:
+        ``rows · C·K · itemsize`` of the GEMM dtype (2 for a bf16/fp16 weight, 8 for
+        float64, else 4), e.g. 205 MB for 512 rows at C = 100k in float32."""
+        itemsize = self.weight.dtype.itemsize if self.weight.dtype.is_floating_point else 4
+        return rows * self.num_classes * self.sub_centers * max(itemsize, 2)
 
     def dense_step_bytes(self, batch_size: int) -> int:
         """Estimated bytes a dense training step holds beyond the inputs, the weight and the
@@ -431,6 +459,14 @@ class MarginSoftmaxLoss(nn.Module):
             + (f", kernels={self.kernels!r}" if self.kernels is not None else "")
             + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
         )
+
+
+def _even_blocks(rows: int, most: int) -> int:
+    """Rows per block when ``rows`` rows are cut into the fewest blocks of at most ``most``
+    (at least 1) rows, of sizes as even as possible: ``⌈rows / ⌈rows / most⌉⌉``."""
+    most = max(1, most)
+    blocks = -(-rows // most)
+    return max(1, -(-rows // max(1, blocks)))
 
 
 def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None) -> ClassShard:
