@@ -45,6 +45,8 @@ __all__ = [
     "IMPLEMENTATIONS",
     "KERNELS",
     "REDUCTIONS",
+    "ROW_BLOCK_MIN_DIM",
+    "ROW_BLOCK_MIN_ROWS",
     "MarginSoftmaxLoss",
     "class_rows",
     "reshardable_state_dict",
@@ -72,6 +74,16 @@ DEFAULT_ROW_BLOCK_BYTES = 1 << 28
 256 MiB, e.g. 671 rows (so every row of a batch of 512) at C = 100k in float32, 67 rows at
 C = 1M (:meth:`MarginSoftmaxLoss.row_block_rows`)."""
 
+ROW_BLOCK_MIN_DIM = 128
+"""``impl="auto"`` takes the row-block tiling only for ``D >= 128``: what it saves is one GEMM
+of ``2·N·C·D`` flops, what it adds (writing and reading back its store of products) does not
+shrink with ``D`` (docs/benchmarks.md, "Row blocks")."""
+
+ROW_BLOCK_MIN_ROWS = 128
+"""``impl="auto"`` takes the row-block tiling only with blocks of at least
+``min(N, 128)`` rows: each block reads the whole weight three times, so small blocks re-read
+it too often (docs/benchmarks.md, "Row blocks")."""
+
 AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 """``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
 (16M, 64 MB of logits, e.g. N = 512 and C > 32768): :data:`DEFAULT_MEMORY_BUDGET` divided by
@@ -94,15 +106,23 @@ class MarginSoftmaxLoss(nn.Module):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``Tensor[N]``).
         impl: the executor. ``"dense"`` (default) materializes the ``N×C`` logits;
             ``"chunked"`` never does (:mod:`marginface.executors.chunked`; raises
-            ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks per batch by
-            memory: dense while its logits fit ``memory_budget``
-            (:meth:`dense_step_bytes` ``<= memory_budget``), else chunked if the margin can
-            run chunked (else dense).
-        memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices take,
-            an integer ``>= 0``. Default: :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to
-            ``N·C = 16M`` in float32). Raise it to run dense on larger batches (in float32
-            the fastest under ``torch.compile``, if it fits); 0 runs chunked always.
-            Not consulted by ``"dense"``/``"chunked"``.
+            ``ValueError`` for a margin that cannot run chunked); ``"row_block"`` is the same
+            chunk loop tiled over rows as well: each block of :meth:`row_block_rows` rows runs
+            forward and backward in one pass (3 GEMMs instead of 4, a ``rows × C·K`` store of
+            products; ``chunked_margin_cross_entropy``'s ``row_block``); ``"auto"`` picks per
+            batch (:meth:`executor`): dense while its logits fit ``memory_budget``, else the
+            row blocks where they were measured the faster and fit ``memory_budget``, else
+            chunked (dense if the margin cannot run chunked).
+        memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices, or the
+            row blocks' store of products, take, an integer ``>= 0``. Default:
+            :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to ``N·C = 16M`` in float32).
+            Raise it to run dense on larger batches (in float32 the fastest under
+            ``torch.compile``, if it fits); 0 runs chunked always.
+            Not consulted by ``"dense"``/``"chunked"``/``"row_block"``.
+        row_block: rows per block of the row-block tiling, ``>= 1``. Default: None, the
+            fewest even blocks whose store fits :data:`DEFAULT_ROW_BLOCK_BYTES`
+            (``impl="row_block"``) or ``memory_budget`` (``impl="auto"``). Not consulted by
+            ``"dense"``/``"chunked"``.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
             5461 with a bf16 weight; a Partial FC step also gathers the chunk's sampled rows:
@@ -419,21 +439,44 @@ class MarginSoftmaxLoss(nn.Module):
 
     def executor(self, batch_size: int) -> str:
         """The executor a batch of ``batch_size`` rows runs on: ``"dense"``, ``"chunked"`` or
-        ``"row_block"``."""
+        ``"row_block"``.
+
+        ``impl="auto"`` (docs/fused.md, "Choosing an executor"; the measured table in
+        docs/benchmarks.md, "Row blocks"): ``"dense"`` while :meth:`dense_step_bytes` fit
+        ``memory_budget`` (or if the margin cannot run chunked); else ``"row_block"`` where it
+        was measured the faster exact mode: eager mode (not under ``torch.compile``, where it
+        would break the graph), a CPU weight, ``reduction`` ``"mean"`` or ``"sum"`` (one
+        upstream gradient), ``D >= ROW_BLOCK_MIN_DIM`` and blocks of at least
+        ``min(N, ROW_BLOCK_MIN_ROWS)`` rows within ``memory_budget``
+        (:meth:`row_block_bytes`); else ``"chunked"``.
+        """
         if self.impl != "auto":
             return self.impl
         if self.dense_step_bytes(batch_size) <= self.memory_budget:
             return "dense"
-        return "chunked" if self.margin.runs_chunked() else "dense"
+        if not self.margin.runs_chunked():
+            return "dense"
+        return "row_block" if self._row_block_pays(batch_size) else "chunked"
+
+    def _row_block_pays(self, batch_size: int) -> bool:
+        """Whether ``impl="auto"`` takes the row-block tiling (:meth:`executor`'s rule)."""
+        if torch.compiler.is_compiling() or self.weight.device.type != "cpu":
+            return False
+        if self.reduction == "none" or self.embedding_dim < ROW_BLOCK_MIN_DIM:
+            return False
+        fit = self.memory_budget // self.row_block_bytes(1)  # rows whose products fit
+        return fit >= min(batch_size, ROW_BLOCK_MIN_ROWS)
 
     def row_block_rows(self, batch_size: int) -> int:
         """Rows per block of the row-block executor for a batch of ``batch_size`` rows: the
         ``row_block`` given, else the fewest even blocks whose products
-        (:meth:`row_block_bytes`) stay within :data:`DEFAULT_ROW_BLOCK_BYTES` (at least 1 row:
-        e.g. 512 rows at C = 100k in float32, so 4 blocks for N = 2048)."""
+        (:meth:`row_block_bytes`) stay within :data:`DEFAULT_ROW_BLOCK_BYTES` (``impl="row_block"``;
+        e.g. 512 rows at C = 100k in float32, so 4 blocks for N = 2048) or ``memory_budget``
+        (``impl="auto"``), at least 1 row."""
         if self.row_block is not None:
             return self.row_block
-        return _even_blocks(batch_size, DEFAULT_ROW_BLOCK_BYTES // self.row_block_bytes(1))
+        budget = self.memory_budget if self.impl == "auto" else DEFAULT_ROW_BLOCK_BYTES
+        return _even_blocks(batch_size, budget // self.row_block_bytes(1))
 
     def row_block_bytes(self, rows: int) -> int:
         """Bytes of the row-block executor's store of products for a block of ``rows`` rows:
@@ -458,6 +501,7 @@ class MarginSoftmaxLoss(nn.Module):
             + (f", chunk_size={self.chunk_size}" if self.impl != "dense" else "")
             + (f", kernels={self.kernels!r}" if self.kernels is not None else "")
             + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
+            + (f", row_block={self.row_block}" if self.row_block is not None else "")
         )
 
 
