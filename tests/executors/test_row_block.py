@@ -318,3 +318,28 @@ def test_auto_row_block_step_matches_dense() -> None:
 def test_repr_names_row_block() -> None:
     head = marginface.ArcFaceLoss(10, D, impl="row_block", row_block=4)
     assert "impl='row_block'" in repr(head) and "row_block=4" in repr(head)
+
+
+def test_store_is_allocated_once_per_step() -> None:
+    """The row blocks share one store of products (``B×C`` floats, allocated once per step,
+    not once per block), the weight's gradient is allocated once, and nothing else is larger
+    than a block's chunk of logits or ``N×D``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    n, d, c, chunk, rows = 64, 8, 1000, 100, 16  # 4 blocks of 10 chunks
+    head = marginface.ArcFaceLoss(c, d, impl="row_block", row_block=rows, chunk_size=chunk)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=generator).requires_grad_(True)
+    labels = torch.randint(0, c, (n,), generator=generator)
+    head(x, labels).backward()
+    head.zero_grad(set_to_none=True)
+    x.grad = None
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        head(x, labels).backward()
+    leaves = ("aten::empty", "aten::empty_strided")
+    sizes = [e.cpu_memory_usage for e in prof.events() if e.name in leaves]
+    store, weight_bytes = rows * c * 4, c * d * 4
+    assert sizes.count(store) == 1, sizes
+    assert sizes.count(weight_bytes) == 1, sizes
+    others = [s for s in sizes if s not in (store, weight_bytes)]
+    assert max(others) <= max(rows * chunk * 4, n * d * 4)
