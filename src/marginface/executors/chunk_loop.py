@@ -237,14 +237,16 @@ def nontarget_gradient(
     grad_weight: Tensor | None,
     grad_scale: Tensor | None,
     add_rows: bool | None = None,
+    project: bool = True,
 ) -> None:
     """The backward's pass over the chunks: add the non-target part of ``∂L/∂x̂`` into
     ``grad_x_hat`` (``Tensor[N, D]``; and of ``∂L/∂s`` into ``grad_scale``, ``Tensor[N]``, if
     given), write every row of ``grad_weight`` (``Tensor[C·K, D]``, if given).
 
     ``add_rows``: None (default) writes each chunk's rows of ``∂L/∂W`` projected through
-    ``w/‖w‖``; False/True (the row-block pass) writes/adds them unprojected (the projection is
-    linear: :meth:`~ChunkWorkspace.project_all` runs it once after the last block).
+    ``w/‖w‖``; False/True (the row-block pass) writes/adds them, and projects them only if
+    ``project`` (the last block: the projection is linear, so it runs once, on the sum over
+    the blocks).
 
     ``lse``, ``grad``: ``Tensor[N]``, the log-sum-exp the probabilities are taken against and
     the gradient reaching it (``p_ij·grad_i = e^{z_ij - lse_i}·grad_i``: the full log-sum-exp
@@ -262,7 +264,15 @@ def nontarget_gradient(
         else:
             g_cos, best = _cosine_gradient(chunks, rule, start, stop, scale, lse, grad, grad_scale)
         _add_chunk_gradient(
-            chunks, start, stop, g_cos, best, grad_x_hat, grad_weight, add_rows=add_rows
+            chunks,
+            start,
+            stop,
+            g_cos,
+            best,
+            grad_x_hat,
+            grad_weight,
+            add_rows=add_rows,
+            project=project,
         )
         del g_cos, best  # free this chunk's N×c temporaries before the next chunk's
     chunks.release()
@@ -302,10 +312,11 @@ def row_block_pass(
     products instead of multiplying again: 3 GEMMs per chunk instead of 4, at the price of a
     ``B×C·K`` store. The gradients are those of ``Σ_i lse_i`` (an upstream gradient of 1 per
     row): ``∂/∂x̂`` into ``grad_x_hat`` (``Tensor[N, D]``), ``∂/∂s`` into ``grad_scale``
-    (``Tensor[N]``, if given) and ``∂/∂W`` (summed over the row blocks, then projected once
-    through ``w/‖w‖``) into ``grad_weight`` (``Tensor[C·K, D]``, zero where no chunk writes, if
-    given). A caller whose upstream gradient is the same ``γ`` for every row multiplies them by
-    ``γ`` (``∂/∂x̂`` and ``∂/∂s`` are per row and scale by any ``γ_i``).
+    (``Tensor[N]``, if given) and ``∂/∂W`` (summed over the row blocks, projected through
+    ``w/‖w‖`` chunk by chunk in the last block) into ``grad_weight`` (``Tensor[C·K, D]``,
+    zero where no chunk writes, if given). A caller whose upstream gradient is the same ``γ``
+    for every row multiplies them by ``γ`` (``∂/∂x̂`` and ``∂/∂s`` are per row and scale by
+    any ``γ_i``).
 
     ``scale``, ``target_logit``: ``Tensor[N]``, no gradient. ``chunk_size``: classes per chunk
     inside a block. PyTorch ops only (``rule.kernel`` must be None). Returns ``lse``,
@@ -342,11 +353,9 @@ def row_block_pass(
             grad_weight=grad_weight,
             grad_scale=None if grad_scale is None else grad_scale[lo:hi],
             add_rows=lo > 0,
+            project=hi == n,
         )
         block.drop_products()
-    del store
-    if grad_weight is not None:
-        chunks.project_all(grad_weight)
     return lse
 
 
@@ -436,10 +445,11 @@ def _add_chunk_gradient(
     grad_weight: Tensor | None,
     *,
     add_rows: bool | None = None,
+    project: bool = True,
 ) -> None:
     """From one chunk's ``∂L/∂c`` (``Tensor[N, c]``): add ``∂L/∂x̂`` and write the chunk's rows
-    of ``∂L/∂W`` (through ``w/‖w‖``; ``add_rows`` False/True: write/add them unprojected,
-    as :func:`nontarget_gradient`'s ``add_rows`` says)."""
+    of ``∂L/∂W`` (through ``w/‖w‖``; ``add_rows`` False/True: write/add them, then project
+    them only if ``project``, as :func:`nontarget_gradient` says)."""
     k, accumulate = chunks.k, chunks.inv_norms.dtype
     if best is not None:  # route each class's gradient to its winning sub-center
         pooled = g_cos.new_zeros(g_cos.shape[0], stop - start, k)  # (N, c, K)
@@ -458,6 +468,8 @@ def _add_chunk_gradient(
         grad_x_hat.add_(torch.mm(g_dot, centers))
     if grad_weight is not None and add_rows is not None:
         chunks.add_unprojected(grad_weight, start, stop, g_dot, overwrite=not add_rows)
+        if project:  # the last block: the chunk's rows are complete (and in cache)
+            chunks.project_rows(grad_weight, start, stop)
     elif grad_weight is not None:
         if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
             rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)

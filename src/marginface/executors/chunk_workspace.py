@@ -224,7 +224,7 @@ class ChunkWorkspace:
     ) -> None:
         """Write (``overwrite``) or add the chunk's ``partial = g_dotᵀ x̂`` (``g_dot``:
         ``Tensor[N, c·K]`` in the GEMM dtype, ``∂L/∂(x̂·w)``) into its rows of ``grad_weight``,
-        not yet projected through ``w/‖w‖`` (:meth:`project_all` does that once). A sample's
+        not yet projected through ``w/‖w‖`` (:meth:`project_rows` does that, once). A sample's
         rows are added with ``index_put_`` (``grad_weight`` must then start at zero)."""
         if self.sample is not None:
             partial = torch.mm(g_dot.t(), self.x_gemm)  # (c·K, D)
@@ -243,16 +243,14 @@ class ChunkWorkspace:
         else:
             rows.addmm_(g_dot.t(), self.x_gemm)
 
-    def project_all(self, grad_weight: Tensor) -> None:
-        """Project every row of ``grad_weight`` (the loop's classes' rows, written by
-        :meth:`add_unprojected`) through the Jacobian of ``w/‖w‖``, chunk by chunk, in place."""
-        for start, stop in self.ranges():
-            if self.sample is None:
-                partial = grad_weight[start * self.k : stop * self.k]  # a view: in place
-            else:
-                partial = grad_weight.index_select(0, self.weight_index(start, stop))
-            self.project_into(grad_weight, start, stop, partial)
-        self.release()
+    def project_rows(self, grad_weight: Tensor, start: int, stop: int) -> None:
+        """Project the chunk's rows of ``grad_weight`` (written by :meth:`add_unprojected`)
+        through the Jacobian of ``w/‖w‖``, in place."""
+        if self.sample is None:
+            partial = grad_weight[start * self.k : stop * self.k]  # a view: in place
+        else:
+            partial = grad_weight.index_select(0, self.weight_index(start, stop))
+        self.project_into(grad_weight, start, stop, partial)
 
     def cosine(
         self,
