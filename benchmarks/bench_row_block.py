@@ -124,7 +124,9 @@ def time_methods(
     methods: list[str], n: int, d: int, c: int, dtype: torch.dtype, repeats: int
 ) -> dict[str, float]:
     """Median seconds per forward + backward, methods interleaved round by round (one warm-up
-    step each first)."""
+    step each first); NaN for ``repeats = 0`` (nothing timed: ``--memory`` alone)."""
+    if repeats == 0:
+        return {m: float("nan") for m in methods}
     x, labels, weight = inputs(n, d, c, dtype)
     steps = {m: make_step(m, x, labels, weight) for m in methods}
     for step in steps.values():

@@ -343,3 +343,15 @@ def test_store_is_allocated_once_per_step() -> None:
     assert sizes.count(weight_bytes) == 1, sizes
     others = [s for s in sizes if s not in (store, weight_bytes)]
     assert max(others) <= max(rows * chunk * 4, n * d * 4)
+
+
+@pytest.mark.parametrize("name", ["arcface", "curricularface", "adacos"])
+def test_interclass_filtering_and_eval_mode(name: str) -> None:
+    """Inter-class filtering (cosines above τ count as 0, value and gradient) in training, and
+    eval mode (margins with state read it, do not update it)."""
+    dense, rows = make_pair(
+        name, 37, torch.float64, chunk_size=5, row_block=7, interclass_filtering_threshold=0.1
+    )
+    assert_matches(dense, rows, 37, torch.float64, name, uniform=True)
+    dense.eval(), rows.eval()
+    assert_matches(dense, rows, 37, torch.float64, name, uniform=True)
