@@ -355,3 +355,20 @@ def test_interclass_filtering_and_eval_mode(name: str) -> None:
     assert_matches(dense, rows, 37, torch.float64, name, uniform=True)
     dense.eval(), rows.eval()
     assert_matches(dense, rows, 37, torch.float64, name, uniform=True)
+
+
+def test_auto_keeps_the_graph_whole_under_compile() -> None:
+    """A batch that eager ``impl="auto"`` runs with row blocks runs chunked (the custom ops)
+    under ``torch.compile``: no graph break; ``impl="row_block"`` itself breaks it."""
+    auto = marginface.ArcFaceLoss(1000, 128, impl="auto", memory_budget=600_000)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 128, generator=generator, requires_grad=True)
+    labels = torch.randint(0, 1000, (64,), generator=generator)
+    assert auto.executor(64) == "row_block"
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(auto)(x, labels)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    rows = marginface.ArcFaceLoss(1000, 128, impl="row_block")
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(rows)(x, labels).graph_break_count >= 1
+    torch._dynamo.reset()
