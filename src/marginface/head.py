@@ -45,8 +45,8 @@ __all__ = [
     "IMPLEMENTATIONS",
     "KERNELS",
     "REDUCTIONS",
+    "ROW_BLOCK_MAX_ROWS",
     "ROW_BLOCK_MIN_DIM",
-    "ROW_BLOCK_MIN_ROWS",
     "MarginSoftmaxLoss",
     "class_rows",
     "reshardable_state_dict",
@@ -74,15 +74,16 @@ DEFAULT_ROW_BLOCK_BYTES = 1 << 28
 256 MiB, e.g. 671 rows (so every row of a batch of 512) at C = 100k in float32, 67 rows at
 C = 1M (:meth:`MarginSoftmaxLoss.row_block_rows`)."""
 
-ROW_BLOCK_MIN_DIM = 128
-"""``impl="auto"`` takes the row-block tiling only for ``D >= 128``: what it saves is one GEMM
-of ``2·N·C·D`` flops, what it adds (writing and reading back its store of products) does not
-shrink with ``D`` (docs/benchmarks.md, "Row blocks")."""
+ROW_BLOCK_MAX_ROWS = 512
+"""``impl="auto"`` takes the row-block tiling only for batches of at most 512 rows, all in one
+block: measured on the 2-core CPU (D = 512, float32), one block of 512 rows beat the
+class-chunked loop at C = 100k and 1M, while at N = 2048 both one block and blocks of 512 rows
+were slower (docs/benchmarks.md, "Row blocks")."""
 
-ROW_BLOCK_MIN_ROWS = 128
-"""``impl="auto"`` takes the row-block tiling only with blocks of at least
-``min(N, 128)`` rows: each block reads the whole weight three times, so small blocks re-read
-it too often (docs/benchmarks.md, "Row blocks")."""
+ROW_BLOCK_MIN_DIM = 512
+"""``impl="auto"`` takes the row-block tiling only for ``D >= 512``, where it was measured:
+what it saves is one GEMM of ``2·N·C·D`` flops, what it adds (writing and reading back its
+store of products) does not shrink with ``D`` (docs/benchmarks.md, "Row blocks")."""
 
 AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 """``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
@@ -110,9 +111,9 @@ class MarginSoftmaxLoss(nn.Module):
             chunk loop tiled over rows as well: each block of :meth:`row_block_rows` rows runs
             forward and backward in one pass (3 GEMMs instead of 4, a ``rows × C·K`` store of
             products; ``chunked_margin_cross_entropy``'s ``row_block``); ``"auto"`` picks per
-            batch (:meth:`executor`): dense while its logits fit ``memory_budget``, else the
-            row blocks where they were measured the faster and fit ``memory_budget``, else
-            chunked (dense if the margin cannot run chunked).
+            batch (:meth:`executor`): dense while its logits fit ``memory_budget``, else one
+            row block of all rows where that was measured the faster and fits
+            ``memory_budget``, else chunked (dense if the margin cannot run chunked).
         memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices, or the
             row blocks' store of products, take, an integer ``>= 0``. Default:
             :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to ``N·C = 16M`` in float32).
@@ -121,7 +122,7 @@ class MarginSoftmaxLoss(nn.Module):
             Not consulted by ``"dense"``/``"chunked"``/``"row_block"``.
         row_block: rows per block of the row-block tiling, ``>= 1``. Default: None, the
             fewest even blocks whose store fits :data:`DEFAULT_ROW_BLOCK_BYTES`
-            (``impl="row_block"``) or ``memory_budget`` (``impl="auto"``). Not consulted by
+            (``impl="row_block"``), one block (``impl="auto"``). Not consulted by
             ``"dense"``/``"chunked"``.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
@@ -443,12 +444,12 @@ class MarginSoftmaxLoss(nn.Module):
 
         ``impl="auto"`` (docs/fused.md, "Choosing an executor"; the measured table in
         docs/benchmarks.md, "Row blocks"): ``"dense"`` while :meth:`dense_step_bytes` fit
-        ``memory_budget`` (or if the margin cannot run chunked); else ``"row_block"`` where it
-        was measured the faster exact mode: eager mode (not under ``torch.compile``, where it
-        would break the graph), a CPU weight, ``reduction`` ``"mean"`` or ``"sum"`` (one
-        upstream gradient), ``D >= ROW_BLOCK_MIN_DIM`` and blocks of at least
-        ``min(N, ROW_BLOCK_MIN_ROWS)`` rows within ``memory_budget``
-        (:meth:`row_block_bytes`); else ``"chunked"``.
+        ``memory_budget`` (or if the margin cannot run chunked); else ``"row_block"``, one
+        block of all rows, where that was measured the faster exact mode and its store
+        (:meth:`row_block_bytes` of ``N`` rows) fits ``memory_budget``: eager mode (not under
+        ``torch.compile``, where it would break the graph), a float32/float64 CPU weight,
+        ``reduction`` ``"mean"`` or ``"sum"`` (one upstream gradient),
+        ``N <= ROW_BLOCK_MAX_ROWS`` and ``D >= ROW_BLOCK_MIN_DIM``; else ``"chunked"``.
         """
         if self.impl != "auto":
             return self.impl
@@ -460,23 +461,26 @@ class MarginSoftmaxLoss(nn.Module):
 
     def _row_block_pays(self, batch_size: int) -> bool:
         """Whether ``impl="auto"`` takes the row-block tiling (:meth:`executor`'s rule)."""
-        if torch.compiler.is_compiling() or self.weight.device.type != "cpu":
+        weight = self.weight
+        if torch.compiler.is_compiling() or weight.device.type != "cpu":
             return False
-        if self.reduction == "none" or self.embedding_dim < ROW_BLOCK_MIN_DIM:
+        if weight.dtype not in (torch.float32, torch.float64) or self.reduction == "none":
             return False
-        fit = self.memory_budget // self.row_block_bytes(1)  # rows whose products fit
-        return fit >= min(batch_size, ROW_BLOCK_MIN_ROWS)
+        if batch_size > ROW_BLOCK_MAX_ROWS or self.embedding_dim < ROW_BLOCK_MIN_DIM:
+            return False
+        return self.row_block_bytes(batch_size) <= self.memory_budget
 
     def row_block_rows(self, batch_size: int) -> int:
         """Rows per block of the row-block executor for a batch of ``batch_size`` rows: the
-        ``row_block`` given, else the fewest even blocks whose products
-        (:meth:`row_block_bytes`) stay within :data:`DEFAULT_ROW_BLOCK_BYTES` (``impl="row_block"``;
-        e.g. 512 rows at C = 100k in float32, so 4 blocks for N = 2048) or ``memory_budget``
-        (``impl="auto"``), at least 1 row."""
+        ``row_block`` given; else, for ``impl="auto"``, all rows in one block (its rule), and
+        for ``impl="row_block"`` the fewest even blocks whose products
+        (:meth:`row_block_bytes`) stay within :data:`DEFAULT_ROW_BLOCK_BYTES` (e.g. 512 rows
+        at C = 100k in float32, so 4 blocks for N = 2048), at least 1 row."""
         if self.row_block is not None:
             return self.row_block
-        budget = self.memory_budget if self.impl == "auto" else DEFAULT_ROW_BLOCK_BYTES
-        return _even_blocks(batch_size, budget // self.row_block_bytes(1))
+        if self.impl == "auto":  # one block (executor's rule)
+            return batch_size
+        return _even_blocks(batch_size, DEFAULT_ROW_BLOCK_BYTES // self.row_block_bytes(1))
 
     def row_block_bytes(self, rows: int) -> int:
         """Bytes of the row-block executor's store of products for a block of ``rows`` rows:

@@ -275,42 +275,50 @@ def test_functional_row_block_matches_dense() -> None:
 
 
 # ---------------------------------------------------------------- impl="auto"
-def auto_head(budget: int, *, dim: int = 128, reduction: str = "mean", c: int = 1000):
-    return marginface.ArcFaceLoss(c, dim, impl="auto", memory_budget=budget, reduction=reduction)
+def auto_head(budget: int, *, dim: int = 512, reduction: str = "mean", c: int = 100, **options):
+    return marginface.ArcFaceLoss(
+        c, dim, impl="auto", memory_budget=budget, reduction=reduction, **options
+    )
 
 
-def test_auto_picks_dense_then_row_block_then_chunked() -> None:
-    """Given N, C and the budget: dense while its 4·N·C floats fit; else row blocks of at least
-    min(N, 128) rows whose store fits; else chunked (C = 1000, D = 128: 4000 bytes a row)."""
-    assert auto_head(1 << 20).executor(64) == "dense"  # 1,024,000 bytes fit 1 MiB
-    head = auto_head(600_000)  # dense needs 1,024,000 at N = 64; 150 rows of products fit
-    assert head.executor(64) == "row_block" and head.row_block_rows(64) == 64
-    assert head.executor(512) == "row_block" and head.row_block_rows(512) == 128  # 4 blocks
-    assert auto_head(200_000).executor(64) == "chunked"  # 50 rows < min(64, 128)
-    assert auto_head(200_000).executor(40) == "row_block"  # one block of all 40 rows
-    assert auto_head(500_000).executor(512) == "chunked"  # 125 rows < 128
+def test_auto_picks_dense_then_one_row_block_then_chunked() -> None:
+    """Given N, C and the budget (C = 100, D = 512: 400 bytes of products a row, 1600 bytes of
+    dense matrices): dense while they fit; else one row block of all N <= 512 rows if its
+    store fits; else chunked."""
+    assert auto_head(1600 * 64).executor(64) == "dense"
+    head = auto_head(1600 * 64 - 1)
+    assert head.executor(64) == "row_block" and head.row_block_rows(64) == 64  # one block
+    assert auto_head(400 * 512).executor(512) == "row_block"  # 204,800 bytes fit
+    assert auto_head(400 * 512 - 1).executor(512) == "chunked"  # never several blocks
+    assert auto_head(1 << 30).executor(513) == "dense"  # dense fits 1 GiB
+    assert auto_head(1600 * 513 - 1).executor(513) == "chunked"  # N > ROW_BLOCK_MAX_ROWS
     assert auto_head(0).executor(1) == "chunked"
+    assert head_module.ROW_BLOCK_MAX_ROWS == 512 and head_module.ROW_BLOCK_MIN_DIM == 512
 
 
 def test_auto_row_block_only_where_measured_faster(monkeypatch) -> None:
-    """Not for D < 128, not for reduction="none" (per-row upstream gradients pay the
-    class-chunked backward too), not under torch.compile (a graph break)."""
-    assert auto_head(600_000, dim=64).executor(64) == "chunked"
-    assert auto_head(600_000, reduction="none").executor(64) == "chunked"
+    """Not for D < 512, not for a bf16 weight, not for reduction="none" (per-row upstream
+    gradients pay the class-chunked backward too), not under torch.compile (a graph break)."""
+    budget = 1600 * 64 - 1
+    assert auto_head(budget).executor(64) == "row_block"
+    assert auto_head(800 * 64 - 1, dim=256).executor(64) == "chunked"
+    assert auto_head(budget, dtype=torch.bfloat16).executor(64) == "chunked"
+    assert auto_head(budget, reduction="none").executor(64) == "chunked"
+    assert auto_head(budget, reduction="sum").executor(64) == "row_block"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert auto_head(600_000).executor(64) == "chunked"
+    assert auto_head(budget).executor(64) == "chunked"
     assert auto_head(1 << 20).executor(64) == "dense"
 
 
 def test_auto_row_block_step_matches_dense() -> None:
-    """A step that impl="auto" runs with row blocks equals the dense step."""
-    dense = marginface.ArcFaceLoss(1000, 128, impl="dense")
-    auto = marginface.ArcFaceLoss(1000, 128, impl="auto", memory_budget=600_000)
+    """A step that impl="auto" runs with a row block equals the dense step."""
+    dense = marginface.ArcFaceLoss(100, 512, impl="dense")
+    auto = marginface.ArcFaceLoss(100, 512, impl="auto", memory_budget=400 * 48)
     auto.load_state_dict(dense.state_dict())
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 128, generator=generator)
-    labels = torch.randint(0, 1000, (300,), generator=generator)
-    assert auto.executor(300) == "row_block" and auto.row_block_rows(300) == 150  # 2 blocks
+    x = torch.randn(48, 512, generator=generator)
+    labels = torch.randint(0, 100, (48,), generator=generator)
+    assert auto.executor(48) == "row_block" and auto.row_block_rows(48) == 48
     for a, e in zip(step(auto, x, labels, None), step(dense, x, labels, None), strict=True):
         assert relative_error(a, e) <= 1e-5
 
@@ -360,15 +368,15 @@ def test_interclass_filtering_and_eval_mode(name: str) -> None:
 def test_auto_keeps_the_graph_whole_under_compile() -> None:
     """A batch that eager ``impl="auto"`` runs with row blocks runs chunked (the custom ops)
     under ``torch.compile``: no graph break; ``impl="row_block"`` itself breaks it."""
-    auto = marginface.ArcFaceLoss(1000, 128, impl="auto", memory_budget=600_000)
+    auto = marginface.ArcFaceLoss(100, 512, impl="auto", memory_budget=1600 * 64 - 1)
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 128, generator=generator, requires_grad=True)
-    labels = torch.randint(0, 1000, (64,), generator=generator)
+    x = torch.randn(64, 512, generator=generator, requires_grad=True)
+    labels = torch.randint(0, 100, (64,), generator=generator)
     assert auto.executor(64) == "row_block"
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(auto)(x, labels)
     assert explanation.graph_break_count == 0, explanation.break_reasons
-    rows = marginface.ArcFaceLoss(1000, 128, impl="row_block")
+    rows = marginface.ArcFaceLoss(100, 512, impl="row_block")
     torch._dynamo.reset()
     assert torch._dynamo.explain(rows)(x, labels).graph_break_count >= 1
     torch._dynamo.reset()
