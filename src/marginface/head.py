@@ -52,7 +52,7 @@ __all__ = [
     "reshardable_state_dict",
 ]
 
-IMPLEMENTATIONS = ("dense", "chunked", "row_block", "auto")
+IMPLEMENTATIONS = ("dense", "chunked", "auto", "row_block")
 
 DENSE_LOGIT_COPIES = 4
 """How many ``N×C·K`` matrices (in the compute dtype) a dense training step holds at its peak,

@@ -380,3 +380,8 @@ def test_auto_keeps_the_graph_whole_under_compile() -> None:
     torch._dynamo.reset()
     assert torch._dynamo.explain(rows)(x, labels).graph_break_count >= 1
     torch._dynamo.reset()
+
+
+def test_bad_impl_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="impl must be one of .*'row_block'.*got 'rows'"):
+        marginface.ArcFaceLoss(10, D, impl="rows")
