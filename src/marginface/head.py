@@ -18,6 +18,19 @@ from ._validation import (
     check_real,
     check_representable,
 )
+from .executors.choice import (
+    AUTO_CHUNKED_MIN_LOGITS,
+    DEFAULT_MEMORY_BUDGET,
+    DEFAULT_ROW_BLOCK_BYTES,
+    DENSE_LOGIT_COPIES,
+    IMPLEMENTATIONS,
+    ROW_BLOCK_MAX_ROWS,
+    ROW_BLOCK_MIN_DIM,
+    choose_executor,
+    default_row_block,
+    dense_step_bytes,
+    row_block_bytes,
+)
 from .executors.chunk_plan import KERNELS, check_chunkable
 from .executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
 from .executors.dense import (
@@ -51,45 +64,6 @@ __all__ = [
     "class_rows",
     "reshardable_state_dict",
 ]
-
-IMPLEMENTATIONS = ("dense", "chunked", "auto", "row_block")
-
-DENSE_LOGIT_COPIES = 4
-"""How many ``N×C·K`` matrices (in the compute dtype) a dense training step holds at its peak,
-beyond the inputs, the weight and the gradients a training loop holds anyway: the cosines, the
-logits, the softmax and its gradient (``benchmarks/bench_memory.py`` measures it; the figures
-are in docs/benchmarks.md)."""
-
-DEFAULT_MEMORY_BUDGET = 1 << 28
-"""``impl="auto"``'s default ``memory_budget``: 256 MiB. With :data:`DENSE_LOGIT_COPIES` float32
-copies that is ``N·C·K <= 16M`` logits (:data:`AUTO_CHUNKED_MIN_LOGITS`, e.g. N = 512 and
-C <= 32768), where the dense path was also the faster one in eager mode on a 2-core CPU, and
-chunked the faster one beyond (``benchmarks/bench_fused.py``). Under ``torch.compile`` in
-float32 dense can be the faster one at larger sizes too, for several times the memory
-(``benchmarks/bench_compile.py``): raise the budget to get it (docs/fused.md, "Choosing an
-executor"; the measured figures are in docs/benchmarks.md)."""
-
-DEFAULT_ROW_BLOCK_BYTES = 1 << 28
-"""Bytes of the row-block executor's store of products when ``row_block`` is not given:
-256 MiB, e.g. 671 rows (so every row of a batch of 512) at C = 100k in float32, 67 rows at
-C = 1M (:meth:`MarginSoftmaxLoss.row_block_rows`)."""
-
-ROW_BLOCK_MAX_ROWS = 512
-"""``impl="auto"`` takes the row-block tiling only for batches of at most 512 rows, all in one
-block: measured on the 2-core CPU (D = 512, float32), one block of 512 rows beat the
-class-chunked loop at C = 100k and 1M, while at N = 2048 both one block and blocks of 512 rows
-were slower (docs/benchmarks.md, "Row blocks")."""
-
-ROW_BLOCK_MIN_DIM = 512
-"""``impl="auto"`` takes the row-block tiling only for ``D >= 512``, where it was measured:
-what it saves is one GEMM of ``2·N·C·D`` flops, what it adds (writing and reading back its
-store of products) does not shrink with ``D`` (docs/benchmarks.md, "Row blocks")."""
-
-AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
-"""``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
-(16M, 64 MB of logits, e.g. N = 512 and C > 32768): :data:`DEFAULT_MEMORY_BUDGET` divided by
-:meth:`MarginSoftmaxLoss.dense_step_bytes`'s bytes per logit. The rule itself is
-:meth:`MarginSoftmaxLoss.dense_step_bytes` against ``memory_budget``."""
 
 
 class MarginSoftmaxLoss(nn.Module):
@@ -440,62 +414,43 @@ class MarginSoftmaxLoss(nn.Module):
 
     def executor(self, batch_size: int) -> str:
         """The executor a batch of ``batch_size`` rows runs on: ``"dense"``, ``"chunked"`` or
-        ``"row_block"``.
-
-        ``impl="auto"`` (docs/fused.md, "Choosing an executor"; the measured table in
-        docs/benchmarks.md, "Row blocks"): ``"dense"`` while :meth:`dense_step_bytes` fit
-        ``memory_budget`` (or if the margin cannot run chunked); else ``"row_block"``, one
-        block of all rows, where that was measured the faster exact mode and its store
-        (:meth:`row_block_bytes` of ``N`` rows) fits ``memory_budget``: eager mode (not under
-        ``torch.compile``, where it would break the graph), a float32/float64 CPU weight,
-        ``reduction`` ``"mean"`` or ``"sum"`` (one upstream gradient),
-        ``N <= ROW_BLOCK_MAX_ROWS`` and ``D >= ROW_BLOCK_MIN_DIM``; else ``"chunked"``.
-        """
-        if self.impl != "auto":
-            return self.impl
-        if self.dense_step_bytes(batch_size) <= self.memory_budget:
-            return "dense"
-        if not self.margin.runs_chunked():
-            return "dense"
-        return "row_block" if self._row_block_pays(batch_size) else "chunked"
-
-    def _row_block_pays(self, batch_size: int) -> bool:
-        """Whether ``impl="auto"`` takes the row-block tiling (:meth:`executor`'s rule)."""
-        weight = self.weight
-        if torch.compiler.is_compiling() or weight.device.type != "cpu":
-            return False
-        if weight.dtype not in (torch.float32, torch.float64) or self.reduction == "none":
-            return False
-        if batch_size > ROW_BLOCK_MAX_ROWS or self.embedding_dim < ROW_BLOCK_MIN_DIM:
-            return False
-        return self.row_block_bytes(batch_size) <= self.memory_budget
+        ``"row_block"`` (``impl="auto"``:
+        :func:`~marginface.executors.choice.choose_executor`'s rule)."""
+        return choose_executor(
+            self.impl,
+            batch_size,
+            classes=self.num_classes * self.sub_centers,
+            embedding_dim=self.embedding_dim,
+            weight=self.weight,
+            reduction=self.reduction,
+            memory_budget=self.memory_budget,
+            runs_chunked=self.margin.runs_chunked(),
+        )
 
     def row_block_rows(self, batch_size: int) -> int:
         """Rows per block of the row-block executor for a batch of ``batch_size`` rows: the
         ``row_block`` given; else, for ``impl="auto"``, all rows in one block (its rule), and
-        for ``impl="row_block"`` the fewest even blocks whose products
-        (:meth:`row_block_bytes`) stay within :data:`DEFAULT_ROW_BLOCK_BYTES` (e.g. 512 rows
-        at C = 100k in float32, so 4 blocks for N = 2048), at least 1 row."""
+        for ``impl="row_block"`` :func:`~marginface.executors.choice.default_row_block` (the
+        fewest even blocks whose store fits :data:`DEFAULT_ROW_BLOCK_BYTES`)."""
         if self.row_block is not None:
             return self.row_block
         if self.impl == "auto":  # one block (executor's rule)
             return batch_size
-        return _even_blocks(batch_size, DEFAULT_ROW_BLOCK_BYTES // self.row_block_bytes(1))
+        classes = self.num_classes * self.sub_centers
+        return default_row_block(batch_size, classes, self.weight.dtype)
 
     def row_block_bytes(self, rows: int) -> int:
-        """Bytes of the row-block executor's store of products for a block of ``rows`` rows:
-        ``rows · C·K · itemsize`` of the GEMM dtype (2 for a bf16/fp16 weight, 8 for
-        float64, else 4), e.g. 205 MB for 512 rows at C = 100k in float32."""
-        itemsize = self.weight.dtype.itemsize if self.weight.dtype.is_floating_point else 4
-        return rows * self.num_classes * self.sub_centers * max(itemsize, 2)
+        """Bytes of the row-block executor's store of products for a block of ``rows`` rows
+        (:func:`~marginface.executors.choice.row_block_bytes`), e.g. 205 MB for 512 rows at
+        C = 100k in float32."""
+        return row_block_bytes(rows, self.num_classes * self.sub_centers, self.weight.dtype)
 
     def dense_step_bytes(self, batch_size: int) -> int:
         """Estimated bytes a dense training step holds beyond the inputs, the weight and the
-        gradients: ``DENSE_LOGIT_COPIES · N · C·K · itemsize`` (8 for a float64 weight, else
-        4: the dense math runs in float32 or float64), e.g. 819 MB at N = 512, C = 100k,
-        float32."""
-        itemsize = 8 if self.weight.dtype == torch.float64 else 4
-        return DENSE_LOGIT_COPIES * batch_size * self.num_classes * self.sub_centers * itemsize
+        gradients (:func:`~marginface.executors.choice.dense_step_bytes`), e.g. 819 MB at
+        N = 512, C = 100k, float32."""
+        classes = self.num_classes * self.sub_centers
+        return dense_step_bytes(batch_size, classes, self.weight.dtype)
 
     def extra_repr(self) -> str:
         extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""
@@ -507,14 +462,6 @@ class MarginSoftmaxLoss(nn.Module):
             + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
             + (f", row_block={self.row_block}" if self.row_block is not None else "")
         )
-
-
-def _even_blocks(rows: int, most: int) -> int:
-    """Rows per block when ``rows`` rows are cut into the fewest blocks of at most ``most``
-    (at least 1) rows, of sizes as even as possible: ``⌈rows / ⌈rows / most⌉⌉``."""
-    most = max(1, most)
-    blocks = -(-rows // most)
-    return max(1, -(-rows // max(1, blocks)))
 
 
 def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None) -> ClassShard:
