@@ -283,26 +283,31 @@ def auto_head(budget: int, *, dim: int = 512, reduction: str = "mean", c: int = 
 
 def test_auto_picks_dense_then_one_row_block_then_chunked() -> None:
     """Given N, C and the budget (C = 100, D = 512: 400 bytes of products a row, 1600 bytes of
-    dense matrices): dense while they fit; else one row block of all N <= 512 rows if its
+    dense matrices): dense while they fit; else one row block of all N <= 1024 rows if its
     store fits; else chunked."""
     assert auto_head(1600 * 64).executor(64) == "dense"
     head = auto_head(1600 * 64 - 1)
     assert head.executor(64) == "row_block" and head.row_block_rows(64) == 64  # one block
-    assert auto_head(400 * 512).executor(512) == "row_block"  # 204,800 bytes fit
-    assert auto_head(400 * 512 - 1).executor(512) == "chunked"  # never several blocks
-    assert auto_head(1 << 30).executor(513) == "dense"  # dense fits 1 GiB
-    assert auto_head(1600 * 513 - 1).executor(513) == "chunked"  # N > ROW_BLOCK_MAX_ROWS
+    assert auto_head(400 * 1024).executor(1024) == "row_block"  # 409,600 bytes fit
+    assert auto_head(400 * 1024 - 1).executor(1024) == "chunked"  # never several blocks
+    assert auto_head(1 << 30).executor(1025) == "dense"  # dense fits 1 GiB
+    assert auto_head(1600 * 1025 - 1).executor(1025) == "chunked"  # N > ROW_BLOCK_MAX_ROWS
     assert auto_head(0).executor(1) == "chunked"
-    assert head_module.ROW_BLOCK_MAX_ROWS == 512 and head_module.ROW_BLOCK_MIN_DIM == 512
+    assert head_module.ROW_BLOCK_MAX_ROWS == 1024 and head_module.ROW_BLOCK_MIN_DIM == 128
 
 
 def test_auto_row_block_only_where_measured_faster(monkeypatch) -> None:
-    """Not for D < 512, not for a bf16 weight, not for reduction="none" (per-row upstream
-    gradients pay the class-chunked backward too), not under torch.compile (a graph break)."""
+    """Not for D < 128, not for a float16/float64 weight (not measured), not for
+    reduction="none" (per-row upstream gradients pay the class-chunked backward too), not under
+    torch.compile (a graph break); a bf16 weight (2 bytes a product) takes it."""
     budget = 1600 * 64 - 1
     assert auto_head(budget).executor(64) == "row_block"
-    assert auto_head(800 * 64 - 1, dim=256).executor(64) == "chunked"
-    assert auto_head(budget, dtype=torch.bfloat16).executor(64) == "chunked"
+    assert auto_head(400 * 64, dim=128).executor(64) == "row_block"
+    assert auto_head(200 * 64, dim=64).executor(64) == "chunked"
+    assert auto_head(200 * 64, dtype=torch.bfloat16).executor(64) == "row_block"
+    assert auto_head(200 * 64 - 1, dtype=torch.bfloat16).executor(64) == "chunked"
+    assert auto_head(budget, dtype=torch.float16).executor(64) == "chunked"
+    assert auto_head(3200 * 64 - 1, dtype=torch.float64).executor(64) == "chunked"
     assert auto_head(budget, reduction="none").executor(64) == "chunked"
     assert auto_head(budget, reduction="sum").executor(64) == "row_block"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_ROW_BLOCK_BYTES",
     "DENSE_LOGIT_COPIES",
     "IMPLEMENTATIONS",
+    "ROW_BLOCK_DTYPES",
     "ROW_BLOCK_MAX_ROWS",
     "ROW_BLOCK_MIN_DIM",
     "choose_executor",
@@ -48,16 +49,19 @@ DEFAULT_ROW_BLOCK_BYTES = 1 << 28
 256 MiB: at most 671 rows at C = 100k in float32 (so one block for a batch of 512), 67 at
 C = 1M (:func:`default_row_block`)."""
 
-ROW_BLOCK_MAX_ROWS = 512
-"""``impl="auto"`` takes the row-block tiling only for batches of at most 512 rows, all in one
-block: measured on the 2-core CPU (D = 512, float32), one block of 512 rows beat the
-class-chunked loop at C = 100k and 1M, while at N = 2048 both one block and blocks of 512 rows
-were slower (docs/benchmarks.md, "Row blocks")."""
+ROW_BLOCK_MAX_ROWS = 1024
+"""``impl="auto"`` takes the row-block tiling only for batches of at most 1024 rows, all in one
+block: measured on the 2-core CPU (C = 100k), one block beat the class-chunked loop at N = 512
+(float32, D = 128 and 512; bf16) and N = 1024 (float32, D = 512), and at C = 1M with N = 512;
+at N = 2048 (one loaded run) one block was slower (docs/benchmarks.md, "Row blocks")."""
 
-ROW_BLOCK_MIN_DIM = 512
-"""``impl="auto"`` takes the row-block tiling only for ``D >= 512``, where it was measured:
-what it saves is one GEMM of ``2·N·C·D`` flops, what it adds (writing and reading back its
-store of products) does not shrink with ``D`` (docs/benchmarks.md, "Row blocks")."""
+ROW_BLOCK_MIN_DIM = 128
+"""``impl="auto"`` takes the row-block tiling only for ``D >= 128`` (measured at D = 128 and
+512): what it saves is one GEMM of ``2·N·C·D`` flops, what it adds (writing and reading back
+its store of products) does not shrink with ``D`` (docs/benchmarks.md, "Row blocks")."""
+
+ROW_BLOCK_DTYPES = (torch.float32, torch.bfloat16)
+"""Weight dtypes for which ``impl="auto"`` takes the row-block tiling: those measured."""
 
 AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 """``N·C·K`` above which ``impl="auto"`` leaves dense under the default budget in float32
@@ -116,9 +120,10 @@ def choose_executor(
        cannot run chunked: ``runs_chunked`` False);
     2. else ``"row_block"``, one block of all rows, where that was measured the faster exact
        mode, if its store (:func:`row_block_bytes` of ``N`` rows) fits ``memory_budget``:
-       eager mode (not under ``torch.compile``, where it would break the graph), a
-       float32/float64 CPU ``weight``, ``reduction`` ``"mean"`` or ``"sum"`` (one upstream
-       gradient), ``N <= ROW_BLOCK_MAX_ROWS`` and ``D >= ROW_BLOCK_MIN_DIM``;
+       eager mode (not under ``torch.compile``, where it would break the graph), a CPU
+       ``weight`` of :data:`ROW_BLOCK_DTYPES` (float32, bf16), ``reduction`` ``"mean"`` or
+       ``"sum"`` (one upstream gradient), ``N <= ROW_BLOCK_MAX_ROWS`` and
+       ``D >= ROW_BLOCK_MIN_DIM``;
     3. else ``"chunked"``.
 
     ``classes``: ``C·K``, the head's classes times sub-centers.
@@ -130,7 +135,7 @@ def choose_executor(
     row_block = (
         not torch.compiler.is_compiling()
         and weight.device.type == "cpu"
-        and weight.dtype in (torch.float32, torch.float64)
+        and weight.dtype in ROW_BLOCK_DTYPES
         and reduction != "none"
         and batch_size <= ROW_BLOCK_MAX_ROWS
         and embedding_dim >= ROW_BLOCK_MIN_DIM
