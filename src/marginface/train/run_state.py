@@ -32,6 +32,8 @@ back by :meth:`SavedRun.restore`.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from ..config import TrainConfig, config_from_dict
 from ..head import class_rows, reshardable_state_dict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .history import read_history
+from .kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
     center_state_position,
@@ -55,6 +58,7 @@ from .sharded_checkpoint import (
     save_sharded_checkpoint,
     sharded_checkpoint_on_disk,
 )
+from .step_position import StepPosition, host_rng_state, position_label, restore_host_rng_state
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -74,6 +78,8 @@ __all__ = [
 CONFIG_NAME = "config.toml"
 HISTORY_NAME = "history.csv"
 CHECKPOINT_NAME = "checkpoint.pt"
+
+logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = frozenset(
     {
@@ -130,6 +136,9 @@ class SavedRun:
         epoch: completed epochs.
         history: the log rows of those epochs: the checkpoint's own (so a kill between the
             checkpoint and ``history.csv`` loses nothing); ``history.csv`` for a format-1 file.
+        position: where inside epoch ``epoch`` (counted from 0) a step checkpoint was taken
+            (:class:`~marginface.train.step_position.StepPosition`); None at an epoch's end.
+            :meth:`restore` fills in this rank's augmentation generator state.
     """
 
     run_dir: Path
@@ -141,11 +150,12 @@ class SavedRun:
     contents: dict[str, Any] = field(repr=False, default_factory=dict)
     """Everything else the checkpoint holds: the single file's state dicts and RNG, or the
     sharded folder's sidecar (its tensors are read by :meth:`restore` / :meth:`load_weights`)."""
+    position: StepPosition | None = None
 
     @property
     def sharded(self) -> bool:
-        """Whether the ranks of a distributed run wrote it (``checkpoint/``)."""
-        return self.source.name == SHARDED_CHECKPOINT_NAME
+        """Whether the ranks of a distributed run wrote it (``checkpoint/`` or a kept folder)."""
+        return self.source.is_dir()
 
     def train_config(self) -> TrainConfig:
         """The saved configuration as a :class:`~marginface.config.TrainConfig` (keys added
@@ -166,7 +176,9 @@ class SavedRun:
                 return
             targets = {f"model/{k}": v for k, v in model.state_dict().items()}
             targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
-            load_sharded_tensors(self.run_dir, targets, distributed=False, only_targets=True)
+            load_sharded_tensors(
+                self.run_dir, targets, distributed=False, only_targets=True, folder=self.source
+            )
         except RuntimeError as error:
             raise CheckpointError(
                 f"checkpoint {self.source} does not match its configuration: {error}"
@@ -178,7 +190,8 @@ class SavedRun:
         the world size that saved it), schedule, scaler and RNG. All ranks call it.
 
         Returns:
-            The number of completed epochs (the next epoch to train, counted from 0).
+            The number of completed epochs (the next epoch to train, counted from 0); a step
+            checkpoint's :attr:`position` then holds this rank's augmentation state.
 
         Raises:
             CheckpointError: the state does not fit these objects.
@@ -206,6 +219,9 @@ class SavedRun:
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and objects.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], objects.device)
+        restore_host_rng_state(state.get("host_rng", {}))
+        if self.position is not None:
+            self.position.augment_state = state.get("augment_rng")
 
     def _restore_sharded(self, objects: RunObjects, *, distributed: bool) -> None:
         head, optimizer = objects.head, objects.optimizer
@@ -213,11 +229,13 @@ class SavedRun:
         targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
         prefix = f"optimizer/{center_state_position(optimizer, head)}/"
         holders: dict[str, Tensor] = {}  # the centers' optimizer state, laid out like them
-        for key, (size, dtype) in checkpoint_entries(self.run_dir).items():
+        for key, (size, dtype) in checkpoint_entries(self.run_dir, folder=self.source).items():
             if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
                 holders[key] = torch.empty_like(head.weight, dtype=dtype)  # (c·K, D)
                 targets[key] = class_rows(holders[key], head)
-        filled = load_sharded_tensors(self.run_dir, targets, distributed=distributed)
+        filled = load_sharded_tensors(
+            self.run_dir, targets, distributed=distributed, folder=self.source
+        )
         saved = self.contents["optimizer"]
         state: dict[int, dict[str, Any]] = {}
         for key, value in filled.items():
@@ -235,9 +253,17 @@ class SavedRun:
         objects.scheduler.load_state_dict(self.contents["scheduler"])
         objects.scaler.load_state_dict(self.contents.get("scaler", {}))
         rank = torch.distributed.get_rank() if distributed else 0
-        rng = filled.get(f"rng/{rank}", filled.get("rng/0"))
+
+        def own(name: str) -> Any:  # this rank's entry, else rank 0's (another world size)
+            return filled.get(name.format(rank=rank), filled.get(name.format(rank=0)))
+
+        rng = own("rng/{rank}")
         if rng is not None:
             torch.set_rng_state(rng)
+        host = {n: own(f"host_rng/{{rank}}/{n}") for n in ("python", "numpy")}
+        restore_host_rng_state({n: v for n, v in host.items() if v is not None})
+        if self.position is not None:
+            self.position.augment_state = own("augment/{rank}")
 
 
 def _local_optimizer_state(
@@ -262,19 +288,55 @@ def has_saved_run(run_dir: str | Path) -> bool:
     """Whether ``run_dir`` holds a checkpoint to resume from (either format; a sharded
     checkpoint cut short between its two renames is repaired first)."""
     run_dir = Path(run_dir)
-    return (run_dir / CHECKPOINT_NAME).is_file() or has_sharded_checkpoint(run_dir)
+    return (
+        (run_dir / CHECKPOINT_NAME).is_file()
+        or has_sharded_checkpoint(run_dir)
+        or bool(kept_checkpoints(run_dir))
+    )
 
 
 def read_saved_run(run_dir: str | Path) -> SavedRun:
-    """Read the checkpoint of ``run_dir``, once, verified: ``checkpoint.pt`` when present (a
-    run resumed on one process last wrote it), else the sharded ``checkpoint/``.
+    """Read the newest valid checkpoint of ``run_dir``, once, verified: ``checkpoint.pt`` when
+    present (a run resumed on one process last wrote it), else the sharded ``checkpoint/``;
+    when that one is damaged, the kept ones (``train --keep``, :mod:`.kept_checkpoints`),
+    newest first, each refusal logged as a warning.
 
     Raises:
-        CheckpointError: no checkpoint, or a damaged, unsafe, foreign or newer one (one line
+        CheckpointError: no checkpoint, or no valid one: the newest one's error (one line
             naming the file, see :func:`~marginface.train.load_checkpoint`).
     """
     run_dir = Path(run_dir)
-    source = run_dir / CHECKPOINT_NAME
+    candidates: list[Path] = []
+    newest = run_dir / CHECKPOINT_NAME
+    if newest.is_file():
+        candidates.append(newest)
+    if has_sharded_checkpoint(run_dir):
+        candidates.append(run_dir / SHARDED_CHECKPOINT_NAME)
+    for kept in kept_checkpoints(run_dir):
+        if not (newest.is_file() and kept.is_file() and os.path.samefile(kept, newest)):
+            candidates.append(kept)
+    if not candidates:
+        raise CheckpointError(
+            f"no checkpoint in {run_dir} (neither {CHECKPOINT_NAME} nor {SHARDED_CHECKPOINT_NAME}/)"
+        )
+    first_error: CheckpointError | None = None
+    for number, source in enumerate(candidates, 1):
+        try:
+            saved = _read_one(run_dir, source)
+        except CheckpointError as error:
+            first_error = first_error or error
+            if number < len(candidates):
+                logger.warning("%s; trying an older checkpoint", error)
+            continue
+        if first_error is not None:
+            logger.warning("resuming from the older checkpoint %s", source)
+        return saved
+    assert first_error is not None
+    raise first_error
+
+
+def _read_one(run_dir: Path, source: Path) -> SavedRun:
+    """The checkpoint ``source`` of ``run_dir`` (a file, or a sharded checkpoint's folder)."""
     if source.is_file():
         state = load_checkpoint(source)
         epoch = int(state["epoch"])
@@ -284,19 +346,32 @@ def read_saved_run(run_dir: str | Path) -> SavedRun:
             csv_path = run_dir / HISTORY_NAME
             history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
         return SavedRun(
-            run_dir, source, dict(state["config"]), state["meta"], epoch, history, state
+            run_dir,
+            source,
+            dict(state["config"]),
+            state["meta"],
+            epoch,
+            history,
+            state,
+            _position(state.get("position")),
         )
-    if has_sharded_checkpoint(run_dir):
-        sidecar = read_sidecar(run_dir)
-        epoch = int(sidecar["epoch"])
-        history = [dict(row) for row in sidecar.get("history", [])][:epoch]
-        folder = run_dir / SHARDED_CHECKPOINT_NAME
-        return SavedRun(
-            run_dir, folder, dict(sidecar["config"]), sidecar["meta"], epoch, history, sidecar
-        )
-    raise CheckpointError(
-        f"no checkpoint in {run_dir} (neither {CHECKPOINT_NAME} nor {SHARDED_CHECKPOINT_NAME}/)"
+    sidecar = read_sidecar(run_dir, folder=source)
+    epoch = int(sidecar["epoch"])
+    history = [dict(row) for row in sidecar.get("history", [])][:epoch]
+    return SavedRun(
+        run_dir,
+        source,
+        dict(sidecar["config"]),
+        sidecar["meta"],
+        epoch,
+        history,
+        sidecar,
+        _position(sidecar.get("position")),
     )
+
+
+def _position(plain: dict[str, Any] | None) -> StepPosition | None:
+    return StepPosition.from_plain(plain) if plain else None
 
 
 def resumed_config(
@@ -370,10 +445,18 @@ def save_run_state(
     meta: dict[str, Any],
     history: list[dict[str, Any]],
     distributed: bool = False,
+    position: StepPosition | None = None,
+    keep: int = 1,
 ) -> Path:
     """Write the state of ``epoch`` completed epochs into ``run_dir``: ``checkpoint.pt`` from
     one process, or every rank's share into ``checkpoint/`` (all ranks call it); either write
     is atomic, and the other format, now older, is removed.
+
+    Args:
+        position: the position inside epoch ``epoch`` (counted from 0) of a step checkpoint
+            (its ``epoch`` equals ``epoch``); None at an epoch's end.
+        keep: how many checkpoints to keep (>= 1): with ``keep`` > 1 the newest ``keep`` stay,
+            the older ones in ``checkpoints/`` (:mod:`.kept_checkpoints`).
 
     Returns:
         The checkpoint written (file or folder).
@@ -383,7 +466,15 @@ def save_run_state(
         OSError: the folder cannot be written.
     """
     run_dir = Path(run_dir)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+    if position is not None and position.epoch != epoch:
+        raise ValueError(f"position.epoch {position.epoch} is not epoch {epoch}")
     plain = _plain_state(epoch=epoch, config=config, meta=meta, history=history)
+    plain["position"] = position.plain() if position is not None else None
+    own: dict[str, Tensor] = {f"host_rng/{k}": v for k, v in host_rng_state().items()}
+    if position is not None and position.augment_state is not None:
+        own["augment"] = position.augment_state
     if distributed:
         extra = {
             **{k: v for k, v in plain.items() if k != "epoch"},
@@ -397,6 +488,8 @@ def save_run_state(
             loss=objects.head,
             optimizer=objects.optimizer,
             extra=extra,
+            rank_tensors=own,
+            keep=keep,
         )
     state: dict[str, Any] = {
         **plain,
@@ -406,10 +499,22 @@ def save_run_state(
         "scheduler": objects.scheduler.state_dict(),
         "scaler": objects.scaler.state_dict(),
         "rng": torch.get_rng_state(),
+        "host_rng": {k.split("/", 1)[1]: v for k, v in own.items() if k.startswith("host_rng/")},
     }
+    if "augment" in own:
+        state["augment_rng"] = own["augment"]
     if objects.device.type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
-    path = save_checkpoint(state, run_dir / CHECKPOINT_NAME)
+    path = run_dir / CHECKPOINT_NAME
+    if keep > 1:  # written under its position's name, then linked as checkpoint.pt
+        kept = run_dir / KEPT_NAME
+        kept.mkdir(exist_ok=True)
+        step = position.step if position is not None else 0
+        written = save_checkpoint(state, kept / f"{position_label(epoch, step)}.pt")
+        link_as(written, path)
+        prune_kept(run_dir, keep)
+    else:
+        save_checkpoint(state, path)
     stale = run_dir / SHARDED_CHECKPOINT_NAME
     if stale.is_dir():
         shutil.rmtree(stale)

@@ -51,6 +51,8 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
 from ..head import MarginSoftmaxLoss, class_rows
 from .checkpoint import CheckpointError
+from .kept_checkpoints import KEPT_NAME, prune_kept
+from .step_position import position_label
 
 __all__ = [
     "SHARDED_CHECKPOINT_NAME",
@@ -256,9 +258,15 @@ def save_sharded_checkpoint(
     loss: MarginSoftmaxLoss,
     optimizer: torch.optim.Optimizer,
     extra: dict[str, Any],
+    rank_tensors: dict[str, torch.Tensor] | None = None,
+    keep: int = 1,
 ) -> Path:
     """Write the checkpoint of ``epoch`` (all ranks call it). ``extra`` holds the JSON part
-    (config, meta, history, scheduler, scaler). Returns ``run_dir/checkpoint``."""
+    (config, meta, history, scheduler, scaler, a step position); ``rank_tensors`` this rank's
+    own tensors, saved as ``<name>/<rank>`` (names starting with one of
+    :data:`PER_RANK_PREFIXES`). With ``keep`` > 1 the checkpoint replaced is moved into
+    ``checkpoints/`` (:mod:`.kept_checkpoints`) instead of deleted, and only the newest
+    ``keep - 1`` there stay. Returns ``run_dir/checkpoint``."""
     run_dir = Path(run_dir)
     rank = dist.get_rank()
     staging = run_dir / f".checkpoint.{epoch}.tmp"
@@ -267,6 +275,9 @@ def save_sharded_checkpoint(
     dist.barrier()
     tensors, optimizer_json = _tensor_state(model, loss, optimizer)
     tensors[f"rng/{rank}"] = torch.get_rng_state()
+    for name, value in (rank_tensors or {}).items():
+        prefix, _, rest = name.partition("/")
+        tensors[f"{prefix}/{rank}" + (f"/{rest}" if rest else "")] = value
     try:
         dcp.save(tensors, checkpoint_id=staging)
     except CheckpointException as error:  # a BaseException in torch 2.13: caught here
@@ -290,20 +301,42 @@ def save_sharded_checkpoint(
         if final.exists():
             final.rename(old)
         staging.rename(final)
+        if keep > 1 and (old / SIDECAR_NAME).is_file():
+            _keep_replaced(run_dir, old, keep - 1)
         shutil.rmtree(old, ignore_errors=True)
         (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
     dist.barrier()
     return final
 
 
-def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
-    """The JSON part of the sharded checkpoint in ``run_dir``, its files' digests checked.
+def _keep_replaced(run_dir: Path, old: Path, count: int) -> None:
+    """Move the replaced checkpoint ``old`` into ``checkpoints/`` under its position's name,
+    and keep the newest ``count`` there."""
+    try:
+        sidecar = json.loads((old / SIDECAR_NAME).read_text(encoding="utf-8"))
+        position = sidecar.get("position") or {}
+        epoch = int(sidecar["epoch"])
+        step = int(position.get("step", 0)) if position else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # unreadable: not worth keeping
+    kept = run_dir / KEPT_NAME
+    kept.mkdir(exist_ok=True)
+    target = kept / position_label(epoch, step)
+    if target.exists():
+        shutil.rmtree(target)
+    old.rename(target)
+    prune_kept(run_dir, count)
+
+
+def read_sidecar(run_dir: str | Path, *, folder: str | Path | None = None) -> dict[str, Any]:
+    """The JSON part of the sharded checkpoint in ``run_dir`` (or of the checkpoint folder
+    ``folder``, e.g. a kept one), its files' digests checked.
 
     Raises:
         CheckpointError: missing, not ours, or a file whose sha256 differs (damaged).
     """
     recover(run_dir)
-    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    folder = _folder(run_dir, folder)
     path = folder / SIDECAR_NAME
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {folder}")
@@ -329,13 +362,33 @@ def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
     return sidecar
 
 
-def _rank(distributed: bool) -> int:
-    return dist.get_rank() if distributed else 0
+PER_RANK_PREFIXES = ("rng/", "augment/", "host_rng/")
+"""Entries saved by every rank under its own number: ``rng/<rank>`` (the global torch
+generator), ``augment/<rank>`` (a step position's augmentation generator),
+``host_rng/<rank>/<name>`` (Python's and NumPy's generators)."""
 
 
-def checkpoint_entries(run_dir: str | Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
-    """Every tensor of the sharded checkpoint in ``run_dir``: key → (global shape, dtype)."""
-    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+def _wanted_entry(key: str, rank: int) -> bool:
+    """Whether a process of rank ``rank`` reads entry ``key``: every shared entry, and of the
+    per-rank ones its own and rank 0's (the fallback at another world size)."""
+    for prefix in PER_RANK_PREFIXES:
+        if key.startswith(prefix):
+            owner = key[len(prefix) :].split("/", 1)[0]
+            return owner in ("0", str(rank))
+    return True
+
+
+def _folder(run_dir: str | Path, folder: str | Path | None) -> Path:
+    """The checkpoint folder: ``folder`` when given, else ``run_dir/checkpoint``."""
+    return Path(folder) if folder is not None else Path(run_dir) / SHARDED_CHECKPOINT_NAME
+
+
+def checkpoint_entries(
+    run_dir: str | Path, *, folder: str | Path | None = None
+) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    """Every tensor of the sharded checkpoint in ``run_dir`` (or ``folder``): key → (global
+    shape, dtype)."""
+    folder = _folder(run_dir, folder)
     metadata = SafeFileSystemReader(folder).read_metadata()
     entries = {}
     for key, item in metadata.state_dict_metadata.items():
@@ -346,13 +399,19 @@ def checkpoint_entries(run_dir: str | Path) -> dict[str, tuple[torch.Size, torch
 
 
 def load_sharded_tensors(
-    run_dir: str | Path, targets: dict[str, Any], *, distributed: bool, only_targets: bool = False
+    run_dir: str | Path,
+    targets: dict[str, Any],
+    *,
+    distributed: bool,
+    only_targets: bool = False,
+    folder: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fill ``targets`` (key → tensor or DTensor, allocated by the caller in the layout it
-    wants) from the checkpoint; keys the checkpoint lacks are dropped, keys it has beyond
-    ``targets`` are allocated in full (replicated), unless ``only_targets``. Returns the filled
-    dict."""
-    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    wants) from the checkpoint in ``run_dir`` (or ``folder``); keys the checkpoint lacks are
+    dropped, keys it has beyond ``targets`` are allocated in full (replicated), unless
+    ``only_targets``; of the per-rank entries (``<name>/<rank>``: RNG states, a step position's
+    generators) only this rank's and rank 0's are read. Returns the filled dict."""
+    folder = _folder(run_dir, folder)
     reader = SafeFileSystemReader(folder)
     metadata = reader.read_metadata()
     filled: dict[str, Any] = {}
@@ -363,11 +422,7 @@ def load_sharded_tensors(
             filled[key] = targets[key]
         elif only_targets:
             continue
-        elif (
-            not key.startswith("rng/")
-            or key == "rng/0"
-            or (distributed and key == f"rng/{dist.get_rank()}")
-        ):
+        elif _wanted_entry(key, dist.get_rank() if distributed else 0):
             filled[key] = torch.empty(item.size, dtype=item.properties.dtype)
     if distributed:
         dcp.load(filled, checkpoint_id=folder, storage_reader=reader)

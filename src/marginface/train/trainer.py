@@ -4,7 +4,10 @@ Determinism: the initial weights come from ``torch.manual_seed(config.seed)``; e
 shuffles and draws its augmentations with its own generators seeded ``(seed, e)``; dropout
 draws from the global RNG, whose state is saved in every checkpoint and restored on resume. So
 a run interrupted after epoch ``k`` and resumed ends with the same weights as an uninterrupted
-run (same device and threads).
+run (same device and threads). Step checkpoints (``checkpoint_every_steps`` /
+``checkpoint_every_minutes``) and a stop on SIGTERM/SIGUSR1 (``stop_on_signals``) save the
+position inside an epoch (:mod:`.step_position`, :mod:`.preemption`): a run resumed there
+continues at the next batch, with the same result.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from .evaluate import (
 )
 from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .loader_errors import next_batch as _next_batch
+from .preemption import StopSignals, TrainingPreemptedError, agree
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_state import (
@@ -57,12 +61,14 @@ from .run_state import (
     save_run_state,
 )
 from .schedule import micro_batches
+from .step_position import CheckpointInterval, StepPosition
 
 __all__ = [
     "RESUMABLE_KEYS",
     "Trainer",
     "TrainingDivergedError",
     "TrainingInterrupted",
+    "TrainingPreemptedError",
     "train",
 ]
 
@@ -108,6 +114,18 @@ class Trainer:
             per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
             ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
             class centers). The optimizer and schedule start afresh.
+        checkpoint_every_steps: also checkpoint inside an epoch every this many steps (the
+            position inside the epoch saved: a resume continues at the next batch). Default:
+            None (epoch ends only).
+        checkpoint_every_minutes: also checkpoint inside an epoch when this many minutes
+            passed since the last checkpoint (any rank's clock). Default: None.
+        keep: how many checkpoints to keep, the newest as ``checkpoint.pt``/``checkpoint/``, the
+            older ones in ``checkpoints/`` (a resume falls back to them when the newest is
+            damaged). Default: 1.
+        stop_on_signals: while :meth:`fit` runs, SIGTERM and SIGUSR1 finish the step, write a
+            step checkpoint (all ranks agree on the step) and raise
+            :class:`~marginface.train.preemption.TrainingPreemptedError`. Default: False (the
+            command line turns it on).
 
     Use :meth:`fit`.
     """
@@ -122,8 +140,21 @@ class Trainer:
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         callbacks: list[EpochCallback] | None = None,
         initial_state: dict[str, dict[str, Any]] | None = None,
+        checkpoint_every_steps: int | None = None,
+        checkpoint_every_minutes: float | None = None,
+        keep: int = 1,
+        stop_on_signals: bool = False,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
+        self.interval = CheckpointInterval(checkpoint_every_steps, checkpoint_every_minutes)
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        self.keep = keep
+        self.stop_on_signals = bool(stop_on_signals)
+        self._signals = StopSignals()
+        self._resume_at: StepPosition | None = None  # a step checkpoint's position, restored
+        self._epoch_seconds_before = 0.0  # training seconds of a resumed epoch before resuming
+        self._last_checkpoint = time.monotonic()  # when the last checkpoint was written
         self.run_dir = Path(run_dir)
         self.bundle = bundle
         self.progress = resolve_progress_mode(progress)
@@ -226,6 +257,7 @@ class Trainer:
         epoch = saved.restore(self._objects(), distributed=self.distributed)
         self.history = [dict(row) for row in saved.history]
         self._kept_epoch = epoch
+        self._resume_at = saved.position
         return epoch
 
     def _first_non_finite(self) -> str | None:
@@ -276,6 +308,8 @@ class Trainer:
         self.model.train()
         self.head.train()
         order = torch.randperm(len(self.train_y), generator=epoch_generator(config.seed, epoch))
+        position, self._resume_at = self._resume_at, None
+        first = position.step if position is not None else 0
         loader = None
         if self.streamed:
             loader = streamed_batches(
@@ -288,19 +322,67 @@ class Trainer:
                 world=self.world,
                 workers=config.workers,
                 pin_memory=self.device.type == "cuda",
+                first_step=first,
             )
         augment_generator = epoch_generator(config.seed, epoch, stream=1)
         progress = self._reporter.epoch(epoch)
         total, count = 0.0, 0
+        self._epoch_seconds_before = 0.0
+        if position is not None:  # a step checkpoint: continue at its next batch
+            total, count = position.loss_total, position.images
+            self._epoch_seconds_before = position.seconds
+            if position.augment_state is not None:
+                augment_generator.set_state(position.augment_state)
+        began = time.perf_counter()
         try:
-            for step in range(self.steps_per_epoch):
+            for step in range(first, self.steps_per_epoch):
                 value, size = self._train_step(epoch, step, order, loader, augment_generator)
                 total += value * size
                 count += size
                 progress.update(step, loss=value, mean_loss=total / count, images=count)
+                self._after_step(epoch, step + 1, total, count, began, augment_generator)
         finally:
             progress.close()
         return total / count
+
+    def _after_step(
+        self,
+        epoch: int,
+        done: int,
+        total: float,
+        count: int,
+        began: float,
+        augment_generator: torch.Generator,
+    ) -> None:
+        """After step ``done - 1`` of ``epoch``: a step checkpoint when one is due, and the stop
+        asked for by a signal (every rank agrees on both:
+        :func:`~marginface.train.preemption.agree`)."""
+        global_step = epoch * self.steps_per_epoch + done
+        due = self.interval.due(global_step, time.monotonic() - self._last_checkpoint)
+        stop = self._signals.received is not None
+        if self.distributed and (self._signals.installed or self.interval.minutes is not None):
+            due, stop = agree([due, stop], distributed=True, device=self.device)
+        if not (due or stop):
+            return
+        where = StepPosition(
+            epoch,
+            done,
+            total,
+            count,
+            self._epoch_seconds_before + time.perf_counter() - began,
+            augment_generator.get_state() if self.augmentation is not None else None,
+        )
+        if where.step < self.steps_per_epoch or stop:  # else the epoch's end checkpoints
+            self._save(where.epoch, where)
+        if stop:
+            name = self._signals.received.name if self._signals.received else "a signal"
+            raise TrainingPreemptedError(
+                f"{name} on a rank: stopped after step {where.step} of "
+                f"{self.steps_per_epoch} of epoch {where.epoch + 1} and wrote its checkpoint to "
+                f"{self.run_dir}; continue with `marginface train --out {self.run_dir} "
+                "--resume` (or the same command line with --resume-if-exists)",
+                signal_name=name,
+            )
 
     def _train_step(
         self,
@@ -377,10 +459,11 @@ class Trainer:
         """Training images of the global batch per epoch (the batches actually run)."""
         return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
 
-    def _save(self, epoch: int) -> None:
-        """Write the checkpoint of ``epoch`` completed epochs, :attr:`history` included (every
-        rank's share when distributed; :func:`~marginface.train.run_state.save_run_state`).
-        A full disk says which checkpoint is kept and how to go on."""
+    def _save(self, epoch: int, position: StepPosition | None = None) -> None:
+        """Write the checkpoint of ``epoch`` completed epochs (and ``position`` inside the next
+        one), :attr:`history` included (every rank's share when distributed;
+        :func:`~marginface.train.run_state.save_run_state`). A full disk says which checkpoint
+        is kept and how to go on."""
         try:
             save_run_state(
                 self.run_dir,
@@ -390,6 +473,8 @@ class Trainer:
                 meta=self.meta,
                 history=self.history,
                 distributed=self.distributed,
+                position=position,
+                keep=self.keep,
             )
         except DiskFullError as error:
             path = self.run_dir / CHECKPOINT_NAME
@@ -399,6 +484,7 @@ class Trainer:
                 str(path),
             ) from error
         self._kept_epoch = epoch
+        self._last_checkpoint = time.monotonic()
 
     def _evaluate(self) -> dict[str, float]:
         """The epoch's test metrics (:func:`~marginface.train.evaluate.evaluate_model`'s
@@ -456,12 +542,17 @@ class Trainer:
             OutputExistsError: ``run_dir`` exists and neither ``resume`` nor ``overwrite``.
             CheckpointError: resuming from a missing, corrupt or incompatible checkpoint.
             TrainingDivergedError: the loss became NaN/inf (the last checkpoint is kept).
+            TrainingPreemptedError: SIGTERM or SIGUSR1 with ``stop_on_signals`` (a step checkpoint
+                was written).
             DiskFullError: a checkpoint did not fit (the previous one is kept; the message
                 says which and how to go on).
         """
         flushing = flushes_denormals()
         try:
-            return self._fit(resume=resume, overwrite=overwrite)
+            if not self.stop_on_signals:
+                return self._fit(resume=resume, overwrite=overwrite)
+            with self._signals:
+                return self._fit(resume=resume, overwrite=overwrite)
         finally:  # the process's floating-point mode as it was (the trainer flushes denormals)
             torch.set_flush_denormal(flushing)
 
@@ -480,6 +571,7 @@ class Trainer:
         if saved is not None:  # before building anything: a refusal costs nothing
             check_resumable(saved, self.config)
         self._setup()
+        self._last_checkpoint = time.monotonic()
         start = 0
         self.history = []
         if saved is not None:
@@ -491,8 +583,9 @@ class Trainer:
                 self.head.load_state_dict(self.initial_state["loss"])
         history_path = run_dir / HISTORY_NAME
         self.step_verification = []
-        if start and (run_dir / VERIFICATION_NAME).is_file():
-            done = start * self.steps_per_epoch
+        resumed_steps = self._resume_at.step if self._resume_at is not None else 0
+        if (start or resumed_steps) and (run_dir / VERIFICATION_NAME).is_file():
+            done = start * self.steps_per_epoch + resumed_steps
             rows = read_history(run_dir / VERIFICATION_NAME)
             self.step_verification = [row for row in rows if row["step"] <= done]
         if self.is_main:
@@ -512,7 +605,7 @@ class Trainer:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
                 train_loss = self._train_epoch(epoch)
-                seconds = time.perf_counter() - began
+                seconds = self._epoch_seconds_before + time.perf_counter() - began
                 parameter = self._first_non_finite()
                 if parameter is not None:
                     raise self._diverged("", epoch, None)
