@@ -1,0 +1,163 @@
+"""Step checkpoints of a 2-rank sharded run (gloo): a crash mid-epoch resumed at 2 ranks ends
+bit-identical to an uninterrupted run; resumed at 1 or 3 ranks, every sample of the epoch is
+trained exactly once (issue 28)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from marginface.cli import main
+from marginface.config import TrainConfig
+from marginface.train import Trainer, read_history
+from marginface.train.run_state import read_saved_run
+from marginface.train.sharded_checkpoint import read_sidecar
+
+from .harness import run_distributed
+
+# 120 images, global batch 20: 6 steps per epoch; augmentation and dropout draw per rank
+ARGS = [
+    "--dataset", "digits", "--limit", "120", "--batch-size", "20", "--threads", "1",
+    "--device", "cpu", "--loss", "arcface", "--optimizer", "sgd", "--lr", "0.05",
+    "--set", "model_options={widths=[4,4,8]}", "--set", "augment={translate=1, hflip=0.5}",
+]  # fmt: skip
+STEPS = 6
+
+
+def _config(epochs: int) -> TrainConfig:
+    return TrainConfig(
+        dataset="digits",
+        limit=120,
+        batch_size=20,
+        threads=1,
+        device="cpu",
+        loss="arcface",
+        optimizer="sgd",
+        lr=0.05,
+        model_options={"widths": [4, 4, 8]},
+        augment={"translate": 1, "hflip": 0.5},
+        epochs=epochs,
+    )
+
+
+def _command(run: str, epochs: int, *extra: str) -> list[str]:
+    return ["--quiet", "train", *ARGS, "--epochs", str(epochs), "--out", run, *extra]
+
+
+def _record_batches(log: Path, rank: int, crash_at: int | None = None) -> None:
+    """Log ``(epoch, step, this rank's sample indices)`` of every step to ``log``; with
+    ``crash_at``, raise at that global step (counted from 1)."""
+    original_step, original_batch = Trainer._train_step, Trainer._batch
+
+    def train_step(self, epoch, step, *args):
+        if crash_at is not None and epoch * self.steps_per_epoch + step + 1 == crash_at:
+            raise RuntimeError(f"injected crash at step {crash_at}")
+        self._logged = (epoch, step)
+        return original_step(self, epoch, step, *args)
+
+    def batch(self, index, *args):
+        with log.open("a") as handle:
+            handle.write(json.dumps([*self._logged, rank, index.tolist()]) + "\n")
+        return original_batch(self, index, *args)
+
+    Trainer._train_step, Trainer._batch = train_step, batch
+
+
+def _straight(rank: int, world: int, run: str, logs: str) -> None:
+    _record_batches(Path(logs) / f"straight-{rank}.jsonl", rank)
+    assert main(_command(run, 2)) == 0
+
+
+def _crash(rank: int, world: int, run: str, logs: str, crash_at: int) -> None:
+    _record_batches(Path(logs) / f"first-{rank}.jsonl", rank, crash_at)
+    assert main(_command(run, 2, "--checkpoint-every", "4")) == 1  # the crash, one line
+
+
+def _resume(rank: int, world: int, run: str, logs: str) -> None:
+    _record_batches(Path(logs) / f"resumed-{world}-{rank}.jsonl", rank)
+    assert main(_command(run, 2, "--checkpoint-every", "4", "--resume-if-exists")) == 0
+
+
+def _final_state(run: Path) -> dict[str, torch.Tensor]:
+    """The run's last checkpoint restored on one process: backbone, all class centers and
+    their momentum."""
+    trainer = Trainer(_config(2), run)
+    trainer._init_distributed()
+    trainer._setup()
+    trainer._restore(read_saved_run(run))
+    state = {f"model.{k}": v for k, v in trainer.model.state_dict().items()}
+    state["loss.weight"] = trainer.head.weight.detach()
+    state["momentum"] = trainer.optimizer.state[trainer.head.weight]["momentum_buffer"]
+    return state
+
+
+def _read_log(path: Path) -> list[tuple[int, int, int, list[int]]]:
+    return [tuple(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> tuple[Path, Path]:
+    """An uninterrupted 2-epoch run on 2 ranks and the folder of its batch logs."""
+    root = tmp_path_factory.mktemp("straight")
+    run_distributed(_straight, 2, str(root / "run"), str(root), deadline_s=240)
+    return root / "run", root
+
+
+def _crashed_run(tmp_path: Path, crash_at: int) -> Path:
+    run = tmp_path / "run"
+    run_distributed(_crash, 2, str(run), str(tmp_path), crash_at, deadline_s=240)
+    return run
+
+
+def test_two_ranks_crash_mid_epoch_then_resume_bit_identical(straight, tmp_path):
+    run = _crashed_run(tmp_path, 11)  # epoch 2, step 5; checkpoint after global step 8
+    sidecar = read_sidecar(run)
+    assert sidecar["epoch"] == 1 and sidecar["position"]["step"] == 2
+    run_distributed(_resume, 2, str(run), str(tmp_path), deadline_s=240)
+    expected, actual = _final_state(straight[0]), _final_state(run)
+    for key, value in expected.items():
+        assert torch.equal(actual[key], value), key
+    rows, straight_rows = (read_history(r / "history.csv") for r in (run, straight[0]))
+    assert [row["epoch"] for row in rows] == [1, 2]
+    assert [row["loss"] for row in rows] == [row["loss"] for row in straight_rows]
+
+
+def _epoch_samples(logs: list[Path], epoch: int, steps: range) -> list[int]:
+    """Every sample index trained in ``steps`` of ``epoch`` by the logged ranks."""
+    seen = []
+    for log in logs:
+        for logged_epoch, step, _rank, indices in _read_log(log):
+            if logged_epoch == epoch and step in steps:
+                seen.extend(indices)
+    return seen
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_resumed_at_another_world_size_trains_each_sample_once(straight, tmp_path, world):
+    run = _crashed_run(tmp_path, 5)  # epoch 1, step 5; checkpoint after step 4 (position 4)
+    assert read_sidecar(run)["position"]["step"] == 4
+    if world == 1:  # this process, no process group
+        originals = Trainer._train_step, Trainer._batch
+        try:
+            _record_batches(tmp_path / "resumed-1-0.jsonl", 0)
+            assert main(_command(str(run), 2, "--checkpoint-every", "4", "--resume")) == 0
+        finally:
+            Trainer._train_step, Trainer._batch = originals
+    else:
+        run_distributed(_resume, world, str(run), str(tmp_path), deadline_s=300)
+    first = sorted(tmp_path.glob("first-*.jsonl"))
+    resumed = sorted(tmp_path.glob(f"resumed-{world}-*.jsonl"))
+    assert len(first) == 2 and len(resumed) == world
+    epoch_one = _epoch_samples(first, 0, range(4)) + _epoch_samples(resumed, 0, range(4, STEPS))
+    assert sorted(epoch_one) == list(range(120))  # each sample exactly once
+    assert sorted(_epoch_samples(resumed, 1, range(STEPS))) == list(range(120))
+    # the same global batches as the uninterrupted run, step by step
+    straight_logs = sorted(straight[1].glob("straight-*.jsonl"))
+    for step in range(4, STEPS):
+        assert sorted(_epoch_samples(resumed, 0, range(step, step + 1))) == sorted(
+            _epoch_samples(straight_logs, 0, range(step, step + 1))
+        )
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
