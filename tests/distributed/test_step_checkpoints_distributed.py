@@ -4,7 +4,11 @@ trained exactly once (issue 28)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import torch
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import Trainer, read_history
+from marginface.train.preemption import PREEMPTED_EXIT_CODE
 from marginface.train.run_state import read_saved_run
 from marginface.train.sharded_checkpoint import read_sidecar
 
@@ -161,3 +166,40 @@ def test_resumed_at_another_world_size_trains_each_sample_once(straight, tmp_pat
             _epoch_samples(straight_logs, 0, range(step, step + 1))
         )
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+def _sigterm_on_rank_one(rank: int, world: int, run: str, result: str) -> None:
+    """Rank 1 alone gets SIGTERM during global step 8; both ranks must stop after that step."""
+    if rank == 1:
+        original = Trainer._train_step
+
+        def signalling(self, epoch, step, *args):
+            if epoch * self.steps_per_epoch + step + 1 == 8:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return original(self, epoch, step, *args)
+
+        Trainer._train_step = signalling
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = main(_command(run, 2, "--resume-if-exists"))
+    Path(f"{result}-{rank}").write_text(f"{code}\n{stderr.getvalue()}")
+
+
+def test_sigterm_to_one_rank_stops_both_at_the_same_step_then_resumes_exactly(straight, tmp_path):
+    run, result = tmp_path / "run", tmp_path / "result"
+    run_distributed(_sigterm_on_rank_one, 2, str(run), str(result), deadline_s=240)
+    outputs = [Path(f"{result}-{rank}").read_text().splitlines() for rank in range(2)]
+    assert [int(lines[0]) for lines in outputs] == [PREEMPTED_EXIT_CODE] * 2
+    assert len(outputs[0]) == 2 and len(outputs[1]) == 1  # rank 0 says it, in one line
+    assert "after step 2 of 6 of epoch 2" in outputs[0][1] and "--resume" in outputs[0][1]
+    sidecar = read_sidecar(run)
+    assert sidecar["epoch"] == 1 and sidecar["position"]["step"] == 2
+    run_distributed(_resume_plain, 2, str(run), deadline_s=240)
+    expected, actual = _final_state(straight[0]), _final_state(run)
+    for key, value in expected.items():
+        assert torch.equal(actual[key], value), key
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+def _resume_plain(rank: int, world: int, run: str) -> None:
+    assert main(_command(run, 2, "--resume-if-exists")) == 0

@@ -3,7 +3,12 @@ the fall back to an older checkpoint (issue 28)."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +18,7 @@ import torch
 from marginface.cli import main
 from marginface.train import Trainer, load_checkpoint, read_history
 from marginface.train.kept_checkpoints import KEPT_NAME, kept_checkpoints
+from marginface.train.preemption import PREEMPTED_EXIT_CODE
 from marginface.train.run_state import CHECKPOINT_NAME, read_saved_run
 from marginface.train.step_position import (
     CheckpointInterval,
@@ -190,3 +196,74 @@ def test_host_rng_round_trip():
     np.random.seed(99)
     restore_host_rng_state(state)
     assert (random.random(), np.random.standard_normal(), np.random.random()) == expected
+
+
+def _signal_at(monkeypatch: pytest.MonkeyPatch, global_step: int, number: int) -> None:
+    """Send ``number`` to this process during the ``global_step``-th step (its handler only
+    sets a flag: the step finishes)."""
+    original = Trainer._train_step
+
+    def signalling(self, epoch, step, *args):
+        if epoch * self.steps_per_epoch + step + 1 == global_step:
+            os.kill(os.getpid(), number)
+        return original(self, epoch, step, *args)
+
+    monkeypatch.setattr(Trainer, "_train_step", signalling)
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_checkpoints_the_step_and_exits_for_requeue(
+    straight, tmp_path, monkeypatch, capsys, number
+):
+    run = tmp_path / "run"
+    before = signal.getsignal(number)
+    _signal_at(monkeypatch, 8, number)
+    assert _train(run, 2, "--resume-if-exists") == PREEMPTED_EXIT_CODE
+    assert signal.getsignal(number) is before  # the handler is gone after fit
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and signal.Signals(number).name in err[0]
+    assert "after step 2 of 6 of epoch 2" in err[0] and f"--out {run} --resume" in err[0]
+    assert read_saved_run(run).position.step == 2
+    monkeypatch.undo()
+    assert _train(run, 2, "--resume-if-exists") == 0  # the same command line
+    _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight)))
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+def test_a_signal_on_the_last_step_of_an_epoch_resumes_at_its_end(straight, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _signal_at(monkeypatch, STEPS, signal.SIGTERM)
+    assert _train(run, 2, "--preempted-exit-code", "99") == 99
+    saved = read_saved_run(run)
+    assert (saved.epoch, saved.position.step) == (0, STEPS) and saved.history == []
+    monkeypatch.undo()
+    assert _train(run, 2, "--resume") == 0
+    _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight)))
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+def test_sigterm_from_outside_to_the_command(straight, tmp_path):
+    """``python -m marginface train`` as a scheduler runs it: SIGTERM at some instant of its
+    training; the exit status says "requeue me" and the same command line then finishes with
+    the uninterrupted run's weights."""
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "marginface", "--quiet", "train", *TINY, "--epochs", "2",
+               "--out", str(run), "--resume-if-exists", "--set", "limit=1200"]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "config.toml").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # config.toml: written by fit, after the handlers are in place
+        time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == PREEMPTED_EXIT_CODE, err
+    assert "SIGTERM" in err and "--resume" in err and "Traceback" not in err
+    assert read_saved_run(run).position is not None
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    straight_long = tmp_path / "straight"
+    assert _train(straight_long, 2, "--set", "limit=1200") == 0
+    _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight_long)))
