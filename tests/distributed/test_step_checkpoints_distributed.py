@@ -9,6 +9,8 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from marginface.train.preemption import PREEMPTED_EXIT_CODE
 from marginface.train.run_state import read_saved_run
 from marginface.train.sharded_checkpoint import read_sidecar
 
-from .harness import run_distributed
+from .harness import free_port, run_distributed
 
 # 120 images, global batch 20: 6 steps per epoch; augmentation and dropout draw per rank
 ARGS = [
@@ -203,3 +205,56 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step_then_resumes_exactly(st
 
 def _resume_plain(rank: int, world: int, run: str) -> None:
     assert main(_command(run, 2, "--resume-if-exists")) == 0
+
+
+def _torchrun(
+    run: Path, processes: int, *, max_restarts: int, env: dict[str, str], timeout_s: float = 300
+) -> subprocess.CompletedProcess:
+    """``torchrun`` (c10d rendezvous on 127.0.0.1, a free port) of the worker script with the
+    training command line that starts and continues the run."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+        "--nproc-per-node", str(processes), "--max-restarts", str(max_restarts),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "--rdzv-id", "marginface-test", "--monitor-interval", "0.5",
+        str(Path(__file__).with_name("torchrun_worker.py")),
+        *_command(str(run), 2, "--checkpoint-every", "4", "--resume-if-exists",
+                  "--dist-timeout", "60"),
+    ]  # fmt: skip
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parents[2]), environment.get("PYTHONPATH", "")]
+    )
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout_s, env=environment
+    )
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_after_a_kill_9_and_ends_with_the_uninterrupted_weights(
+    straight, tmp_path
+):
+    run = tmp_path / "run"
+    kill = {"MARGINFACE_TEST_KILL_RANK": "1", "MARGINFACE_TEST_KILL_STEP": "10"}
+    finished = _torchrun(run, 2, max_restarts=1, env=kill)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "exitcode: -9" in finished.stderr, finished.stderr[-3000:]  # the kill -9 happened
+    expected, actual = _final_state(straight[0]), _final_state(run)
+    for key, value in expected.items():
+        assert torch.equal(actual[key], value), key
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_torchrun_group_that_shrank_continues_on_one_rank(tmp_path):
+    run = tmp_path / "run"
+    kill = {"MARGINFACE_TEST_KILL_RANK": "1", "MARGINFACE_TEST_KILL_STEP": "10"}
+    failed = _torchrun(run, 2, max_restarts=0, env=kill)
+    assert failed.returncode != 0
+    sidecar = read_sidecar(run)
+    assert sidecar["epoch"] == 1 and sidecar["position"]["step"] == 2  # after global step 8
+    finished = _torchrun(run, 1, max_restarts=0, env={})
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+    saved = read_saved_run(run)
+    assert saved.epoch == 2 and saved.meta["world_size"] == 1

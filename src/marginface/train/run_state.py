@@ -521,14 +521,18 @@ def save_run_state(
     return path
 
 
-def describe_kept(run_dir: str | Path, epoch: int | None) -> str:
+def describe_kept(run_dir: str | Path, epoch: int | None, step: int = 0) -> str:
     """What the user can do after a failure, true to what is on disk: the checkpoint of
-    ``epoch`` (the last one this process wrote or restored; None: none) and the ``--resume``
-    command, or, when no epoch was completed, that the run starts again with
-    ``--overwrite``. Looks for the checkpoint without reading it."""
+    ``epoch`` completed epochs and ``step`` steps of the next (the last one this process wrote
+    or restored; None: none) and the ``--resume`` command, or, when no checkpoint was written,
+    that the run starts again with ``--overwrite``. Looks for the checkpoint without reading
+    it."""
     run_dir = Path(run_dir)
     if (run_dir / CHECKPOINT_NAME).is_file() or sharded_checkpoint_on_disk(run_dir):
-        done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
+        if epoch is not None and step:
+            done = f"the checkpoint after step {step} of epoch {epoch + 1}"
+        else:
+            done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
         return (
             f"{done} is kept in {run_dir}; continue with `marginface train --out "
             f"{run_dir} --resume` (or start again with --overwrite)"

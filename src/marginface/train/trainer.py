@@ -174,6 +174,7 @@ class Trainer:
         self.head: nn.Module | None = None
         self._pairs = None
         self._kept_epoch: int | None = None  # the epoch of the checkpoint on disk, if any
+        self._kept_step = 0  # and the steps of the next epoch it holds
         self.distributed = False
         self.rank, self.world = 0, 1
         self.step_verification: list[dict[str, Any]] = []
@@ -257,6 +258,7 @@ class Trainer:
         epoch = saved.restore(self._objects(), distributed=self.distributed)
         self.history = [dict(row) for row in saved.history]
         self._kept_epoch = epoch
+        self._kept_step = saved.position.step if saved.position is not None else 0
         self._resume_at = saved.position
         return epoch
 
@@ -271,7 +273,7 @@ class Trainer:
 
     def _way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""
-        return describe_kept(self.run_dir, self._kept_epoch)
+        return describe_kept(self.run_dir, self._kept_epoch, self._kept_step)
 
     def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
         where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
@@ -484,6 +486,7 @@ class Trainer:
                 str(path),
             ) from error
         self._kept_epoch = epoch
+        self._kept_step = position.step if position is not None else 0
         self._last_checkpoint = time.monotonic()
 
     def _evaluate(self) -> dict[str, float]:
