@@ -258,3 +258,52 @@ def test_torchrun_group_that_shrank_continues_on_one_rank(tmp_path):
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
     saved = read_saved_run(run)
     assert saved.epoch == 2 and saved.meta["world_size"] == 1
+
+
+def _killed_during_async_write(rank: int, world: int, run: str, markers: str) -> None:
+    """Both ranks: the third background write (the step checkpoint after global step 8) is
+    held in the middle; during step 11 each rank kills itself (kill -9) while it is."""
+    import time
+
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    marker = Path(markers) / f"writing-{rank}"
+    real_write, calls = FileSystemWriter.write_data, []
+
+    def slow_write(self, plan, planner):
+        calls.append(1)
+        if len(calls) == 3:
+            marker.write_text("writing")
+            time.sleep(120)
+        return real_write(self, plan, planner)
+
+    FileSystemWriter.write_data = slow_write
+    original = Trainer._train_step
+
+    def killing(self, epoch, step, *args):
+        if epoch * self.steps_per_epoch + step + 1 == 11:
+            while not marker.exists():
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, epoch, step, *args)
+
+    Trainer._train_step = killing
+    main(_command(run, 2, "--checkpoint-every", "4", "--async-checkpoint"))
+
+
+def _resume_async(rank: int, world: int, run: str) -> None:
+    assert main(_command(run, 2, "--checkpoint-every", "4", "--async-checkpoint", "--resume")) == 0
+
+
+def test_a_kill_during_an_async_sharded_write_leaves_the_previous_checkpoint(straight, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(AssertionError, match=r"exited with \[-9, -9\]"):
+        run_distributed(_killed_during_async_write, 2, str(run), str(tmp_path), deadline_s=240)
+    sidecar = read_sidecar(run)  # verified: every file's sha256
+    assert sidecar["epoch"] == 1 and sidecar["position"] is None  # the end of epoch 1
+    assert (run / ".checkpoint.1.tmp").is_dir()  # the write cut short, never swapped in
+    run_distributed(_resume_async, 2, str(run), deadline_s=240)
+    expected, actual = _final_state(straight[0]), _final_state(run)
+    for key, value in expected.items():
+        assert torch.equal(actual[key], value), key
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]

@@ -1,5 +1,6 @@
 """Step checkpoints (``train --checkpoint-every``), exact resume inside an epoch, ``--keep`` and
-the fall back to an older checkpoint (issue 28)."""
+the fall back to an older checkpoint, stops on SIGTERM/SIGUSR1, ``--async-checkpoint`` (issue
+28)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -267,3 +269,81 @@ def test_sigterm_from_outside_to_the_command(straight, tmp_path):
     straight_long = tmp_path / "straight"
     assert _train(straight_long, 2, "--set", "limit=1200") == 0
     _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight_long)))
+
+
+# ------------------------------------------------------------ --async-checkpoint
+def test_async_checkpoints_resume_bit_identical(straight, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    writes: list[str] = []
+    original = Trainer._save
+
+    def recording(self, epoch, position=None, wait=False):
+        writes.append(f"{epoch}/{position.step if position else 0}/{wait}")
+        return original(self, epoch, position, wait)
+
+    monkeypatch.setattr(Trainer, "_save", recording)
+    _crash_at(monkeypatch, 11)
+    assert _train(run, 2, "--checkpoint-every", "4", "--async-checkpoint") == 1
+    assert writes == ["0/4/False", "1/0/False", "1/2/False"]
+    saved = read_saved_run(run)  # the write started at step 8 was completed or abandoned
+    assert (saved.epoch, saved.position.step if saved.position else 0) in ((1, 2), (1, 0))
+    assert _train(run, 2, "--resume", "--checkpoint-every", "4", "--async-checkpoint") == 0
+    _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight)))
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+_KILLED_DURING_WRITE = """
+import os, signal, sys, threading, time
+from pathlib import Path
+import torch
+from marginface.cli import main
+from marginface.train import Trainer
+
+marker = Path(sys.argv[1])
+real_save = torch.save
+
+def slow_save(obj, f, *args, **kwargs):
+    real_save(obj, f, *args, **kwargs)  # the bytes are in the temporary file, not yet sealed
+    background = threading.current_thread().name == "marginface-checkpoint"
+    if background and (obj.get("position") or {}).get("step") == 2:
+        marker.write_text("writing")
+        time.sleep(120)
+
+torch.save = slow_save
+original = Trainer._train_step
+
+def killing(self, epoch, step, *args):
+    if epoch * self.steps_per_epoch + step + 1 == 11:
+        while not marker.exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)  # during the background write of step 8
+    return original(self, epoch, step, *args)
+
+Trainer._train_step = killing
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_kill_during_an_async_write_leaves_the_previous_checkpoint(straight, tmp_path):
+    run = tmp_path / "run"
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent(_KILLED_DURING_WRITE))
+    command = ["--quiet", "train", *TINY, "--epochs", "2", "--out", str(run),
+               "--checkpoint-every", "4", "--async-checkpoint"]  # fmt: skip
+    killed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "marker"), *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert list(run.glob(".checkpoint.pt.*.tmp"))  # the write cut short
+    saved = read_saved_run(run)  # the previous one: the end of epoch 1, verified
+    assert saved.epoch == 1 and saved.position is None
+    assert main([*command, "--resume"]) == 0
+    _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight)))
+    assert not list(run.glob(".checkpoint.pt.*.tmp"))  # removed by the next write
+    assert torch.equal(
+        load_checkpoint(run / CHECKPOINT_NAME)["rng"],
+        load_checkpoint(straight / CHECKPOINT_NAME)["rng"],
+    )

@@ -265,6 +265,12 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
         "to them when the newest is damaged). Default 1",
     )
     group.add_argument(
+        "--async-checkpoint",
+        action="store_true",
+        help="copy the state at each checkpoint and write it in a background thread while "
+        "training goes on (the previous checkpoint stays valid until the new one is complete)",
+    )
+    group.add_argument(
         "--preempted-exit-code",
         type=_exit_status,
         default=PREEMPTED_EXIT_CODE,

@@ -81,6 +81,7 @@ def _fit(
         checkpoint_every_minutes=args.checkpoint_every_minutes,
         keep=args.keep,
         stop_on_signals=True,
+        async_checkpoint=args.async_checkpoint,
     )
     trainer.step_callbacks.append(_verification_printer(args))
     try:

@@ -35,7 +35,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ from ..head import class_rows, reshardable_state_dict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .history import read_history
 from .kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
+from .pending_checkpoint import PendingCheckpoint
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
     center_state_position,
@@ -447,7 +450,9 @@ def save_run_state(
     distributed: bool = False,
     position: StepPosition | None = None,
     keep: int = 1,
-) -> Path:
+    asynchronous: bool = False,
+    process_group: Any = None,
+) -> Path | PendingCheckpoint:
     """Write the state of ``epoch`` completed epochs into ``run_dir``: ``checkpoint.pt`` from
     one process, or every rank's share into ``checkpoint/`` (all ranks call it); either write
     is atomic, and the other format, now older, is removed.
@@ -457,6 +462,10 @@ def save_run_state(
             (its ``epoch`` equals ``epoch``); None at an epoch's end.
         keep: how many checkpoints to keep (>= 1): with ``keep`` > 1 the newest ``keep`` stay,
             the older ones in ``checkpoints/`` (:mod:`.kept_checkpoints`).
+        asynchronous: copy the state now and write it in a background thread; returns a
+            :class:`~marginface.train.pending_checkpoint.PendingCheckpoint` (its ``finish``,
+            called by every rank, completes it; the previous checkpoint is the run's until
+            then). ``process_group``: the gloo group of a sharded background write.
 
     Returns:
         The checkpoint written (file or folder).
@@ -490,6 +499,8 @@ def save_run_state(
             extra=extra,
             rank_tensors=own,
             keep=keep,
+            asynchronous=asynchronous,
+            process_group=process_group,
         )
     state: dict[str, Any] = {
         **plain,
@@ -506,19 +517,51 @@ def save_run_state(
     if objects.device.type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
     path = run_dir / CHECKPOINT_NAME
-    if keep > 1:  # written under its position's name, then linked as checkpoint.pt
-        kept = run_dir / KEPT_NAME
-        kept.mkdir(exist_ok=True)
-        step = position.step if position is not None else 0
-        written = save_checkpoint(state, kept / f"{position_label(epoch, step)}.pt")
-        link_as(written, path)
-        prune_kept(run_dir, keep)
-    else:
-        save_checkpoint(state, path)
-    stale = run_dir / SHARDED_CHECKPOINT_NAME
-    if stale.is_dir():
-        shutil.rmtree(stale)
-    return path
+    step = position.step if position is not None else 0
+
+    def write() -> Path:
+        if keep > 1:  # written under its position's name, then linked as checkpoint.pt
+            kept = run_dir / KEPT_NAME
+            kept.mkdir(exist_ok=True)
+            written = save_checkpoint(state, kept / f"{position_label(epoch, step)}.pt")
+            link_as(written, path)
+            prune_kept(run_dir, keep)
+        else:
+            save_checkpoint(state, path)
+        stale = run_dir / SHARDED_CHECKPOINT_NAME
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        return path
+
+    if not asynchronous:
+        return write()
+    state = _copied(state)  # what is written: training goes on changing the tensors
+    return PendingCheckpoint(path, _in_thread(write))
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor cloned (dicts, lists and tuples rebuilt around them)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return type(value)((k, _copied(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
+def _in_thread(work: Callable[[], Any]) -> Future:
+    """Run ``work`` in a new (non-daemon) thread; its result or exception in the future."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="marginface-checkpoint", daemon=False).start()
+    return future
 
 
 def describe_kept(run_dir: str | Path, epoch: int | None, step: int = 0) -> str:

@@ -52,6 +52,7 @@ from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
 from ..head import MarginSoftmaxLoss, class_rows
 from .checkpoint import CheckpointError
 from .kept_checkpoints import KEPT_NAME, prune_kept
+from .pending_checkpoint import PendingCheckpoint
 from .step_position import position_label
 
 __all__ = [
@@ -260,13 +261,24 @@ def save_sharded_checkpoint(
     extra: dict[str, Any],
     rank_tensors: dict[str, torch.Tensor] | None = None,
     keep: int = 1,
-) -> Path:
+    asynchronous: bool = False,
+    process_group: dist.ProcessGroup | None = None,
+) -> Path | PendingCheckpoint:
     """Write the checkpoint of ``epoch`` (all ranks call it). ``extra`` holds the JSON part
     (config, meta, history, scheduler, scaler, a step position); ``rank_tensors`` this rank's
     own tensors, saved as ``<name>/<rank>`` (names starting with one of
     :data:`PER_RANK_PREFIXES`). With ``keep`` > 1 the checkpoint replaced is moved into
     ``checkpoints/`` (:mod:`.kept_checkpoints`) instead of deleted, and only the newest
-    ``keep - 1`` there stay. Returns ``run_dir/checkpoint``."""
+    ``keep - 1`` there stay.
+
+    With ``asynchronous``, the tensors are copied now and written by
+    ``torch.distributed.checkpoint.async_save`` in a background thread over ``process_group``
+    (a gloo group of its own, so its collectives never interleave with training's); the
+    returned :class:`~marginface.train.pending_checkpoint.PendingCheckpoint`'s ``finish``
+    (all ranks call it) swaps the new checkpoint in. Until then the previous one is the run's.
+
+    Returns ``run_dir/checkpoint``, or the pending checkpoint.
+    """
     run_dir = Path(run_dir)
     rank = dist.get_rank()
     staging = run_dir / f".checkpoint.{epoch}.tmp"
@@ -278,35 +290,58 @@ def save_sharded_checkpoint(
     for name, value in (rank_tensors or {}).items():
         prefix, _, rest = name.partition("/")
         tensors[f"{prefix}/{rank}" + (f"/{rest}" if rest else "")] = value
+    final = run_dir / SHARDED_CHECKPOINT_NAME
+    sidecar = {
+        "format": SHARDED_FORMAT,
+        "version": 1,
+        "epoch": epoch,
+        "world_size": dist.get_world_size(),
+        "optimizer": optimizer_json,
+        **extra,
+    }
+    sidecar = json.loads(json.dumps(sidecar))  # a copy: training goes on changing the state
+
+    def publish() -> None:
+        dist.barrier()  # every rank's files are written
+        if rank == 0:
+            _swap_in(run_dir, staging, {**sidecar, "files": _digests(staging)}, keep)
+        dist.barrier()
+
+    if asynchronous:
+        written = dcp.async_save(tensors, checkpoint_id=staging, process_group=process_group)
+        return PendingCheckpoint(
+            final, written, publish, failure=lambda error: _save_failure(error, staging)
+        )
     try:
         dcp.save(tensors, checkpoint_id=staging)
     except CheckpointException as error:  # a BaseException in torch 2.13: caught here
         raise save_failure(error, staging) from None
-    dist.barrier()
-    final = run_dir / SHARDED_CHECKPOINT_NAME
-    if rank == 0:
-        sidecar = {
-            "format": SHARDED_FORMAT,
-            "version": 1,
-            "epoch": epoch,
-            "world_size": dist.get_world_size(),
-            "optimizer": optimizer_json,
-            **extra,
-            "files": _digests(staging),
-        }
-        atomic_write_text(staging / SIDECAR_NAME, json.dumps(sidecar, indent=1) + "\n")
-        old = run_dir / _OLD
-        if old.exists():
-            shutil.rmtree(old)
-        if final.exists():
-            final.rename(old)
-        staging.rename(final)
-        if keep > 1 and (old / SIDECAR_NAME).is_file():
-            _keep_replaced(run_dir, old, keep - 1)
-        shutil.rmtree(old, ignore_errors=True)
-        (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
-    dist.barrier()
+    publish()
     return final
+
+
+def _save_failure(error: BaseException, staging: Path) -> BaseException:
+    if isinstance(error, CheckpointException):
+        return save_failure(error, staging)
+    return error
+
+
+def _swap_in(run_dir: Path, staging: Path, sidecar: dict[str, Any], keep: int) -> None:
+    """Rank 0: seal the written folder ``staging`` with its sidecar and swap it in as
+    ``checkpoint/`` (``checkpoint/`` → ``.checkpoint.old/``, ``staging`` → ``checkpoint/``;
+    :func:`recover` repairs a kill between the two renames)."""
+    final = run_dir / SHARDED_CHECKPOINT_NAME
+    atomic_write_text(staging / SIDECAR_NAME, json.dumps(sidecar, indent=1) + "\n")
+    old = run_dir / _OLD
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    if keep > 1 and (old / SIDECAR_NAME).is_file():
+        _keep_replaced(run_dir, old, keep - 1)
+    shutil.rmtree(old, ignore_errors=True)
+    (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
 
 
 def _keep_replaced(run_dir: Path, old: Path, count: int) -> None:

@@ -23,12 +23,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .._atomic import DiskFullError
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..data.base import StreamedImageSet
 from .batches import epoch_generator, global_batch, streamed_batches
 from .build import build_training
+from .checkpoint_writer import CheckpointWriter
 from .distributed import (
     all_ranks_true,
     clip_gradient_norm,
@@ -49,16 +49,13 @@ from .preemption import StopSignals, TrainingPreemptedError, agree
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_state import (
-    CHECKPOINT_NAME,
     CONFIG_NAME,
     HISTORY_NAME,
     RESUMABLE_KEYS,
     RunObjects,
     SavedRun,
     check_resumable,
-    describe_kept,
     read_saved_run,
-    save_run_state,
 )
 from .schedule import micro_batches
 from .step_position import CheckpointInterval, StepPosition
@@ -122,6 +119,9 @@ class Trainer:
         keep: how many checkpoints to keep, the newest as ``checkpoint.pt``/``checkpoint/``, the
             older ones in ``checkpoints/`` (a resume falls back to them when the newest is
             damaged). Default: 1.
+        async_checkpoint: copy the state at the checkpoint and write it in a background thread
+            while training goes on (:mod:`.pending_checkpoint`; the previous checkpoint stays
+            the run's until the new one is complete). Default: False.
         stop_on_signals: while :meth:`fit` runs, SIGTERM and SIGUSR1 finish the step, write a
             step checkpoint (all ranks agree on the step) and raise
             :class:`~marginface.train.preemption.TrainingPreemptedError`. Default: False (the
@@ -144,18 +144,20 @@ class Trainer:
         checkpoint_every_minutes: float | None = None,
         keep: int = 1,
         stop_on_signals: bool = False,
+        async_checkpoint: bool = False,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
-        self.interval = CheckpointInterval(checkpoint_every_steps, checkpoint_every_minutes)
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
-        self.keep = keep
+        self.run_dir = Path(run_dir)
+        self.checkpoints = CheckpointWriter(
+            self.run_dir,
+            interval=CheckpointInterval(checkpoint_every_steps, checkpoint_every_minutes),
+            keep=keep,
+            asynchronous=async_checkpoint,
+        )
         self.stop_on_signals = bool(stop_on_signals)
         self._signals = StopSignals()
         self._resume_at: StepPosition | None = None  # a step checkpoint's position, restored
         self._epoch_seconds_before = 0.0  # training seconds of a resumed epoch before resuming
-        self._last_checkpoint = time.monotonic()  # when the last checkpoint was written
-        self.run_dir = Path(run_dir)
         self.bundle = bundle
         self.progress = resolve_progress_mode(progress)
         if isinstance(progress_seconds, bool) or not (
@@ -173,8 +175,6 @@ class Trainer:
         self.model: nn.Module | None = None
         self.head: nn.Module | None = None
         self._pairs = None
-        self._kept_epoch: int | None = None  # the epoch of the checkpoint on disk, if any
-        self._kept_step = 0  # and the steps of the next epoch it holds
         self.distributed = False
         self.rank, self.world = 0, 1
         self.step_verification: list[dict[str, Any]] = []
@@ -257,8 +257,7 @@ class Trainer:
         (any world size), :attr:`history` its rows. Returns the completed epochs."""
         epoch = saved.restore(self._objects(), distributed=self.distributed)
         self.history = [dict(row) for row in saved.history]
-        self._kept_epoch = epoch
-        self._kept_step = saved.position.step if saved.position is not None else 0
+        self.checkpoints.restored(epoch, saved.position.step if saved.position else 0)
         self._resume_at = saved.position
         return epoch
 
@@ -273,7 +272,7 @@ class Trainer:
 
     def _way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""
-        return describe_kept(self.run_dir, self._kept_epoch, self._kept_step)
+        return self.checkpoints.way_forward()
 
     def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
         where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
@@ -360,9 +359,10 @@ class Trainer:
         asked for by a signal (every rank agrees on both:
         :func:`~marginface.train.preemption.agree`)."""
         global_step = epoch * self.steps_per_epoch + done
-        due = self.interval.due(global_step, time.monotonic() - self._last_checkpoint)
+        due = self.checkpoints.due(global_step)
         stop = self._signals.received is not None
-        if self.distributed and (self._signals.installed or self.interval.minutes is not None):
+        minutes = self.checkpoints.interval.minutes
+        if self.distributed and (self._signals.installed or minutes is not None):
             due, stop = agree([due, stop], distributed=True, device=self.device)
         if not (due or stop):
             return
@@ -375,7 +375,7 @@ class Trainer:
             augment_generator.get_state() if self.augmentation is not None else None,
         )
         if where.step < self.steps_per_epoch or stop:  # else the epoch's end checkpoints
-            self._save(where.epoch, where)
+            self._save(where.epoch, where, wait=stop)
         if stop:
             name = self._signals.received.name if self._signals.received else "a signal"
             raise TrainingPreemptedError(
@@ -461,33 +461,21 @@ class Trainer:
         """Training images of the global batch per epoch (the batches actually run)."""
         return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
 
-    def _save(self, epoch: int, position: StepPosition | None = None) -> None:
+    def _save(self, epoch: int, position: StepPosition | None = None, wait: bool = False) -> None:
         """Write the checkpoint of ``epoch`` completed epochs (and ``position`` inside the next
-        one), :attr:`history` included (every rank's share when distributed;
-        :func:`~marginface.train.run_state.save_run_state`). A full disk says which checkpoint
-        is kept and how to go on."""
-        try:
-            save_run_state(
-                self.run_dir,
-                self._objects(),
-                epoch=epoch,
-                config=self.config,
-                meta=self.meta,
-                history=self.history,
-                distributed=self.distributed,
-                position=position,
-                keep=self.keep,
-            )
-        except DiskFullError as error:
-            path = self.run_dir / CHECKPOINT_NAME
-            raise DiskFullError(
-                error.errno,
-                f"disk full: could not write {path} (free some space); {self._way_forward()}",
-                str(path),
-            ) from error
-        self._kept_epoch = epoch
-        self._kept_step = position.step if position is not None else 0
-        self._last_checkpoint = time.monotonic()
+        one), :attr:`history` included (every rank's share when distributed; in the background
+        with ``async_checkpoint`` unless ``wait``: :class:`.CheckpointWriter`). A full disk
+        says which checkpoint is kept and how to go on."""
+        self.checkpoints.write(
+            self._objects(),
+            epoch=epoch,
+            position=position,
+            distributed=self.distributed,
+            wait=wait,
+            config=self.config,
+            meta=self.meta,
+            history=self.history,
+        )
 
     def _evaluate(self) -> dict[str, float]:
         """The epoch's test metrics (:func:`~marginface.train.evaluate.evaluate_model`'s
@@ -574,7 +562,7 @@ class Trainer:
         if saved is not None:  # before building anything: a refusal costs nothing
             check_resumable(saved, self.config)
         self._setup()
-        self._last_checkpoint = time.monotonic()
+        self.checkpoints.last_time = time.monotonic()
         start = 0
         self.history = []
         if saved is not None:
@@ -635,6 +623,7 @@ class Trainer:
                     logger.debug("epoch %d: %s", epoch + 1, row)
                     for callback in self.callbacks:
                         callback(row)
+            self.checkpoints.finish()  # a background write: complete before returning
         except KeyboardInterrupt:
             raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
         except RuntimeError as error:
@@ -647,6 +636,7 @@ class Trainer:
                 way_forward=self._way_forward(),
             ) from error
         finally:
+            self.checkpoints.abandon()  # after a failure: the previous checkpoint stays
             if board is not None:
                 board.close()
         return self.history
