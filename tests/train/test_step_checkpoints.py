@@ -19,6 +19,7 @@ import torch
 
 from marginface.cli import main
 from marginface.train import Trainer, load_checkpoint, read_history
+from marginface.train.checkpoint_writer import CheckpointPolicy
 from marginface.train.kept_checkpoints import KEPT_NAME, kept_checkpoints
 from marginface.train.preemption import PREEMPTED_EXIT_CODE
 from marginface.train.run_state import CHECKPOINT_NAME, read_saved_run
@@ -162,10 +163,10 @@ def test_interval_and_keep_refuse_bad_values(tmp_path, capsys):
         CheckpointInterval(steps=0)
     with pytest.raises(ValueError, match="checkpoint_every_minutes must be a finite number > 0"):
         CheckpointInterval(minutes=float("nan"))
-    from marginface.config import TrainConfig
-
     with pytest.raises(ValueError, match="keep must be an integer >= 1, got 0"):
-        Trainer(TrainConfig(dataset="digits"), tmp_path / "r", keep=0)
+        CheckpointPolicy(keep=0)
+    with pytest.raises(ValueError, match="checkpoint_every_steps must be an integer >= 1"):
+        CheckpointPolicy(every_steps=2.5)
     bad = [("--checkpoint-every", "0"), ("--keep", "x"), ("--checkpoint-every-minutes", "-1"),
            ("--preempted-exit-code", "256")]  # fmt: skip
     for flag, value in bad:

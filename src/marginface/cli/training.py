@@ -68,6 +68,7 @@ def _fit(
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
     (:class:`~marginface.train.run_state.SavedRun`), or False."""
     from ..train import Trainer
+    from ..train.checkpoint_writer import CheckpointPolicy
     from ..train.preemption import TrainingPreemptedError
 
     trainer = Trainer(
@@ -77,11 +78,13 @@ def _fit(
         progress_seconds=args.progress_seconds,
         callbacks=[_epoch_printer(args)],
         initial_state=initial_state,
-        checkpoint_every_steps=args.checkpoint_every,
-        checkpoint_every_minutes=args.checkpoint_every_minutes,
-        keep=args.keep,
-        stop_on_signals=True,
-        async_checkpoint=args.async_checkpoint,
+        checkpointing=CheckpointPolicy(
+            every_steps=args.checkpoint_every,
+            every_minutes=args.checkpoint_every_minutes,
+            keep=args.keep,
+            asynchronous=args.async_checkpoint,
+            stop_on_signals=True,
+        ),
     )
     trainer.step_callbacks.append(_verification_printer(args))
     try:

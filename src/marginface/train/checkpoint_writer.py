@@ -12,6 +12,7 @@ saying which checkpoint is kept.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,36 +20,59 @@ import torch.distributed as dist
 
 from .._atomic import DiskFullError
 from .pending_checkpoint import PendingCheckpoint
+from .preemption import StopSignals, agree
 from .run_state import CHECKPOINT_NAME, RunObjects, describe_kept, save_run_state
 from .step_position import CheckpointInterval, StepPosition
 
-__all__ = ["CheckpointWriter"]
+__all__ = ["CheckpointPolicy", "CheckpointWriter"]
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """How a run checkpoints (``Trainer(checkpointing=...)``; the command line's options).
+
+    Attributes:
+        every_steps: also checkpoint inside an epoch after every step whose number over the
+            run is a multiple of it (``train --checkpoint-every N``). Default: None.
+        every_minutes: also checkpoint inside an epoch when this many minutes passed since the
+            last checkpoint (``--checkpoint-every-minutes M``). Default: None.
+        keep: how many checkpoints to keep, the older in ``checkpoints/`` (``--keep K``,
+            :mod:`.kept_checkpoints`). Default: 1.
+        asynchronous: copy the state at a checkpoint and write it in a background thread
+            (``--async-checkpoint``, :mod:`.pending_checkpoint`). Default: False.
+        stop_on_signals: while training, SIGTERM and SIGUSR1 make every rank finish its step,
+            write a step checkpoint and raise
+            :class:`~marginface.train.preemption.TrainingPreemptedError` (:mod:`.preemption`).
+            Default: False (``marginface train`` turns it on).
+    """
+
+    every_steps: int | None = None
+    every_minutes: float | None = None
+    keep: int = 1
+    asynchronous: bool = False
+    stop_on_signals: bool = False
+
+    def __post_init__(self) -> None:
+        CheckpointInterval(self.every_steps, self.every_minutes)  # ValueError naming the value
+        if isinstance(self.keep, bool) or not isinstance(self.keep, int) or self.keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {self.keep!r}")
+
+    @property
+    def interval(self) -> CheckpointInterval:
+        """When a step checkpoint is due."""
+        return CheckpointInterval(self.every_steps, self.every_minutes)
 
 
 class CheckpointWriter:
-    """Writes a run's checkpoints.
+    """Writes a run's checkpoints into ``run_dir`` as ``policy`` (a :class:`CheckpointPolicy`)
+    says."""
 
-    Args:
-        run_dir: the run folder.
-        interval: when to checkpoint inside an epoch (:class:`CheckpointInterval`).
-        keep: how many checkpoints to keep (>= 1).
-        asynchronous: write in a background thread (``train --async-checkpoint``).
-    """
-
-    def __init__(
-        self,
-        run_dir: Path,
-        *,
-        interval: CheckpointInterval | None = None,
-        keep: int = 1,
-        asynchronous: bool = False,
-    ) -> None:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+    def __init__(self, run_dir: Path, policy: CheckpointPolicy | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.interval = interval or CheckpointInterval()
-        self.keep = keep
-        self.asynchronous = bool(asynchronous)
+        self.policy = policy or CheckpointPolicy()
+        self.interval = self.policy.interval
+        self.keep = self.policy.keep
+        self.asynchronous = self.policy.asynchronous
         self.kept: tuple[int | None, int] = (None, 0)  # (epochs, steps) of the one on disk
         self.last_time = time.monotonic()
         self._pending: tuple[PendingCheckpoint, int, int] | None = None
@@ -62,6 +86,18 @@ class CheckpointWriter:
     def due(self, global_step: int) -> bool:
         """Whether a step checkpoint is due after step ``global_step`` (counted from 1)."""
         return self.interval.due(global_step, time.monotonic() - self.last_time)
+
+    def decide(
+        self, global_step: int, signals: StopSignals, distributed: bool, device: Any = "cpu"
+    ) -> tuple[bool, bool]:
+        """``(checkpoint due, stop asked)`` after step ``global_step`` (counted from 1), the
+        same on every rank: one all-reduce when distributed and a signal handler or a
+        wall-clock interval could make the ranks differ (a step interval cannot)."""
+        due = self.due(global_step)
+        stop = signals.received is not None
+        if distributed and (signals.installed or self.interval.minutes is not None):
+            due, stop = agree([due, stop], distributed=True, device=device)
+        return due, stop
 
     def way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""

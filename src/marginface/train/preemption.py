@@ -23,13 +23,23 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["PREEMPTED_EXIT_CODE", "STOP_SIGNALS", "StopSignals", "TrainingPreemptedError", "agree"]
+from .step_position import StepPosition
+
+__all__ = [
+    "PREEMPTED_EXIT_CODE",
+    "STOP_SIGNALS",
+    "StopSignals",
+    "TrainingPreemptedError",
+    "agree",
+    "preempted",
+]
 
 PREEMPTED_EXIT_CODE = 143
 """The exit status of ``marginface train`` stopped by a signal after its checkpoint (128 + 15,
@@ -100,3 +110,18 @@ def agree(
     values = torch.tensor([int(bool(f)) for f in flags], dtype=torch.int32, device=device)
     dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return [bool(v) for v in values.tolist()]
+
+
+def preempted(
+    signals: StopSignals, position: StepPosition, steps_per_epoch: int, run_dir: Path
+) -> TrainingPreemptedError:
+    """The error that ends a run stopped by a signal after the checkpoint of ``position``:
+    where it stopped, where its checkpoint is and the command that continues it."""
+    name = signals.received.name if signals.received is not None else "a signal"
+    return TrainingPreemptedError(
+        f"{name} on a rank: stopped after step {position.step} of {steps_per_epoch} of epoch "
+        f"{position.epoch + 1} and wrote its checkpoint to {run_dir}; continue with "
+        f"`marginface train --out {run_dir} --resume` (or the same command line with "
+        "--resume-if-exists)",
+        signal_name=name,
+    )

@@ -36,6 +36,7 @@ from torch import Tensor
 __all__ = [
     "CheckpointInterval",
     "StepPosition",
+    "continue_epoch",
     "host_rng_state",
     "position_label",
     "restore_host_rng_state",
@@ -98,6 +99,19 @@ def position_label(epoch: int, step: int) -> str:
     """``epoch-EEEE-step-SSSSSSS``: ``epoch`` complete epochs and ``step`` steps of the next
     one (zero-padded, so names sort in training order)."""
     return f"epoch-{epoch:04d}-step-{step:07d}"
+
+
+def continue_epoch(
+    position: StepPosition | None, augment: torch.Generator | None = None
+) -> tuple[int, float, int, float]:
+    """Where an epoch starts: ``(first step, loss total, images, seconds)``, zeros for a new
+    epoch, a step checkpoint's for a resumed one (whose saved state ``augment``, the epoch's
+    augmentation generator, is then set to)."""
+    if position is None:
+        return 0, 0.0, 0, 0.0
+    if augment is not None and position.augment_state is not None:
+        augment.set_state(position.augment_state)
+    return position.step, position.loss_total, position.images, position.seconds
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,7 @@ Determinism: the initial weights come from ``torch.manual_seed(config.seed)``; e
 shuffles and draws its augmentations with its own generators seeded ``(seed, e)``; dropout
 draws from the global RNG, whose state is saved in every checkpoint and restored on resume. So
 a run interrupted after epoch ``k`` and resumed ends with the same weights as an uninterrupted
-run (same device and threads). Step checkpoints (``checkpoint_every_steps`` /
-``checkpoint_every_minutes``) and a stop on SIGTERM/SIGUSR1 (``stop_on_signals``) save the
-position inside an epoch (:mod:`.step_position`, :mod:`.preemption`): a run resumed there
-continues at the next batch, with the same result.
+run (same device and threads), also from a step checkpoint (:mod:`.step_position`).
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from ..data import DatasetBundle
 from ..data.base import StreamedImageSet
 from .batches import epoch_generator, global_batch, streamed_batches
 from .build import build_training
-from .checkpoint_writer import CheckpointWriter
+from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from .distributed import (
     all_ranks_true,
     clip_gradient_norm,
@@ -45,7 +43,7 @@ from .evaluate import (
 )
 from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .loader_errors import next_batch as _next_batch
-from .preemption import StopSignals, TrainingPreemptedError, agree
+from .preemption import StopSignals, TrainingPreemptedError, preempted
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_state import (
@@ -58,7 +56,7 @@ from .run_state import (
     read_saved_run,
 )
 from .schedule import micro_batches
-from .step_position import CheckpointInterval, StepPosition
+from .step_position import StepPosition, continue_epoch
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -111,21 +109,8 @@ class Trainer:
             per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
             ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
             class centers). The optimizer and schedule start afresh.
-        checkpoint_every_steps: also checkpoint inside an epoch every this many steps (the
-            position inside the epoch saved: a resume continues at the next batch). Default:
-            None (epoch ends only).
-        checkpoint_every_minutes: also checkpoint inside an epoch when this many minutes
-            passed since the last checkpoint (any rank's clock). Default: None.
-        keep: how many checkpoints to keep, the newest as ``checkpoint.pt``/``checkpoint/``, the
-            older ones in ``checkpoints/`` (a resume falls back to them when the newest is
-            damaged). Default: 1.
-        async_checkpoint: copy the state at the checkpoint and write it in a background thread
-            while training goes on (:mod:`.pending_checkpoint`; the previous checkpoint stays
-            the run's until the new one is complete). Default: False.
-        stop_on_signals: while :meth:`fit` runs, SIGTERM and SIGUSR1 finish the step, write a
-            step checkpoint (all ranks agree on the step) and raise
-            :class:`~marginface.train.preemption.TrainingPreemptedError`. Default: False (the
-            command line turns it on).
+        checkpointing: step checkpoints, how many to keep, background writes, a stop on
+            SIGTERM/SIGUSR1 (:class:`~marginface.train.checkpoint_writer.CheckpointPolicy`).
 
     Use :meth:`fit`.
     """
@@ -140,24 +125,14 @@ class Trainer:
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         callbacks: list[EpochCallback] | None = None,
         initial_state: dict[str, dict[str, Any]] | None = None,
-        checkpoint_every_steps: int | None = None,
-        checkpoint_every_minutes: float | None = None,
-        keep: int = 1,
-        stop_on_signals: bool = False,
-        async_checkpoint: bool = False,
+        checkpointing: CheckpointPolicy | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
         self.run_dir = Path(run_dir)
-        self.checkpoints = CheckpointWriter(
-            self.run_dir,
-            interval=CheckpointInterval(checkpoint_every_steps, checkpoint_every_minutes),
-            keep=keep,
-            asynchronous=async_checkpoint,
-        )
-        self.stop_on_signals = bool(stop_on_signals)
+        self.checkpoints = CheckpointWriter(self.run_dir, checkpointing)
         self._signals = StopSignals()
         self._resume_at: StepPosition | None = None  # a step checkpoint's position, restored
-        self._epoch_seconds_before = 0.0  # training seconds of a resumed epoch before resuming
+        self._resumed_seconds = 0.0  # training seconds of a resumed epoch before resuming
         self.bundle = bundle
         self.progress = resolve_progress_mode(progress)
         if isinstance(progress_seconds, bool) or not (
@@ -310,7 +285,8 @@ class Trainer:
         self.head.train()
         order = torch.randperm(len(self.train_y), generator=epoch_generator(config.seed, epoch))
         position, self._resume_at = self._resume_at, None
-        first = position.step if position is not None else 0
+        augment_generator = epoch_generator(config.seed, epoch, stream=1)
+        first, total, count, self._resumed_seconds = continue_epoch(position, augment_generator)
         loader = None
         if self.streamed:
             loader = streamed_batches(
@@ -325,15 +301,7 @@ class Trainer:
                 pin_memory=self.device.type == "cuda",
                 first_step=first,
             )
-        augment_generator = epoch_generator(config.seed, epoch, stream=1)
         progress = self._reporter.epoch(epoch)
-        total, count = 0.0, 0
-        self._epoch_seconds_before = 0.0
-        if position is not None:  # a step checkpoint: continue at its next batch
-            total, count = position.loss_total, position.images
-            self._epoch_seconds_before = position.seconds
-            if position.augment_state is not None:
-                augment_generator.set_state(position.augment_state)
         began = time.perf_counter()
         try:
             for step in range(first, self.steps_per_epoch):
@@ -347,44 +315,22 @@ class Trainer:
         return total / count
 
     def _after_step(
-        self,
-        epoch: int,
-        done: int,
-        total: float,
-        count: int,
-        began: float,
-        augment_generator: torch.Generator,
+        self, epoch: int, done: int, total: float, count: int, began: float, augment: Any
     ) -> None:
-        """After step ``done - 1`` of ``epoch``: a step checkpoint when one is due, and the stop
-        asked for by a signal (every rank agrees on both:
-        :func:`~marginface.train.preemption.agree`)."""
-        global_step = epoch * self.steps_per_epoch + done
-        due = self.checkpoints.due(global_step)
-        stop = self._signals.received is not None
-        minutes = self.checkpoints.interval.minutes
-        if self.distributed and (self._signals.installed or minutes is not None):
-            due, stop = agree([due, stop], distributed=True, device=self.device)
+        """After ``done`` steps of ``epoch``: a step checkpoint when one is due or a signal asks
+        to stop (every rank agrees: :meth:`.CheckpointWriter.decide`), then the stop."""
+        due, stop = self.checkpoints.decide(
+            epoch * self.steps_per_epoch + done, self._signals, self.distributed, self.device
+        )
         if not (due or stop):
             return
-        where = StepPosition(
-            epoch,
-            done,
-            total,
-            count,
-            self._epoch_seconds_before + time.perf_counter() - began,
-            augment_generator.get_state() if self.augmentation is not None else None,
-        )
-        if where.step < self.steps_per_epoch or stop:  # else the epoch's end checkpoints
-            self._save(where.epoch, where, wait=stop)
+        seconds = self._resumed_seconds + time.perf_counter() - began
+        state = augment.get_state() if self.augmentation is not None else None
+        where = StepPosition(epoch, done, total, count, seconds, state)
+        if done < self.steps_per_epoch or stop:  # else the epoch's end checkpoints
+            self._save(epoch, where, wait=stop)
         if stop:
-            name = self._signals.received.name if self._signals.received else "a signal"
-            raise TrainingPreemptedError(
-                f"{name} on a rank: stopped after step {where.step} of "
-                f"{self.steps_per_epoch} of epoch {where.epoch + 1} and wrote its checkpoint to "
-                f"{self.run_dir}; continue with `marginface train --out {self.run_dir} "
-                "--resume` (or the same command line with --resume-if-exists)",
-                signal_name=name,
-            )
+            raise preempted(self._signals, where, self.steps_per_epoch, self.run_dir)
 
     def _train_step(
         self,
@@ -462,20 +408,13 @@ class Trainer:
         return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
 
     def _save(self, epoch: int, position: StepPosition | None = None, wait: bool = False) -> None:
-        """Write the checkpoint of ``epoch`` completed epochs (and ``position`` inside the next
-        one), :attr:`history` included (every rank's share when distributed; in the background
-        with ``async_checkpoint`` unless ``wait``: :class:`.CheckpointWriter`). A full disk
-        says which checkpoint is kept and how to go on."""
+        """Checkpoint ``epoch`` epochs (and ``position``) with :attr:`history`, in the
+        background unless ``wait`` (:meth:`.CheckpointWriter.write`)."""
+        run = {"config": self.config, "meta": self.meta, "history": self.history}
         self.checkpoints.write(
-            self._objects(),
-            epoch=epoch,
-            position=position,
-            distributed=self.distributed,
-            wait=wait,
-            config=self.config,
-            meta=self.meta,
-            history=self.history,
-        )
+            self._objects(), epoch=epoch, position=position, distributed=self.distributed,
+            wait=wait, **run
+        )  # fmt: skip
 
     def _evaluate(self) -> dict[str, float]:
         """The epoch's test metrics (:func:`~marginface.train.evaluate.evaluate_model`'s
@@ -533,16 +472,13 @@ class Trainer:
             OutputExistsError: ``run_dir`` exists and neither ``resume`` nor ``overwrite``.
             CheckpointError: resuming from a missing, corrupt or incompatible checkpoint.
             TrainingDivergedError: the loss became NaN/inf (the last checkpoint is kept).
-            TrainingPreemptedError: SIGTERM or SIGUSR1 with ``stop_on_signals`` (a step checkpoint
-                was written).
+            TrainingPreemptedError: SIGTERM/SIGUSR1 with ``stop_on_signals`` (after a checkpoint).
             DiskFullError: a checkpoint did not fit (the previous one is kept; the message
                 says which and how to go on).
         """
         flushing = flushes_denormals()
         try:
-            if not self.stop_on_signals:
-                return self._fit(resume=resume, overwrite=overwrite)
-            with self._signals:
+            with self._signals if self.checkpoints.policy.stop_on_signals else nullcontext():
                 return self._fit(resume=resume, overwrite=overwrite)
         finally:  # the process's floating-point mode as it was (the trainer flushes denormals)
             torch.set_flush_denormal(flushing)
@@ -596,7 +532,7 @@ class Trainer:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
                 train_loss = self._train_epoch(epoch)
-                seconds = self._epoch_seconds_before + time.perf_counter() - began
+                seconds = self._resumed_seconds + time.perf_counter() - began
                 parameter = self._first_non_finite()
                 if parameter is not None:
                     raise self._diverged("", epoch, None)
