@@ -207,26 +207,36 @@ def _resume_plain(rank: int, world: int, run: str) -> None:
     assert main(_command(run, 2, "--resume-if-exists")) == 0
 
 
-def _torchrun(
-    run: Path, processes: int, *, max_restarts: int, env: dict[str, str], timeout_s: float = 300
-) -> subprocess.CompletedProcess:
-    """``torchrun`` (c10d rendezvous on 127.0.0.1, a free port) of the worker script with the
-    training command line that starts and continues the run."""
-    command = [
+def _torchrun_command(run: Path, processes: int, max_restarts: int, *extra: str) -> list[str]:
+    return [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
         "--nproc-per-node", str(processes), "--max-restarts", str(max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
         "--rdzv-id", "marginface-test", "--monitor-interval", "0.5",
         str(Path(__file__).with_name("torchrun_worker.py")),
-        *_command(str(run), 2, "--checkpoint-every", "4", "--resume-if-exists",
-                  "--dist-timeout", "60"),
+        *_command(str(run), 2, "--resume-if-exists", "--dist-timeout", "60", *extra),
     ]  # fmt: skip
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parents[2]), environment.get("PYTHONPATH", "")]
     )
+    return environment
+
+
+def _torchrun(
+    run: Path, processes: int, *, max_restarts: int, env: dict[str, str], timeout_s: float = 300
+) -> subprocess.CompletedProcess:
+    """``torchrun`` (c10d rendezvous on 127.0.0.1, a free port) of the worker script with the
+    training command line that starts and continues the run."""
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout_s, env=environment
+        _torchrun_command(run, processes, max_restarts, "--checkpoint-every", "4"),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=_environment(env),
     )
 
 
@@ -306,4 +316,42 @@ def test_a_kill_during_an_async_sharded_write_leaves_the_previous_checkpoint(str
     expected, actual = _final_state(straight[0]), _final_state(run)
     for key, value in expected.items():
         assert torch.equal(actual[key], value), key
+    assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_checkpoints_the_step_on_every_worker(tmp_path):
+    """The cluster's SIGTERM reaches torchrun, which forwards it (twice) to its workers: each
+    finishes its step, the group writes the step checkpoint, and the same command continues."""
+    import time
+
+    run = tmp_path / "run"
+    command = _torchrun_command(run, 2, 0, "--set", "limit=1200")  # 60 steps per epoch
+    agent = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, env=_environment({}), start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "config.toml").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # inside epoch 1
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)  # the agent's session: it and its workers
+            agent.wait()
+    assert agent.returncode != 0  # torchrun ends with the signal, whatever its workers did
+    lines = [line for line in err.splitlines() if line.startswith("marginface train:")]
+    assert len(lines) == 1 and "SIGTERM" in lines[0] and "--resume" in lines[0], err[-3000:]
+    saved = read_saved_run(run)
+    assert saved.position is not None and saved.meta["world_size"] == 2
+    finished = subprocess.run(
+        _torchrun_command(run, 2, 0, "--set", "limit=1200"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_environment({}),
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]

@@ -14,13 +14,13 @@ a step checkpoint and :class:`TrainingPreemptedError` carries the exit status
 SIGTERM, which Slurm's and Kubernetes' requeue rules can match) and a one-line message saying
 where the run resumes (docs/training.md, docs/distributed.md).
 
-A second signal of the same kind while the first is being handled restores the previous
-handler and re-raises the signal (a second SIGTERM kills the process at once).
+Further signals while the step finishes change nothing (torchrun sends its SIGTERM twice);
+a process that does not stop in time is killed by whoever sent the signal (torchrun after its
+``--shutdown-timeout``, Kubernetes after ``terminationGracePeriodSeconds``).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from pathlib import Path
@@ -79,12 +79,7 @@ class StopSignals:
         self._previous: dict[signal.Signals, Any] = {}
 
     def _handle(self, number: int, _frame: FrameType | None) -> None:
-        caught = signal.Signals(number)
-        if self.received == caught:  # the second one: give up waiting for the step
-            signal.signal(caught, self._previous.get(caught, signal.SIG_DFL))
-            os.kill(os.getpid(), caught)
-            return
-        self.received = self.received or caught
+        self.received = self.received or signal.Signals(number)  # the first one is reported
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
