@@ -312,7 +312,9 @@ def test_a_kill_during_an_async_sharded_write_leaves_the_previous_checkpoint(str
     sidecar = read_sidecar(run)  # verified: every file's sha256
     assert sidecar["epoch"] == 1 and sidecar["position"] is None  # the end of epoch 1
     assert (run / ".checkpoint.1.tmp").is_dir()  # the write cut short, never swapped in
+    (run / ".checkpoint.7.tmp").mkdir()  # another write cut short, long ago
     run_distributed(_resume_async, 2, str(run), deadline_s=240)
+    assert not list(run.glob(".checkpoint.*.tmp"))  # removed by the next write
     expected, actual = _final_state(straight[0]), _final_state(run)
     for key, value in expected.items():
         assert torch.equal(actual[key], value), key

@@ -282,8 +282,10 @@ def save_sharded_checkpoint(
     run_dir = Path(run_dir)
     rank = dist.get_rank()
     staging = run_dir / f".checkpoint.{epoch}.tmp"
-    if rank == 0 and staging.exists():
-        shutil.rmtree(staging)
+    if rank == 0:  # a write cut short by a kill (no other is in flight: finished first)
+        for stale in run_dir.glob(".checkpoint.*.tmp"):
+            if stale.is_dir():
+                shutil.rmtree(stale)
     dist.barrier()
     tensors, optimizer_json = _tensor_state(model, loss, optimizer)
     tensors[f"rng/{rank}"] = torch.get_rng_state()
