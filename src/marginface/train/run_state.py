@@ -260,9 +260,11 @@ class SavedRun:
         def own(name: str) -> Any:  # this rank's entry, else rank 0's (another world size)
             return filled.get(name.format(rank=rank), filled.get(name.format(rank=0)))
 
-        rng = own("rng/{rank}")
+        rng, cuda_rng = own("rng/{rank}"), own("cuda_rng/{rank}")
         if rng is not None:
             torch.set_rng_state(rng)
+        if cuda_rng is not None and objects.device.type == "cuda":
+            torch.cuda.set_rng_state(cuda_rng, objects.device)
         host = {n: own(f"host_rng/{{rank}}/{n}") for n in ("python", "numpy")}
         restore_host_rng_state({n: v for n, v in host.items() if v is not None})
         if self.position is not None:
@@ -484,6 +486,8 @@ def save_run_state(
     own: dict[str, Tensor] = {f"host_rng/{k}": v for k, v in host_rng_state().items()}
     if position is not None and position.augment_state is not None:
         own["augment"] = position.augment_state
+    if objects.device.type == "cuda":
+        own["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
     if distributed:
         extra = {
             **{k: v for k, v in plain.items() if k != "epoch"},
@@ -514,8 +518,8 @@ def save_run_state(
     }
     if "augment" in own:
         state["augment_rng"] = own["augment"]
-    if objects.device.type == "cuda":
-        state["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
+    if "cuda_rng" in own:
+        state["cuda_rng"] = own["cuda_rng"]
     path = run_dir / CHECKPOINT_NAME
     step = position.step if position is not None else 0
 

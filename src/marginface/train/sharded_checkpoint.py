@@ -12,7 +12,10 @@ Layout, in the run folder::
 
 Tensor keys: ``model/<name>`` (replicated), ``loss/<name>`` (the class centers as a DTensor
 ``[C, K·D]`` sharded on dim 0, the margin's buffers replicated), ``optimizer/<param>/<key>``
-(the state of the class centers laid out like them, the backbone's replicated), ``rng/<rank>``.
+(the state of the class centers laid out like them, the backbone's replicated), and each
+rank's own (:data:`PER_RANK_PREFIXES`): ``rng/<rank>``, ``cuda_rng/<rank>``,
+``host_rng/<rank>/<name>``, and in a step checkpoint ``augment/<rank>``; the sidecar's
+``position`` says where inside its epoch a step checkpoint was taken (else null).
 
 Writing is atomic at the level of the folder: every rank writes into
 ``.checkpoint.<epoch>.tmp/``; after a barrier rank 0 adds ``marginface.json`` and swaps the
@@ -399,9 +402,10 @@ def read_sidecar(run_dir: str | Path, *, folder: str | Path | None = None) -> di
     return sidecar
 
 
-PER_RANK_PREFIXES = ("rng/", "augment/", "host_rng/")
+PER_RANK_PREFIXES = ("rng/", "cuda_rng/", "augment/", "host_rng/")
 """Entries saved by every rank under its own number: ``rng/<rank>`` (the global torch
-generator), ``augment/<rank>`` (a step position's augmentation generator),
+generator; ``cuda_rng/<rank>`` its GPU's), ``augment/<rank>`` (a step position's augmentation
+generator),
 ``host_rng/<rank>/<name>`` (Python's and NumPy's generators)."""
 
 
