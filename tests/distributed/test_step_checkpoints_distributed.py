@@ -357,3 +357,30 @@ def test_sigterm_to_torchrun_checkpoints_the_step_on_every_worker(tmp_path):
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
+
+
+def _crash_keeping(rank: int, world: int, run: str, logs: str) -> None:
+    _record_batches(Path(logs) / f"kept-{rank}.jsonl", rank, crash_at=11)
+    assert main(_command(run, 2, "--checkpoint-every", "2", "--keep", "3")) == 1
+
+
+def test_keep_with_sharded_checkpoints_falls_back_past_a_damaged_newest(straight, tmp_path):
+    from marginface.train.kept_checkpoints import kept_checkpoints
+
+    run = tmp_path / "run"
+    run_distributed(_crash_keeping, 2, str(run), str(tmp_path), deadline_s=240)
+    # after steps 2, 4, 6 (epoch 1's end), 8, 10: checkpoint/ is step 10, 2 older kept
+    assert read_sidecar(run)["position"]["step"] == 4
+    kept = kept_checkpoints(run)
+    assert [path.name for path in kept] == ["epoch-0001-step-0000002", "epoch-0001-step-0000000"]
+    shard = next((run / "checkpoint").glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    saved = read_saved_run(run)
+    assert saved.source == kept[0] and saved.position.step == 2
+    run_distributed(_resume, 2, str(run), str(tmp_path), deadline_s=240)
+    expected, actual = _final_state(straight[0]), _final_state(run)
+    for key, value in expected.items():
+        assert torch.equal(actual[key], value), key
+    assert len(kept_checkpoints(run)) == 2  # and checkpoint/: the last 3

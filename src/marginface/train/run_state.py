@@ -360,7 +360,10 @@ def _read_one(run_dir: Path, source: Path) -> SavedRun:
             state,
             _position(state.get("position")),
         )
-    sidecar = read_sidecar(run_dir, folder=source)
+    if source == run_dir / SHARDED_CHECKPOINT_NAME:
+        sidecar = read_sidecar(run_dir)
+    else:  # a kept one
+        sidecar = read_sidecar(run_dir, folder=source)
     epoch = int(sidecar["epoch"])
     history = [dict(row) for row in sidecar.get("history", [])][:epoch]
     return SavedRun(
