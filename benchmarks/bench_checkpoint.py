@@ -44,7 +44,7 @@ import torch.distributed as dist
 
 import marginface
 from marginface.config import TrainConfig
-from marginface.train.checkpoint_writer import CheckpointWriter
+from marginface.train.checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from marginface.train.run_state import RunObjects
 from marginface.train.step_position import StepPosition
 
@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         for repeat in range(args.repeats):
             for mode in MODES:
                 run = Path(args.root) / f"{mode}-{repeat}"
-                writer = CheckpointWriter(run, asynchronous=mode == "async")
+                writer = CheckpointWriter(run, CheckpointPolicy(asynchronous=mode == "async"))
                 if rank == 0:
                     run.mkdir(parents=True, exist_ok=True)
                 dist.barrier()

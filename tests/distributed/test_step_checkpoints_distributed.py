@@ -231,13 +231,17 @@ def _torchrun(
 ) -> subprocess.CompletedProcess:
     """``torchrun`` (c10d rendezvous on 127.0.0.1, a free port) of the worker script with the
     training command line that starts and continues the run."""
-    return subprocess.run(
-        _torchrun_command(run, processes, max_restarts, "--checkpoint-every", "4"),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=_environment(env),
-    )
+    try:
+        return subprocess.run(
+            _torchrun_command(run, processes, max_restarts, "--checkpoint-every", "4"),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=_environment(env),
+        )
+    except subprocess.TimeoutExpired as error:
+        stderr = error.stderr.decode(errors="replace") if error.stderr else ""
+        pytest.fail(f"torchrun did not finish within {timeout_s} s:\n{stderr[-3000:]}")
 
 
 @pytest.mark.slow
