@@ -11,12 +11,15 @@ write completed. A kill at any instant of a background write leaves the previous
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PendingCheckpoint"]
+from torch import Tensor
+
+__all__ = ["PendingCheckpoint", "copied_state", "in_thread"]
 
 
 class PendingCheckpoint:
@@ -75,3 +78,28 @@ class PendingCheckpoint:
         self._finished = True
         with contextlib.suppress(BaseException):  # the run is failing already
             self._written.result()
+
+
+def copied_state(value: Any) -> Any:
+    """``value`` with every tensor cloned (dicts, lists and tuples rebuilt around them)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return type(value)((k, copied_state(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return type(value)(copied_state(v) for v in value)
+    return value
+
+
+def in_thread(work: Callable[[], Any]) -> Future:
+    """Run ``work`` in a new (non-daemon) thread; its result or exception in the future."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as error:
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="marginface-checkpoint", daemon=False).start()
+    return future
