@@ -106,6 +106,7 @@ def test_a_crash_in_the_first_epoch_resumes_inside_it(straight, tmp_path, monkey
     assert _train(run, 2, "--checkpoint-every", "3") == 1
     assert read_saved_run(run).position.step == 3
     assert read_history(run / "history.csv") == []
+    assert main(["--quiet", "evaluate", str(run), "--device", "cpu"]) == 0  # its weights
     assert _train(run, 2, "--resume", "--checkpoint-every", "3") == 0
     _assert_same_state(*(load_checkpoint(r / CHECKPOINT_NAME) for r in (run, straight)))
     assert [row["epoch"] for row in read_history(run / "history.csv")] == [1, 2]
