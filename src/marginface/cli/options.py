@@ -43,6 +43,14 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--workers", "workers", int, "DataLoader workers for streamed datasets"),
     ("--dist-timeout", "dist_timeout", float, "seconds before a collective fails (torchrun)"),
     ("--verify-every", "verify_every", int, "also evaluate .bin sets every N steps"),
+    (
+        "--ijb-dir",
+        "ijb_dir",
+        str,
+        "IJB-B/C folder (loose_crop/, meta/): TAR@FAR and 1:N columns in history.csv",
+    ),
+    ("--ijb-target", "ijb_target", str, "IJBC (default) or IJBB"),
+    ("--ijb-every", "ijb_every", int, "evaluate IJB every K epochs and at the last (default 1)"),
 ]
 
 

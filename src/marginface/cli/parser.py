@@ -168,10 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         name="plot",
         help="pictures of a trained run",
-        description="Embeddings (circle/sphere), margin curve, ROC, training and state curves.",
+        description="Embeddings (circle/sphere), margin curve, ROC, training and state curves, "
+        "and OUT/report.html: the metrics, IJB results (marginface ijb's, or the history's "
+        "IJB columns) and the pictures.",
     )
     plot.add_argument("run_dir", type=Path)
-    plot.add_argument("--out", type=Path, help="folder for the PNGs (default RUN_DIR/plots)")
+    plot.add_argument(
+        "--out", type=Path, help="folder for the PNGs and report (default RUN_DIR/plots)"
+    )
     plot.add_argument("--device", default="auto")
     plot.set_defaults(func=cmd_plot)
 

@@ -97,6 +97,9 @@ RESUMABLE_KEYS = frozenset(
         "verify_every",
         "compile",
         "grad_accumulation",
+        "ijb_dir",
+        "ijb_target",
+        "ijb_every",
     }
 )
 """Configuration keys that may change between an interrupted run and its ``--resume``: where

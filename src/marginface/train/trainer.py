@@ -477,7 +477,7 @@ class Trainer:
                 row: dict[str, Any] = {
                     "epoch": epoch + 1,
                     "loss": train_loss,
-                    **self.evaluator.test_metrics(self.model, self.head),
+                    **self.evaluator.test_metrics(self.model, self.head, epoch + 1),
                     **self.evaluator.verification_sets(self.model),
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "seconds": seconds,
