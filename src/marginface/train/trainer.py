@@ -24,24 +24,28 @@ from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..data.base import StreamedImageSet
 from .batches import epoch_generator, global_batch, streamed_batches
-from .build import build_training
+from .build import build_training, flushes_denormals
 from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from .distributed import (
     all_ranks_true,
     clip_gradient_norm,
-    collective_failure,
     init_from_environment,
     rank_slice,
     torchrun_environment,
 )
 from .evaluate import EpochEvaluator
-from .failures import TrainingDivergedError, TrainingInterrupted, diverged, first_non_finite
-from .history import margin_state
+from .failures import (
+    TrainingDivergedError,
+    TrainingInterrupted,
+    diverged,
+    first_non_finite,
+    training_failure,
+)
 from .loader_errors import next_batch as _next_batch
 from .preemption import StopSignals, TrainingPreemptedError, preempted
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
-from .run_log import EpochCallback, RunLog
+from .run_log import EpochCallback, RunLog, run_log_attribute
 from .run_state import (
     CONFIG_NAME,
     RESUMABLE_KEYS,
@@ -58,6 +62,7 @@ __all__ = [
     "TrainingDivergedError",
     "TrainingInterrupted",
     "TrainingPreemptedError",
+    "flushes_denormals",
     "train",
 ]
 
@@ -147,25 +152,12 @@ class Trainer:
         """Whether this process writes the run's files (rank 0, or the only process)."""
         return self.rank == 0
 
-    @property
-    def history(self) -> list[dict[str, Any]]:
-        """One row per completed epoch (see :meth:`fit`), kept by :attr:`run_log`."""
-        return self.run_log.history
-
-    @property
-    def callbacks(self) -> list[EpochCallback]:
-        """Called with each epoch's row after its checkpoint is written (:attr:`run_log`'s)."""
-        return self.run_log.callbacks
-
-    @property
-    def step_callbacks(self) -> list[EpochCallback]:
-        """Called with each ``verify_every``-steps row (:attr:`run_log`'s)."""
-        return self.run_log.step_callbacks
-
-    @property
-    def step_verification(self) -> list[dict[str, Any]]:
-        """The verification sets' accuracy every ``verify_every`` steps (:attr:`run_log`'s)."""
-        return self.run_log.step_verification
+    history = run_log_attribute("history", "One row per completed epoch (see :meth:`fit`).")
+    callbacks = run_log_attribute("callbacks", "Called with each epoch's row after its checkpoint.")
+    step_callbacks = run_log_attribute("step_callbacks", "Called with each verification row.")
+    step_verification = run_log_attribute(
+        "step_verification", "The verification sets' accuracy every ``verify_every`` steps."
+    )
 
     # ---------------------------------------------------------------- setup
     def _init_distributed(self) -> None:
@@ -188,16 +180,9 @@ class Trainer:
         # to zero changes nothing measurable otherwise. Only while fit() runs: it restores the
         # mode it found.
         torch.set_flush_denormal(True)
-        if config.batch_size < self.world:
-            raise ValueError(
-                f"batch_size = {config.batch_size} is the global batch and must be >= the "
-                f"world size {self.world}"
-            )
         if self.bundle is None:
             self.bundle = load_bundle(config)
         train = self.bundle.train
-        if len(train) == 0:
-            raise ValueError(f"dataset {config.dataset!r} has no training images")
         torch.manual_seed(config.seed)
         built = build_training(
             config,
@@ -474,42 +459,26 @@ class Trainer:
                 seconds = self._resumed_seconds + time.perf_counter() - began
                 if first_non_finite(self.model, self.head) is not None:
                     raise self._diverged("", epoch, None)
-                row: dict[str, Any] = {
-                    "epoch": epoch + 1,
-                    "loss": train_loss,
-                    **self.evaluator.test_metrics(self.model, self.head, epoch + 1),
-                    **self.evaluator.verification_sets(self.model),
-                    "lr": self.optimizer.param_groups[0]["lr"],
-                    "seconds": seconds,
-                    "images_per_second": self._images_per_epoch() / seconds,
-                    **margin_state(self.head),
-                }
+                row = self.evaluator.epoch_row(
+                    self.model, self.head, epoch=epoch + 1, loss=train_loss, seconds=seconds,
+                    lr=self.optimizer.param_groups[0]["lr"], images=self._images_per_epoch(),
+                )  # fmt: skip
                 self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
                 if self.is_main:
                     logger.debug("epoch %d: %s", epoch + 1, row)
             self.checkpoints.finish()  # a background write: complete before returning
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
-        except RuntimeError as error:
-            if not self.distributed or isinstance(error, TrainingDivergedError):
+        except (KeyboardInterrupt, RuntimeError) as error:
+            failure = training_failure(
+                error, distributed=self.distributed, rank=self.rank,
+                timeout_s=self.config.dist_timeout, way_forward=self._way_forward(),
+            )  # fmt: skip
+            if failure is error:
                 raise
-            raise collective_failure(
-                error,
-                rank=self.rank,
-                timeout_s=self.config.dist_timeout,
-                way_forward=self._way_forward(),
-            ) from error
+            raise failure from (None if isinstance(error, KeyboardInterrupt) else error)
         finally:
             self.checkpoints.abandon()  # after a failure: the previous checkpoint stays
             self.run_log.close()
         return self.history
-
-
-def flushes_denormals() -> bool:
-    """Whether this thread's CPU arithmetic flushes subnormal floats to zero (as after
-    ``torch.set_flush_denormal(True)``; torch has no getter): ``1e-39·1`` in float32 is 0."""
-    tiny = torch.full((1,), 1e-39, dtype=torch.float32)  # subnormal in float32
-    return bool((tiny * 1.0).item() == 0.0)
 
 
 def train(
