@@ -126,3 +126,24 @@ def arcnegface_logits(
     t = (alpha * torch.exp(-((cos - a.detach()) ** 2) / sigma)).detach()
     is_target = F.one_hot(labels, cos.shape[1]).bool()
     return scale * torch.where(is_target, a, t * cos + t - 1.0)
+
+
+def adam_softmax_logits(
+    x: Tensor, weight: Tensor, margins: Tensor, labels: Tensor, *, scale: float = 30.0
+) -> Tensor:
+    """FaceX-Zoo ``Adam_Softmax.forward``'s logits: ``cos θ`` clamped to [-1, 1], the label's
+    column ``cos θ_y - m_y`` (``m`` one learnable value per class, clamped to [0, 1] in place on
+    ``.data`` before use, so its gradient passes unchanged), every other column ``cos θ_j``, all
+    times ``s``. ``margins``: ``Tensor[C]`` (theirs is ``(1, C)``)."""
+    with torch.no_grad():
+        margins.clamp_(0.0, 1.0)  # their `self.adam.data.clamp_(0, 1)`
+    cos_theta = normalized_cosine(x, weight).clamp(-1, 1)  # (N, C)
+    shifted = cos_theta - margins[labels].view(-1, 1)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    return torch.where(is_target, shifted, cos_theta) * scale
+
+
+def adam_softmax_regularizer(margins: Tensor, *, lamda: float = 70.0) -> Tensor:
+    """FaceX-Zoo ``Adam_Softmax``'s second output, ``λ·(1 - Σ_c m_c / C)``, which its training
+    loop adds to the cross-entropy."""
+    return lamda * (1.0 - margins.sum() / margins.shape[0])

@@ -16,6 +16,7 @@ from .head import MarginSoftmaxLoss, reshardable_state_dict
 from .losses import (
     AdaCosLoss,
     AdaFaceLoss,
+    AdaMSoftmaxLoss,
     AMSoftmaxLoss,
     ArcFaceLoss,
     ArcNegFaceLoss,
@@ -40,6 +41,7 @@ __all__ = [
     "AMSoftmaxLoss",
     "AdaCosLoss",
     "AdaFaceLoss",
+    "AdaMSoftmaxLoss",
     "ArcFaceLoss",
     "ArcNegFaceLoss",
     "CircleLoss",

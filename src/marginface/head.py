@@ -18,6 +18,14 @@ from ._validation import (
     check_real,
     check_representable,
 )
+from .class_parameters import (
+    class_regularizer,
+    class_vector_dtensor,
+    create_class_parameters,
+    cut_class_vector,
+    reset_class_parameters,
+    target_class_values,
+)
 from .executors.chunk_plan import KERNELS, check_chunkable
 from .executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
 from .executors.dense import (
@@ -134,6 +142,14 @@ class MarginSoftmaxLoss(nn.Module):
         weight: ``Parameter[C·K, D]`` (sharded: ``Parameter[(stop - start)·K, D]``), the class
             centers (class-major for sub-centers), initialized ``N(0, 0.01²)`` (insightface);
             only their direction matters.
+        class_parameters: ``ParameterDict`` of the learnable per-class values the margin
+            declares (:meth:`~marginface.margins.base.Margin.class_parameters`, e.g.
+            AdaM-Softmax's ``"margin"``), each ``Parameter[C]`` (sharded: ``[stop - start]``,
+            the classes of :attr:`weight`), drawn from the declaration's ``U(init_low,
+            init_high)``; empty for the other margins. Each step hands the margin every row's
+            target-class value (Partial FC: read from the sampled classes, as the centers) and
+            adds :meth:`~marginface.margins.base.Margin.class_regularizer` of their sums over
+            all classes (all-reduced when sharded) to every sample's loss.
         margin: the margin module (its buffers are part of this module's ``state_dict``;
             replicated and updated identically on every rank when sharded).
         class_range: ``(start, stop)``, the classes held in :attr:`weight`.
@@ -190,14 +206,19 @@ class MarginSoftmaxLoss(nn.Module):
         self.weight = nn.Parameter(
             torch.empty((stop - start) * sub_centers, embedding_dim, device=device, dtype=dtype)
         )
+        self.class_parameters = create_class_parameters(
+            margin, stop - start, device=device, dtype=dtype
+        )
         self.reset_parameters()
         self._register_load_state_dict_pre_hook(_full_weight_to_shard, with_module=True)
         if self.shard is not None:
             self._register_state_dict_hook(_weight_as_dtensor)
 
     def reset_parameters(self) -> None:
-        """Re-draw the class centers from ``N(0, 0.01²)``."""
+        """Re-draw the class centers from ``N(0, 0.01²)`` and the per-class parameters from
+        their declared ``U(init_low, init_high)``."""
         nn.init.normal_(self.weight, std=0.01)
+        reset_class_parameters(self.class_parameters, self.margin)
 
     def cosine(self, embeddings: Tensor) -> Tensor:
         """Cosines to every class center, ``Tensor[N, D] -> Tensor[N, C]`` (sub-centers pooled).
@@ -221,7 +242,10 @@ class MarginSoftmaxLoss(nn.Module):
         if labels is None:
             return cosine * self.margin.scale_for(norms)
         labels = check_labels(labels, embeddings.shape[0], self.num_classes)
-        return self.margin.apply(cosine, labels, norms if self.margin.requires_norms else None)
+        norms = norms if self.margin.requires_norms else None
+        local = labels - self.class_range[0]
+        class_values = target_class_values(self.class_parameters, self.margin, local, None)
+        return self.margin.apply(cosine, labels, norms, class_values)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """The loss.
@@ -241,6 +265,7 @@ class MarginSoftmaxLoss(nn.Module):
             check_embeddings(embeddings, self.embedding_dim)
             labels = check_labels(labels, embeddings.shape[0], self.num_classes)
             targets, sampled = self._classes_of_step(labels)
+            class_values = target_class_values(self.class_parameters, self.margin, targets, sampled)
             if self.executor(embeddings.shape[0]) == "chunked":
                 per_sample = chunked_margin_cross_entropy(
                     embeddings,
@@ -251,6 +276,7 @@ class MarginSoftmaxLoss(nn.Module):
                     chunk_size=self.chunk_size,
                     kernels=self.kernels,
                     sampled_classes=sampled,  # read in place, chunk by chunk
+                    class_values=class_values,
                 )
             else:
                 weight = self.weight
@@ -258,8 +284,16 @@ class MarginSoftmaxLoss(nn.Module):
                     k, d = self.sub_centers, self.embedding_dim
                     weight = weight.view(-1, k, d)[sampled].reshape(-1, d)  # (S·K, D)
                 per_sample = dense_margin_cross_entropy(
-                    embeddings, weight, targets, self.margin, sub_centers=self.sub_centers
+                    embeddings,
+                    weight,
+                    targets,
+                    self.margin,
+                    sub_centers=self.sub_centers,
+                    class_values=class_values,
                 )
+        extra = class_regularizer(self.class_parameters, self.margin, self.num_classes, self.shard)
+        if extra is not None:
+            per_sample = per_sample + extra.to(per_sample.dtype)
         return reduce_loss(per_sample, self.reduction)
 
     # ------------------------------------------------------------ sharding, sampling
@@ -321,6 +355,9 @@ class MarginSoftmaxLoss(nn.Module):
             chunk_size=self.chunk_size,
             kernels=self.kernels,
             sampled_classes=sampled,  # read in place, chunk by chunk
+            class_values=target_class_values(  # this rank's classes' values, 0 elsewhere
+                self.class_parameters, self.margin, targets, sampled
+            ),
         )
         return per_sample
 
@@ -517,8 +554,13 @@ def class_rows(tensor: Tensor, loss: MarginSoftmaxLoss) -> Tensor:
 def _weight_as_dtensor(
     module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
 ) -> dict:
-    """``state_dict`` hook of a sharded head: the weight block as :func:`class_rows`."""
+    """``state_dict`` hook of a sharded head: the weight block as :func:`class_rows`, each
+    per-class parameter as a DTensor of global shape ``[C]`` sharded on dim 0."""
     state_dict[prefix + "weight"] = class_rows(state_dict[prefix + "weight"], module)
+    assert isinstance(module, MarginSoftmaxLoss)
+    for name in module.class_parameters:
+        key = f"{prefix}class_parameters.{name}"
+        state_dict[key] = class_vector_dtensor(state_dict[key], module.num_classes, module.shard)
     return state_dict
 
 
@@ -527,9 +569,17 @@ def _full_weight_to_shard(
 ) -> None:
     """``load_state_dict`` pre-hook: accept the weight as an unsharded loss saves it
     (``Tensor[C·K, D]``) or in the resharding layout (``Tensor[C, K·D]``, plain or a
-    DTensor), and cut it to this rank's block."""
+    DTensor), and cut it to this rank's block; the same for each per-class parameter
+    (``Tensor[C]``, plain or a DTensor)."""
+    if not isinstance(module, MarginSoftmaxLoss):
+        return
+    start, stop = module.class_range
+    for name in module.class_parameters:
+        key = f"{prefix}class_parameters.{name}"
+        if key in state_dict:
+            state_dict[key] = cut_class_vector(state_dict[key], module.num_classes, start, stop)
     key = prefix + "weight"
-    if key not in state_dict or not isinstance(module, MarginSoftmaxLoss):
+    if key not in state_dict:
         return
     value = state_dict[key]
     start, stop = module.class_range

@@ -41,6 +41,7 @@ from .head import MarginSoftmaxLoss
 from .margins import (
     AdaCosMargin,
     AdaFaceMargin,
+    AdaMSoftmaxMargin,
     ArcFaceMargin,
     ArcNegFaceMargin,
     CircleMargin,
@@ -63,6 +64,7 @@ __all__ = [
     "AMSoftmaxLoss",
     "AdaCosLoss",
     "AdaFaceLoss",
+    "AdaMSoftmaxLoss",
     "ArcFaceLoss",
     "ArcNegFaceLoss",
     "CircleLoss",
@@ -440,3 +442,10 @@ class CircleLoss(NamedLoss, margin=CircleMargin, positional=("margin", "scale"))
 class ArcNegFaceLoss(NamedLoss, margin=ArcNegFaceMargin, positional=("margin", "scale")):
     """ArcNegFace (Liu et al., 2019): ArcFace's ``s·cos(θ_y + m)``, non-targets re-weighted by
     a Gaussian of their distance to it."""
+
+
+@register_loss("adam-softmax", "adaptiveface")
+class AdaMSoftmaxLoss(NamedLoss, margin=AdaMSoftmaxMargin, positional=("scale",)):
+    """AdaM-Softmax / AdaptiveFace (Liu et al., 2019): ``s·(cos θ_y - m_y)`` with a learnable
+    margin per class (the head's ``class_parameters["margin"]``, sharded with the centers) and
+    ``λ(1 - mean(m))`` added to the loss."""

@@ -1,21 +1,103 @@
 """The softmax-form losses of FaceX-Zoo / face.evoLVe / OpenSphere (issue 25) on 2 gloo ranks,
 in one spawn: the class-sharded head under DDP equals one process (float64 and float32), and
 Partial FC (sampled classes read in place) equals the dense path on every rank's sampled
-classes (float64, 1e-12)."""
+classes (float64, 1e-12). AdaM-Softmax's per-class margins, sharded with the centers, end the
+steps equal to one process's block too, and under Partial FC get the dense path's gradient."""
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import marginface
+
 from .harness import run_distributed
+from .test_partial_fc_in_place_sharded import RATE, SIZES, _materialized_sample
+from .test_partial_fc_in_place_sharded import C as PFC_C
+from .test_partial_fc_in_place_sharded import D as PFC_D
 from .test_partial_fc_in_place_sharded import _check as _check_partial_fc
-from .test_sharded_head import _check_invariant
+from .test_sharded_head import TOLERANCE, _check_invariant, _close, _train
 
 NEW_LOSSES = ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface"]
+CLASS_PARAMETER_LOSSES = ["adam-softmax"]
+
+
+def _check_class_parameters(rank: int, world: int, name: str) -> None:
+    """DDP + a sharded head equals one process, the per-class parameters' blocks included."""
+    group = dist.group.WORLD
+    for dtype in (torch.float64, torch.float32):
+        _, expected, expected_values = _train(rank, world, name, dtype, "sgd", None)
+        _, sharded, values = _train(rank, world, name, dtype, "sgd", group)
+        what = f"{name} {dtype} rank {rank}"
+        for step, (a, e) in enumerate(zip(values, expected_values, strict=True)):
+            _close(a, e, TOLERANCE[dtype], f"{what} loss of step {step}")
+        start, stop = sharded.class_range
+        assert sharded.class_parameters.keys() == expected.class_parameters.keys()
+        for key, value in expected.class_parameters.items():
+            block = sharded.class_parameters[key].detach()
+            assert tuple(block.shape) == (stop - start,)
+            _close(block, value.detach()[start:stop], TOLERANCE[dtype], f"{what} {key}")
+        # the state dict holds the full (C,) vector as a DTensor; a 1-process head loads it
+        state = sharded.state_dict()
+        full = state["class_parameters.margin"].full_tensor()
+        _close(full, expected.class_parameters["margin"].detach(), TOLERANCE[dtype], "saved")
+
+
+def _check_adam_partial_fc(rank: int, world: int) -> None:
+    """Sharded Partial FC: loss, ∂x, ∂W, ∂m equal the authors' formula on the union of every
+    rank's sampled classes (the margins' regularizer over all C classes), float64."""
+    group = dist.group.WORLD
+    torch.manual_seed(11)
+    full = marginface.create_loss("adam-softmax", PFC_C, PFC_D, dtype=torch.float64)
+    head = marginface.create_loss(
+        "adam-softmax", PFC_C, PFC_D, dtype=torch.float64, process_group=group,
+        sample_rate=RATE, chunk_size=4,
+    )  # fmt: skip
+    head.load_state_dict(full.state_dict())
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(sum(SIZES), PFC_D, generator=generator, dtype=torch.float64) * 4
+    labels = torch.randint(0, PFC_C, (sum(SIZES),), generator=generator)
+    mine = slice(sum(SIZES[:rank]), sum(SIZES[: rank + 1]))
+    torch.manual_seed(100 + rank)
+    state = torch.get_rng_state()
+    x_head = x[mine].clone().requires_grad_(True)
+    loss = head(x_head, labels[mine])
+    loss.backward()
+
+    torch.set_rng_state(state)
+    selected = _materialized_sample(head, labels)
+    start, stop = head.class_range
+    counts = [torch.zeros((), dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor(selected.numel()))
+    padded = torch.zeros(int(max(counts)), dtype=torch.int64)
+    padded[: selected.numel()] = selected + start
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    classes = torch.cat([p[: int(n)] for p, n in zip(parts, counts, strict=True)])  # (ΣS,)
+    weight = full.weight.detach().clone().requires_grad_(True)
+    margins = full.class_parameters["margin"].detach().clone().requires_grad_(True)
+    xr = x.clone().requires_grad_(True)
+    cosine = F.normalize(xr, dim=1) @ F.normalize(weight[classes], dim=1).t()  # (N, ΣS)
+    targets = torch.searchsorted(classes, labels)
+    is_target = F.one_hot(targets, classes.numel()).bool()
+    logits = 30.0 * torch.where(is_target, cosine - margins[labels].unsqueeze(1), cosine)
+    expected = F.cross_entropy(logits, targets) + 70.0 * (1.0 - margins.mean())
+    expected.backward()
+    torch.testing.assert_close(loss.detach(), expected.detach(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(x_head.grad, world * xr.grad[mine], rtol=0, atol=1e-12)
+    torch.testing.assert_close(head.weight.grad, weight.grad[start:stop], rtol=1e-12, atol=1e-12)
+    grad_m = head.class_parameters["margin"].grad
+    torch.testing.assert_close(grad_m, margins.grad[start:stop], rtol=0, atol=1e-12)
 
 
 def _check_all(rank: int, world: int) -> None:
     _check_invariant(rank, world, NEW_LOSSES, "sgd")
     for name in NEW_LOSSES:
         _check_partial_fc(rank, world, name)
+    for name in CLASS_PARAMETER_LOSSES:
+        _check_class_parameters(rank, world, name)
+    _check_adam_partial_fc(rank, world)
 
 
 def test_sharded_and_partial_fc_equal_one_process_on_2_ranks() -> None:

@@ -70,6 +70,8 @@ CASES: list[tuple[str, dict]] = [
     ("circle", {"margin": 0.4, "scale": 64.0}),
     ("arcnegface", {}),
     ("arcnegface", {"alpha": 1.5, "sigma": 0.5, "policy": "easy", "margin": 0.3}),
+    ("adam-softmax", {}),
+    ("adam-softmax", {"scale": 16.0, "lambda_m": 5.0, "margin_init_low": 0.1}),
 ]
 
 # float64 is kept end to end on the torch backend; Keras >= 3.12 computes cos/sin/arccos of a
@@ -146,6 +148,8 @@ def test_parity_with_pytorch(name, options, monkeypatch):
     weight = loss.weight.detach().numpy()
     head.centers.assign(weight)
     assert tuple(head.centers.shape) == tuple(loss.weight.shape)
+    for key, value in loss.class_parameters.items():  # AdaM-Softmax's margins
+        getattr(head, f"class_{key}").assign(value.detach().numpy())
     assert _keras_state(head) == pytest.approx(_torch_state(loss))
 
     for number in (1, 2):  # two training steps: the state moves on both sides

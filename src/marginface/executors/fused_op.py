@@ -41,6 +41,7 @@ there). Both are thin wrappers over the same chunk loop
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -346,6 +347,7 @@ def fused_margin_cross_entropy(
     chunk_size: int | None,
     kernels: str | None,
     sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
     """The chunked executor's cross-entropy ``Tensor[N]`` (without the regularizer) through the
     custom ops: traceable by ``torch.compile`` without a graph break.
@@ -355,8 +357,10 @@ def fused_margin_cross_entropy(
         weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
             positions in ``sampled_classes``, if given).
         margin: a margin whose :func:`nontarget_rule` is ``rule`` (not None).
-        sub_centers, chunk_size, kernels, sampled_classes: as
-            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`.
+        sub_centers, chunk_size, kernels, sampled_classes, class_values: as
+            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy` (the per-class
+            values enter the target's small graph of ``N``-vectors, so autograd differentiates
+            them).
     """
     n, k = x.shape[0], sub_centers
     triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
@@ -380,6 +384,7 @@ def fused_margin_cross_entropy(
         context = margin.prepare_with_statistics(cos_target, labels, norms_arg, log_b)
     else:
         context = margin.prepare(cos_target, labels, norms_arg)
+    context = margin.with_class_values(context, class_values)
     threshold, t = empty, empty
     if rule == RULE_CURRICULAR:
         parameters = margin.nontarget_kernel_parameters(context)

@@ -47,6 +47,7 @@ __all__ = [
     "AMSoftmax",
     "AdaCos",
     "AdaFace",
+    "AdaMSoftmax",
     "ArcFace",
     "ArcNegFace",
     "Circle",
@@ -443,3 +444,18 @@ class ArcNegFace(_FixedScale):
 
     def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
         return gaussian_negative(cosine, context["target"], self.alpha, self.sigma)
+
+
+@_head
+class AdaMSoftmax(_FixedScale):
+    """AdaM-Softmax / AdaptiveFace: ``logit_y = s·(cos θ_y - m_y)`` with a learnable margin per
+    class (:attr:`class_margin`, ``(C,)``, seen clamped to [0, 1]); ``λ(1 - mean(m))`` is added
+    through ``add_loss``."""
+
+    loss_name = "adam-softmax"
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return cos_target - context["margin"]
+
+    def class_regularizer(self, sums: dict) -> Any:
+        return self.lambda_m * (1.0 - sums["margin"] / self.num_classes)

@@ -5,9 +5,10 @@ They never own class centers; see :mod:`marginface.margins.base` for the interfa
 
 from .adacos import AdaCosMargin
 from .adaface import AdaFaceMargin
+from .adam_softmax import AdaMSoftmaxMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
 from .arcnegface import ArcNegFaceMargin
-from .base import GRADIENT_MODES, Context, Margin
+from .base import GRADIENT_MODES, ClassParameter, Context, Margin
 from .circle import CircleMargin
 from .combined import CombinedMargin
 from .cosface import CosFaceMargin
@@ -24,9 +25,11 @@ __all__ = [
     "GRADIENT_MODES",
     "AdaCosMargin",
     "AdaFaceMargin",
+    "AdaMSoftmaxMargin",
     "ArcFaceMargin",
     "ArcNegFaceMargin",
     "CircleMargin",
+    "ClassParameter",
     "CombinedMargin",
     "Context",
     "CosFaceMargin",
