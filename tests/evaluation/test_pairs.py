@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
@@ -11,7 +9,6 @@ from sklearn.metrics.pairwise import paired_cosine_distances
 
 from marginface.data import PairSet
 from marginface.evaluation import pair_scores, sample_pairs
-from marginface.evaluation.pairs import _decode_triangular
 
 
 def test_pair_scores_match_sklearn() -> None:
@@ -36,16 +33,6 @@ def test_pair_scores_match_sklearn() -> None:
 def test_pair_scores_bad_index(index: np.ndarray, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         pair_scores(np.ones((3, 2)), index)
-
-
-def test_triangular_decoding_enumerates_every_pair_once() -> None:
-    expected = sorted(itertools.combinations(range(200), 2), key=lambda p: (p[1], p[0]))
-    i, j = _decode_triangular(np.arange(len(expected)))
-    assert list(zip(i.tolist(), j.tolist(), strict=True)) == expected
-    big = np.array([10**12 - 1, 10**12, 4999950000 - 1])  # large numbers stay exact
-    i, j = _decode_triangular(big)
-    np.testing.assert_array_equal(j * (j - 1) // 2 + i, big)
-    assert ((i >= 0) & (i < j)).all()
 
 
 @pytest.mark.parametrize("num_pairs", [2, 101, 600])

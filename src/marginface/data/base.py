@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..evaluation.pairs import PairSet
+
 __all__ = ["DatasetBundle", "ImageSet", "PairSet", "StreamedImageSet", "VerificationSet"]
 
 
@@ -124,34 +126,6 @@ class StreamedImageSet:
         if isinstance(self.dataset, Subset):
             dataset = Subset(dataset, self.dataset.indices)
         return StreamedImageSet(dataset, self.labels, self.class_names, self.shape, self.num_labels)
-
-
-@dataclass(frozen=True)
-class PairSet:
-    """Verification pairs over the images of an :class:`ImageSet`.
-
-    Attributes:
-        index: ``int64[P, 2]``, row indices into the image set.
-        same: ``bool[P]``, True for a genuine (same identity) pair.
-        fold: ``int64[P]``, the cross-validation fold of each pair (all 0 if there are none).
-    """
-
-    index: np.ndarray
-    same: np.ndarray
-    fold: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-    def __post_init__(self) -> None:
-        if self.index.ndim != 2 or self.index.shape[1] != 2:
-            raise ValueError(f"index must have shape (P, 2), got {self.index.shape}")
-        if self.same.shape != (self.index.shape[0],):
-            raise ValueError(
-                f"same must have shape ({self.index.shape[0]},), got {self.same.shape}"
-            )
-        if self.fold.size == 0:
-            object.__setattr__(self, "fold", np.zeros(self.index.shape[0], dtype=np.int64))
-
-    def __len__(self) -> int:
-        return int(self.index.shape[0])
 
 
 @dataclass(frozen=True)

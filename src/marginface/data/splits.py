@@ -6,7 +6,7 @@
 * ``"open"``: the *identities* are shuffled and ``test_fraction`` of them (at least one, at most
   all but one) with all their images form the test set; each side is relabelled ``0..K-1`` and
   ``num_pairs`` balanced verification pairs are sampled over the test set
-  (:func:`.pairs.sample_pairs`), so verification and retrieval apply.
+  (:func:`marginface.evaluation.sample_pairs`), so verification and retrieval apply.
 
 ``limit`` caps the number of *training* images (a seeded random subset, original order kept).
 """

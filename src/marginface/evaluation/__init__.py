@@ -7,7 +7,8 @@ Python floats or NumPy arrays.
 * :func:`l2_normalize` -- rows scaled to unit L2 norm (zero rows stay zero).
 * :func:`target_and_nearest_angles` -- each sample's angle to its class center and to the
   nearest other one.
-* :func:`pair_scores`, :func:`sample_pairs` -- cosine scores of pairs; balanced random pairs.
+* :class:`PairSet`, :func:`pair_scores`, :func:`sample_pairs` -- verification pairs, their cosine
+  scores, balanced random pairs.
 * :func:`verification_metrics` -- LFW 10-fold accuracy, ROC AUC, EER, TAR at FAR.
 * :func:`bin_verification_metrics` -- insightface's ``.bin`` protocol (Accuracy-Flip on its
   squared-L2 grid, XNorm, VAL@FAR), the numbers papers print.
@@ -40,7 +41,7 @@ from .ijb import (
     template_features,
     template_pair_scores,
 )
-from .pairs import NUM_FOLDS, pair_scores, sample_pairs
+from .pairs import NUM_FOLDS, PairSet, pair_scores, sample_pairs
 from .quality import ErrorVersusReject, error_versus_reject, pair_quality
 from .retrieval import retrieval_metrics
 from .verification import (
@@ -65,6 +66,7 @@ __all__ = [
     "ErrorVersusReject",
     "IdentificationMetrics",
     "IjbVerificationMetrics",
+    "PairSet",
     "VerificationMetrics",
     "best_threshold",
     "bin_set_metrics",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from ._arrays import ArrayLike, as_int_vector
+from .arrays import ArrayLike, as_int_vector
 from .closed_set import cosine_to_centers
 
 __all__ = ["target_and_nearest_angles"]

@@ -42,7 +42,7 @@ from typing import Protocol
 import numpy as np
 
 from .._validation import check_real
-from ._arrays import ArrayLike, as_bool_vector, as_embeddings
+from .arrays import ArrayLike, as_bool_vector, as_embeddings
 from .pairs import pair_scores
 from .verification import DEFAULT_FAR_TARGETS, VerificationMetrics, verification_metrics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_int
-from ._arrays import ArrayLike, as_embeddings, as_int_vector
+from .arrays import ArrayLike, as_embeddings, as_int_vector
 
 __all__ = ["closed_set_accuracy", "cosine_to_centers", "l2_normalize"]
 

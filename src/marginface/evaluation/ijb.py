@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ._arrays import (
+from .arrays import (
     ArrayLike,
     as_bool_vector,
     as_embeddings,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._arrays import ArrayLike, as_bool_vector, as_float_vector, as_int_vector, to_numpy
+from .arrays import ArrayLike, as_bool_vector, as_float_vector, as_int_vector, to_numpy
 from .verification import best_threshold
 
 __all__ = [

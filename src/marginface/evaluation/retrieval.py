@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .._validation import check_int
-from ._arrays import ArrayLike, as_embeddings, as_int_vector
+from .arrays import ArrayLike, as_embeddings, as_int_vector
 from .closed_set import _normalize
 
 __all__ = ["retrieval_metrics"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._validation import check_real
-from ._arrays import ArrayLike, as_bool_vector, as_float_vector, as_int_vector
+from .arrays import ArrayLike, as_bool_vector, as_float_vector, as_int_vector
 
 __all__ = [
     "DEFAULT_FAR_TARGETS",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._validation import check_int
-from ..evaluation._arrays import ArrayLike, as_float_vector
+from ..evaluation.arrays import ArrayLike, as_float_vector
 from ._figure import new_figure
 
 if TYPE_CHECKING:

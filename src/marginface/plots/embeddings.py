@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..evaluation import l2_normalize
-from ..evaluation._arrays import ArrayLike, as_embeddings, as_int_vector
+from ..evaluation.arrays import ArrayLike, as_embeddings, as_int_vector
 from ._figure import class_colors, new_figure
 
 if TYPE_CHECKING:

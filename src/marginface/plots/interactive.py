@@ -14,8 +14,8 @@ import numpy as np
 
 from .._validation import check_int
 from ..evaluation import l2_normalize
-from ..evaluation._arrays import ArrayLike, as_embeddings, as_int_vector
 from ..evaluation.angles import target_and_nearest_angles
+from ..evaluation.arrays import ArrayLike, as_embeddings, as_int_vector
 from ._figure import class_colors
 
 __all__ = ["DEFAULT_MAX_POINTS", "sphere_figure"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..evaluation._arrays import ArrayLike, as_float_vector
+from ..evaluation.arrays import ArrayLike, as_float_vector
 from ..evaluation.verification import roc_auc
 from ._figure import new_figure
 

@@ -1,4 +1,4 @@
-"""Conversions and checks shared by the metrics: torch tensors or NumPy arrays in, NumPy out.
+"""Conversions and checks shared by the metrics and the plots: tensors or arrays in, NumPy out.
 
 Every check raises ``TypeError`` (wrong kind of value) or ``ValueError`` (right kind, bad value)
 naming the argument, so a mistake is reported at the API boundary.
