@@ -147,3 +147,41 @@ def adam_softmax_regularizer(margins: Tensor, *, lamda: float = 70.0) -> Tensor:
     """FaceX-Zoo ``Adam_Softmax``'s second output, ``λ·(1 - Σ_c m_c / C)``, which its training
     loop adds to the cross-entropy."""
     return lamda * (1.0 - margins.sum() / margins.shape[0])
+
+
+def npcface_logits(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    margin: float = 0.5,
+    scale: float = 64.0,
+    m0: float = 0.40,
+    m1: float = 0.20,
+    t: float = 1.10,
+    a: float = 0.20,
+) -> Tensor:
+    """FaceX-Zoo ``NPCFace.forward``.
+
+    ``cos θ`` clamped to [-1, 1]; ``g = cos θ_y``; ``f = g·cos m - sqrt(1 - g²)·sin m``. Without
+    gradient: the hard mask ``cos θ_j > f`` with the label's column cleared, the mean hard cosine
+    ``Σ hard·cos θ / clamp(Σ hard, 1, C)`` and ``m' = m0 + m1·mean``. Target
+    ``g·cos m' - sqrt(1 - g²)·sin m'`` where ``g > 0`` else ``g``; every column with
+    ``cos θ_j > f`` (a boolean mask) becomes ``t·cos θ_j + a``; the label's column is then
+    overwritten by the target; all times ``s``.
+    """
+    cos_theta = normalized_cosine(x, weight).clamp(-1, 1)  # (N, C)
+    gt = cos_theta.gather(1, labels.view(-1, 1))  # (N, 1)
+    sin_theta = torch.sqrt(1.0 - gt * gt)
+    cos_theta_m = gt * math.cos(margin) - sin_theta * math.sin(margin)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    with torch.no_grad():
+        hard = (cos_theta > cos_theta_m) & ~is_target
+        hard_sum = torch.where(hard, cos_theta, torch.zeros_like(cos_theta)).sum(1, keepdim=True)
+        hard_count = hard.to(cos_theta.dtype).sum(1, keepdim=True).clamp(1, cos_theta.shape[1])
+        new_margin = m0 + m1 * hard_sum / hard_count
+    final_gt = torch.where(
+        gt > 0, gt * torch.cos(new_margin) - sin_theta * torch.sin(new_margin), gt
+    )
+    reweighted = torch.where(cos_theta > cos_theta_m, t * cos_theta + a, cos_theta)
+    return torch.where(is_target, final_gt, reweighted) * scale

@@ -15,6 +15,9 @@ DETACHED_BY_DESIGN = {
     "tests/margins/test_circle.py",
     "arcnegface": "ArcNegFace's Gaussian weights t carry no gradient (authors' code): its gradient "
     "is checked against the frozen-weight derivative in tests/margins/test_arcnegface.py",
+    "npcface": "NPCFace's target margin m' (the mean of the row's hard-negative cosines) carries "
+    "no gradient (authors' code): its gradient is checked against the frozen-mask derivative in "
+    "tests/margins/test_npcface.py",
 }
 
 

@@ -30,6 +30,7 @@ from .losses import (
     MVAMSoftmaxLoss,
     MVArcSoftmaxLoss,
     NormFaceLoss,
+    NPCFaceLoss,
     SphereFaceLoss,
     SubCenterArcFaceLoss,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "MVArcSoftmaxLoss",
     "MagFaceLoss",
     "MarginSoftmaxLoss",
+    "NPCFaceLoss",
     "NormFaceLoss",
     "SphereFaceLoss",
     "SubCenterArcFaceLoss",

@@ -54,6 +54,7 @@ from .margins import (
     MVAMSoftmaxMargin,
     MVArcSoftmaxMargin,
     NormFaceMargin,
+    NPCFaceMargin,
     SphereFaceMargin,
 )
 from .margins.base import Margin
@@ -77,6 +78,7 @@ __all__ = [
     "MVAMSoftmaxLoss",
     "MVArcSoftmaxLoss",
     "MagFaceLoss",
+    "NPCFaceLoss",
     "NamedLoss",
     "NormFaceLoss",
     "SphereFaceLoss",
@@ -449,3 +451,9 @@ class AdaMSoftmaxLoss(NamedLoss, margin=AdaMSoftmaxMargin, positional=("scale",)
     """AdaM-Softmax / AdaptiveFace (Liu et al., 2019): ``s·(cos θ_y - m_y)`` with a learnable
     margin per class (the head's ``class_parameters["margin"]``, sharded with the centers) and
     ``λ(1 - mean(m))`` added to the loss."""
+
+
+@register_loss("npcface")
+class NPCFaceLoss(NamedLoss, margin=NPCFaceMargin, positional=("margin", "scale")):
+    """NPCFace (Zeng et al., 2020): ``s·cos(θ_y + m')`` with ``m'`` growing with the row's hard
+    negatives' mean cosine, hard negatives ``s·(t·cos θ_j + a)``."""

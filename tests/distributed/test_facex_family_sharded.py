@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import marginface
 
+from ..margins.test_npcface import _CountedMargin
 from .harness import run_distributed
 from .test_partial_fc_in_place_sharded import RATE, SIZES, _materialized_sample
 from .test_partial_fc_in_place_sharded import C as PFC_C
@@ -19,7 +20,7 @@ from .test_partial_fc_in_place_sharded import D as PFC_D
 from .test_partial_fc_in_place_sharded import _check as _check_partial_fc
 from .test_sharded_head import TOLERANCE, _check_invariant, _close, _train
 
-NEW_LOSSES = ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface"]
+NEW_LOSSES = ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface", "npcface"]
 CLASS_PARAMETER_LOSSES = ["adam-softmax"]
 
 
@@ -91,6 +92,33 @@ def _check_adam_partial_fc(rank: int, world: int) -> None:
     torch.testing.assert_close(grad_m, margins.grad[start:stop], rtol=0, atol=1e-12)
 
 
+def _check_row_statistics_margin(rank: int, world: int) -> None:
+    """A margin with per-row statistics declared in a test file: the sharded head (each rank's
+    sums all-reduced) equals one process, loss, ∂x and the weight's gradient, float64."""
+    group = dist.group.WORLD
+    torch.manual_seed(0)
+    full = marginface.MarginSoftmaxLoss(23, 5, _CountedMargin(), dtype=torch.float64)
+    head = marginface.MarginSoftmaxLoss(
+        23, 5, _CountedMargin(), dtype=torch.float64, process_group=group, chunk_size=4
+    )
+    head.load_state_dict(full.state_dict())
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(8, 5, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 23, (8,), generator=generator)
+    sizes = [5, 3]
+    mine = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+    x_full = x.clone().requires_grad_(True)
+    expected = full(x_full, labels)
+    expected.backward()
+    x_head = x[mine].clone().requires_grad_(True)
+    loss = head(x_head, labels[mine])
+    loss.backward()
+    start, stop = head.class_range
+    torch.testing.assert_close(loss.detach(), expected.detach(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(x_head.grad, world * x_full.grad[mine], rtol=0, atol=1e-12)
+    torch.testing.assert_close(head.weight.grad, full.weight.grad[start:stop], rtol=0, atol=1e-12)
+
+
 def _check_all(rank: int, world: int) -> None:
     _check_invariant(rank, world, NEW_LOSSES, "sgd")
     for name in NEW_LOSSES:
@@ -98,6 +126,7 @@ def _check_all(rank: int, world: int) -> None:
     for name in CLASS_PARAMETER_LOSSES:
         _check_class_parameters(rank, world, name)
     _check_adam_partial_fc(rank, world)
+    _check_row_statistics_margin(rank, world)
 
 
 def test_sharded_and_partial_fc_equal_one_process_on_2_ranks() -> None:

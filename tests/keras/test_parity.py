@@ -71,6 +71,8 @@ CASES: list[tuple[str, dict]] = [
     ("arcnegface", {}),
     ("arcnegface", {"alpha": 1.5, "sigma": 0.5, "policy": "easy", "margin": 0.3}),
     ("adam-softmax", {}),
+    ("npcface", {}),
+    ("npcface", {"margin": 0.3, "m0": 0.3, "m1": 0.4, "t": 1.3, "a": 0.1, "policy": "linear"}),
     ("adam-softmax", {"scale": 16.0, "lambda_m": 5.0, "margin_init_low": 0.1}),
 ]
 

@@ -25,6 +25,7 @@ EXPECTED = {
     "li-arcface": "angular_margin",
     "circle": "relaxation",
     "arcnegface": "angular_margin",
+    "npcface": "angular_margin",
 }
 
 

@@ -29,6 +29,7 @@ from .chunk_loop import (
     chunk_rule_for_margin,
     nontarget_gradient,
     nontarget_statistics,
+    row_statistics,
     target_cosines,
 )
 from .chunk_plan import (
@@ -236,8 +237,16 @@ def _prepare(
     triton: bool,
 ) -> Context:
     """The margin's context; first, if it asks for one
-    (:meth:`~marginface.margins.base.Margin.statistics_scale`), the batch statistic ``log B``
-    by one more pass over the classes (merged over the ranks of ``shard``)."""
+    (:meth:`~marginface.margins.base.Margin.statistics_scale`), the batch statistic ``log B``,
+    or (:meth:`~marginface.margins.base.Margin.row_statistics_size`) its per-row sums over the
+    non-target classes, by one more pass over the classes (merged over the ranks of ``shard``)."""
+    if margin.row_statistics_size() > 0:
+        sums = row_statistics(
+            chunks, margin, cos_target.detach(), margin.interclass_filtering_threshold
+        )  # (k, N), this rank's classes
+        if shard is not None:
+            shard.all_sum_(sums)
+        return margin.prepare_with_row_statistics(cos_target, labels, norms, sums)
     statistics_scale = margin.statistics_scale()
     if statistics_scale is None:
         return margin.prepare(cos_target, labels, norms)

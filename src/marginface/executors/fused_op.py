@@ -90,11 +90,14 @@ RULE_KINDS = ("identity", "curricular")
 
 def nontarget_rule(margin: Margin) -> int | None:
     """The rule code of ``margin``'s declared
-    :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none or
-    filters (another rule, AdaFace's ``cosine_clamp``, inter-class filtering: those run on the
-    autograd Function of :mod:`~marginface.executors.chunked_function`)."""
+    :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none,
+    filters or needs per-row statistics (another rule, AdaFace's ``cosine_clamp``, inter-class
+    filtering, NPCFace's pass: those run on the autograd Function of
+    :mod:`~marginface.executors.chunked_function`)."""
     kind = nontarget_kernel_of(margin)
     if margin.interclass_filtering_threshold > 0 or kind not in RULE_KINDS:
+        return None
+    if margin.row_statistics_size() > 0:  # a pass over the classes before the margin's hooks
         return None
     return RULE_KINDS.index(kind)
 

@@ -59,6 +59,7 @@ __all__ = [
     "MVAMSoftmax",
     "MVArcSoftmax",
     "MagFace",
+    "NPCFace",
     "NormFace",
     "SphereFace",
     "SubCenterArcFace",
@@ -459,3 +460,29 @@ class AdaMSoftmax(_FixedScale):
 
     def class_regularizer(self, sums: dict) -> Any:
         return self.lambda_m * (1.0 - sums["margin"] / self.num_classes)
+
+
+@_head
+class NPCFace(_FixedScale):
+    """NPCFace: hard negatives ``cos θ_j > cos(θ_y + m)`` become ``t·cos θ_j + a``; the target
+    ``cos(θ_y + m')`` (``policy``) with ``m' = m0 + m1·mean(hard cosines)`` (``m0`` without
+    any); the hard mask and ``m'`` carry no gradient."""
+
+    loss_name = "npcface"
+
+    def prepare(
+        self, cos_target: Any, is_target: Any, norms: Any, cosine: Any, *, training: bool
+    ) -> dict:
+        threshold = ops.stop_gradient(cos_add(cos_target, self.margin))[:, None]  # (N, 1)
+        hard = ops.logical_and(cosine > threshold, ops.logical_not(is_target))  # (N, C)
+        hard_sum = ops.sum(ops.where(hard, cosine, 0.0), axis=1)  # (N,)
+        hard_count = ops.sum(ops.cast(hard, cosine.dtype), axis=1)  # (N,)
+        mean_hard = hard_sum / ops.maximum(hard_count, 1.0)
+        target_margin = ops.stop_gradient(self.m0 + self.m1 * mean_hard)  # (N,)
+        return {"scale": self.scale, "threshold": threshold, "target_margin": target_margin}
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_angular_margin(cos_target, context["target_margin"], self.policy)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return mv_negative(cosine, context["threshold"], self.t, self.a)

@@ -18,6 +18,7 @@ from .li_arcface import LiArcFaceMargin
 from .magface import MagFaceMargin
 from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
+from .npcface import NPCFaceMargin
 from .sphereface import SphereFaceMargin
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "MVArcSoftmaxMargin",
     "MagFaceMargin",
     "Margin",
+    "NPCFaceMargin",
     "NormFaceMargin",
     "SphereFaceMargin",
 ]

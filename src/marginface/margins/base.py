@@ -25,6 +25,10 @@ need from declarations on the margin, never from its type:
 * :meth:`Margin.statistics_scale` and :meth:`Margin.prepare_with_statistics` -- a batch
   statistic over the non-target logits that ``prepare`` needs (AdaCos's ``B_avg``), which such
   an executor computes in one extra pass over the classes.
+* :meth:`Margin.row_statistics_size`, :meth:`Margin.row_statistics_terms` and
+  :meth:`Margin.prepare_with_row_statistics` -- per-row sums over the non-target classes that
+  ``prepare`` needs (NPCFace's count and sum of hard-negative cosines), which such an executor
+  accumulates in one extra pass over the classes (summed across ranks when sharded).
 * :meth:`Margin.class_parameters` and :meth:`Margin.class_regularizer` -- learnable values, one
   per class (AdaM-Softmax's margins), that the *head* creates and shards with the class centers;
   the executors hand the margin each row's target-class value in its context (with gradient),
@@ -221,6 +225,47 @@ class Margin(nn.Module):
         """:meth:`prepare` given ``log_b`` (0-dim), the statistic of :meth:`statistics_scale`,
         for executors that never hold the whole cosine matrix. Default: :meth:`prepare`."""
         return self.prepare(cos_target, labels, norms)
+
+    def row_statistics_size(self) -> int:
+        """How many per-row sums over the non-target classes :meth:`prepare` needs (``k``), 0
+        (default) for none. A margin that declares ``k > 0`` writes the summands in
+        :meth:`row_statistics_terms` and the context from the sums in
+        :meth:`prepare_with_row_statistics`; executors without the whole cosine matrix
+        accumulate the sums chunk by chunk (and across ranks) before the margin's hooks run."""
+        return 0
+
+    def row_statistics_terms(self, cosine: Tensor, cos_target: Tensor) -> tuple[Tensor, ...]:
+        r"""The ``k`` summands of the per-row statistics, elementwise given the row's target:
+
+        .. math:: S_{i,q} = \sum_{j \ne y_i} t_q(\cos\theta_{ij}, \cos\theta_{iy_i})
+
+        Args:
+            cosine: ``Tensor[N, c]``, the (inter-class-filtered) cosines of all classes or one
+                chunk of them; the executor drops the target column's terms.
+            cos_target: ``Tensor[N]``, ``cos θ_y`` clamped to [-1, 1] (no gradient).
+
+        Returns:
+            ``k`` tensors ``Tensor[N, c]`` (no gradient is taken through them).
+        """
+        raise NotImplementedError
+
+    def prepare_with_row_statistics(
+        self, cos_target: Tensor, labels: Tensor, norms: Tensor | None, sums: Tensor
+    ) -> Context:
+        """:meth:`prepare` given ``sums`` (``Tensor[k, N]``, no gradient), the per-row
+        statistics of :meth:`row_statistics_terms` over every non-target class. Default:
+        :meth:`prepare`."""
+        return self.prepare(cos_target, labels, norms)
+
+    def dense_row_statistics(self, cosine: Tensor, cos_target: Tensor, labels: Tensor) -> Tensor:
+        """The per-row statistics from the whole cosine matrix (``Tensor[N, C]``; the target
+        column, where ``labels >= 0``, excluded): ``Tensor[k, N]``, without gradient. A margin
+        that declares row statistics calls it from :meth:`prepare`, which the dense path runs."""
+        with torch.no_grad():
+            columns = torch.arange(cosine.shape[1], device=cosine.device)  # (C,)
+            is_target = labels.unsqueeze(1) == columns  # (N, C); a label of -1 matches none
+            terms = self.row_statistics_terms(cosine, cos_target)
+            return torch.stack([term.masked_fill(is_target, 0.0).sum(dim=1) for term in terms])
 
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """Per-sample term added to the cross-entropy (MagFace's ``λ_g·g(a)``), or None."""
