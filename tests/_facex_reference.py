@@ -185,3 +185,66 @@ def npcface_logits(
     )
     reweighted = torch.where(cos_theta > cos_theta_m, t * cos_theta + a, cos_theta)
     return torch.where(is_target, final_gt, reweighted) * scale
+
+
+def opensphere_d_theta(cos_theta: Tensor, labels: Tensor, kind: str, m: float) -> Tensor:
+    """OpenSphere's ``get_d_theta`` (``model/head/spherefacer.py``), without gradient: θ from
+    ``cos θ`` clamped to ``±(1 - 1e-5)``, the label's column multiplied by ``m``; ``"v0"``:
+    ``(-1)^k cos(mθ) - 2k - cos θ``; ``"v1"``: ``cos(clamp(mθ, 1e-5, 3.14159)) - cos θ``;
+    ``"v2"``: ``cos(mθ/m) - cos θ`` (so ``cos(θ_j/m)`` off the label)."""
+    with torch.no_grad():
+        m_theta = torch.acos(cos_theta.clamp(-1.0 + 1e-5, 1.0 - 1e-5))
+        is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+        m_theta = torch.where(is_target, m_theta * m, m_theta)  # their scatter_(..., "multiply")
+        if kind == "v0":
+            k = (m_theta / math.pi).floor()
+            sign = -2 * torch.remainder(k, 2) + 1
+            return sign * torch.cos(m_theta) - 2.0 * k - cos_theta
+        if kind == "v1":
+            return torch.cos(m_theta.clamp(1e-5, 3.14159)) - cos_theta
+        return torch.cos(m_theta / m) - cos_theta
+
+
+def sphereface_r_loss(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    variant: str = "H",
+    kind: str = "v0",
+    s: float = 30.0,
+    m: float = 1.5,
+    lw: float = 50.0,
+    t: float = 0.01,
+) -> Tensor:
+    """OpenSphere ``SphereFaceR_H`` / ``_N`` / ``_S`` ``forward`` (``steps`` empty, so ``m``
+    fixed; ``_N``'s constructor as written raises a NameError, its forward is restated), on
+    unit-norm centers ``weight`` (``Tensor[C, D]``; theirs normalizes its ``(D, C)`` weight in
+    place first): ``cos θ = x·w/‖x‖``, logits ``s·(cos θ + Δ)`` (H) or ``‖x‖·(cos θ + Δ)`` (N, S);
+    loss ``lw·CE/s`` (H), ``lw·CE`` (N), ``lw·CE/s + mean(t·|‖x‖ - s|)`` (S)."""
+    magnitude = torch.norm(x, p=2, dim=1, keepdim=True)  # (N, 1)
+    cos_theta = x @ weight.t() / magnitude
+    d_theta = opensphere_d_theta(cos_theta, labels, kind, m)
+    scale = s if variant == "H" else magnitude
+    ce = F.cross_entropy(scale * (cos_theta + d_theta), labels)
+    if variant == "H":
+        return lw * ce / s
+    if variant == "N":
+        return lw * ce
+    return lw * ce / s + (t * torch.abs(magnitude - s)).mean()
+
+
+def sphereface_plus_loss(
+    x: Tensor, weight: Tensor, labels: Tensor, *, s: float = 30.0, m: float = 1.5, lam: float = 1.0
+) -> Tensor:
+    """OpenSphere ``SphereFacePlus.forward`` on unit-norm centers: the ``"v0"`` logits
+    ``s·(cos θ + Δ)`` on normalized ``x``, plus ``λ·`` the mean over pairs of the classes present
+    in the batch (``torch.unique``) of ``arccos(clamp(w_a·w_b, ±(1 - 1e-5)))^-2``."""
+    cos_theta = F.normalize(x, dim=1) @ weight.t()
+    d_theta = opensphere_d_theta(cos_theta, labels, "v0", m)
+    logits = s * (cos_theta + d_theta)
+    sel_w = weight[torch.unique(labels)].t()  # (D, U), their column layout
+    gram = torch.acos((sel_w.t() @ sel_w).clamp(-1.0 + 1e-5, 1.0 - 1e-5))
+    u = gram.shape[0]
+    mhe = torch.sum(torch.triu(torch.pow(gram, -2), diagonal=1)) / (u * (u - 1) * 0.5)
+    return F.cross_entropy(logits, labels) + lam * mhe

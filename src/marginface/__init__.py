@@ -32,6 +32,8 @@ from .losses import (
     NormFaceLoss,
     NPCFaceLoss,
     SphereFaceLoss,
+    SphereFacePlusLoss,
+    SphereFaceRLoss,
     SubCenterArcFaceLoss,
 )
 from .registry import create_loss, get_loss_class, list_losses, register_loss
@@ -58,6 +60,8 @@ __all__ = [
     "NPCFaceLoss",
     "NormFaceLoss",
     "SphereFaceLoss",
+    "SphereFacePlusLoss",
+    "SphereFaceRLoss",
     "SubCenterArcFaceLoss",
     "__version__",
     "create_loss",

@@ -29,9 +29,11 @@ from .executors.sharding import ClassShard
 from .margins.base import Margin
 
 __all__ = [
+    "class_parameters_as_dtensors",
     "class_regularizer",
     "class_vector_dtensor",
     "create_class_parameters",
+    "cut_class_parameters",
     "cut_class_vector",
     "reset_class_parameters",
     "target_class_values",
@@ -125,3 +127,29 @@ def cut_class_vector(value: Tensor, num_classes: int, start: int, stop: int) -> 
     if value.dim() == 1 and value.shape[0] == num_classes:
         value = value[start:stop]
     return value
+
+
+def class_parameters_as_dtensors(
+    state_dict: dict, prefix: str, parameters: nn.ParameterDict, num_classes: int, shard: Any
+) -> None:
+    """A sharded head's ``state_dict`` hook: each per-class parameter as
+    :func:`class_vector_dtensor`, in place."""
+    for name in parameters:
+        key = f"{prefix}class_parameters.{name}"
+        state_dict[key] = class_vector_dtensor(state_dict[key], num_classes, shard)
+
+
+def cut_class_parameters(
+    state_dict: dict,
+    prefix: str,
+    parameters: nn.ParameterDict,
+    num_classes: int,
+    class_range: tuple[int, int],
+) -> None:
+    """``load_state_dict`` pre-hook part: each saved per-class parameter cut to the classes
+    ``class_range`` (:func:`cut_class_vector`), in place."""
+    start, stop = class_range
+    for name in parameters:
+        key = f"{prefix}class_parameters.{name}"
+        if key in state_dict:
+            state_dict[key] = cut_class_vector(state_dict[key], num_classes, start, stop)

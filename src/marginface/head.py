@@ -19,10 +19,10 @@ from ._validation import (
     check_representable,
 )
 from .class_parameters import (
+    class_parameters_as_dtensors,
     class_regularizer,
-    class_vector_dtensor,
     create_class_parameters,
-    cut_class_vector,
+    cut_class_parameters,
     reset_class_parameters,
     target_class_values,
 )
@@ -44,6 +44,7 @@ from .subcenters import (
     keep_dominant_centers,
     sub_center_counts,
 )
+from .weight_regularizers import WeightRegularizer, check_weight_regularizer, regularize_weight
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
@@ -137,19 +138,18 @@ class MarginSoftmaxLoss(nn.Module):
             their gradient; the dense one copies them). In eval mode every class
             is used. Optimizers still update unsampled rows from their state: SGD's momentum
             and weight decay and Adam's moments keep moving them (docs/distributed.md).
+        weight_regularizer: a term on the centers of the batch's classes added to every
+            sample's loss (:mod:`marginface.weight_regularizers`, e.g. SphereFace+'s
+            ``MinimumHypersphericalEnergy()``); exact on a class-sharded head. Default: None.
 
     Attributes:
         weight: ``Parameter[C·K, D]`` (sharded: ``Parameter[(stop - start)·K, D]``), the class
             centers (class-major for sub-centers), initialized ``N(0, 0.01²)`` (insightface);
             only their direction matters.
-        class_parameters: ``ParameterDict`` of the learnable per-class values the margin
-            declares (:meth:`~marginface.margins.base.Margin.class_parameters`, e.g.
-            AdaM-Softmax's ``"margin"``), each ``Parameter[C]`` (sharded: ``[stop - start]``,
-            the classes of :attr:`weight`), drawn from the declaration's ``U(init_low,
-            init_high)``; empty for the other margins. Each step hands the margin every row's
-            target-class value (Partial FC: read from the sampled classes, as the centers) and
-            adds :meth:`~marginface.margins.base.Margin.class_regularizer` of their sums over
-            all classes (all-reduced when sharded) to every sample's loss.
+        class_parameters: ``ParameterDict``, one ``Parameter[C]`` (sharded: ``[stop - start]``)
+            per learnable per-class value the margin declares (AdaM-Softmax's ``"margin"``;
+            empty for the other margins), made, gathered and regularized by
+            :mod:`marginface.class_parameters`.
         margin: the margin module (its buffers are part of this module's ``state_dict``;
             replicated and updated identically on every rank when sharded).
         class_range: ``(start, stop)``, the classes held in :attr:`weight`.
@@ -171,6 +171,7 @@ class MarginSoftmaxLoss(nn.Module):
         dtype: torch.dtype | None = None,
         process_group: dist.ProcessGroup | None = None,
         sample_rate: float = 1.0,
+        weight_regularizer: WeightRegularizer | None = None,
     ) -> None:
         super().__init__()
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
@@ -194,6 +195,7 @@ class MarginSoftmaxLoss(nn.Module):
         self.kernels = None if kernels is None else check_choice("kernels", kernels, KERNELS)
         self.memory_budget = check_int("memory_budget", memory_budget, minimum=0)
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
+        self.weight_regularizer = check_weight_regularizer(weight_regularizer)
         if dtype == torch.float64:  # the running statistics keep float64 precision too
             margin.to(dtype=torch.float64)
         self.margin = margin
@@ -292,6 +294,9 @@ class MarginSoftmaxLoss(nn.Module):
                     class_values=class_values,
                 )
         extra = class_regularizer(self.class_parameters, self.margin, self.num_classes, self.shard)
+        if self.weight_regularizer is not None:
+            term = regularize_weight(self.weight_regularizer, self.weight, labels, self)
+            extra = term if extra is None else extra + term
         if extra is not None:
             per_sample = per_sample + extra.to(per_sample.dtype)
         return reduce_loss(per_sample, self.reduction)
@@ -558,9 +563,9 @@ def _weight_as_dtensor(
     per-class parameter as a DTensor of global shape ``[C]`` sharded on dim 0."""
     state_dict[prefix + "weight"] = class_rows(state_dict[prefix + "weight"], module)
     assert isinstance(module, MarginSoftmaxLoss)
-    for name in module.class_parameters:
-        key = f"{prefix}class_parameters.{name}"
-        state_dict[key] = class_vector_dtensor(state_dict[key], module.num_classes, module.shard)
+    class_parameters_as_dtensors(
+        state_dict, prefix, module.class_parameters, module.num_classes, module.shard
+    )
     return state_dict
 
 
@@ -573,11 +578,8 @@ def _full_weight_to_shard(
     (``Tensor[C]``, plain or a DTensor)."""
     if not isinstance(module, MarginSoftmaxLoss):
         return
-    start, stop = module.class_range
-    for name in module.class_parameters:
-        key = f"{prefix}class_parameters.{name}"
-        if key in state_dict:
-            state_dict[key] = cut_class_vector(state_dict[key], module.num_classes, start, stop)
+    parameters, count = module.class_parameters, module.num_classes
+    cut_class_parameters(state_dict, prefix, parameters, count, module.class_range)
     key = prefix + "weight"
     if key not in state_dict:
         return

@@ -56,9 +56,11 @@ from .margins import (
     NormFaceMargin,
     NPCFaceMargin,
     SphereFaceMargin,
+    SphereFaceRMargin,
 )
 from .margins.base import Margin
 from .registry import register_loss
+from .weight_regularizers import MinimumHypersphericalEnergy
 
 __all__ = [
     "AM_SOFTMAX_SCALE",
@@ -82,6 +84,8 @@ __all__ = [
     "NamedLoss",
     "NormFaceLoss",
     "SphereFaceLoss",
+    "SphereFacePlusLoss",
+    "SphereFaceRLoss",
     "SubCenterArcFaceLoss",
     "head_option_defaults",
     "margin_defaults",
@@ -457,3 +461,24 @@ class AdaMSoftmaxLoss(NamedLoss, margin=AdaMSoftmaxMargin, positional=("scale",)
 class NPCFaceLoss(NamedLoss, margin=NPCFaceMargin, positional=("margin", "scale")):
     """NPCFace (Zeng et al., 2020): ``s·cos(θ_y + m')`` with ``m'`` growing with the row's hard
     negatives' mean cosine, hard negatives ``s·(t·cos θ_j + a)``."""
+
+
+@register_loss("sphereface-r", "spherefacer")
+class SphereFaceRLoss(NamedLoss, margin=SphereFaceRMargin, positional=("margin", "scale")):
+    """SphereFace-R (Liu, Wen et al., 2022): SphereFace revived, ``s·(cos θ + Δ)`` with ``Δ``
+    detached (margin types ``kind="v0"``, ``"v1"``, ``"v2"``; ``feature_norm`` ``"hard"``,
+    ``"none"``, ``"soft"``)."""
+
+
+@register_loss("sphereface-plus", "spherefaceplus")
+class SphereFacePlusLoss(
+    NamedLoss,
+    margin=SphereFaceRMargin,
+    positional=("margin", "scale"),
+    hidden=("kind", "feature_norm", "soft_weight"),
+    defaults={"weight_regularizer": MinimumHypersphericalEnergy()},
+):
+    """SphereFace+ (Liu et al., 2018): SphereFace-R's ``"v0"`` target (``m = 1.5``, ``s = 30``,
+    the authors' OpenSphere head) plus the minimum hyperspherical energy of the batch's class
+    centers, a head option: ``weight_regularizer=MinimumHypersphericalEnergy(weight=λ)``
+    (``λ = 1``, the authors' ``lambda_MHE``)."""

@@ -225,6 +225,9 @@ def test_every_loss_filters_on_dense_as_its_unfiltered_margin_on_filtered_cosine
             name: declared[name].bounded(p).sum() for name, p in filtered.class_parameters.items()
         }
         loss2 = loss2 + plain.margin.class_regularizer(sums, C)
+    if filtered.weight_regularizer is not None:  # SphereFace+'s MHE on the batch's centers
+        rows = torch.arange(k, device=labels.device) + labels.unsqueeze(1) * k  # (N, K)
+        loss2 = loss2 + filtered.weight_regularizer(centers[rows.reshape(-1)], rows.reshape(-1))
     torch.testing.assert_close(loss1, loss2, rtol=1e-12, atol=1e-12)
     loss1.backward()
     loss2.backward()

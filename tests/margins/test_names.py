@@ -26,6 +26,8 @@ EXPECTED = {
     "circle": "relaxation",
     "arcnegface": "angular_margin",
     "npcface": "angular_margin",
+    "sphereface-r": "angle_multiplier",
+    "sphereface-plus": "angle_multiplier",
 }
 
 

@@ -20,6 +20,7 @@ from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
 from .npcface import NPCFaceMargin
 from .sphereface import SphereFaceMargin
+from .sphereface_r import SphereFaceRMargin
 
 __all__ = [
     "ANGLE_POLICIES",
@@ -44,4 +45,5 @@ __all__ = [
     "NPCFaceMargin",
     "NormFaceMargin",
     "SphereFaceMargin",
+    "SphereFaceRMargin",
 ]
