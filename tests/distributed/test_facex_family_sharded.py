@@ -2,7 +2,8 @@
 in one spawn: the class-sharded head under DDP equals one process (float64 and float32), and
 Partial FC (sampled classes read in place) equals the dense path on every rank's sampled
 classes (float64, 1e-12). AdaM-Softmax's per-class margins, sharded with the centers, end the
-steps equal to one process's block too, and under Partial FC get the dense path's gradient."""
+steps equal to one process's block too; with Partial FC, AdaM-Softmax's margins and SphereFace+'s
+MHE (terms the head adds) give the formula's loss and gradients on the sampled classes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ from .test_partial_fc_in_place_sharded import D as PFC_D
 from .test_partial_fc_in_place_sharded import _check as _check_partial_fc
 from .test_sharded_head import TOLERANCE, _check_invariant, _close, _train
 
-NEW_LOSSES = ["mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface", "npcface"]
+NEW_LOSSES = [
+    "mv-am-softmax", "mv-arc-softmax", "li-arcface", "circle", "arcnegface", "npcface",
+    "sphereface-r",
+]  # fmt: skip
 CLASS_PARAMETER_LOSSES = ["adam-softmax"]
 
 
@@ -45,14 +49,42 @@ def _check_class_parameters(rank: int, world: int, name: str) -> None:
         _close(full, expected.class_parameters["margin"].detach(), TOLERANCE[dtype], "saved")
 
 
-def _check_adam_partial_fc(rank: int, world: int) -> None:
-    """Sharded Partial FC: loss, ∂x, ∂W, ∂m equal the authors' formula on the union of every
-    rank's sampled classes (the margins' regularizer over all C classes), float64."""
+def _expected_adam(xr, weight, margins, classes, targets, labels):
+    """The authors' AdaM-Softmax on the union of the sampled classes (margins over all C)."""
+    cosine = F.normalize(xr, dim=1) @ F.normalize(weight[classes], dim=1).t()  # (N, ΣS)
+    is_target = F.one_hot(targets, classes.numel()).bool()
+    logits = 30.0 * torch.where(is_target, cosine - margins[labels].unsqueeze(1), cosine)
+    return F.cross_entropy(logits, targets) + 70.0 * (1.0 - margins.mean())
+
+
+def _expected_sphereface_plus(xr, weight, margins, classes, targets, labels):
+    """SphereFace+ on the union of the sampled classes: Δ detached, MHE over the batch's
+    distinct classes' normalized centers (pairs a < b)."""
+    cosine = F.normalize(xr, dim=1) @ F.normalize(weight[classes], dim=1).t()  # (N, ΣS)
+    is_target = F.one_hot(targets, classes.numel()).bool()
+    with torch.no_grad():
+        m_theta = 1.5 * torch.acos(cosine.clamp(-1 + 1e-5, 1 - 1e-5))
+        k = torch.floor(m_theta / torch.pi)
+        psi = (1 - 2 * torch.remainder(k, 2)) * torch.cos(m_theta) - 2 * k
+    logits = 30.0 * torch.where(is_target, cosine + (psi - cosine).detach(), cosine)
+    unit = F.normalize(weight[torch.unique(labels)], dim=1)  # (U, D)
+    angles = torch.acos((unit @ unit.t()).clamp(-1 + 1e-5, 1 - 1e-5))
+    u = unit.shape[0]
+    mhe = torch.triu(angles.pow(-2), diagonal=1).sum() / (u * (u - 1) / 2)
+    return F.cross_entropy(logits, targets) + mhe
+
+
+def _check_head_term_partial_fc(rank: int, world: int, name: str, expected_loss) -> None:
+    """Sharded Partial FC with a head-level term (AdaM-Softmax's margins' regularizer,
+    SphereFace+'s MHE): loss, ∂x, ∂W (and ∂m) equal the formula on the union of every rank's
+    sampled classes, float64."""
     group = dist.group.WORLD
     torch.manual_seed(11)
-    full = marginface.create_loss("adam-softmax", PFC_C, PFC_D, dtype=torch.float64)
+    full = marginface.create_loss(name, PFC_C, PFC_D, dtype=torch.float64)
+    with torch.no_grad():
+        full.weight.normal_()  # unit-scale centers: MHE's gradient well conditioned
     head = marginface.create_loss(
-        "adam-softmax", PFC_C, PFC_D, dtype=torch.float64, process_group=group,
+        name, PFC_C, PFC_D, dtype=torch.float64, process_group=group,
         sample_rate=RATE, chunk_size=4,
     )  # fmt: skip
     head.load_state_dict(full.state_dict())
@@ -77,19 +109,19 @@ def _check_adam_partial_fc(rank: int, world: int) -> None:
     dist.all_gather(parts, padded)
     classes = torch.cat([p[: int(n)] for p, n in zip(parts, counts, strict=True)])  # (ΣS,)
     weight = full.weight.detach().clone().requires_grad_(True)
-    margins = full.class_parameters["margin"].detach().clone().requires_grad_(True)
+    margins = None
+    if "margin" in full.class_parameters:
+        margins = full.class_parameters["margin"].detach().clone().requires_grad_(True)
     xr = x.clone().requires_grad_(True)
-    cosine = F.normalize(xr, dim=1) @ F.normalize(weight[classes], dim=1).t()  # (N, ΣS)
     targets = torch.searchsorted(classes, labels)
-    is_target = F.one_hot(targets, classes.numel()).bool()
-    logits = 30.0 * torch.where(is_target, cosine - margins[labels].unsqueeze(1), cosine)
-    expected = F.cross_entropy(logits, targets) + 70.0 * (1.0 - margins.mean())
+    expected = expected_loss(xr, weight, margins, classes, targets, labels)
     expected.backward()
     torch.testing.assert_close(loss.detach(), expected.detach(), rtol=0, atol=1e-12)
     torch.testing.assert_close(x_head.grad, world * xr.grad[mine], rtol=0, atol=1e-12)
     torch.testing.assert_close(head.weight.grad, weight.grad[start:stop], rtol=1e-12, atol=1e-12)
-    grad_m = head.class_parameters["margin"].grad
-    torch.testing.assert_close(grad_m, margins.grad[start:stop], rtol=0, atol=1e-12)
+    if margins is not None:
+        grad_m = head.class_parameters["margin"].grad
+        torch.testing.assert_close(grad_m, margins.grad[start:stop], rtol=0, atol=1e-12)
 
 
 def _check_row_statistics_margin(rank: int, world: int) -> None:
@@ -123,9 +155,11 @@ def _check_all(rank: int, world: int) -> None:
     _check_invariant(rank, world, NEW_LOSSES, "sgd")
     for name in NEW_LOSSES:
         _check_partial_fc(rank, world, name)
+    _check_invariant(rank, world, ["sphereface-plus"], "sgd")
     for name in CLASS_PARAMETER_LOSSES:
         _check_class_parameters(rank, world, name)
-    _check_adam_partial_fc(rank, world)
+    _check_head_term_partial_fc(rank, world, "adam-softmax", _expected_adam)
+    _check_head_term_partial_fc(rank, world, "sphereface-plus", _expected_sphereface_plus)
     _check_row_statistics_margin(rank, world)
 
 

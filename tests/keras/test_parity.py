@@ -72,6 +72,11 @@ CASES: list[tuple[str, dict]] = [
     ("arcnegface", {"alpha": 1.5, "sigma": 0.5, "policy": "easy", "margin": 0.3}),
     ("adam-softmax", {}),
     ("npcface", {}),
+    ("sphereface-r", {}),
+    ("sphereface-r", {"kind": "v1", "margin": 1.7, "feature_norm": "soft", "gradient": "exact"}),
+    ("sphereface-r", {"kind": "v2", "feature_norm": "none"}),
+    ("sphereface-plus", {}),
+    ("sphereface-plus", {"margin": 1.3, "gradient": "exact"}),
     ("npcface", {"margin": 0.3, "m0": 0.3, "m1": 0.4, "t": 1.3, "a": 0.1, "policy": "linear"}),
     ("adam-softmax", {"scale": 16.0, "lambda_m": 5.0, "margin_init_low": 0.1}),
 ]

@@ -274,6 +274,9 @@ class MarginHead(keras.layers.Layer):
         extra = self.regularizer(norms)
         if extra is not None:
             self.add_loss(batch_mean(extra))
+        weight_term = self.weight_regularizer(labels, dtype)
+        if weight_term is not None:
+            self.add_loss(weight_term)
         if self.class_parameter_declarations:
             sums = {
                 name: ops.sum(self._bounded(name, ops.cast(getattr(self, f"class_{name}"), dtype)))
@@ -331,6 +334,11 @@ class MarginHead(keras.layers.Layer):
 
     def regularizer(self, norms: Any) -> Any:
         """Per-sample term ``[N]`` added to the cross-entropy (MagFace), or None."""
+        return None
+
+    def weight_regularizer(self, labels: Any, dtype: str) -> Any:
+        """A term on the centers of the batch's classes added through ``add_loss`` (the
+        PyTorch head's ``weight_regularizer``, SphereFace+'s MHE), or None (default)."""
         return None
 
     def class_regularizer(self, sums: dict[str, Any]) -> Any:

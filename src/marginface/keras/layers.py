@@ -33,12 +33,15 @@ from .functional import (
     combined_margin,
     curricular_negative,
     gaussian_negative,
+    hyperspherical_energy,
     linear_angle,
     lower_median,
     magface_margin,
     magface_regularizer,
     mv_negative,
     sphereface_psi,
+    sphereface_r_nontarget,
+    sphereface_r_target,
 )
 from .head import MarginHead
 
@@ -62,6 +65,8 @@ __all__ = [
     "NPCFace",
     "NormFace",
     "SphereFace",
+    "SphereFacePlus",
+    "SphereFaceR",
     "SubCenterArcFace",
 ]
 
@@ -486,3 +491,46 @@ class NPCFace(_FixedScale):
 
     def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
         return mv_negative(cosine, context["threshold"], self.t, self.a)
+
+
+@_head
+class SphereFaceR(MarginHead):
+    """SphereFace-R: ``s·(cos θ + Δ)``, ``Δ = η(θ) - cos θ`` detached (``gradient``); ``η`` of
+    margin type ``kind`` (``"v0"``/``"v1"``: the target; ``"v2"``: the non-targets
+    ``cos(θ_j/m)``); ``s`` fixed (``feature_norm="hard"``) or ``‖x‖`` (``"none"``, ``"soft"``:
+    plus ``t·|‖x‖ - s|`` through ``add_loss``)."""
+
+    loss_name = "sphereface-r"
+
+    def scale_for(self, norms: Any, dtype: str) -> Any:
+        return self.scale if self.feature_norm == "hard" else norms[:, None]  # (N, 1)
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return sphereface_r_target(cos_target, self.margin, self.kind)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        if self.kind != "v2":
+            return cosine
+        straight = self.gradient == "straight_through"
+        return sphereface_r_nontarget(cosine, self.margin, straight_through=straight)
+
+    def regularizer(self, norms: Any) -> Any:
+        if self.feature_norm != "soft":
+            return None
+        return self.soft_weight * ops.abs(norms - self.scale)
+
+
+@_head
+class SphereFacePlus(SphereFaceR):
+    """SphereFace+: SphereFace-R's ``"v0"`` target plus the minimum hyperspherical energy of the
+    batch's class centers through ``add_loss`` (the PyTorch loss's default
+    ``weight_regularizer``: its ``weight`` λ and ``power``)."""
+
+    loss_name = "sphereface-plus"
+
+    def weight_regularizer(self, labels: Any, dtype: str) -> Any:
+        regularizer = get_loss_class(self.loss_name).declaration.head_options["weight_regularizer"]
+        k = self.sub_centers
+        rows = ops.reshape(labels[:, None] * k + ops.arange(k)[None, :], (-1,))  # (N·K,)
+        centers = ops.take(ops.cast(self.centers, dtype), rows, axis=0)  # (N·K, D)
+        return hyperspherical_energy(centers, rows, regularizer.weight, regularizer.power)
