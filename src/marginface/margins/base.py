@@ -94,14 +94,24 @@ class ClassParameter:
         return value + (value.clamp(self.low, self.high) - value).detach()
 
 
-NONTARGET_KERNELS = ("identity", "curricular")
-"""The non-target rules ``g`` the chunked executor's custom operators and Triton kernels have
-compiled in (:meth:`Margin.nontarget_kernel`):
+NONTARGET_KERNELS = ("identity", "curricular", "mv", "gaussian", "circle", "linear_angle")
+"""The non-target rules ``g`` the chunked executor's custom operators have compiled in, their
+derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels have the first two
+(:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`):
 
 * ``"identity"``: ``g(cos θ_j) = cos θ_j``.
 * ``"curricular"``: ``g(cos θ_j) = cos θ_j (t + cos θ_j)`` where ``cos θ_j > τ_i``, else
   ``cos θ_j`` (CurricularFace, Huang et al. 2020, Eq. 9), with a per-row threshold ``τ_i`` and a
   scalar ``t`` (:meth:`Margin.nontarget_kernel_parameters`; neither carries a gradient).
+* ``"mv"``: ``g = a·cos θ_j + b`` where ``cos θ_j > τ_i``, else ``cos θ_j`` (MV-Softmax's
+  re-weighting, NPCFace's hard negatives); parameters ``threshold`` ``τ_i`` and
+  ``t = [a, b]``.
+* ``"gaussian"``: ``g = w·cos θ_j + w - 1``, ``w = α·exp(-(cos θ_j - f_i)²/σ)`` held constant
+  in the gradient (ArcNegFace); parameters ``threshold`` ``f_i`` and ``t = [α, σ]``.
+* ``"circle"``: ``g = [cos θ_j + m]_+ (cos θ_j - m)``, the bracket held constant (circle loss's
+  self-paced ``α_n``); parameter ``t = [m]``.
+* ``"linear_angle"``: ``g = (π - 2θ_j)/π`` (Li-ArcFace), no parameters; derivative
+  ``2/(π sin θ)`` with ``sin θ`` floored as :func:`~marginface.margins._angles.arccos`'s.
 """
 
 

@@ -158,6 +158,16 @@ class NPCFaceMargin(Margin):
         """True when the re-weighting is off (``t = 1, a = 0``)."""
         return self.t == 1.0 and self.a == 0.0
 
+    def nontarget_kernel(self) -> str:
+        """``"mv"`` with ``(t, a)`` (``"identity"`` with the re-weighting off)."""
+        return "identity" if self.nontarget_is_identity() else "mv"
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        threshold = context["threshold"]
+        assert isinstance(threshold, Tensor)
+        t = torch.tensor([self.t, self.a], dtype=torch.float64, device=threshold.device)
+        return {"threshold": threshold, "t": t}
+
     def extra_repr(self) -> str:
         return (
             f"margin={self.margin}, scale={self.scale}, m0={self.m0}, m1={self.m1}, t={self.t}, "
