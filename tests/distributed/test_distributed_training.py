@@ -3,6 +3,7 @@ size: 2 → 1 and 1 → 2, restoring exactly what was saved."""
 
 from __future__ import annotations
 
+import pathlib
 from pathlib import Path
 
 import torch
@@ -13,6 +14,7 @@ from marginface.config import TrainConfig
 from marginface.train import Trainer, load_checkpoint, load_run, read_history, run_state
 from marginface.train.run_state import read_saved_run
 from marginface.train.sharded_checkpoint import (
+    INDEX_NAME,
     SHARDED_CHECKPOINT_NAME,
     center_state_position,
     read_sidecar,
@@ -60,7 +62,20 @@ def _train_two_ranks(rank: int, world: int, run: str) -> None:
     trainer = Trainer(_config(2), run)  # what the ranks hold at the end, to compare
     trainer._init_distributed()
     trainer._setup()
-    trainer._restore(read_saved_run(run))
+    index_reads: list[Path] = []  # DCP's index, opened by this rank
+    real_open = pathlib.Path.open
+
+    def counting_open(self: Path, mode: str = "r", *args, **kwargs):
+        if self.name == INDEX_NAME and "r" in mode:
+            index_reads.append(self)
+        return real_open(self, mode, *args, **kwargs)
+
+    pathlib.Path.open = counting_open
+    try:
+        trainer._restore(read_saved_run(run))
+    finally:
+        pathlib.Path.open = real_open
+    assert len(index_reads) == 1, index_reads  # verified, listed and loaded from one read
     state = _gathered_state(trainer)
     if rank == 0:
         torch.save(state, Path(run).parent / "two_ranks.pt")
@@ -104,13 +119,13 @@ def test_two_ranks_then_one_then_two(tmp_path, capsys, monkeypatch):
         assert torch.equal(trainer.model.state_dict()[key], value), key
     assert [r["epoch"] for r in load_run(run).history] == [1, 2]  # evaluate/plot read it too
     sidecar_reads: list[Path] = []
-    real_read_sidecar = run_state.read_sidecar
+    real_read_sharded_checkpoint = run_state.read_sharded_checkpoint
 
-    def counting_read_sidecar(run_dir):
+    def counting_read_sharded_checkpoint(run_dir):
         sidecar_reads.append(Path(run_dir))
-        return real_read_sidecar(run_dir)
+        return real_read_sharded_checkpoint(run_dir)
 
-    monkeypatch.setattr(run_state, "read_sidecar", counting_read_sidecar)
+    monkeypatch.setattr(run_state, "read_sharded_checkpoint", counting_read_sharded_checkpoint)
     assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"]) == 0
     assert sidecar_reads == [run]  # the sharded checkpoint is read once per resume
     monkeypatch.undo()

@@ -31,7 +31,7 @@ import pytest
 import torch
 
 import marginface.train.history as history_module
-import marginface.train.trainer as trainer_module
+import marginface.train.run_log as run_log_module
 from marginface._atomic import atomic_write, remove_stale_temporaries
 from marginface.cli import main
 from marginface.config import TrainConfig
@@ -141,14 +141,14 @@ def kill_before_history_of_epoch(run: Path, epoch: int, epochs: int) -> None:
     ``history.csv`` gets that epoch's row."""
 
     def work() -> None:
-        real = trainer_module.write_history
+        real = run_log_module.write_history
 
         def write_history(path: Path, rows: list) -> Path:
             if len(rows) == epoch:
                 die()
             return real(path, rows)
 
-        trainer_module.write_history = write_history
+        run_log_module.write_history = write_history
         Trainer(tiny(epochs=epochs), run).fit()
 
     killed_in_child(work)

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .._atomic import atomic_write_text
+from ..config import TrainConfig
 from ..data import DatasetBundle, PairSet
 from ..evaluation import (
     BinVerificationMetrics,
@@ -38,6 +39,7 @@ from .run import LoadedRun, load_bundle, load_run, resolve_device
 __all__ = [
     "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
+    "EpochEvaluator",
     "Evaluation",
     "as_is_and_flipped",
     "closed_set_predictions",
@@ -239,6 +241,73 @@ def verification_set_metrics(
         row[f"{name}_accuracy"] = float(metrics.accuracy)
         row[f"{name}_accuracy_std"] = float(metrics.accuracy_std)
     return row
+
+
+class EpochEvaluator:
+    """The evaluation a training run logs: its test metrics after every epoch
+    (:func:`evaluate_model`'s summary) and its verification sets' accuracy (after every epoch
+    and every ``verify_every`` steps).
+
+    Args:
+        bundle: the run's dataset.
+        config: the run's :class:`~marginface.config.TrainConfig` (its ``eval_batch_size``,
+            ``flip`` and ``channels_last``).
+        device: where the model and head live.
+        amp_dtype: autocast dtype of the forward passes (None: full precision).
+
+    The test pairs of an open-set dataset (:func:`verification_pairs`) are drawn once, at the
+    first evaluation.
+    """
+
+    def __init__(
+        self,
+        bundle: DatasetBundle,
+        config: TrainConfig,
+        *,
+        device: torch.device,
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.config = config
+        self.device = device
+        self.amp_dtype = amp_dtype
+        self._pairs: PairSet | None = None
+
+    def test_metrics(self, model: nn.Module, head: nn.Module) -> dict[str, float]:
+        """The epoch's test metrics (:func:`evaluate_model`'s summary): closed-set ``val_loss``
+        and ``accuracy`` on unflipped embeddings, or the open-set test pairs'
+        ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the figures
+        ``marginface evaluate`` gives for this checkpoint). Every rank calls it."""
+        bundle = self.bundle
+        if bundle.open_set and self._pairs is None and len(bundle.test):
+            self._pairs = verification_pairs(bundle)
+        evaluation = evaluate_model(
+            model,
+            head,
+            bundle,
+            flip=self.config.flip and bundle.open_set,
+            batch_size=self.config.eval_batch_size,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+            channels_last=self.config.channels_last,
+            pairs=self._pairs,
+            summary=True,
+        )
+        return evaluation.metrics
+
+    def verification_sets(self, model: nn.Module) -> dict[str, float]:
+        """Accuracy ± std (10 folds, flip-summed embeddings, insightface's protocol) of every
+        verification set of the dataset (:func:`verification_set_metrics`); ``{}`` when it has
+        none."""
+        results = verification_set_results(
+            model,
+            self.bundle,
+            batch_size=self.config.eval_batch_size,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+            channels_last=self.config.channels_last,
+        )
+        return verification_set_metrics(results)
 
 
 def evaluate_model(

@@ -15,10 +15,11 @@ the gradient scaler and the random number generators. It is kept in one of two f
 This module is the only one that chooses between the two:
 
 * :func:`read_saved_run` reads a run's checkpoint once (the file, or the sidecar of the folder
-  with its digests checked) into a :class:`SavedRun`. The command line's ``--resume``, the
-  :class:`~marginface.train.Trainer` and :func:`~marginface.train.load_run` all start from it;
-* :func:`resumed_config` and :func:`check_resumable` hold the policy of which options a resume
-  may change (:data:`RESUMABLE_KEYS`);
+  with its digests checked and DCP's index kept) into a :class:`SavedRun`. The command line's
+  ``--resume``, the :class:`~marginface.train.Trainer` and :func:`~marginface.train.load_run`
+  all start from it;
+* :func:`resumed_config`, :func:`check_resumable` and :func:`run_to_continue` hold the policy
+  of which options a resume may change (:data:`RESUMABLE_KEYS`);
 * :meth:`SavedRun.restore` puts the state back into a training run's objects at any world size,
   :meth:`SavedRun.load_weights` into an unsharded backbone and head (evaluation, export);
 * :func:`save_run_state` writes the state of a completed epoch in the format the world size
@@ -47,11 +48,10 @@ from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .history import read_history
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
+    ShardedCheckpoint,
     center_state_position,
-    checkpoint_entries,
     has_sharded_checkpoint,
-    load_sharded_tensors,
-    read_sidecar,
+    read_sharded_checkpoint,
     save_sharded_checkpoint,
     sharded_checkpoint_on_disk,
 )
@@ -68,6 +68,7 @@ __all__ = [
     "has_saved_run",
     "read_saved_run",
     "resumed_config",
+    "run_to_continue",
     "save_run_state",
 ]
 
@@ -141,6 +142,8 @@ class SavedRun:
     contents: dict[str, Any] = field(repr=False, default_factory=dict)
     """Everything else the checkpoint holds: the single file's state dicts and RNG, or the
     sharded folder's sidecar (its tensors are read by :meth:`restore` / :meth:`load_weights`)."""
+    sharded_checkpoint: ShardedCheckpoint | None = field(repr=False, default=None)
+    """The sharded folder as read (sidecar and DCP's index, each read once), or None."""
 
     @property
     def sharded(self) -> bool:
@@ -166,7 +169,7 @@ class SavedRun:
                 return
             targets = {f"model/{k}": v for k, v in model.state_dict().items()}
             targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
-            load_sharded_tensors(self.run_dir, targets, distributed=False, only_targets=True)
+            self._sharded().load(targets, distributed=False, only_targets=True)
         except RuntimeError as error:
             raise CheckpointError(
                 f"checkpoint {self.source} does not match its configuration: {error}"
@@ -207,17 +210,25 @@ class SavedRun:
         if "cuda_rng" in state and objects.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], objects.device)
 
+    def _sharded(self) -> ShardedCheckpoint:
+        """The sharded folder as :func:`read_saved_run` read it (read now if this
+        :class:`SavedRun` was made by hand)."""
+        if self.sharded_checkpoint is None:
+            self.sharded_checkpoint = read_sharded_checkpoint(self.run_dir)
+        return self.sharded_checkpoint
+
     def _restore_sharded(self, objects: RunObjects, *, distributed: bool) -> None:
         head, optimizer = objects.head, objects.optimizer
         targets: dict[str, Any] = {f"model/{k}": v for k, v in objects.model.state_dict().items()}
         targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
         prefix = f"optimizer/{center_state_position(optimizer, head)}/"
         holders: dict[str, Tensor] = {}  # the centers' optimizer state, laid out like them
-        for key, (size, dtype) in checkpoint_entries(self.run_dir).items():
+        checkpoint = self._sharded()
+        for key, (size, dtype) in checkpoint.entries().items():
             if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
                 holders[key] = torch.empty_like(head.weight, dtype=dtype)  # (c·K, D)
                 targets[key] = class_rows(holders[key], head)
-        filled = load_sharded_tensors(self.run_dir, targets, distributed=distributed)
+        filled = checkpoint.load(targets, distributed=distributed)
         saved = self.contents["optimizer"]
         state: dict[int, dict[str, Any]] = {}
         for key, value in filled.items():
@@ -287,12 +298,19 @@ def read_saved_run(run_dir: str | Path) -> SavedRun:
             run_dir, source, dict(state["config"]), state["meta"], epoch, history, state
         )
     if has_sharded_checkpoint(run_dir):
-        sidecar = read_sidecar(run_dir)
+        checkpoint = read_sharded_checkpoint(run_dir)
+        sidecar = checkpoint.sidecar
         epoch = int(sidecar["epoch"])
         history = [dict(row) for row in sidecar.get("history", [])][:epoch]
-        folder = run_dir / SHARDED_CHECKPOINT_NAME
         return SavedRun(
-            run_dir, folder, dict(sidecar["config"]), sidecar["meta"], epoch, history, sidecar
+            run_dir,
+            checkpoint.folder,
+            dict(sidecar["config"]),
+            sidecar["meta"],
+            epoch,
+            history,
+            sidecar,
+            checkpoint,
         )
     raise CheckpointError(
         f"no checkpoint in {run_dir} (neither {CHECKPOINT_NAME} nor {SHARDED_CHECKPOINT_NAME}/)"
@@ -347,6 +365,31 @@ def check_resumable(saved: SavedRun, config: TrainConfig) -> None:
             f"checkpoint {saved.source} is from another configuration ({details}); "
             "use --overwrite to start afresh"
         )
+
+
+def run_to_continue(
+    run_dir: str | Path, resume: bool | SavedRun, config: TrainConfig
+) -> SavedRun | None:
+    """The saved run a training run continues, checked against its ``config``
+    (:func:`check_resumable`) before anything is built, so a refusal costs nothing.
+
+    Args:
+        run_dir: the run folder.
+        resume: False (a new run: None is returned), True (the checkpoint of ``run_dir`` is
+            read, once: :func:`read_saved_run`), or a :class:`SavedRun` already read (the
+            command line reads it once to resolve the configuration).
+        config: the configuration the run continues with.
+
+    Raises:
+        CheckpointError: no checkpoint, a damaged one, or one from another configuration.
+    """
+    if isinstance(resume, SavedRun):
+        saved: SavedRun | None = resume
+    else:
+        saved = read_saved_run(run_dir) if resume else None
+    if saved is not None:
+        check_resumable(saved, config)
+    return saved
 
 
 def _plain_state(

@@ -24,6 +24,10 @@ Reading is safe: DCP's own reader unpickles ``.metadata`` with plain :mod:`pickl
 read by an unpickler that admits only DCP's metadata classes, ``torch.Size``, dtypes and paths,
 and the tensors themselves with ``weights_only=True`` (DCP's default). Every file's sha256 is
 checked against ``marginface.json`` first.
+
+Reading is done once: :func:`read_sharded_checkpoint` reads the sidecar and hashes every file,
+keeping the bytes of ``.metadata`` it hashed; the :class:`ShardedCheckpoint` it returns lists
+the tensors and loads them (any world size) from that index, never reading ``.metadata`` again.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import pickle
 import shutil
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +58,15 @@ from ..head import MarginSoftmaxLoss, class_rows
 from .checkpoint import CheckpointError
 
 __all__ = [
+    "INDEX_NAME",
     "SHARDED_CHECKPOINT_NAME",
     "SIDECAR_NAME",
+    "ShardedCheckpoint",
     "center_state_position",
     "checkpoint_entries",
     "has_sharded_checkpoint",
     "load_sharded_tensors",
+    "read_sharded_checkpoint",
     "read_sidecar",
     "recover",
     "save_failure",
@@ -68,6 +76,8 @@ __all__ = [
 
 SHARDED_CHECKPOINT_NAME = "checkpoint"
 SIDECAR_NAME = "marginface.json"
+INDEX_NAME = ".metadata"
+"""DCP's index of the tensors (their keys, global shapes, dtypes and where each shard lies)."""
 SHARDED_FORMAT = "marginface-sharded-checkpoint"
 _OLD = ".checkpoint.old"
 _REPAIR_LOCK = ".checkpoint.lock"
@@ -107,20 +117,33 @@ class _MetadataUnpickler(pickle.Unpickler):
         )
 
 
+def _parse_index(data: bytes, path: Path) -> Metadata:
+    """DCP's index from the bytes of ``path`` (``.metadata``), by the restricted unpickler."""
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(data), path).load()
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"checkpoint index {path} is unreadable ({error})") from None
+    if not isinstance(metadata, Metadata):
+        raise CheckpointError(f"{path} is not a checkpoint index")
+    return metadata
+
+
 class SafeFileSystemReader(FileSystemReader):
-    """DCP's file reader with ``.metadata`` read by a restricted unpickler."""
+    """DCP's file reader with ``.metadata`` read by a restricted unpickler; given ``index``
+    (the index already read), it hands that out instead of reading the file again."""
+
+    def __init__(self, path: str | Path, *, index: Metadata | None = None) -> None:
+        super().__init__(path)
+        self._index = index
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        path = Path(self._get_metadata_path(kwargs.get("rank")))
-        data = path.read_bytes()
-        try:
-            metadata = _MetadataUnpickler(io.BytesIO(data), path).load()
-        except CheckpointError:
-            raise
-        except Exception as error:
-            raise CheckpointError(f"checkpoint index {path} is unreadable ({error})") from None
-        if not isinstance(metadata, Metadata):
-            raise CheckpointError(f"{path} is not a checkpoint index")
+        if self._index is not None and kwargs.get("rank") is None:
+            metadata = self._index
+        else:
+            path = Path(self._get_metadata_path(kwargs.get("rank")))
+            metadata = _parse_index(path.read_bytes(), path)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -178,14 +201,20 @@ def recover(run_dir: str | Path) -> None:
             old.rename(current)
 
 
-def _digests(folder: Path) -> dict[str, str]:
+def _digests(folder: Path, *, kept: dict[str, bytes] | None = None) -> dict[str, str]:
+    """The sha256 of every file of ``folder`` but the sidecar, by name; ``kept``: receives the
+    bytes hashed of ``.metadata`` (so the index is read from disk once)."""
     result = {}
     for path in sorted(folder.iterdir()):
         if path.is_file() and path.name != SIDECAR_NAME:
             hasher = hashlib.sha256()
             with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    hasher.update(block)
+                if kept is not None and path.name == INDEX_NAME:
+                    kept[path.name] = handle.read()
+                    hasher.update(kept[path.name])
+                else:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        hasher.update(block)
             result[path.name] = hasher.hexdigest()
     return result
 
@@ -296,8 +325,55 @@ def save_sharded_checkpoint(
     return final
 
 
-def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
-    """The JSON part of the sharded checkpoint in ``run_dir``, its files' digests checked.
+@dataclass
+class ShardedCheckpoint:
+    """A sharded checkpoint as :func:`read_sharded_checkpoint` read it, once.
+
+    Attributes:
+        folder: ``run_dir/checkpoint``.
+        sidecar: the JSON part (``marginface.json``): format, epoch, config, meta, history,
+            scheduler, scaler, the optimizer's hyperparameters, the files' sha256.
+        index_bytes: the bytes of DCP's ``.metadata`` whose sha256 was checked (None when the
+            folder has none); parsed at first use by :meth:`index`.
+    """
+
+    folder: Path
+    sidecar: dict[str, Any]
+    index_bytes: bytes | None = field(default=None, repr=False)
+    _index: Metadata | None = field(default=None, init=False, repr=False)
+
+    def index(self) -> Metadata:
+        """DCP's index (parsed once, by the restricted unpickler).
+
+        Raises:
+            CheckpointError: the folder has no index, or one that is not DCP's (nothing from
+                it is executed).
+        """
+        if self._index is None:
+            path = self.folder / INDEX_NAME
+            if self.index_bytes is None:
+                raise CheckpointError(f"checkpoint {self.folder} has no index ({INDEX_NAME})")
+            self._index = _parse_index(self.index_bytes, path)
+        return self._index
+
+    def entries(self) -> dict[str, tuple[torch.Size, torch.dtype]]:
+        """Every tensor of the checkpoint: key → (global shape, dtype)."""
+        return _entries(self.index(), self.folder)
+
+    def load(
+        self, targets: dict[str, Any], *, distributed: bool, only_targets: bool = False
+    ) -> dict[str, Any]:
+        """Fill ``targets`` (key → tensor or DTensor, allocated by the caller in the layout it
+        wants) from the checkpoint; keys the checkpoint lacks are dropped, keys it has beyond
+        ``targets`` are allocated in full (replicated; of the ``rng/<rank>`` entries only
+        rank 0's and this rank's), unless ``only_targets``. In a process group every rank
+        calls it. Returns the filled dict."""
+        return _load(self.folder, self.index(), targets, distributed, only_targets)
+
+
+def read_sharded_checkpoint(run_dir: str | Path) -> ShardedCheckpoint:
+    """Read the sharded checkpoint of ``run_dir`` once (after :func:`recover`): its sidecar,
+    and the sha256 of every file checked against it, keeping the index's bytes.
 
     Raises:
         CheckpointError: missing, not ours, or a file whose sha256 differs (damaged).
@@ -317,7 +393,8 @@ def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path} is incomplete: no {', '.join(missing)}")
     expected = sidecar.get("files", {})
-    actual = _digests(folder)
+    kept: dict[str, bytes] = {}
+    actual = _digests(folder, kept=kept)
     if expected != actual:
         bad = sorted(
             set(expected) ^ set(actual) | {k for k in expected if actual.get(k) != expected[k]}
@@ -326,39 +403,39 @@ def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
             f"checkpoint {folder} is damaged: {', '.join(bad)} do(es) not match their sha256; "
             "restore it from a copy or start again with --overwrite"
         )
-    return sidecar
+    return ShardedCheckpoint(folder, sidecar, kept.get(INDEX_NAME))
 
 
-def _rank(distributed: bool) -> int:
-    return dist.get_rank() if distributed else 0
+def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
+    """The JSON part of the sharded checkpoint in ``run_dir``, its files' digests checked
+    (:func:`read_sharded_checkpoint`'s ``sidecar``).
+
+    Raises:
+        CheckpointError: missing, not ours, or a file whose sha256 differs (damaged).
+    """
+    return read_sharded_checkpoint(run_dir).sidecar
 
 
-def checkpoint_entries(run_dir: str | Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
-    """Every tensor of the sharded checkpoint in ``run_dir``: key → (global shape, dtype)."""
-    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
-    metadata = SafeFileSystemReader(folder).read_metadata()
+def _entries(index: Metadata, folder: Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
     entries = {}
-    for key, item in metadata.state_dict_metadata.items():
+    for key, item in index.state_dict_metadata.items():
         if not isinstance(item, TensorStorageMetadata):
             raise CheckpointError(f"{folder}: entry {key!r} is not a tensor")
         entries[key] = (item.size, item.properties.dtype)
     return entries
 
 
-def load_sharded_tensors(
-    run_dir: str | Path, targets: dict[str, Any], *, distributed: bool, only_targets: bool = False
+def _load(
+    folder: Path,
+    index: Metadata,
+    targets: dict[str, Any],
+    distributed: bool,
+    only_targets: bool,
 ) -> dict[str, Any]:
-    """Fill ``targets`` (key → tensor or DTensor, allocated by the caller in the layout it
-    wants) from the checkpoint; keys the checkpoint lacks are dropped, keys it has beyond
-    ``targets`` are allocated in full (replicated), unless ``only_targets``. Returns the filled
-    dict."""
-    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
-    reader = SafeFileSystemReader(folder)
-    metadata = reader.read_metadata()
+    """:meth:`ShardedCheckpoint.load` given the parsed ``index`` (DCP's planner reads it from
+    the reader, which hands out this one)."""
     filled: dict[str, Any] = {}
-    for key, item in metadata.state_dict_metadata.items():
-        if not isinstance(item, TensorStorageMetadata):
-            raise CheckpointError(f"{folder}: entry {key!r} is not a tensor")
+    for key, (size, dtype) in _entries(index, folder).items():
         if key in targets:
             filled[key] = targets[key]
         elif only_targets:
@@ -368,7 +445,8 @@ def load_sharded_tensors(
             or key == "rng/0"
             or (distributed and key == f"rng/{dist.get_rank()}")
         ):
-            filled[key] = torch.empty(item.size, dtype=item.properties.dtype)
+            filled[key] = torch.empty(size, dtype=dtype)
+    reader = SafeFileSystemReader(folder, index=index)
     if distributed:
         dcp.load(filled, checkpoint_id=folder, storage_reader=reader)
     else:
@@ -376,3 +454,21 @@ def load_sharded_tensors(
             warnings.filterwarnings("ignore", message=".*single process.*", category=UserWarning)
             dcp.load(filled, checkpoint_id=folder, storage_reader=reader, no_dist=True)
     return filled
+
+
+def checkpoint_entries(run_dir: str | Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    """Every tensor of the sharded checkpoint in ``run_dir``: key → (global shape, dtype).
+    Reads the index from disk (unverified); a run's restore uses
+    :meth:`ShardedCheckpoint.entries` instead."""
+    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    return _entries(SafeFileSystemReader(folder).read_metadata(), folder)
+
+
+def load_sharded_tensors(
+    run_dir: str | Path, targets: dict[str, Any], *, distributed: bool, only_targets: bool = False
+) -> dict[str, Any]:
+    """:meth:`ShardedCheckpoint.load` of the checkpoint in ``run_dir``, its index read from
+    disk (unverified, once). Returns the filled dict."""
+    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    index = SafeFileSystemReader(folder).read_metadata()
+    return _load(folder, index, targets, distributed, only_targets)

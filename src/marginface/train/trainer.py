@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,26 +33,21 @@ from .distributed import (
     rank_slice,
     torchrun_environment,
 )
-from .evaluate import (
-    evaluate_model,
-    verification_pairs,
-    verification_set_metrics,
-    verification_set_results,
-)
-from .history import TensorBoardLogger, margin_state, read_history, write_history
+from .evaluate import EpochEvaluator
+from .failures import TrainingDivergedError, TrainingInterrupted, diverged, first_non_finite
+from .history import margin_state
 from .loader_errors import next_batch as _next_batch
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
+from .run_log import EpochCallback, RunLog
 from .run_state import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
-    HISTORY_NAME,
     RESUMABLE_KEYS,
     RunObjects,
     SavedRun,
-    check_resumable,
     describe_kept,
-    read_saved_run,
+    run_to_continue,
     save_run_state,
 )
 from .schedule import micro_batches
@@ -67,21 +61,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-EpochCallback = Callable[[dict[str, Any]], None]
-
-VERIFICATION_NAME = "verification.csv"
-"""Per-``verify_every``-steps accuracies of the verification sets (rank 0 writes it)."""
-
-
-class TrainingDivergedError(RuntimeError):
-    """The loss, the embeddings or a parameter became NaN or infinite; the message names the
-    parameter (if one is to blame) and says truthfully what is on disk: the last good
-    checkpoint, or none when no epoch was completed."""
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :meth:`Trainer.fit`; the message says what was kept and how to go on."""
 
 
 class Trainer:
@@ -137,16 +116,12 @@ class Trainer:
             )
         self.progress_seconds = float(progress_seconds)
         self._reporter = ProgressReporter("none", epochs=1, steps_per_epoch=1)
-        self.callbacks = list(callbacks or [])
-        self.history: list[dict[str, Any]] = []
+        self.run_log = RunLog(self.run_dir, callbacks=callbacks)
         self.model: nn.Module | None = None
         self.head: nn.Module | None = None
-        self._pairs = None
         self._kept_epoch: int | None = None  # the epoch of the checkpoint on disk, if any
         self.distributed = False
         self.rank, self.world = 0, 1
-        self.step_verification: list[dict[str, Any]] = []
-        self.step_callbacks: list[EpochCallback] = []
         self.forward_model: nn.Module | None = None
         self.initial_state = initial_state
 
@@ -164,6 +139,26 @@ class Trainer:
     def is_main(self) -> bool:
         """Whether this process writes the run's files (rank 0, or the only process)."""
         return self.rank == 0
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """One row per completed epoch (see :meth:`fit`), kept by :attr:`run_log`."""
+        return self.run_log.history
+
+    @property
+    def callbacks(self) -> list[EpochCallback]:
+        """Called with each epoch's row after its checkpoint is written (:attr:`run_log`'s)."""
+        return self.run_log.callbacks
+
+    @property
+    def step_callbacks(self) -> list[EpochCallback]:
+        """Called with each ``verify_every``-steps row (:attr:`run_log`'s)."""
+        return self.run_log.step_callbacks
+
+    @property
+    def step_verification(self) -> list[dict[str, Any]]:
+        """The verification sets' accuracy every ``verify_every`` steps (:attr:`run_log`'s)."""
+        return self.run_log.step_verification
 
     # ---------------------------------------------------------------- setup
     def _init_distributed(self) -> None:
@@ -210,6 +205,9 @@ class Trainer:
         self.forward_model, self.meta = built.forward_model, built.meta
         self.steps_per_epoch, self.amp_dtype = built.steps_per_epoch, built.amp_dtype
         self.augmentation = built.augmentation
+        self.evaluator = EpochEvaluator(
+            self.bundle, config, device=self.device, amp_dtype=self.amp_dtype
+        )
         self.streamed = isinstance(train, StreamedImageSet)
         self.train_x = None if self.streamed else torch.as_tensor(train.images)
         self.train_y = torch.as_tensor(train.labels, dtype=torch.int64)
@@ -224,30 +222,19 @@ class Trainer:
         """Continue from ``saved``: the weights, optimizer, schedule, scaler and RNG restored
         (any world size), :attr:`history` its rows. Returns the completed epochs."""
         epoch = saved.restore(self._objects(), distributed=self.distributed)
-        self.history = [dict(row) for row in saved.history]
+        self.run_log.history = [dict(row) for row in saved.history]
         self._kept_epoch = epoch
         return epoch
-
-    def _first_non_finite(self) -> str | None:
-        """The name of the first parameter (``model.<name>`` or ``loss.<name>``) holding a NaN
-        or inf, or None."""
-        for prefix, module in (("model", self.model), ("loss", self.head)):
-            for name, parameter in module.named_parameters():
-                if not bool(torch.isfinite(parameter).all()):
-                    return f"{prefix}.{name}"
-        return None
 
     def _way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""
         return describe_kept(self.run_dir, self._kept_epoch)
 
     def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
-        where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
-        parameter = self._first_non_finite()
-        cause = f"parameter {parameter} became non-finite" if parameter else what
-        return TrainingDivergedError(
-            f"{cause} at {where}; {self._way_forward()}. Try a lower lr, a warm-up, grad_clip "
-            "or another scale."
+        """:func:`~marginface.train.failures.diverged`, naming the first non-finite parameter."""
+        parameter = first_non_finite(self.model, self.head)
+        return diverged(
+            what, epoch=epoch, step=step, parameter=parameter, way_forward=self._way_forward()
         )
 
     # ---------------------------------------------------------------- loop
@@ -365,13 +352,9 @@ class Trainer:
     def _log_step_verification(self, step: int) -> None:
         """Every ``verify_every`` steps: the verification sets' accuracy, logged and (rank 0)
         appended to ``verification.csv`` (step, then one column per set)."""
-        row: dict[str, Any] = {"step": step, **self._verify()}
+        row: dict[str, Any] = {"step": step, **self.evaluator.verification_sets(self.model)}
         self.model.train()
-        self.step_verification.append(row)
-        if self.is_main:
-            write_history(self.run_dir / VERIFICATION_NAME, self.step_verification)
-            for callback in self.step_callbacks:
-                callback(row)
+        self.run_log.add_step_verification(row)
 
     def _images_per_epoch(self) -> int:
         """Training images of the global batch per epoch (the batches actually run)."""
@@ -399,40 +382,6 @@ class Trainer:
                 str(path),
             ) from error
         self._kept_epoch = epoch
-
-    def _evaluate(self) -> dict[str, float]:
-        """The epoch's test metrics (:func:`~marginface.train.evaluate.evaluate_model`'s
-        summary): closed-set ``val_loss`` and ``accuracy`` on unflipped embeddings, or the
-        open-set test pairs' ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the
-        figures ``marginface evaluate`` gives for this checkpoint)."""
-        if self.bundle.open_set and self._pairs is None and len(self.bundle.test):
-            self._pairs = verification_pairs(self.bundle)
-        evaluation = evaluate_model(
-            self.model,
-            self.head,
-            self.bundle,
-            flip=self.config.flip and self.bundle.open_set,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            amp_dtype=self.amp_dtype,
-            channels_last=self.config.channels_last,
-            pairs=self._pairs,
-            summary=True,
-        )
-        return evaluation.metrics
-
-    def _verify(self) -> dict[str, float]:
-        """Accuracy ± std (10 folds, flip-summed embeddings, insightface's protocol) of every
-        verification set of the dataset."""
-        results = verification_set_results(
-            self.model,
-            self.bundle,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            amp_dtype=self.amp_dtype,
-            channels_last=self.config.channels_last,
-        )
-        return verification_set_metrics(results)
 
     def fit(
         self, *, resume: bool | SavedRun = False, overwrite: bool = False
@@ -473,31 +422,24 @@ class Trainer:
             overwrite=overwrite,
             distributed=self.distributed,
         )
-        if isinstance(resume, SavedRun):
-            saved: SavedRun | None = resume
-        else:
-            saved = read_saved_run(run_dir) if resume else None
-        if saved is not None:  # before building anything: a refusal costs nothing
-            check_resumable(saved, self.config)
+        saved = run_to_continue(run_dir, resume, self.config)  # before building anything
         self._setup()
-        start = 0
-        self.history = []
+        start, history = 0, []
         if saved is not None:
-            start = self._restore(saved)
+            start, history = self._restore(saved), self.history
             del saved  # the checkpoint's tensors are in the run's objects now
         elif self.initial_state is not None:
             self.model.load_state_dict(self.initial_state["model"])
             if "loss" in self.initial_state:
                 self.head.load_state_dict(self.initial_state["loss"])
-        history_path = run_dir / HISTORY_NAME
-        self.step_verification = []
-        if start and (run_dir / VERIFICATION_NAME).is_file():
-            done = start * self.steps_per_epoch
-            rows = read_history(run_dir / VERIFICATION_NAME)
-            self.step_verification = [row for row in rows if row["step"] <= done]
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
-            write_history(history_path, self.history)  # completes a CSV cut short by a kill
+        self.run_log.open(
+            history=history,
+            completed_steps=start * self.steps_per_epoch,
+            writes=self.is_main,
+            tensorboard=self.config.tensorboard,
+        )
         self._reporter = ProgressReporter(
             self.progress if self.is_main else "none",
             epochs=self.config.epochs,
@@ -505,40 +447,26 @@ class Trainer:
             start_epoch=start,
             interval=self.progress_seconds,
         )
-        board = None
-        if self.config.tensorboard and self.is_main:
-            board = TensorBoardLogger(run_dir / "tensorboard")
         try:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
                 train_loss = self._train_epoch(epoch)
                 seconds = time.perf_counter() - began
-                parameter = self._first_non_finite()
-                if parameter is not None:
+                if first_non_finite(self.model, self.head) is not None:
                     raise self._diverged("", epoch, None)
                 row: dict[str, Any] = {
                     "epoch": epoch + 1,
                     "loss": train_loss,
-                    **self._evaluate(),
-                    **self._verify(),
+                    **self.evaluator.test_metrics(self.model, self.head),
+                    **self.evaluator.verification_sets(self.model),
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "seconds": seconds,
                     "images_per_second": self._images_per_epoch() / seconds,
                     **margin_state(self.head),
                 }
-                self.history.append(row)
-                try:
-                    self._save(epoch + 1)
-                except BaseException:
-                    self.history.pop()
-                    raise
+                self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
                 if self.is_main:
-                    write_history(history_path, self.history)
-                    if board is not None:
-                        board.log(row)
                     logger.debug("epoch %d: %s", epoch + 1, row)
-                    for callback in self.callbacks:
-                        callback(row)
         except KeyboardInterrupt:
             raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
         except RuntimeError as error:
@@ -551,8 +479,7 @@ class Trainer:
                 way_forward=self._way_forward(),
             ) from error
         finally:
-            if board is not None:
-                board.close()
+            self.run_log.close()
         return self.history
 
 

@@ -1,0 +1,55 @@
+"""What a training run raises when it cannot go on: a loss, embedding or parameter that became
+NaN or infinite, and Ctrl-C. Each message says what is on disk and how to go on
+(:func:`~marginface.train.run_state.describe_kept`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["TrainingDivergedError", "TrainingInterrupted", "diverged", "first_non_finite"]
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss, the embeddings or a parameter became NaN or infinite; the message names the
+    parameter (if one is to blame) and says truthfully what is on disk: the last good
+    checkpoint, or none when no epoch was completed."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :meth:`Trainer.fit`; the message says what was kept and how to go on."""
+
+
+def first_non_finite(model: nn.Module, head: nn.Module) -> str | None:
+    """The name of the first parameter (``model.<name>``, then ``loss.<name>`` for the head's)
+    holding a NaN or an infinity, or None when every parameter is finite."""
+    for prefix, module in (("model", model), ("loss", head)):
+        for name, parameter in module.named_parameters():
+            if not bool(torch.isfinite(parameter).all()):
+                return f"{prefix}.{name}"
+    return None
+
+
+def diverged(
+    what: str,
+    *,
+    epoch: int,
+    step: int | None,
+    parameter: str | None,
+    way_forward: str,
+) -> TrainingDivergedError:
+    """The error for a run that diverged in ``epoch`` (counted from 0), at ``step`` (from 0;
+    None: found after the epoch).
+
+    Args:
+        what: what became non-finite (``"the loss became nan"``), used when no ``parameter``
+            is to blame.
+        parameter: the first non-finite parameter (:func:`first_non_finite`), or None.
+        way_forward: what is on disk and how to go on
+            (:func:`~marginface.train.run_state.describe_kept`).
+    """
+    where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
+    cause = f"parameter {parameter} became non-finite" if parameter else what
+    return TrainingDivergedError(
+        f"{cause} at {where}; {way_forward}. Try a lower lr, a warm-up, grad_clip or another scale."
+    )
