@@ -21,6 +21,8 @@ CORE = (
     "margins",
     "executors",
     "head",
+    "class_parameters",
+    "weight_regularizers",
     "losses",
     "functional",
     "evaluation",
