@@ -23,6 +23,7 @@ CORE = (
     "head",
     "class_parameters",
     "weight_regularizers",
+    "head_state",
     "losses",
     "functional",
     "evaluation",

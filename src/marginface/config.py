@@ -147,6 +147,14 @@ class TrainConfig:
             died or hangs). Default: 600.
         verify_every: also evaluate the verification sets every this many steps (None: at
             epoch ends only).
+    IJB-B / IJB-C while training (docs/evaluation.md):
+        ijb_dir: an IJB folder in insightface's layout (``loose_crop/``, ``meta/``): the epoch
+            rows get its 1:1 TAR@FAR and 1:N rank-1 / TPIR columns, as ``marginface ijb``
+            computes them (under torchrun every rank embeds its share of the images, rank 0
+            evaluates). None (default): no IJB.
+        ijb_target: ``IJBC`` (default) or ``IJBB``: which protocol files of ``ijb_dir``.
+        ijb_every: evaluate IJB after every this many epochs and after the last one.
+            Default: 1 (every epoch).
     """
 
     dataset: str = "digits"
@@ -187,6 +195,9 @@ class TrainConfig:
     workers: int = 0
     dist_timeout: float = 600.0
     verify_every: int | None = None
+    ijb_dir: str | None = None
+    ijb_target: str = "IJBC"
+    ijb_every: int = 1
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -214,8 +225,15 @@ class TrainConfig:
             raise ConfigValueError(
                 "poly_power", f"poly_power must be a finite number > 0, got {self.poly_power!r}"
             )
+        from .data.ijb import IJB_TARGETS
+
+        if self.ijb_target not in IJB_TARGETS:
+            raise ConfigValueError(
+                "ijb_target",
+                f"ijb_target must be one of {', '.join(IJB_TARGETS)}, got {self.ijb_target!r}",
+            )
         names = ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs")
-        for name in (*names, "grad_accumulation"):
+        for name in (*names, "grad_accumulation", "ijb_every"):
             if getattr(self, name) < 1:
                 raise ConfigValueError(name, f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.grad_accumulation > self.batch_size:

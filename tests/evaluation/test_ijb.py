@@ -6,11 +6,9 @@ faces in ../shared/data (known templates, media, pairs, and landmarks from a kno
 from __future__ import annotations
 
 import heapq
-import io
 import json
 import math
 import shutil
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,6 @@ import pytest
 import torch
 
 from marginface.cli import main
-from marginface.data.align import ARCFACE_TEMPLATE
 from marginface.data.ijb import embed_ijb_images, evaluate_ijb, read_ijb_layout
 from marginface.evaluation.ijb import (
     IJB_FAR_TARGETS,
@@ -28,7 +25,6 @@ from marginface.evaluation.ijb import (
     template_features,
     template_pair_scores,
 )
-from tests._shared_data import require_shared_file
 
 cv2 = pytest.importorskip("cv2")
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
@@ -274,86 +270,7 @@ def test_bad_inputs_are_named():
         ijb_identification(np.eye(2), [1, 2], np.eye(2), [1, 2], rule="nist")
 
 
-# ------------------------------------------------------------ an IJB folder made of ORL faces
-def _orl_faces(count_subjects: int, per_subject: int) -> dict[int, list[np.ndarray]]:
-    path = require_shared_file("orl", "att_faces.tar")
-    faces: dict[int, list[np.ndarray]] = {}
-    with tarfile.open(path) as archive:
-        for subject in range(1, count_subjects + 1):
-            faces[subject] = []
-            for k in range(1, per_subject + 1):
-                data = archive.extractfile(f"att_faces/s{subject}/{k}.pgm").read()
-                grey = np.asarray(PIL.open(io.BytesIO(data)).convert("L").resize((112, 112)))
-                faces[subject].append(np.repeat(grey[:, :, None], 3, axis=2))
-    return faces
-
-
-def _similarity(scale, degrees, tx, ty):
-    a = np.deg2rad(degrees)
-    return np.array(
-        [[scale * np.cos(a), -scale * np.sin(a), tx], [scale * np.sin(a), scale * np.cos(a), ty]]
-    )
-
-
-@pytest.fixture(scope="module")
-def ijb_folder(tmp_path_factory):
-    """IJBC/ with loose_crop/ (each ORL face warped by a known similarity into a 200 px
-    canvas), meta/ files naming the warped template as landmarks, 2 templates per subject."""
-    faces = _orl_faces(8, 5)
-    root = tmp_path_factory.mktemp("ijb") / "IJBC"
-    (root / "loose_crop").mkdir(parents=True)
-    (root / "meta").mkdir()
-    rng = np.random.default_rng(7)
-    marks, tid_mid, originals = [], [], {}
-    templates_of: dict[int, list[int]] = {}
-    tid, mid, image = 1, 1, 1
-    for subject, images in faces.items():
-        templates_of[subject] = []
-        # template A: one still image; template B: a 2-frame video and a still
-        for group in ([[images[0]]], [[images[1], images[2]], [images[3]]]):
-            for media in group:
-                for face in media:
-                    transform = _similarity(
-                        rng.uniform(0.9, 1.4), rng.uniform(-20, 20), *rng.uniform(10, 40, 2)
-                    )
-                    canvas = cv2.warpAffine(face, transform, (200, 200), flags=cv2.INTER_CUBIC)
-                    name = f"{image}.jpg"
-                    cv2.imwrite(
-                        str(root / "loose_crop" / name), canvas, [cv2.IMWRITE_JPEG_QUALITY, 98]
-                    )
-                    points = ARCFACE_TEMPLATE @ transform[:, :2].T + transform[:, 2]
-                    score = rng.uniform(0.6, 1.0)
-                    marks.append(
-                        name
-                        + " "
-                        + " ".join(f"{v:.4f}" for v in points.reshape(-1))
-                        + f" {score:.4f}"
-                    )
-                    tid_mid.append(f"{name} {tid} {mid}")
-                    originals[name] = face
-                    image += 1
-                mid += 1
-            templates_of[subject].append(tid)
-            tid += 1
-    (root / "meta" / "ijbc_name_5pts_score.txt").write_text("\n".join(marks) + "\n")
-    (root / "meta" / "ijbc_face_tid_mid.txt").write_text("\n".join(tid_mid) + "\n")
-    all_t = [(t, s) for s, ts in templates_of.items() for t in ts]
-    pairs = [
-        f"{a} {b} {int(sa == sb)}" for i, (a, sa) in enumerate(all_t) for (b, sb) in all_t[i + 1 :]
-    ]
-    (root / "meta" / "ijbc_template_pair_label.txt").write_text("\n".join(pairs) + "\n")
-    header = "TEMPLATE_ID,SUBJECT_ID,FILENAME\n"
-    g1 = "".join(f"{templates_of[s][0]},{s},x.jpg\n" for s in (1, 2, 3, 4))
-    g2 = "".join(f"{templates_of[s][0]},{s},x.jpg\n" for s in (5, 6, 7, 8))
-    probe = "".join(
-        f"{templates_of[s][1]},{s},x.jpg\n{templates_of[s][1]},{s},y.jpg\n" for s in faces
-    )
-    (root / "meta" / "ijbc_1N_gallery_G1.csv").write_text(header + g1)
-    (root / "meta" / "ijbc_1N_gallery_G2.csv").write_text(header + g2)
-    (root / "meta" / "ijbc_1N_probe_mixed.csv").write_text(header + probe)
-    return root, originals
-
-
+# ------------------------------------------------------------ the IJB folder (conftest.py)
 def _projection_embedder(dim=37):
     """A fixed "backbone": 8×8 average pooling then a random projection, any size D."""
     generator = torch.Generator().manual_seed(0)

@@ -2,7 +2,8 @@
 
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
-:func:`marginface.evaluation.ijb.evaluate_ijb`.
+:func:`marginface.train.ijb_evaluation.ijb_results` (the function behind a training run's IJB
+columns too).
 """
 
 from __future__ import annotations
@@ -129,9 +130,10 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     import math
 
     from .._atomic import atomic_write_text
-    from ..data.ijb import embed_ijb_images, evaluate_ijb, read_ijb_layout, run_embedder
+    from ..data.ijb import read_ijb_layout
     from ..report import format_table
     from ..train import EVALUATION_NAME, load_run, resolve_device
+    from ..train.ijb_evaluation import ijb_results
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -168,33 +170,19 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         if done == total or done % (20 * args.batch_size) == 0:
             echo(f"embedded {done}/{total} images")
 
-    model_embed = run_embedder(model, device)
-
-    def embed(x):
-        try:
-            return model_embed(x)
-        except RuntimeError as error:  # a model for other images (size, channels)
-            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ValueError(
-                f"the model of {label} cannot embed 112x112 RGB face crops: {first_line}"
-            ) from None
-
-    embeddings, flipped = embed_ijb_images(
+    result = ijb_results(
+        model,
         layout,
-        embed,
+        device=device,
         batch_size=args.batch_size,
         workers=args.workers,
         cache=out / f"{name}_features.npz",
         cache_key=cache_key,
         progress=progress,
-    )
-    result = evaluate_ijb(
-        layout,
-        embeddings,
-        flipped,
         flip=not args.no_flip,
         norm_score=not args.no_norm_score,
         detector_score=not args.no_detector_score,
+        label=label,
     )
     prefix = f"{name}{_ablation_suffix(args)}_"
     metrics = result.as_dict(prefix)

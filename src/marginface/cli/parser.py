@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import _add_progress_option, _add_train_options, add_backbone_source_arguments
+from .options import (
+    _add_progress_option,
+    _add_train_options,
+    add_backbone_source_arguments,
+    add_checkpoint_options,
+)
 from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
 from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
 
@@ -82,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "backbone.pth, .safetensors, an AdaFace IR checkpoint), --model naming its "
         "architecture; the class centers, optimizer and schedule start afresh (fine-tuning)",
     )
+    add_checkpoint_options(train)
     _add_progress_option(train)
     train.set_defaults(func=cmd_train)
 
@@ -162,10 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         name="plot",
         help="pictures of a trained run",
-        description="Embeddings (circle/sphere), margin curve, ROC, training and state curves.",
+        description="Embeddings (circle/sphere), margin curve, ROC, training and state curves, "
+        "and OUT/report.html: the metrics, IJB results (marginface ijb's, or the history's "
+        "IJB columns) and the pictures.",
     )
     plot.add_argument("run_dir", type=Path)
-    plot.add_argument("--out", type=Path, help="folder for the PNGs (default RUN_DIR/plots)")
+    plot.add_argument(
+        "--out", type=Path, help="folder for the PNGs and report (default RUN_DIR/plots)"
+    )
     plot.add_argument("--device", default="auto")
     plot.set_defaults(func=cmd_plot)
 

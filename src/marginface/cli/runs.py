@@ -116,18 +116,37 @@ def _write_quality_report(run_dir: Path, evaluation) -> Path:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ..train import draw_run_pictures, evaluate_run, load_run, resolve_device
+    """The run's pictures (PNGs) and its report (``OUT/report.html``): the metrics of
+    ``evaluate`` (with ``marginface ijb``'s numbers kept in ``evaluation.json``), the IJB
+    section (tables, ``RUN/ijb/*_roc.png``, the IJB columns over training), the pictures."""
+    from ..report import write_report
+    from ..train import EVALUATION_NAME, draw_run_pictures, evaluate_run, load_run, resolve_device
+    from ..train.pictures import report_sections
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
     history = run.history  # the checkpoint's own: complete even if history.csv lags
     evaluation = evaluate_run(run)
+    kept = _ijb_results(run_dir / EVALUATION_NAME)
+    evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     out = args.out or run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
     pictured = {run.config.loss: (history, evaluation, run.head.cpu())}  # drawn on the CPU
     images = draw_run_pictures(pictured, out)
     for caption, path in images.items():
         _echo(args, f"{caption}: {path}")
+    rocs = {
+        f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
+        for path in sorted((run_dir / "ijb").glob("*_roc.png"))
+    }
+    report = write_report(
+        out / "report.html",
+        title=f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})",
+        rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
+        columns=("metric", "value"),
+        sections=report_sections(pictured, images, rocs),
+    )
+    _echo(args, f"report: {report}")
     return 0
 
 

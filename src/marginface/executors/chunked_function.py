@@ -14,6 +14,7 @@ whose non-target rule is compiled in run on the custom operators of
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from .chunk_loop import (
     chunk_rule_for_margin,
     nontarget_gradient,
     nontarget_statistics,
+    row_block_pass,
     row_statistics,
     target_cosines,
 )
@@ -81,14 +83,27 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         kernels: str | None,
         shard: ClassShard | None,
         sample: Tensor | None,
+        row_block: int | None = None,
+        gradients: tuple[bool, bool] = (True, True),
         names: tuple[str, ...] = (),
         class_values: Tensor | None = None,
     ) -> Tensor:
         if shard is not None:
             x = shard.gather_rows(x)  # (N, D), the global batch
-        triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
+        if row_block is not None and shard is not None:
+            raise ValueError("row_block does not apply to a sharded head (see docs/fused.md)")
+        requested = requested_kernels(kernels)
+        if row_block is not None and requested == "triton":
+            raise ValueError(
+                "row_block runs on PyTorch ops only, got kernels='triton'; use kernels='torch'"
+            )
+        triton = row_block is None and use_triton_kernels(requested, x, weight, margin)
         n, k = x.shape[0], sub_centers
         x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
+        block_chunk = None
+        if row_block is not None:  # the class chunks of one block of rows
+            block_rows = x[: min(row_block, n)]
+            block_chunk = chunk_size_for(block_rows, weight, k, sample, chunk_size)
         chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
         chunks = ChunkWorkspace(x_hat, weight, targets, k, chunk_size, gemm, sample=sample)
 
@@ -127,10 +142,32 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
                     )
         frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
         rule = chunk_rule_for_margin(margin, frozen, rows=n, device=x.device, triton=triton)
-        stats = nontarget_statistics(chunks, rule, row_scale.detach())
-        if shard is not None:
-            stats = shard.merge_statistics(stats)
-        lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
+        ctx.pending = None
+        if row_block is not None and any(gradients):
+            # Forward and backward in one pass per block of rows: the gradients of Σ lse_i,
+            # kept for the backward, which scales them by the upstream gradient.
+            pending = _RowBlockGradients(
+                x_hat=torch.zeros_like(x_hat),  # (N, D)
+                weight=_weight_gradient(weight, sample) if gradients[1] else None,
+                scale=torch.zeros_like(norms) if row_scale.requires_grad else None,  # (N,)
+            )
+            lse = row_block_pass(
+                chunks,
+                rule,
+                row_block=row_block,
+                chunk_size=block_chunk,
+                scale=row_scale.detach(),
+                target_logit=target_logit.detach(),
+                grad_x_hat=pending.x_hat,
+                grad_weight=pending.weight,
+                grad_scale=pending.scale,
+            )
+            ctx.pending = [pending]  # popped in backward: the weight gradient is handed over
+        else:
+            stats = nontarget_statistics(chunks, rule, row_scale.detach())
+            if shard is not None:
+                stats = shard.merge_statistics(stats)
+            lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
 
         ctx.save_for_backward(norms, x_hat, lse, target_rows, owned)
         ctx.shard, ctx.chunks, ctx.rule = shard, chunks, rule
@@ -149,23 +186,34 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         scale = row_scale.detach()  # (N,)
         scale_grad = row_scale.requires_grad
 
-        grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
-        grad_weight = None  # (C·K, D): every row (every sampled row) is written by one chunk
-        if ctx.needs_input_grad[1]:
-            weight = chunks.weight
-            sampled = chunks.sample is not None
-            grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
-        grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
-        nontarget_gradient(
-            chunks,
-            rule,
-            scale=scale,
-            lse=lse,
-            grad=grad,
-            grad_x_hat=grad_x_hat,
-            grad_weight=grad_weight,
-            grad_scale=grad_scale,
-        )
+        pending = ctx.pending.pop() if ctx.pending else None
+        uniform = pending is not None and bool((grad == grad[:1]).all())
+        if uniform:  # the row-block pass's gradients of Σ lse_i, times the one upstream γ
+            grad_x_hat = pending.x_hat.mul_(grad.unsqueeze(1))  # (N, D), ∂L/∂x̂
+            grad_weight = pending.weight
+            if grad_weight is not None:
+                grad_weight.mul_(grad[0].to(grad_weight.dtype))
+            grad_scale = pending.scale.mul_(grad) if pending.scale is not None else None
+        else:  # the class-chunked backward (4th GEMM), exact for any upstream gradient
+            pending = None  # the row-block pass's buffers (if any) are freed first
+            grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
+            grad_weight = None  # (C·K, D): every row (every sampled row) is written by a chunk
+            if ctx.needs_input_grad[1]:
+                grad_weight = _weight_gradient(chunks.weight, chunks.sample)
+            grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
+            nontarget_gradient(
+                chunks,
+                rule,
+                scale=scale,
+                lse=lse,
+                grad=grad,
+                grad_x_hat=grad_x_hat,
+                grad_weight=grad_weight,
+                grad_scale=grad_scale,
+            )
+        del pending
+        if not ctx.needs_input_grad[1]:
+            grad_weight = None
 
         # The target: backward through the margin's small graph, then through the indexed dot.
         outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
@@ -204,10 +252,18 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
             grad_values = grads[-1] if grads[-1] is not None else torch.zeros_like(values_leaf)
         if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
             grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
-        return (
-            grad_x, grad_weight, None, None, None, None, None, None, None, None, None, None,
-            grad_values,
-        )  # fmt: skip
+        return grad_x, grad_weight, *([None] * 12), grad_values
+
+
+@dataclass
+class _RowBlockGradients:
+    """The gradients of ``Σ_i lse_i`` that the row-block pass forms in the forward:
+    ``∂/∂x̂`` (``Tensor[N, D]``), ``∂/∂W`` (``Tensor[C·K, D]`` or None), ``∂/∂s`` (``Tensor[N]``
+    or None)."""
+
+    x_hat: Tensor
+    weight: Tensor | None
+    scale: Tensor | None
 
 
 def stack_class_values(
@@ -225,6 +281,12 @@ def stack_class_values(
     margin.with_class_values({}, class_values)  # the ValueError naming the missing ones
     assert class_values is not None
     return names, torch.stack([class_values[name] for name in names])
+
+
+def _weight_gradient(weight: Tensor, sample: Tensor | None) -> Tensor:
+    """The weight's gradient buffer: uninitialized (every row is written by one chunk), or
+    zeros for a Partial FC sample (unsampled rows get an exact 0)."""
+    return torch.zeros_like(weight) if sample is not None else torch.empty_like(weight)
 
 
 def _prepare(

@@ -32,8 +32,15 @@ from ..evaluation import (
     sample_pairs,
     verification_metrics,
 )
-from .distributed import rank_slice
+from .distributed import is_distributed, rank_slice
 from .embeddings import extract_embeddings
+from .ijb_evaluation import (
+    IjbSet,
+    ijb_history_metrics,
+    ijb_progress_logger,
+    ijb_results,
+    ijb_set_for,
+)
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
@@ -256,7 +263,9 @@ class EpochEvaluator:
         amp_dtype: autocast dtype of the forward passes (None: full precision).
 
     The test pairs of an open-set dataset (:func:`verification_pairs`) are drawn once, at the
-    first evaluation.
+    first evaluation. With ``config.ijb_dir`` the IJB folder is read here, before the first
+    step (:func:`~marginface.train.ijb_evaluation.ijb_set_for`: a bad folder, target or model
+    input is an error now), and :meth:`test_metrics` adds its columns.
     """
 
     def __init__(
@@ -272,12 +281,27 @@ class EpochEvaluator:
         self.device = device
         self.amp_dtype = amp_dtype
         self._pairs: PairSet | None = None
+        channels, height, width = bundle.train.image_shape
+        self.ijb: IjbSet | None = ijb_set_for(
+            config.ijb_dir,
+            config.ijb_target,
+            config.ijb_every,
+            in_channels=channels,
+            image_size=(height, width),
+            workers=config.workers,
+            distributed=is_distributed(),
+        )
 
-    def test_metrics(self, model: nn.Module, head: nn.Module) -> dict[str, float]:
-        """The epoch's test metrics (:func:`evaluate_model`'s summary): closed-set ``val_loss``
-        and ``accuracy`` on unflipped embeddings, or the open-set test pairs'
-        ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the figures
-        ``marginface evaluate`` gives for this checkpoint). Every rank calls it."""
+    def test_metrics(
+        self, model: nn.Module, head: nn.Module, epoch: int | None = None
+    ) -> dict[str, float]:
+        """The test metrics after ``epoch`` completed epochs (:func:`evaluate_model`'s
+        summary): closed-set ``val_loss`` and ``accuracy`` on unflipped embeddings, or the
+        open-set test pairs' ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the
+        figures ``marginface evaluate`` gives for this checkpoint); with ``ijb_dir`` the IJB
+        columns (values when ``epoch`` is due, :meth:`IjbSet.due`, or ``epoch`` is None; NaN
+        otherwise; every rank embeds its share of the IJB images, rank 0 gets the values).
+        Every rank calls it."""
         bundle = self.bundle
         if bundle.open_set and self._pairs is None and len(bundle.test):
             self._pairs = verification_pairs(bundle)
@@ -292,6 +316,9 @@ class EpochEvaluator:
             channels_last=self.config.channels_last,
             pairs=self._pairs,
             summary=True,
+            ijb=self.ijb,
+            ijb_due=epoch is None
+            or (self.ijb is not None and self.ijb.due(epoch, self.config.epochs)),
         )
         return evaluation.metrics
 
@@ -324,6 +351,8 @@ def evaluate_model(
     num_pairs: int = 6000,
     seed: int = 0,
     summary: bool = False,
+    ijb: IjbSet | None = None,
+    ijb_due: bool = True,
 ) -> Evaluation:
     """Evaluate a backbone and its head on ``bundle``'s test set: the one evaluation behind
     the trainer's per-epoch row and ``marginface evaluate``.
@@ -358,10 +387,65 @@ def evaluate_model(
             test set) and ``accuracy`` for closed-set data, ``verification_accuracy`` and
             ``auc`` (with NaN ``val_loss`` and ``accuracy``) for open-set data, both NaN for an
             empty test set.
+        ijb: an IJB-B/C dataset (:class:`~marginface.train.ijb_evaluation.IjbSet`): its
+            columns ``ijbc_tar@far=1e-06`` ... ``1e-01`` and, with the 1:N files,
+            ``ijbc_<gallery>_rank1`` and ``ijbc_<gallery>_tpir@fpir=1e-01`` are added
+            (:func:`~marginface.train.ijb_evaluation.ijb_history_metrics`: the numbers
+            ``marginface ijb`` gives for these weights; embedded in full precision, flipped,
+            in batches of ``batch_size``; with ``ijb.distributed`` every rank calls this and
+            embeds its share, rank 0 alone gets the values). None (default): no IJB.
+        ijb_due: evaluate ``ijb`` now; False: its columns are NaN (an epoch between two IJB
+            evaluations keeps the columns of the log in place). Default: True.
 
     Returns:
         The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
     """
+    evaluation = _test_set_evaluation(
+        model,
+        head,
+        bundle,
+        flip=flip,
+        batch_size=batch_size,
+        device=device,
+        amp_dtype=amp_dtype,
+        channels_last=channels_last,
+        pairs=pairs,
+        num_pairs=num_pairs,
+        seed=seed,
+        summary=summary,
+    )
+    if ijb is not None:
+        result = None
+        if ijb_due:
+            result = ijb_results(
+                model,
+                ijb.layout,
+                device=device,
+                batch_size=batch_size,
+                workers=ijb.workers,
+                progress=ijb_progress_logger(ijb.target),
+                distributed=ijb.distributed,
+            )  # None on the ranks other than 0
+        evaluation.metrics.update(ijb_history_metrics(result, ijb))
+    return evaluation
+
+
+def _test_set_evaluation(
+    model: nn.Module,
+    head: nn.Module,
+    bundle: DatasetBundle,
+    *,
+    flip: bool,
+    batch_size: int,
+    device: torch.device | str,
+    amp_dtype: torch.dtype | None,
+    channels_last: bool,
+    pairs: PairSet | None,
+    num_pairs: int,
+    seed: int,
+    summary: bool,
+) -> Evaluation:
+    """:func:`evaluate_model` without the IJB columns."""
     test = bundle.test
     if len(test) == 0:
         if summary or not bundle.verification:

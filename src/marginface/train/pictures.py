@@ -15,10 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from ..report import Image, PlotlyFigure, Section
+from ..evaluation.ijb import IJB_FAR_TARGETS
+from ..report import Image, PlotlyFigure, Section, Table
 from .evaluate import Evaluation
 
-__all__ = ["ANGLES_CAPTION", "class_centers", "draw_run_pictures", "report_sections"]
+__all__ = [
+    "ANGLES_CAPTION",
+    "class_centers",
+    "draw_run_pictures",
+    "ijb_curve_caption",
+    "ijb_section",
+    "report_sections",
+]
 
 RunPictures = dict[str, tuple[list[dict[str, Any]], Evaluation, Any]]
 
@@ -55,6 +63,7 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
         plot_angle_distributions,
         plot_embedding_grid,
         plot_error_versus_reject,
+        plot_ijb_history,
         plot_margin_curves,
         plot_roc,
         plot_state_curve,
@@ -102,17 +111,127 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
                 images[f"{name}: {key} over training"] = save_figure(
                     plot_state_curve(history, key), out_dir / f"state_{name}_{key}.png"
                 )
+        for prefix in _history_ijb_prefixes(history):
+            images[ijb_curve_caption(name, prefix)] = save_figure(
+                plot_ijb_history(history, prefix), out_dir / f"{prefix}{name}.png"
+            )
     return images
 
 
-def report_sections(runs: RunPictures, images: dict[str, Path]) -> list[Section]:
+def ijb_curve_caption(name: str, prefix: str) -> str:
+    """The caption of run ``name``'s IJB-over-training picture (``prefix``: ``ijbc_``...)."""
+    return f"{prefix.rstrip('_').upper()} over training: {name}"
+
+
+def _history_ijb_prefixes(history: list[dict[str, Any]]) -> list[str]:
+    """The IJB prefixes with at least one value in the log (``train --ijb-dir``)."""
+    from ..plots import ijb_prefixes
+
+    keys = [k for row in history for k, v in row.items() if _is_number(v)]
+    return ijb_prefixes(keys)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_ONE_TO_ONE = tuple(f"tar@far={far:.0e}" for far in IJB_FAR_TARGETS)
+_ONE_TO_N = ("rank1", "rank5", "rank10", "tpir@fpir=1e-02", "tpir@fpir=1e-01")
+
+
+def _ijb_results(runs: RunPictures) -> list[tuple[str, str, str, dict[str, float]]]:
+    """``(run, prefix, source, {key without prefix: value})`` of every IJB result: the keys
+    ``marginface ijb`` merged into the run's metrics (``evaluation.json``), else the last
+    epoch of the log with IJB values."""
+    from ..plots import ijb_prefixes
+
+    found = []
+    for name, (history, evaluation, _) in runs.items():
+        metrics = evaluation.metrics
+        measured = ijb_prefixes(metrics)
+        for prefix in measured:
+            values = {k[len(prefix) :]: v for k, v in metrics.items() if k.startswith(prefix)}
+            found.append((name, prefix, "marginface ijb", values))
+        for prefix in _history_ijb_prefixes(history):
+            if prefix in measured:
+                continue
+            row = next(  # the last epoch evaluated on IJB
+                r
+                for r in reversed(history)
+                if any(k.startswith(f"{prefix}tar@far=") and _is_number(v) for k, v in r.items())
+            )
+            values = {k[len(prefix) :]: v for k, v in row.items() if k.startswith(prefix)}
+            found.append((name, prefix, f"history, epoch {int(row['epoch'])}", values))
+    return found
+
+
+def ijb_section(
+    runs: RunPictures,
+    images: dict[str, Path],
+    rocs: dict[str, Path] | None = None,
+) -> Section | None:
+    """The report's IJB-B / IJB-C section, or None when no run has IJB results: a 1:1 table
+    (TAR at FAR 1e-6 ... 1e-1, insightface's rule), a 1:N table (rank-1/5/10 and TPIR at
+    FPIR 0.01 and 0.1 per gallery, where measured), the ROC pictures ``rocs`` (``{caption:
+    png}``, e.g. the ones ``marginface ijb`` drew) and each run's IJB-over-training picture
+    (:func:`ijb_curve_caption` in ``images``).
+
+    Args:
+        runs: ``{loss_name: (history, evaluation, loss_module)}``; IJB results are the
+            ``ijbc_...`` keys of ``evaluation.metrics`` (``marginface ijb``), else the last
+            epoch of ``history`` with IJB columns (``train --ijb-dir``).
+        images: :func:`draw_run_pictures`' pictures.
+        rocs: ROC pictures to show in the section.
+    """
+    results = _ijb_results(runs)
+    pictures = [
+        Image(caption, path)
+        for caption, path in images.items()
+        if any(caption == ijb_curve_caption(n, p) for n, p, _, _ in results)
+    ]
+    pictures += [Image(caption, path) for caption, path in (rocs or {}).items()]
+    if not results and not pictures:
+        return None
+    one_to_one = [
+        {"run": name, "set": prefix.rstrip("_"), "from": source}
+        | {key: values.get(key) for key in _ONE_TO_ONE}
+        for name, prefix, source, values in results
+    ]
+    one_to_n = []
+    for name, prefix, _, values in results:
+        galleries = dict.fromkeys(
+            k.split("_", 1)[0] for k in values if k.endswith(("_rank1", "_tpir@fpir=1e-01"))
+        )
+        for gallery in galleries:
+            row: dict[str, Any] = {"run": name, "set": prefix.rstrip("_"), "gallery": gallery}
+            row |= {key: values.get(f"{gallery}_{key}") for key in _ONE_TO_N}
+            one_to_n.append(row)
+    blocks: list[Any] = []
+    if one_to_one:
+        blocks.append(Table(one_to_one, ("run", "set", "from", *_ONE_TO_ONE)))
+    if one_to_n:
+        blocks.append(Table(one_to_n, ("run", "set", "gallery", *_ONE_TO_N)))
+    return Section(
+        "IJB-B / IJB-C",
+        [*blocks, *pictures],
+        intro="1:1 TAR at FAR by insightface's rule (the ROC point of FPR nearest the "
+        "target); 1:N rank-k and TPIR at FPIR per gallery (G1, G2: open-set; G1+G2: "
+        "insightface's rule); docs/evaluation.md. '-': not measured.",
+    )
+
+
+def report_sections(
+    runs: RunPictures, images: dict[str, Path], ijb_rocs: dict[str, Path] | None = None
+) -> list[Section]:
     """The report's sections after its metrics: the interactive 3-D embeddings (one figure per
-    3-D run, with the learned class centers for closed-set runs), then the PNG ``images`` of
+    3-D run, with the learned class centers for closed-set runs), the IJB results when a run
+    has them (:func:`ijb_section`, with its pictures), then the other PNG ``images`` of
     :func:`draw_run_pictures`.
 
     Args:
         runs: ``{loss_name: (history, evaluation, loss_module)}``.
         images: ``{caption: png_path}``, in the order to show.
+        ijb_rocs: IJB ROC pictures ``{caption: png_path}`` for the IJB section.
     """
     from ..plots import sphere_figure
 
@@ -140,6 +259,11 @@ def report_sections(runs: RunPictures, images: dict[str, Path]) -> list[Section]
                 "center and to the nearest other center. Diamonds: the learned class centers.",
             )
         )
+    ijb = ijb_section(runs, images, ijb_rocs)
+    if ijb is not None:
+        sections.append(ijb)
+        shown = {block.caption for block in ijb.blocks if isinstance(block, Image)}
+        images = {caption: path for caption, path in images.items() if caption not in shown}
     if images:
         sections.append(
             Section("Pictures", [Image(caption, path) for caption, path in images.items()])
