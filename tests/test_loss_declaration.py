@@ -12,6 +12,7 @@ import marginface
 from marginface.head import MarginSoftmaxLoss
 from marginface.losses import LossDeclaration, NamedLoss
 from marginface.margins import ArcFaceMargin, CosFaceMargin, Margin
+from marginface.weight_regularizers import MinimumHypersphericalEnergy
 
 NAMED = [
     name
@@ -21,8 +22,16 @@ NAMED = [
 FROM_HEAD = {"num_classes", "device"}
 """Margin parameters the head fills in (AdaCos's initial scale, stateful margins' buffers)."""
 
-HIDDEN = {"normface": {"gradient"}, "adacos": {"gradient"}}
-OVERRIDES = {("amsoftmax", "scale"): 30.0, ("subcenter-arcface", "sub_centers"): 3}
+HIDDEN = {
+    "normface": {"gradient"},
+    "adacos": {"gradient"},
+    "sphereface-plus": {"kind", "feature_norm", "soft_weight"},  # the authors' head has none
+}
+OVERRIDES = {
+    ("amsoftmax", "scale"): 30.0,
+    ("subcenter-arcface", "sub_centers"): 3,
+    ("sphereface-plus", "weight_regularizer"): MinimumHypersphericalEnergy(),
+}
 
 
 def _head_keywords() -> dict[str, inspect.Parameter]:
@@ -33,8 +42,9 @@ def _head_keywords() -> dict[str, inspect.Parameter]:
 
 
 def test_every_registered_paper_is_declared():
-    # 12 + MV-AM, MV-Arc, Li-ArcFace, Circle, ArcNegFace
-    assert len(NAMED) == 17 and marginface.list_losses() == NAMED
+    # 12 + MV-AM, MV-Arc, Li-ArcFace, Circle, ArcNegFace, AdaM-Softmax, NPCFace, SphereFace-R,
+    # SphereFace+
+    assert len(NAMED) == 21 and marginface.list_losses() == NAMED
 
 
 @pytest.mark.parametrize("name", NAMED)

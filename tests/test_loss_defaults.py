@@ -16,9 +16,11 @@ ALL = marginface.list_losses()
 DELIBERATE = {("amsoftmax", "scale"): AM_SOFTMAX_SCALE}
 """Named-loss defaults that differ from their margin's on purpose (AM-Softmax's paper: s = 30)."""
 
-NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")}
+NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")} | {
+    ("sphereface-plus", key) for key in ("kind", "feature_norm", "soft_weight")
+}
 """Margin options a named loss does not take (the margin leaves the target cosine as it is, so
-the gradient mode changes nothing)."""
+the gradient mode changes nothing; SphereFace+ is the authors' one-variant head)."""
 
 HEAD_OR_STATE = {"device", "num_classes"}
 

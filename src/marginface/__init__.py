@@ -16,6 +16,7 @@ from .head import MarginSoftmaxLoss, reshardable_state_dict
 from .losses import (
     AdaCosLoss,
     AdaFaceLoss,
+    AdaMSoftmaxLoss,
     AMSoftmaxLoss,
     ArcFaceLoss,
     ArcNegFaceLoss,
@@ -29,7 +30,10 @@ from .losses import (
     MVAMSoftmaxLoss,
     MVArcSoftmaxLoss,
     NormFaceLoss,
+    NPCFaceLoss,
     SphereFaceLoss,
+    SphereFacePlusLoss,
+    SphereFaceRLoss,
     SubCenterArcFaceLoss,
 )
 from .registry import create_loss, get_loss_class, list_losses, register_loss
@@ -40,6 +44,7 @@ __all__ = [
     "AMSoftmaxLoss",
     "AdaCosLoss",
     "AdaFaceLoss",
+    "AdaMSoftmaxLoss",
     "ArcFaceLoss",
     "ArcNegFaceLoss",
     "CircleLoss",
@@ -52,8 +57,11 @@ __all__ = [
     "MVArcSoftmaxLoss",
     "MagFaceLoss",
     "MarginSoftmaxLoss",
+    "NPCFaceLoss",
     "NormFaceLoss",
     "SphereFaceLoss",
+    "SphereFacePlusLoss",
+    "SphereFaceRLoss",
     "SubCenterArcFaceLoss",
     "__version__",
     "create_loss",

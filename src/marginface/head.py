@@ -18,6 +18,12 @@ from ._validation import (
     check_real,
     check_representable,
 )
+from .class_parameters import (
+    class_regularizer,
+    create_class_parameters,
+    reset_class_parameters,
+    target_class_values,
+)
 from .executors.choice import (
     AUTO_CHUNKED_MIN_LOGITS,
     DEFAULT_MEMORY_BUDGET,
@@ -42,6 +48,7 @@ from .executors.dense import (
 )
 from .executors.margin_loss import REDUCTIONS, reduce_loss
 from .executors.sharding import ClassShard, scale_gradient
+from .head_state import class_rows, full_weight_to_shard, reshardable_state_dict, weight_as_dtensor
 from .margins.base import Margin
 from .subcenters import (
     PAPER_OUTLIER_DEGREES,
@@ -50,6 +57,7 @@ from .subcenters import (
     keep_dominant_centers,
     sub_center_counts,
 )
+from .weight_regularizers import WeightRegularizer, check_weight_regularizer, regularize_weight
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
@@ -132,11 +140,18 @@ class MarginSoftmaxLoss(nn.Module):
             their gradient; the dense one copies them). In eval mode every class
             is used. Optimizers still update unsampled rows from their state: SGD's momentum
             and weight decay and Adam's moments keep moving them (docs/distributed.md).
+        weight_regularizer: a term on the centers of the batch's classes added to every
+            sample's loss (:mod:`marginface.weight_regularizers`, e.g. SphereFace+'s
+            ``MinimumHypersphericalEnergy()``); exact on a class-sharded head. Default: None.
 
     Attributes:
         weight: ``Parameter[C·K, D]`` (sharded: ``Parameter[(stop - start)·K, D]``), the class
             centers (class-major for sub-centers), initialized ``N(0, 0.01²)`` (insightface);
             only their direction matters.
+        class_parameters: ``ParameterDict``, one ``Parameter[C]`` (sharded: ``[stop - start]``)
+            per learnable per-class value the margin declares (AdaM-Softmax's ``"margin"``;
+            empty for the other margins), made, gathered and regularized by
+            :mod:`marginface.class_parameters`.
         margin: the margin module (its buffers are part of this module's ``state_dict``;
             replicated and updated identically on every rank when sharded).
         class_range: ``(start, stop)``, the classes held in :attr:`weight`.
@@ -159,6 +174,7 @@ class MarginSoftmaxLoss(nn.Module):
         dtype: torch.dtype | None = None,
         process_group: dist.ProcessGroup | None = None,
         sample_rate: float = 1.0,
+        weight_regularizer: WeightRegularizer | None = None,
     ) -> None:
         super().__init__()
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
@@ -183,6 +199,7 @@ class MarginSoftmaxLoss(nn.Module):
         self.memory_budget = check_int("memory_budget", memory_budget, minimum=0)
         self.row_block = None if row_block is None else check_int("row_block", row_block, minimum=1)
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
+        self.weight_regularizer = check_weight_regularizer(weight_regularizer)
         if dtype == torch.float64:  # the running statistics keep float64 precision too
             margin.to(dtype=torch.float64)
         self.margin = margin
@@ -195,14 +212,19 @@ class MarginSoftmaxLoss(nn.Module):
         self.weight = nn.Parameter(
             torch.empty((stop - start) * sub_centers, embedding_dim, device=device, dtype=dtype)
         )
+        self.class_parameters = create_class_parameters(
+            margin, stop - start, device=device, dtype=dtype
+        )
         self.reset_parameters()
-        self._register_load_state_dict_pre_hook(_full_weight_to_shard, with_module=True)
+        self._register_load_state_dict_pre_hook(full_weight_to_shard, with_module=True)
         if self.shard is not None:
-            self._register_state_dict_hook(_weight_as_dtensor)
+            self._register_state_dict_hook(weight_as_dtensor)
 
     def reset_parameters(self) -> None:
-        """Re-draw the class centers from ``N(0, 0.01²)``."""
+        """Re-draw the class centers from ``N(0, 0.01²)`` and the per-class parameters from
+        their declared ``U(init_low, init_high)``."""
         nn.init.normal_(self.weight, std=0.01)
+        reset_class_parameters(self.class_parameters, self.margin)
 
     def cosine(self, embeddings: Tensor) -> Tensor:
         """Cosines to every class center, ``Tensor[N, D] -> Tensor[N, C]`` (sub-centers pooled).
@@ -226,7 +248,10 @@ class MarginSoftmaxLoss(nn.Module):
         if labels is None:
             return cosine * self.margin.scale_for(norms)
         labels = check_labels(labels, embeddings.shape[0], self.num_classes)
-        return self.margin.apply(cosine, labels, norms if self.margin.requires_norms else None)
+        norms = norms if self.margin.requires_norms else None
+        local = labels - self.class_range[0]
+        class_values = target_class_values(self.class_parameters, self.margin, local, None)
+        return self.margin.apply(cosine, labels, norms, class_values)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """The loss.
@@ -246,6 +271,7 @@ class MarginSoftmaxLoss(nn.Module):
             check_embeddings(embeddings, self.embedding_dim)
             labels = check_labels(labels, embeddings.shape[0], self.num_classes)
             targets, sampled = self._classes_of_step(labels)
+            class_values = target_class_values(self.class_parameters, self.margin, targets, sampled)
             executor = self.executor(embeddings.shape[0])
             if executor in ("chunked", "row_block"):
                 rows = embeddings.shape[0]
@@ -258,6 +284,7 @@ class MarginSoftmaxLoss(nn.Module):
                     chunk_size=self.chunk_size,
                     kernels=self.kernels,
                     sampled_classes=sampled,  # read in place, chunk by chunk
+                    class_values=class_values,
                     row_block=self.row_block_rows(rows) if executor == "row_block" else None,
                 )
             else:
@@ -266,8 +293,19 @@ class MarginSoftmaxLoss(nn.Module):
                     k, d = self.sub_centers, self.embedding_dim
                     weight = weight.view(-1, k, d)[sampled].reshape(-1, d)  # (S·K, D)
                 per_sample = dense_margin_cross_entropy(
-                    embeddings, weight, targets, self.margin, sub_centers=self.sub_centers
+                    embeddings,
+                    weight,
+                    targets,
+                    self.margin,
+                    sub_centers=self.sub_centers,
+                    class_values=class_values,
                 )
+        extra = class_regularizer(self.class_parameters, self.margin, self.num_classes, self.shard)
+        if self.weight_regularizer is not None:
+            term = regularize_weight(self.weight_regularizer, self.weight, labels, self)
+            extra = term if extra is None else extra + term
+        if extra is not None:
+            per_sample = per_sample + extra.to(per_sample.dtype)
         return reduce_loss(per_sample, self.reduction)
 
     # ------------------------------------------------------------ sharding, sampling
@@ -329,6 +367,9 @@ class MarginSoftmaxLoss(nn.Module):
             chunk_size=self.chunk_size,
             kernels=self.kernels,
             sampled_classes=sampled,  # read in place, chunk by chunk
+            class_values=target_class_values(  # this rank's classes' values, 0 elsewhere
+                self.class_parameters, self.margin, targets, sampled
+            ),
         )
         return per_sample
 
@@ -503,78 +544,3 @@ def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None
         ]
         raise ValueError(f"the ranks build different heads ({'; '.join(differ)})")
     return shard
-
-
-def reshardable_state_dict(loss: MarginSoftmaxLoss) -> dict[str, Any]:
-    """``loss.state_dict()`` laid out for ``torch.distributed.checkpoint``, sharded or not.
-
-    The weight appears as ``Tensor[C, K·D]`` (one row per class, its ``K`` sub-centers side by
-    side): a DTensor sharded on dim 0 for a sharded head (its ``state_dict()`` already is
-    this), a plain view for an unsharded one. Both share storage with the weight, so
-    ``torch.distributed.checkpoint.load(reshardable_state_dict(loss), ...)`` restores the
-    weight in place, whatever the number of ranks that saved it; the margin's buffers are
-    replicated tensors. For ``K = 1`` this is just ``loss.state_dict()``.
-    """
-    if not isinstance(loss, MarginSoftmaxLoss):
-        raise TypeError(f"loss must be a MarginSoftmaxLoss, got {type(loss).__name__}")
-    state = loss.state_dict(keep_vars=False)
-    if loss.shard is None:
-        k, d = loss.sub_centers, loss.embedding_dim
-        state["weight"] = loss.weight.detach().view(loss.num_classes, k * d)
-    return state
-
-
-def class_rows(tensor: Tensor, loss: MarginSoftmaxLoss) -> Tensor:
-    """A tensor shaped like ``loss.weight`` (the weight itself, or optimizer state of it),
-    viewed as one row per class, ``[c, K·D]``, sharing its storage; for a sharded head a
-    DTensor of global shape ``[C, K·D]`` sharded on dim 0 (``torch.chunk``'s split, which is
-    the class partition), the layout ``torch.distributed.checkpoint`` reshards."""
-    k, d = loss.sub_centers, loss.embedding_dim
-    rows = tensor.detach().reshape(-1, k * d)
-    if loss.shard is None:
-        return rows
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import DTensor, Shard
-
-    mesh = DeviceMesh.from_group(loss.shard.group or dist.group.WORLD, rows.device.type)
-    return DTensor.from_local(
-        rows,
-        mesh,
-        [Shard(0)],
-        run_check=False,
-        shape=torch.Size([loss.num_classes, k * d]),
-        stride=(k * d, 1),
-    )
-
-
-def _weight_as_dtensor(
-    module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
-) -> dict:
-    """``state_dict`` hook of a sharded head: the weight block as :func:`class_rows`."""
-    state_dict[prefix + "weight"] = class_rows(state_dict[prefix + "weight"], module)
-    return state_dict
-
-
-def _full_weight_to_shard(
-    module: nn.Module, state_dict: dict, prefix: str, *args: Any, **kwargs: Any
-) -> None:
-    """``load_state_dict`` pre-hook: accept the weight as an unsharded loss saves it
-    (``Tensor[C·K, D]``) or in the resharding layout (``Tensor[C, K·D]``, plain or a
-    DTensor), and cut it to this rank's block."""
-    key = prefix + "weight"
-    if key not in state_dict or not isinstance(module, MarginSoftmaxLoss):
-        return
-    value = state_dict[key]
-    start, stop = module.class_range
-    k, d = module.sub_centers, module.embedding_dim
-    if hasattr(value, "to_local") and hasattr(value, "full_tensor"):  # a DTensor
-        local = value.to_local()
-        if module.shard is not None and local.shape[0] == stop - start:
-            state_dict[key] = local.reshape((stop - start) * k, d)
-            return
-        value = value.full_tensor()
-    if k > 1 and value.dim() == 2 and tuple(value.shape) == (module.num_classes, k * d):
-        value = value.reshape(module.num_classes * k, d)
-    if value.dim() == 2 and value.shape[0] == module.num_classes * k:
-        value = value[start * k : stop * k]
-    state_dict[key] = value

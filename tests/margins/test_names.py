@@ -25,6 +25,9 @@ EXPECTED = {
     "li-arcface": "angular_margin",
     "circle": "relaxation",
     "arcnegface": "angular_margin",
+    "npcface": "angular_margin",
+    "sphereface-r": "angle_multiplier",
+    "sphereface-plus": "angle_multiplier",
 }
 
 

@@ -39,6 +39,7 @@ from ._online_softmax import (
 from .chunk_plan import nontarget_kernel_of, scale_in_gemm
 from .chunk_workspace import ChunkWorkspace, project_scattered_rows
 from .dense import NORMALIZE_EPS
+from .nontarget_rules import ELEMENTWISE_RULES
 from .triton_dispatch import kernel_rule, triton_gradient, triton_statistics
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "nontarget_gradient",
     "nontarget_statistics",
     "row_block_pass",
+    "row_statistics",
     "target_cosines",
 ]
 
@@ -105,12 +107,21 @@ def chunk_rule_for_kernel(
     kernel = kernel_rule(kind, parameters, rows, device) if triton else None
     if kind == "identity":
         return ChunkRule(identity=True, kernel=kernel)
+
+    def for_rows(start: int, stop: int) -> ChunkRule:  # only the threshold is per row
+        sliced = {
+            key: _rows_of(v, start, stop, rows) if key == "threshold" else v
+            for key, v in parameters.items()
+        }
+        return chunk_rule_for_kernel(kind, sliced, rows=stop - start, device=device, triton=False)
+
+    if kind in ELEMENTWISE_RULES:
+        function, derivative = ELEMENTWISE_RULES[kind](parameters)
+        return ChunkRule(
+            identity=False, function=function, derivative=derivative, for_rows=for_rows
+        )
     threshold = parameters["threshold"].reshape(-1, 1)  # (N, 1)
     t = parameters["t"]
-
-    def for_rows(start: int, stop: int) -> ChunkRule:
-        sliced = {key: _rows_of(v, start, stop, rows) for key, v in parameters.items()}
-        return chunk_rule_for_kernel(kind, sliced, rows=stop - start, device=device, triton=False)
 
     def function(cos: Tensor) -> Tensor:
         return curricular_negative(cos, threshold.to(cos.dtype), t)
@@ -223,6 +234,34 @@ def batch_log_b(
         stats = merge(stats)
     per_row = stats[0] + torch.log(stats[1])  # (N,)
     return torch.logsumexp(per_row, dim=0) - math.log(per_row.shape[0])
+
+
+def row_statistics(
+    chunks: ChunkWorkspace, margin: Margin, cos_target: Tensor, filter_threshold: float = 0.0
+) -> Tensor:
+    """The margin's per-row statistics
+    (:meth:`~marginface.margins.base.Margin.row_statistics_terms`) summed over every non-target
+    class of ``chunks``, one chunk at a time: ``Tensor[k, N]``, no gradient. ``cos_target``:
+    ``Tensor[N]``, clamped. ``filter_threshold``: inter-class filtering's ``τ`` (0: off),
+    applied to the cosines first. Sums over disjoint class slices add: a sharded head
+    all-sums them."""
+    n, k = chunks.x_hat.shape[0], margin.row_statistics_size()
+    with torch.no_grad():
+        total = chunks.x_hat.new_zeros(k, n, dtype=chunks.inv_norms.dtype)  # (k, N)
+        target = cos_target.to(total.dtype)
+        for start, stop in chunks.ranges():
+            cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
+            if filter_threshold > 0:
+                cos = cos.masked_fill_(cos > filter_threshold, 0.0)
+            slot_rows, slot_cols = chunks.target_slots(start, stop)
+            for q, term in enumerate(margin.row_statistics_terms(cos, target)):
+                # (N, c), the target column (no non-target) zeroed out of place: ``term`` may
+                # be the workspace that the next term reads
+                zero = total.new_zeros(())
+                term = term.to(total.dtype).index_put((slot_rows, slot_cols), zero)
+                total[q] += term.sum(dim=1)
+        chunks.release()
+    return total
 
 
 # --------------------------------------------------------------------------- backward

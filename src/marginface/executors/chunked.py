@@ -43,6 +43,8 @@ target math is the same PyTorch code either way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -62,7 +64,7 @@ from .chunk_plan import (
     triton_available,
 )
 from .chunk_workspace import PROJECTION_BLOCK, ROW_DOT_BLOCK
-from .chunked_function import ChunkedMarginCrossEntropy
+from .chunked_function import ChunkedMarginCrossEntropy, stack_class_values
 from .dense import compute_dtype, row_norms
 from .fused_op import fused_margin_cross_entropy, nontarget_rule
 from .margin_loss import margin_loss
@@ -96,6 +98,7 @@ def chunked_margin_cross_entropy(
     chunk_size: int | None = None,
     kernels: str | None = None,
     sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
     row_block: int | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy, never materializing the ``N×C`` logits.
@@ -134,6 +137,9 @@ def chunked_margin_cross_entropy(
             [sampled_classes].reshape(-1, D)``, without that ``S·K×D`` copy or its gradient
             (the weight's gradient is ``Tensor[C·K, D]``, exactly 0 outside the sample).
             Default: None (every class).
+        class_values: ``{name: Tensor[N]}``, the margin's per-class parameters at each row's
+            target class (:meth:`~marginface.margins.base.Margin.class_parameters`; the head
+            gathers them), or None. Their gradient is an ``N``-vector's: no ``N×C`` term.
         row_block: tile the rows too: blocks of ``row_block >= 1`` rows, each run forward and
             backward in one pass over the classes (3 GEMMs per chunk instead of 4: the
             backward reads the forward's kept products), holding a ``row_block × C·K`` store
@@ -170,9 +176,10 @@ def chunked_margin_cross_entropy(
         if row_block is not None:  # the row-block tiling, on the autograd Function
             grad = torch.is_grad_enabled()
             gradients = (grad and x.requires_grad, grad and weight.requires_grad)
+            names, stacked = stack_class_values(margin, class_values)
             loss = ChunkedMarginCrossEntropy.apply(
                 x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
-                None, sampled_classes, row_block, gradients,
+                None, sampled_classes, row_block, gradients, names, stacked,
             )  # fmt: skip
         elif rule is not None:  # the custom ops: torch.compile traces them without graph breaks
             loss = fused_margin_cross_entropy(
@@ -185,11 +192,13 @@ def chunked_margin_cross_entropy(
                 chunk_size=chunk_size,
                 kernels=kernels,
                 sampled_classes=sampled_classes,
+                class_values=class_values,
             )
         else:  # another non-target rule: the autograd Function (a graph break under compile)
+            names, stacked = stack_class_values(margin, class_values)
             loss = ChunkedMarginCrossEntropy.apply(
                 x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
-                None, sampled_classes,
+                None, sampled_classes, None, (True, True), names, stacked,
             )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (N,)
         return margin_loss(loss, margin, norms)
@@ -207,6 +216,7 @@ def sharded_margin_cross_entropy(
     chunk_size: int | None = None,
     kernels: str | None = None,
     sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy of the *global* batch, classes sharded over the
     ranks of ``shard`` (:mod:`~marginface.executors.sharding`).
@@ -231,6 +241,10 @@ def sharded_margin_cross_entropy(
             of ``weight`` (local indices), read in place as in
             :func:`chunked_margin_cross_entropy`; the softmax runs over every rank's sample.
             Default: None (every class).
+        class_values: ``{name: Tensor[N_global]}``, the margin's per-class parameters at each
+            row's target class, from *this rank's* classes (0 where another rank owns the
+            target); summed over the ranks inside, and each rank's own parameters get their
+            gradient. None when the margin declares none.
 
     Returns:
         ``Tensor[N_global]``, float32 (or float64), identical on every rank. The gradient
@@ -243,9 +257,10 @@ def sharded_margin_cross_entropy(
     gemm = gemm_dtype(embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
+        names, stacked = stack_class_values(margin, class_values)
         loss = ChunkedMarginCrossEntropy.apply(
             x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard,
-            sampled_classes,
+            sampled_classes, None, (True, True), names, stacked,
         )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (n_r,)
         rows = shard.rows
