@@ -126,3 +126,125 @@ def arcnegface_logits(
     t = (alpha * torch.exp(-((cos - a.detach()) ** 2) / sigma)).detach()
     is_target = F.one_hot(labels, cos.shape[1]).bool()
     return scale * torch.where(is_target, a, t * cos + t - 1.0)
+
+
+def adam_softmax_logits(
+    x: Tensor, weight: Tensor, margins: Tensor, labels: Tensor, *, scale: float = 30.0
+) -> Tensor:
+    """FaceX-Zoo ``Adam_Softmax.forward``'s logits: ``cos θ`` clamped to [-1, 1], the label's
+    column ``cos θ_y - m_y`` (``m`` one learnable value per class, clamped to [0, 1] in place on
+    ``.data`` before use, so its gradient passes unchanged), every other column ``cos θ_j``, all
+    times ``s``. ``margins``: ``Tensor[C]`` (theirs is ``(1, C)``)."""
+    with torch.no_grad():
+        margins.clamp_(0.0, 1.0)  # their `self.adam.data.clamp_(0, 1)`
+    cos_theta = normalized_cosine(x, weight).clamp(-1, 1)  # (N, C)
+    shifted = cos_theta - margins[labels].view(-1, 1)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    return torch.where(is_target, shifted, cos_theta) * scale
+
+
+def adam_softmax_regularizer(margins: Tensor, *, lamda: float = 70.0) -> Tensor:
+    """FaceX-Zoo ``Adam_Softmax``'s second output, ``λ·(1 - Σ_c m_c / C)``, which its training
+    loop adds to the cross-entropy."""
+    return lamda * (1.0 - margins.sum() / margins.shape[0])
+
+
+def npcface_logits(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    margin: float = 0.5,
+    scale: float = 64.0,
+    m0: float = 0.40,
+    m1: float = 0.20,
+    t: float = 1.10,
+    a: float = 0.20,
+) -> Tensor:
+    """FaceX-Zoo ``NPCFace.forward``.
+
+    ``cos θ`` clamped to [-1, 1]; ``g = cos θ_y``; ``f = g·cos m - sqrt(1 - g²)·sin m``. Without
+    gradient: the hard mask ``cos θ_j > f`` with the label's column cleared, the mean hard cosine
+    ``Σ hard·cos θ / clamp(Σ hard, 1, C)`` and ``m' = m0 + m1·mean``. Target
+    ``g·cos m' - sqrt(1 - g²)·sin m'`` where ``g > 0`` else ``g``; every column with
+    ``cos θ_j > f`` (a boolean mask) becomes ``t·cos θ_j + a``; the label's column is then
+    overwritten by the target; all times ``s``.
+    """
+    cos_theta = normalized_cosine(x, weight).clamp(-1, 1)  # (N, C)
+    gt = cos_theta.gather(1, labels.view(-1, 1))  # (N, 1)
+    sin_theta = torch.sqrt(1.0 - gt * gt)
+    cos_theta_m = gt * math.cos(margin) - sin_theta * math.sin(margin)
+    is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+    with torch.no_grad():
+        hard = (cos_theta > cos_theta_m) & ~is_target
+        hard_sum = torch.where(hard, cos_theta, torch.zeros_like(cos_theta)).sum(1, keepdim=True)
+        hard_count = hard.to(cos_theta.dtype).sum(1, keepdim=True).clamp(1, cos_theta.shape[1])
+        new_margin = m0 + m1 * hard_sum / hard_count
+    final_gt = torch.where(
+        gt > 0, gt * torch.cos(new_margin) - sin_theta * torch.sin(new_margin), gt
+    )
+    reweighted = torch.where(cos_theta > cos_theta_m, t * cos_theta + a, cos_theta)
+    return torch.where(is_target, final_gt, reweighted) * scale
+
+
+def opensphere_d_theta(cos_theta: Tensor, labels: Tensor, kind: str, m: float) -> Tensor:
+    """OpenSphere's ``get_d_theta`` (``model/head/spherefacer.py``), without gradient: θ from
+    ``cos θ`` clamped to ``±(1 - 1e-5)``, the label's column multiplied by ``m``; ``"v0"``:
+    ``(-1)^k cos(mθ) - 2k - cos θ``; ``"v1"``: ``cos(clamp(mθ, 1e-5, 3.14159)) - cos θ``;
+    ``"v2"``: ``cos(mθ/m) - cos θ`` (so ``cos(θ_j/m)`` off the label)."""
+    with torch.no_grad():
+        m_theta = torch.acos(cos_theta.clamp(-1.0 + 1e-5, 1.0 - 1e-5))
+        is_target = F.one_hot(labels, cos_theta.shape[1]).bool()
+        m_theta = torch.where(is_target, m_theta * m, m_theta)  # their scatter_(..., "multiply")
+        if kind == "v0":
+            k = (m_theta / math.pi).floor()
+            sign = -2 * torch.remainder(k, 2) + 1
+            return sign * torch.cos(m_theta) - 2.0 * k - cos_theta
+        if kind == "v1":
+            return torch.cos(m_theta.clamp(1e-5, 3.14159)) - cos_theta
+        return torch.cos(m_theta / m) - cos_theta
+
+
+def sphereface_r_loss(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    *,
+    variant: str = "H",
+    kind: str = "v0",
+    s: float = 30.0,
+    m: float = 1.5,
+    lw: float = 50.0,
+    t: float = 0.01,
+) -> Tensor:
+    """OpenSphere ``SphereFaceR_H`` / ``_N`` / ``_S`` ``forward`` (``steps`` empty, so ``m``
+    fixed; ``_N``'s constructor as written raises a NameError, its forward is restated), on
+    unit-norm centers ``weight`` (``Tensor[C, D]``; theirs normalizes its ``(D, C)`` weight in
+    place first): ``cos θ = x·w/‖x‖``, logits ``s·(cos θ + Δ)`` (H) or ``‖x‖·(cos θ + Δ)`` (N, S);
+    loss ``lw·CE/s`` (H), ``lw·CE`` (N), ``lw·CE/s + mean(t·|‖x‖ - s|)`` (S)."""
+    magnitude = torch.norm(x, p=2, dim=1, keepdim=True)  # (N, 1)
+    cos_theta = x @ weight.t() / magnitude
+    d_theta = opensphere_d_theta(cos_theta, labels, kind, m)
+    scale = s if variant == "H" else magnitude
+    ce = F.cross_entropy(scale * (cos_theta + d_theta), labels)
+    if variant == "H":
+        return lw * ce / s
+    if variant == "N":
+        return lw * ce
+    return lw * ce / s + (t * torch.abs(magnitude - s)).mean()
+
+
+def sphereface_plus_loss(
+    x: Tensor, weight: Tensor, labels: Tensor, *, s: float = 30.0, m: float = 1.5, lam: float = 1.0
+) -> Tensor:
+    """OpenSphere ``SphereFacePlus.forward`` on unit-norm centers: the ``"v0"`` logits
+    ``s·(cos θ + Δ)`` on normalized ``x``, plus ``λ·`` the mean over pairs of the classes present
+    in the batch (``torch.unique``) of ``arccos(clamp(w_a·w_b, ±(1 - 1e-5)))^-2``."""
+    cos_theta = F.normalize(x, dim=1) @ weight.t()
+    d_theta = opensphere_d_theta(cos_theta, labels, "v0", m)
+    logits = s * (cos_theta + d_theta)
+    sel_w = weight[torch.unique(labels)].t()  # (D, U), their column layout
+    gram = torch.acos((sel_w.t() @ sel_w).clamp(-1.0 + 1e-5, 1.0 - 1e-5))
+    u = gram.shape[0]
+    mhe = torch.sum(torch.triu(torch.pow(gram, -2), diagonal=1)) / (u * (u - 1) * 0.5)
+    return F.cross_entropy(logits, labels) + lam * mhe

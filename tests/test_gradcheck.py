@@ -15,6 +15,15 @@ DETACHED_BY_DESIGN = {
     "tests/margins/test_circle.py",
     "arcnegface": "ArcNegFace's Gaussian weights t carry no gradient (authors' code): its gradient "
     "is checked against the frozen-weight derivative in tests/margins/test_arcnegface.py",
+    "npcface": "NPCFace's target margin m' (the mean of the row's hard-negative cosines) carries "
+    "no gradient (authors' code): its gradient is checked against the frozen-mask derivative in "
+    "tests/margins/test_npcface.py",
+    "sphereface-r": "SphereFace-R's Δ = η(θ) - cos θ is detached by design (the method, and the "
+    "authors' code: gradient='straight_through' by default); the default gradient is checked in "
+    "tests/margins/test_sphereface_r.py, and gradient='exact' is gradchecked there",
+    "sphereface-plus": "SphereFace+'s target Δ is detached as SphereFace-R's (authors' code); "
+    "gradient='exact' with its MHE regularizer is gradchecked in "
+    "tests/margins/test_sphereface_r.py",
 }
 
 STRAIGHT_THROUGH_BY_DEFAULT = {"sphereface2-a", "sphereface2-m"}

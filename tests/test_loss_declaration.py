@@ -12,6 +12,7 @@ import marginface
 from marginface.head import MarginSoftmaxLoss
 from marginface.losses import LossDeclaration, NamedLoss
 from marginface.margins import ArcFaceMargin, CosFaceMargin, Margin
+from marginface.weight_regularizers import MinimumHypersphericalEnergy
 
 NAMED = [
     name
@@ -22,10 +23,15 @@ FROM_HEAD = {"num_classes", "device", "sample_rate"}
 """Margin parameters the head fills in (AdaCos's initial scale, stateful margins' buffers,
 UniFace's initial threshold)."""
 
-HIDDEN = {"normface": {"gradient"}, "adacos": {"gradient"}}
+HIDDEN = {
+    "normface": {"gradient"},
+    "adacos": {"gradient"},
+    "sphereface-plus": {"kind", "feature_norm", "soft_weight"},  # the authors' head has none
+}
 OVERRIDES = {
     ("amsoftmax", "scale"): 30.0,
     ("subcenter-arcface", "sub_centers"): 3,
+    ("sphereface-plus", "weight_regularizer"): MinimumHypersphericalEnergy(),
     ("sphereface2-a", "variant"): "A",
     ("sphereface2-a", "margin"): 0.5,
     ("sphereface2-a", "gradient"): "straight_through",
@@ -43,8 +49,9 @@ def _head_keywords() -> dict[str, inspect.Parameter]:
 
 
 def test_every_registered_paper_is_declared():
-    # 12 + MV-AM, MV-Arc, Li-ArcFace, Circle, ArcNegFace + SphereFace2 (C, A, M), UniFace
-    assert len(NAMED) == 21 and marginface.list_losses() == NAMED
+    # 12 + MV-AM, MV-Arc, Li-ArcFace, Circle, ArcNegFace, AdaM-Softmax, NPCFace, SphereFace-R,
+    # SphereFace+ + SphereFace2 (C, A, M), UniFace
+    assert len(NAMED) == 25 and marginface.list_losses() == NAMED
 
 
 @pytest.mark.parametrize("name", NAMED)

@@ -26,9 +26,11 @@ DELIBERATE = {
 SphereFace2-A and -M: the variant, its margin from the authors' configurations and their
 straight-through gradient)."""
 
-NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")}
+NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")} | {
+    ("sphereface-plus", key) for key in ("kind", "feature_norm", "soft_weight")
+}
 """Margin options a named loss does not take (the margin leaves the target cosine as it is, so
-the gradient mode changes nothing)."""
+the gradient mode changes nothing; SphereFace+ is the authors' one-variant head)."""
 
 HEAD_OR_STATE = {"device", "num_classes"}
 

@@ -18,6 +18,26 @@ from ._validation import (
     check_real,
     check_representable,
 )
+from .class_parameters import (
+    class_regularizer,
+    create_class_parameters,
+    reset_class_parameters,
+    target_class_values,
+)
+from .executors.choice import (
+    AUTO_CHUNKED_MIN_LOGITS,
+    DEFAULT_MEMORY_BUDGET,
+    DEFAULT_ROW_BLOCK_BYTES,
+    DENSE_LOGIT_COPIES,
+    IMPLEMENTATIONS,
+    ROW_BLOCK_DTYPES,
+    ROW_BLOCK_MAX_ROWS,
+    ROW_BLOCK_MIN_DIM,
+    choose_executor,
+    default_row_block,
+    dense_step_bytes,
+    row_block_bytes,
+)
 from .executors.chunk_plan import KERNELS, check_chunkable
 from .executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
 from .executors.dense import (
@@ -28,6 +48,7 @@ from .executors.dense import (
 )
 from .executors.margin_loss import REDUCTIONS, reduce_loss
 from .executors.sharding import ClassShard, scale_gradient
+from .head_state import class_rows, full_weight_to_shard, reshardable_state_dict, weight_as_dtensor
 from .margins.base import Margin
 from .subcenters import (
     PAPER_OUTLIER_DEGREES,
@@ -36,41 +57,23 @@ from .subcenters import (
     keep_dominant_centers,
     sub_center_counts,
 )
+from .weight_regularizers import WeightRegularizer, check_weight_regularizer, regularize_weight
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
     "DEFAULT_MEMORY_BUDGET",
+    "DEFAULT_ROW_BLOCK_BYTES",
     "DENSE_LOGIT_COPIES",
     "IMPLEMENTATIONS",
     "KERNELS",
     "REDUCTIONS",
+    "ROW_BLOCK_DTYPES",
+    "ROW_BLOCK_MAX_ROWS",
+    "ROW_BLOCK_MIN_DIM",
     "MarginSoftmaxLoss",
     "class_rows",
     "reshardable_state_dict",
 ]
-
-IMPLEMENTATIONS = ("dense", "chunked", "auto")
-
-DENSE_LOGIT_COPIES = 4
-"""How many ``N×C·K`` matrices (in the compute dtype) a dense training step holds at its peak,
-beyond the inputs, the weight and the gradients a training loop holds anyway: the cosines, the
-logits, the softmax and its gradient (``benchmarks/bench_memory.py`` measures it; the figures
-are in docs/benchmarks.md)."""
-
-DEFAULT_MEMORY_BUDGET = 1 << 28
-"""``impl="auto"``'s default ``memory_budget``: 256 MiB. With :data:`DENSE_LOGIT_COPIES` float32
-copies that is ``N·C·K <= 16M`` logits (:data:`AUTO_CHUNKED_MIN_LOGITS`, e.g. N = 512 and
-C <= 32768), where the dense path was also the faster one in eager mode on a 2-core CPU, and
-chunked the faster one beyond (``benchmarks/bench_fused.py``). Under ``torch.compile`` in
-float32 dense can be the faster one at larger sizes too, for several times the memory
-(``benchmarks/bench_compile.py``): raise the budget to get it (docs/fused.md, "Choosing an
-executor"; the measured figures are in docs/benchmarks.md)."""
-
-AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
-"""``N·C·K`` above which ``impl="auto"`` runs chunked under the default budget in float32
-(16M, 64 MB of logits, e.g. N = 512 and C > 32768): :data:`DEFAULT_MEMORY_BUDGET` divided by
-:meth:`MarginSoftmaxLoss.dense_step_bytes`'s bytes per logit. The rule itself is
-:meth:`MarginSoftmaxLoss.dense_step_bytes` against ``memory_budget``."""
 
 
 class MarginSoftmaxLoss(nn.Module):
@@ -88,15 +91,23 @@ class MarginSoftmaxLoss(nn.Module):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (``Tensor[N]``).
         impl: the executor. ``"dense"`` (default) materializes the ``N×C`` logits;
             ``"chunked"`` never does (:mod:`marginface.executors.chunked`; raises
-            ``ValueError`` for a margin that cannot run chunked); ``"auto"`` picks per batch by
-            memory: dense while its logits fit ``memory_budget``
-            (:meth:`dense_step_bytes` ``<= memory_budget``), else chunked if the margin can
-            run chunked (else dense).
-        memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices take,
-            an integer ``>= 0``. Default: :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to
-            ``N·C = 16M`` in float32). Raise it to run dense on larger batches (in float32
-            the fastest under ``torch.compile``, if it fits); 0 runs chunked always.
-            Not consulted by ``"dense"``/``"chunked"``.
+            ``ValueError`` for a margin that cannot run chunked); ``"row_block"`` is the same
+            chunk loop tiled over rows as well: each block of :meth:`row_block_rows` rows runs
+            forward and backward in one pass (3 GEMMs instead of 4, a ``rows × C·K`` store of
+            products; ``chunked_margin_cross_entropy``'s ``row_block``); ``"auto"`` picks per
+            batch (:meth:`executor`): dense while its logits fit ``memory_budget``, else one
+            row block of all rows where that was measured the faster and fits
+            ``memory_budget``, else chunked (dense if the margin cannot run chunked).
+        memory_budget: bytes that ``impl="auto"`` lets a dense step's ``N×C`` matrices, or the
+            row blocks' store of products, take, an integer ``>= 0``. Default:
+            :data:`DEFAULT_MEMORY_BUDGET` (256 MiB: dense up to ``N·C = 16M`` in float32).
+            Raise it to run dense on larger batches (in float32 the fastest under
+            ``torch.compile``, if it fits); 0 runs chunked always.
+            Not consulted by ``"dense"``/``"chunked"``/``"row_block"``.
+        row_block: rows per block of the row-block tiling, ``>= 1``. Default: None, the
+            fewest even blocks whose store fits :data:`DEFAULT_ROW_BLOCK_BYTES`
+            (``impl="row_block"``), one block (``impl="auto"``). Not consulted by
+            ``"dense"``/``"chunked"``.
         chunk_size: classes per chunk of the chunked executor, ``>= 1``. Default: None, chosen
             per batch so that a chunk's workspace is 16 MiB (8192 classes at N = 512 in fp32,
             5461 with a bf16 weight; a Partial FC step also gathers the chunk's sampled rows:
@@ -129,11 +140,18 @@ class MarginSoftmaxLoss(nn.Module):
             their gradient; the dense one copies them). In eval mode every class
             is used. Optimizers still update unsampled rows from their state: SGD's momentum
             and weight decay and Adam's moments keep moving them (docs/distributed.md).
+        weight_regularizer: a term on the centers of the batch's classes added to every
+            sample's loss (:mod:`marginface.weight_regularizers`, e.g. SphereFace+'s
+            ``MinimumHypersphericalEnergy()``); exact on a class-sharded head. Default: None.
 
     Attributes:
         weight: ``Parameter[C·K, D]`` (sharded: ``Parameter[(stop - start)·K, D]``), the class
             centers (class-major for sub-centers), initialized ``N(0, 0.01²)`` (insightface);
             only their direction matters.
+        class_parameters: ``ParameterDict``, one ``Parameter[C]`` (sharded: ``[stop - start]``)
+            per learnable per-class value the margin declares (AdaM-Softmax's ``"margin"``;
+            empty for the other margins), made, gathered and regularized by
+            :mod:`marginface.class_parameters`.
         margin: the margin module (its buffers are part of this module's ``state_dict``;
             replicated and updated identically on every rank when sharded).
         class_range: ``(start, stop)``, the classes held in :attr:`weight`.
@@ -151,10 +169,12 @@ class MarginSoftmaxLoss(nn.Module):
         chunk_size: int | None = None,
         kernels: str | None = None,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        row_block: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         process_group: dist.ProcessGroup | None = None,
         sample_rate: float = 1.0,
+        weight_regularizer: WeightRegularizer | None = None,
     ) -> None:
         super().__init__()
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
@@ -170,14 +190,16 @@ class MarginSoftmaxLoss(nn.Module):
         for name, value in vars(margin).items():
             if isinstance(value, float):
                 check_representable(name, value, compute)
-        if impl == "chunked":
+        if impl in ("chunked", "row_block"):
             check_chunkable(margin)
         self.chunk_size = (
             None if chunk_size is None else check_int("chunk_size", chunk_size, minimum=1)
         )
         self.kernels = None if kernels is None else check_choice("kernels", kernels, KERNELS)
         self.memory_budget = check_int("memory_budget", memory_budget, minimum=0)
+        self.row_block = None if row_block is None else check_int("row_block", row_block, minimum=1)
         self.sample_rate = check_real("sample_rate", sample_rate, positive=True, at_most=1.0)
+        self.weight_regularizer = check_weight_regularizer(weight_regularizer)
         if dtype == torch.float64:  # the running statistics keep float64 precision too
             margin.to(dtype=torch.float64)
         self.margin = margin
@@ -190,14 +212,19 @@ class MarginSoftmaxLoss(nn.Module):
         self.weight = nn.Parameter(
             torch.empty((stop - start) * sub_centers, embedding_dim, device=device, dtype=dtype)
         )
+        self.class_parameters = create_class_parameters(
+            margin, stop - start, device=device, dtype=dtype
+        )
         self.reset_parameters()
-        self._register_load_state_dict_pre_hook(_full_weight_to_shard, with_module=True)
+        self._register_load_state_dict_pre_hook(full_weight_to_shard, with_module=True)
         if self.shard is not None:
-            self._register_state_dict_hook(_weight_as_dtensor)
+            self._register_state_dict_hook(weight_as_dtensor)
 
     def reset_parameters(self) -> None:
-        """Re-draw the class centers from ``N(0, 0.01²)``."""
+        """Re-draw the class centers from ``N(0, 0.01²)`` and the per-class parameters from
+        their declared ``U(init_low, init_high)``."""
         nn.init.normal_(self.weight, std=0.01)
+        reset_class_parameters(self.class_parameters, self.margin)
 
     def cosine(self, embeddings: Tensor) -> Tensor:
         """Cosines to every class center, ``Tensor[N, D] -> Tensor[N, C]`` (sub-centers pooled).
@@ -221,7 +248,10 @@ class MarginSoftmaxLoss(nn.Module):
         if labels is None:
             return cosine * self.margin.scale_for(norms)
         labels = check_labels(labels, embeddings.shape[0], self.num_classes)
-        return self.margin.apply(cosine, labels, norms if self.margin.requires_norms else None)
+        norms = norms if self.margin.requires_norms else None
+        local = labels - self.class_range[0]
+        class_values = target_class_values(self.class_parameters, self.margin, local, None)
+        return self.margin.apply(cosine, labels, norms, class_values)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """The loss.
@@ -241,7 +271,10 @@ class MarginSoftmaxLoss(nn.Module):
             check_embeddings(embeddings, self.embedding_dim)
             labels = check_labels(labels, embeddings.shape[0], self.num_classes)
             targets, sampled = self._classes_of_step(labels)
-            if self.executor(embeddings.shape[0]) == "chunked":
+            class_values = target_class_values(self.class_parameters, self.margin, targets, sampled)
+            executor = self.executor(embeddings.shape[0])
+            if executor in ("chunked", "row_block"):
+                rows = embeddings.shape[0]
                 per_sample = chunked_margin_cross_entropy(
                     embeddings,
                     self.weight,
@@ -251,6 +284,8 @@ class MarginSoftmaxLoss(nn.Module):
                     chunk_size=self.chunk_size,
                     kernels=self.kernels,
                     sampled_classes=sampled,  # read in place, chunk by chunk
+                    class_values=class_values,
+                    row_block=self.row_block_rows(rows) if executor == "row_block" else None,
                 )
             else:
                 weight = self.weight
@@ -258,8 +293,19 @@ class MarginSoftmaxLoss(nn.Module):
                     k, d = self.sub_centers, self.embedding_dim
                     weight = weight.view(-1, k, d)[sampled].reshape(-1, d)  # (S·K, D)
                 per_sample = dense_margin_cross_entropy(
-                    embeddings, weight, targets, self.margin, sub_centers=self.sub_centers
+                    embeddings,
+                    weight,
+                    targets,
+                    self.margin,
+                    sub_centers=self.sub_centers,
+                    class_values=class_values,
                 )
+        extra = class_regularizer(self.class_parameters, self.margin, self.num_classes, self.shard)
+        if self.weight_regularizer is not None:
+            term = regularize_weight(self.weight_regularizer, self.weight, labels, self)
+            extra = term if extra is None else extra + term
+        if extra is not None:
+            per_sample = per_sample + extra.to(per_sample.dtype)
         return reduce_loss(per_sample, self.reduction)
 
     # ------------------------------------------------------------ sharding, sampling
@@ -321,6 +367,9 @@ class MarginSoftmaxLoss(nn.Module):
             chunk_size=self.chunk_size,
             kernels=self.kernels,
             sampled_classes=sampled,  # read in place, chunk by chunk
+            class_values=target_class_values(  # this rank's classes' values, 0 elsewhere
+                self.class_parameters, self.margin, targets, sampled
+            ),
         )
         return per_sample
 
@@ -407,20 +456,45 @@ class MarginSoftmaxLoss(nn.Module):
         self.sub_centers = 1
 
     def executor(self, batch_size: int) -> str:
-        """The executor a batch of ``batch_size`` rows runs on: ``"dense"`` or ``"chunked"``."""
-        if self.impl != "auto":
-            return self.impl
-        if self.dense_step_bytes(batch_size) <= self.memory_budget:
-            return "dense"
-        return "chunked" if self.margin.runs_chunked() else "dense"
+        """The executor a batch of ``batch_size`` rows runs on: ``"dense"``, ``"chunked"`` or
+        ``"row_block"`` (``impl="auto"``:
+        :func:`~marginface.executors.choice.choose_executor`'s rule)."""
+        return choose_executor(
+            self.impl,
+            batch_size,
+            classes=self.num_classes * self.sub_centers,
+            embedding_dim=self.embedding_dim,
+            weight=self.weight,
+            reduction=self.reduction,
+            memory_budget=self.memory_budget,
+            runs_chunked=self.margin.runs_chunked(),
+            row_blocks=self.margin.objective == "softmax",
+        )
+
+    def row_block_rows(self, batch_size: int) -> int:
+        """Rows per block of the row-block executor for a batch of ``batch_size`` rows: the
+        ``row_block`` given; else, for ``impl="auto"``, all rows in one block (its rule), and
+        for ``impl="row_block"`` :func:`~marginface.executors.choice.default_row_block` (the
+        fewest even blocks whose store fits :data:`DEFAULT_ROW_BLOCK_BYTES`)."""
+        if self.row_block is not None:
+            return self.row_block
+        if self.impl == "auto":  # one block (executor's rule)
+            return batch_size
+        classes = self.num_classes * self.sub_centers
+        return default_row_block(batch_size, classes, self.weight.dtype)
+
+    def row_block_bytes(self, rows: int) -> int:
+        """Bytes of the row-block executor's store of products for a block of ``rows`` rows
+        (:func:`~marginface.executors.choice.row_block_bytes`), e.g. 205 MB for 512 rows at
+        C = 100k in float32."""
+        return row_block_bytes(rows, self.num_classes * self.sub_centers, self.weight.dtype)
 
     def dense_step_bytes(self, batch_size: int) -> int:
         """Estimated bytes a dense training step holds beyond the inputs, the weight and the
-        gradients: ``DENSE_LOGIT_COPIES · N · C·K · itemsize`` (8 for a float64 weight, else
-        4: the dense math runs in float32 or float64), e.g. 819 MB at N = 512, C = 100k,
-        float32."""
-        itemsize = 8 if self.weight.dtype == torch.float64 else 4
-        return DENSE_LOGIT_COPIES * batch_size * self.num_classes * self.sub_centers * itemsize
+        gradients (:func:`~marginface.executors.choice.dense_step_bytes`), e.g. 819 MB at
+        N = 512, C = 100k, float32."""
+        classes = self.num_classes * self.sub_centers
+        return dense_step_bytes(batch_size, classes, self.weight.dtype)
 
     def extra_repr(self) -> str:
         extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""
@@ -430,6 +504,7 @@ class MarginSoftmaxLoss(nn.Module):
             + (f", chunk_size={self.chunk_size}" if self.impl != "dense" else "")
             + (f", kernels={self.kernels!r}" if self.kernels is not None else "")
             + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
+            + (f", row_block={self.row_block}" if self.row_block is not None else "")
         )
 
 
@@ -470,78 +545,3 @@ def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None
         ]
         raise ValueError(f"the ranks build different heads ({'; '.join(differ)})")
     return shard
-
-
-def reshardable_state_dict(loss: MarginSoftmaxLoss) -> dict[str, Any]:
-    """``loss.state_dict()`` laid out for ``torch.distributed.checkpoint``, sharded or not.
-
-    The weight appears as ``Tensor[C, K·D]`` (one row per class, its ``K`` sub-centers side by
-    side): a DTensor sharded on dim 0 for a sharded head (its ``state_dict()`` already is
-    this), a plain view for an unsharded one. Both share storage with the weight, so
-    ``torch.distributed.checkpoint.load(reshardable_state_dict(loss), ...)`` restores the
-    weight in place, whatever the number of ranks that saved it; the margin's buffers are
-    replicated tensors. For ``K = 1`` this is just ``loss.state_dict()``.
-    """
-    if not isinstance(loss, MarginSoftmaxLoss):
-        raise TypeError(f"loss must be a MarginSoftmaxLoss, got {type(loss).__name__}")
-    state = loss.state_dict(keep_vars=False)
-    if loss.shard is None:
-        k, d = loss.sub_centers, loss.embedding_dim
-        state["weight"] = loss.weight.detach().view(loss.num_classes, k * d)
-    return state
-
-
-def class_rows(tensor: Tensor, loss: MarginSoftmaxLoss) -> Tensor:
-    """A tensor shaped like ``loss.weight`` (the weight itself, or optimizer state of it),
-    viewed as one row per class, ``[c, K·D]``, sharing its storage; for a sharded head a
-    DTensor of global shape ``[C, K·D]`` sharded on dim 0 (``torch.chunk``'s split, which is
-    the class partition), the layout ``torch.distributed.checkpoint`` reshards."""
-    k, d = loss.sub_centers, loss.embedding_dim
-    rows = tensor.detach().reshape(-1, k * d)
-    if loss.shard is None:
-        return rows
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor import DTensor, Shard
-
-    mesh = DeviceMesh.from_group(loss.shard.group or dist.group.WORLD, rows.device.type)
-    return DTensor.from_local(
-        rows,
-        mesh,
-        [Shard(0)],
-        run_check=False,
-        shape=torch.Size([loss.num_classes, k * d]),
-        stride=(k * d, 1),
-    )
-
-
-def _weight_as_dtensor(
-    module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any
-) -> dict:
-    """``state_dict`` hook of a sharded head: the weight block as :func:`class_rows`."""
-    state_dict[prefix + "weight"] = class_rows(state_dict[prefix + "weight"], module)
-    return state_dict
-
-
-def _full_weight_to_shard(
-    module: nn.Module, state_dict: dict, prefix: str, *args: Any, **kwargs: Any
-) -> None:
-    """``load_state_dict`` pre-hook: accept the weight as an unsharded loss saves it
-    (``Tensor[C·K, D]``) or in the resharding layout (``Tensor[C, K·D]``, plain or a
-    DTensor), and cut it to this rank's block."""
-    key = prefix + "weight"
-    if key not in state_dict or not isinstance(module, MarginSoftmaxLoss):
-        return
-    value = state_dict[key]
-    start, stop = module.class_range
-    k, d = module.sub_centers, module.embedding_dim
-    if hasattr(value, "to_local") and hasattr(value, "full_tensor"):  # a DTensor
-        local = value.to_local()
-        if module.shard is not None and local.shape[0] == stop - start:
-            state_dict[key] = local.reshape((stop - start) * k, d)
-            return
-        value = value.full_tensor()
-    if k > 1 and value.dim() == 2 and tuple(value.shape) == (module.num_classes, k * d):
-        value = value.reshape(module.num_classes * k, d)
-    if value.dim() == 2 and value.shape[0] == module.num_classes * k:
-        value = value[start * k : stop * k]
-    state_dict[key] = value

@@ -41,6 +41,7 @@ from .head import MarginSoftmaxLoss
 from .margins import (
     AdaCosMargin,
     AdaFaceMargin,
+    AdaMSoftmaxMargin,
     ArcFaceMargin,
     ArcNegFaceMargin,
     CircleMargin,
@@ -53,18 +54,22 @@ from .margins import (
     MVAMSoftmaxMargin,
     MVArcSoftmaxMargin,
     NormFaceMargin,
+    NPCFaceMargin,
     SphereFace2Margin,
     SphereFaceMargin,
+    SphereFaceRMargin,
     UniFaceMargin,
 )
 from .margins.base import Margin
 from .registry import register_loss
+from .weight_regularizers import MinimumHypersphericalEnergy
 
 __all__ = [
     "AM_SOFTMAX_SCALE",
     "AMSoftmaxLoss",
     "AdaCosLoss",
     "AdaFaceLoss",
+    "AdaMSoftmaxLoss",
     "ArcFaceLoss",
     "ArcNegFaceLoss",
     "CircleLoss",
@@ -77,12 +82,15 @@ __all__ = [
     "MVAMSoftmaxLoss",
     "MVArcSoftmaxLoss",
     "MagFaceLoss",
+    "NPCFaceLoss",
     "NamedLoss",
     "NormFaceLoss",
     "SphereFace2ALoss",
     "SphereFace2Loss",
     "SphereFace2MLoss",
     "SphereFaceLoss",
+    "SphereFacePlusLoss",
+    "SphereFaceRLoss",
     "SubCenterArcFaceLoss",
     "UniFaceLoss",
     "head_option_defaults",
@@ -478,3 +486,37 @@ class SphereFace2MLoss(
 class UniFaceLoss(NamedLoss, margin=UniFaceMargin, positional=("margin", "scale")):
     """UniFace (Zhou et al., 2023), the unified cross-entropy: ``softplus(b - s(cos θ_y - m)) +
     λ·Σ_j softplus(s·cos θ_j - b)`` with one learned threshold ``b`` for all classes."""
+
+
+@register_loss("adam-softmax", "adaptiveface")
+class AdaMSoftmaxLoss(NamedLoss, margin=AdaMSoftmaxMargin, positional=("scale",)):
+    """AdaM-Softmax / AdaptiveFace (Liu et al., 2019): ``s·(cos θ_y - m_y)`` with a learnable
+    margin per class (the head's ``class_parameters["margin"]``, sharded with the centers) and
+    ``λ(1 - mean(m))`` added to the loss."""
+
+
+@register_loss("npcface")
+class NPCFaceLoss(NamedLoss, margin=NPCFaceMargin, positional=("margin", "scale")):
+    """NPCFace (Zeng et al., 2020): ``s·cos(θ_y + m')`` with ``m'`` growing with the row's hard
+    negatives' mean cosine, hard negatives ``s·(t·cos θ_j + a)``."""
+
+
+@register_loss("sphereface-r", "spherefacer")
+class SphereFaceRLoss(NamedLoss, margin=SphereFaceRMargin, positional=("margin", "scale")):
+    """SphereFace-R (Liu, Wen et al., 2022): SphereFace revived, ``s·(cos θ + Δ)`` with ``Δ``
+    detached (margin types ``kind="v0"``, ``"v1"``, ``"v2"``; ``feature_norm`` ``"hard"``,
+    ``"none"``, ``"soft"``)."""
+
+
+@register_loss("sphereface-plus", "spherefaceplus")
+class SphereFacePlusLoss(
+    NamedLoss,
+    margin=SphereFaceRMargin,
+    positional=("margin", "scale"),
+    hidden=("kind", "feature_norm", "soft_weight"),
+    defaults={"weight_regularizer": MinimumHypersphericalEnergy()},
+):
+    """SphereFace+ (Liu et al., 2018): SphereFace-R's ``"v0"`` target (``m = 1.5``, ``s = 30``,
+    the authors' OpenSphere head) plus the minimum hyperspherical energy of the batch's class
+    centers, a head option: ``weight_regularizer=MinimumHypersphericalEnergy(weight=λ)``
+    (``λ = 1``, the authors' ``lambda_MHE``)."""

@@ -45,10 +45,14 @@ ALL = marginface.list_losses()
 
 
 def has_compiled_rule(name: str) -> bool:
-    """Whether ``name``'s default margin declares one of the kernels' compiled non-target rules."""
+    """Whether ``name``'s default margin declares one of the Triton kernels' non-target rules
+    (:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`)."""
+    from marginface.executors.chunk_plan import TRITON_NONTARGET_KERNELS
     from marginface.executors.fused_op import nontarget_rule
 
-    return nontarget_rule(make_loss(name, 3, 2).margin) is not None
+    margin = make_loss(name, 3, 2).margin
+    compiled = nontarget_rule(margin) is not None
+    return compiled and margin.nontarget_kernel() in TRITON_NONTARGET_KERNELS
 
 
 CUDA = DEVICE.type == "cuda"
@@ -112,11 +116,15 @@ def run(impl: str, margin, k: int, x, weight, labels, upstream, autocast: torch.
     "reference" (dense in float64, on the values the executors see) or the chunked executor's
     ``kernels``. Under ``autocast`` the embeddings reach the executor through an autocast linear
     map (the identity), in half precision."""
+    # a margin's per-class parameters (AdaM-Softmax's margins), as a head would gather them
+    values = {name: 0.3 + 0.01 * labels.double() for name in margin.class_parameters()} or None
     if impl == "reference":
         seen = x.to(autocast) if autocast is not None else x
         x = seen.double().requires_grad_(True)
         weight = weight.double().requires_grad_(True)
-        loss = dense_margin_cross_entropy(x, weight, labels, margin, sub_centers=k)
+        loss = dense_margin_cross_entropy(
+            x, weight, labels, margin, sub_centers=k, class_values=values
+        )
         (loss * upstream.double()).sum().backward()
         return loss.detach(), x.grad, weight.grad
     x = x.clone().requires_grad_(True)
@@ -126,11 +134,14 @@ def run(impl: str, margin, k: int, x, weight, labels, upstream, autocast: torch.
         h = F.linear(x, torch.eye(D, device=DEVICE)) if enabled else x
         assert h.dtype == (autocast or x.dtype)
         if impl == "dense":
-            loss = dense_margin_cross_entropy(h, weight, labels, margin, sub_centers=k)
+            loss = dense_margin_cross_entropy(
+                h, weight, labels, margin, sub_centers=k, class_values=values
+            )
         else:
             loss = chunked_margin_cross_entropy(
-                h, weight, labels, margin, sub_centers=k, chunk_size=CHUNK, kernels=impl
-            )
+                h, weight, labels, margin, sub_centers=k, chunk_size=CHUNK, kernels=impl,
+                class_values=values,
+            )  # fmt: skip
     (loss * upstream).sum().backward()
     return loss.detach(), x.grad, weight.grad
 
@@ -280,8 +291,9 @@ def test_chunked_matches_dense_and_float64(
     name: str, precision: str, choice: str, request: pytest.FixtureRequest
 ) -> None:
     """``choice``: the chunked executor's ``kernels`` (the name ``kernels`` is conftest's
-    fixture). A margin whose non-target rule has no compiled kernel (MV-Softmax's) runs the
-    PyTorch chunk loop only: ``kernels="triton"`` is an error for it (tested in test_chunked)."""
+    fixture). A margin whose non-target rule has no Triton kernel (MV-Softmax's, compiled in
+    PyTorch only) runs the PyTorch chunk loop only: ``kernels="triton"`` is an error for it
+    (tested in test_chunked)."""
     if choice == "triton" and marginface.create_loss(name, 3, 2).margin.objective == "binary":
         pytest.skip(f"{name} is one-vs-all: its own kernels, in test_binary_triton.py")
     if choice == "triton" and not has_compiled_rule(name):

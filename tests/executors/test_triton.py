@@ -63,12 +63,17 @@ def run(impl: str, margin: Margin, k: int, x, weight, labels, upstream, chunk_si
     """Loss and gradients ``(loss, ∂x, ∂W)`` of one executor on copies of the inputs."""
     x = x.clone().requires_grad_(True)
     weight = weight.clone().requires_grad_(True)
+    # a margin's per-class parameters (AdaM-Softmax's margins), as a head would gather them
+    values = {name: 0.3 + 0.01 * labels.to(x.dtype) for name in margin.class_parameters()} or None
     if impl == "dense":
-        loss = dense_margin_cross_entropy(x, weight, labels, margin, sub_centers=k)
+        loss = dense_margin_cross_entropy(
+            x, weight, labels, margin, sub_centers=k, class_values=values
+        )
     else:
         loss = chunked_margin_cross_entropy(
-            x, weight, labels, margin, sub_centers=k, chunk_size=chunk_size, kernels=impl
-        )
+            x, weight, labels, margin, sub_centers=k, chunk_size=chunk_size, kernels=impl,
+            class_values=values,
+        )  # fmt: skip
     (loss * upstream).sum().backward()
     return loss.detach(), x.grad, weight.grad
 
@@ -100,14 +105,17 @@ def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None
 def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     """Per-row scales with a gradient (SphereFace's feature-norm scale), AdaCos's extra pass,
     norm-dependent targets (MagFace, AdaFace): all in PyTorch around the same kernels. A loss
-    whose non-target rule is none of the kernels' (MV-Softmax, Li-ArcFace, circle loss,
-    ArcNegFace) has no Triton path: ``kernels="triton"`` is an error for it (test_chunked)."""
+    whose non-target rule is none of the Triton kernels' (MV-Softmax, Li-ArcFace, circle loss,
+    ArcNegFace: compiled in PyTorch only) has no Triton path: ``kernels="triton"`` is an error
+    for it (test_chunked)."""
+    from marginface.executors.chunk_plan import TRITON_NONTARGET_KERNELS
     from marginface.executors.fused_op import nontarget_rule
 
-    margin = marginface.create_loss(name, 3, 2).margin
-    if margin.objective == "binary":
+    margin_of_name = marginface.create_loss(name, 3, 2).margin
+    if margin_of_name.objective == "binary":
         pytest.skip(f"{name} is one-vs-all: its own kernels, in test_binary_triton.py")
-    if nontarget_rule(margin) is None:
+    kind = margin_of_name.nontarget_kernel()
+    if nontarget_rule(margin_of_name) is None or kind not in TRITON_NONTARGET_KERNELS:
         pytest.skip(f"{name}'s non-target rule has no Triton kernel")
     margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
     dense_margin, triton_margin = margin, copy.deepcopy(margin)

@@ -77,6 +77,15 @@ CASES: list[tuple[str, dict]] = [
     ("sphereface2-m", {}),
     ("uniface", {}),
     ("uniface", {"margin": 0.0, "negative_weight": 0.5, "clamp_logits": True}),
+    ("adam-softmax", {}),
+    ("npcface", {}),
+    ("sphereface-r", {}),
+    ("sphereface-r", {"kind": "v1", "margin": 1.7, "feature_norm": "soft", "gradient": "exact"}),
+    ("sphereface-r", {"kind": "v2", "feature_norm": "none"}),
+    ("sphereface-plus", {}),
+    ("sphereface-plus", {"margin": 1.3, "gradient": "exact"}),
+    ("npcface", {"margin": 0.3, "m0": 0.3, "m1": 0.4, "t": 1.3, "a": 0.1, "policy": "linear"}),
+    ("adam-softmax", {"scale": 16.0, "lambda_m": 5.0, "margin_init_low": 0.1}),
 ]
 
 # float64 is kept end to end on the torch backend; Keras >= 3.12 computes cos/sin/arccos of a
@@ -153,6 +162,8 @@ def test_parity_with_pytorch(name, options, monkeypatch):
     weight = loss.weight.detach().numpy()
     head.centers.assign(weight)
     assert tuple(head.centers.shape) == tuple(loss.weight.shape)
+    for key, value in loss.class_parameters.items():  # AdaM-Softmax's margins
+        getattr(head, f"class_{key}").assign(value.detach().numpy())
     assert _keras_state(head) == pytest.approx(_torch_state(loss))
 
     for number in (1, 2):  # two training steps: the state moves on both sides

@@ -17,6 +17,7 @@ from .._facex_reference import (
     circle_loss_logits,
     li_arcface_logits,
     mv_softmax_logits,
+    npcface_logits,
     reference_loss,
 )
 
@@ -137,6 +138,40 @@ def test_arcnegface_reproduces_the_authors_code(options: dict, theirs: dict, imp
     assert max(errors.values()) <= TOLERANCE, errors
 
 
+NPCFACE_CASES = [
+    ({}, {}),
+    (
+        {"margin": 0.3, "scale": 32.0, "m0": 0.3, "m1": 0.4, "t": 1.3, "a": 0.1},
+        {"margin": 0.3, "scale": 32.0, "m0": 0.3, "m1": 0.4, "t": 1.3, "a": 0.1},
+    ),
+]
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize(("options", "theirs"), NPCFACE_CASES)
+def test_npcface_reproduces_the_authors_code(options: dict, theirs: dict, impl: str) -> None:
+    reference = lambda x, w, y: npcface_logits(x, w, y, **theirs)  # noqa: E731
+    errors = _parity("npcface", options, reference, impl)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
+def test_npcface_parity_batches_have_rows_with_different_hard_negatives() -> None:
+    """The parity batches exercise the per-row margin: rows have different numbers of hard
+    negatives (m' differs between rows; a row without any is tested in test_npcface.py)."""
+    torch.manual_seed(0)
+    loss = marginface.create_loss("npcface", C, D, dtype=torch.float64)
+    x, labels = _batch(0)
+    cosine = (
+        torch.nn.functional.normalize(x, dim=1)
+        @ torch.nn.functional.normalize(loss.weight, dim=1).t()
+    )
+    target = cosine.gather(1, labels.view(-1, 1)).clamp(-1, 1)
+    threshold = torch.cos(torch.acos(target) + 0.5)
+    hard = (cosine > threshold) & ~torch.nn.functional.one_hot(labels, C).bool()
+    per_row = hard.sum(dim=1)
+    assert 0 < int(per_row.min()) < int(per_row.max()) <= C - 1
+
+
 def _all_cases() -> list[tuple[str, dict, Callable]]:
     cases: list[tuple[str, dict, Callable]] = [
         (name, options, lambda x, w, y, f=facex: mv_softmax_logits(x, w, y, **f))
@@ -153,6 +188,10 @@ def _all_cases() -> list[tuple[str, dict, Callable]]:
     cases += [
         ("arcnegface", options, lambda x, w, y, f=theirs: arcnegface_logits(x, w, y, **f))
         for options, theirs in ARCNEG_CASES
+    ]
+    cases += [
+        ("npcface", options, lambda x, w, y, f=theirs: npcface_logits(x, w, y, **f))
+        for options, theirs in NPCFACE_CASES
     ]
     return cases
 

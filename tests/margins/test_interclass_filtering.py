@@ -213,7 +213,11 @@ def test_every_loss_filters_on_dense_as_its_unfiltered_margin_on_filtered_cosine
     dirty = _manual_filter(cos2.detach(), labels, THRESHOLD) != cos2.detach()
     cos2 = torch.where(dirty, 0.0, cos2)
     norms = x2.norm(dim=1) if plain.margin.requires_norms else None
-    logits2 = plain.margin.apply(cos2, labels, norms)
+    declared = filtered.margin.class_parameters()  # AdaM-Softmax's margins: the same values
+    values = {
+        name: declared[name].bounded(p)[labels] for name, p in filtered.class_parameters.items()
+    }
+    logits2 = plain.margin.apply(cos2, labels, norms, values or None)
     if plain.margin.objective == "binary":  # one-vs-all: Σ softplus (SphereFace2, UniFace)
         loss2 = binary_cross_entropy(logits2, labels, plain.margin).mean()
     else:
@@ -221,6 +225,14 @@ def test_every_loss_filters_on_dense_as_its_unfiltered_margin_on_filtered_cosine
     regularizer = plain.margin.regularizer(norms)
     if regularizer is not None:
         loss2 = loss2 + regularizer.mean()
+    if values:
+        sums = {
+            name: declared[name].bounded(p).sum() for name, p in filtered.class_parameters.items()
+        }
+        loss2 = loss2 + plain.margin.class_regularizer(sums, C)
+    if filtered.weight_regularizer is not None:  # SphereFace+'s MHE on the batch's centers
+        rows = torch.arange(k, device=labels.device) + labels.unsqueeze(1) * k  # (N, K)
+        loss2 = loss2 + filtered.weight_regularizer(centers[rows.reshape(-1)], rows.reshape(-1))
     torch.testing.assert_close(loss1, loss2, rtol=1e-12, atol=1e-12)
     loss1.backward()
     loss2.backward()

@@ -29,6 +29,9 @@ EXPECTED = {
     "sphereface2-a": "variant_margin",
     "sphereface2-m": "variant_margin",
     "uniface": "cosine_margin",
+    "npcface": "angular_margin",
+    "sphereface-r": "angle_multiplier",
+    "sphereface-plus": "angle_multiplier",
 }
 
 

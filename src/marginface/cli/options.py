@@ -216,6 +216,78 @@ def _add_progress_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of minutes > 0, got {text}")
+    return value
+
+
+def _exit_status(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"must be an exit status 0..255, got {text}")
+    return value
+
+
+def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    """``train``'s step checkpoints, kept checkpoints and preemption (docs/training.md)."""
+    from ..train.preemption import PREEMPTED_EXIT_CODE
+
+    group = parser.add_argument_group("checkpoints and preemption")
+    group.add_argument(
+        "--checkpoint-every",
+        type=_at_least_one,
+        metavar="N",
+        help="also checkpoint inside an epoch every N steps, with the position in the epoch "
+        "(a resume continues at the next batch); the end of every epoch checkpoints anyway",
+    )
+    group.add_argument(
+        "--checkpoint-every-minutes",
+        type=_minutes,
+        metavar="M",
+        help="also checkpoint inside an epoch when M minutes passed since the last checkpoint",
+    )
+    group.add_argument(
+        "--keep",
+        type=_at_least_one,
+        default=1,
+        metavar="K",
+        help="keep the last K checkpoints (the older in RUN/checkpoints/; a resume falls back "
+        "to them when the newest is damaged). Default 1",
+    )
+    group.add_argument(
+        "--async-checkpoint",
+        action="store_true",
+        help="copy the state at each checkpoint and write it in a background thread while "
+        "training goes on (the previous checkpoint stays valid until the new one is complete)",
+    )
+    group.add_argument(
+        "--preempted-exit-code",
+        type=_exit_status,
+        default=PREEMPTED_EXIT_CODE,
+        metavar="STATUS",
+        help="on SIGTERM or SIGUSR1 the ranks finish their step, write a checkpoint and exit "
+        f"with STATUS (default {PREEMPTED_EXIT_CODE} = 128 + SIGTERM, for a requeue rule)",
+    )
+
+
 def add_backbone_source_arguments(group: Any) -> None:
     """A pretrained backbone instead of a run folder (``evaluate``, ``ijb``): ``--backbone
     FILE`` or ``--onnx FILE``, ``--model``, ``--bgr``, ``--embedding-dim`` (the arguments of

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import _add_progress_option, _add_train_options, add_backbone_source_arguments
+from .options import (
+    _add_progress_option,
+    _add_train_options,
+    add_backbone_source_arguments,
+    add_checkpoint_options,
+)
 from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
 from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
 
@@ -82,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "backbone.pth, .safetensors, an AdaFace IR checkpoint), --model naming its "
         "architecture; the class centers, optimizer and schedule start afresh (fine-tuning)",
     )
+    add_checkpoint_options(train)
     _add_progress_option(train)
     train.set_defaults(func=cmd_train)
 

@@ -68,6 +68,8 @@ def _fit(
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
     (:class:`~marginface.train.run_state.SavedRun`), or False."""
     from ..train import Trainer
+    from ..train.checkpoint_writer import CheckpointPolicy
+    from ..train.preemption import TrainingPreemptedError
 
     trainer = Trainer(
         config,
@@ -76,9 +78,21 @@ def _fit(
         progress_seconds=args.progress_seconds,
         callbacks=[_epoch_printer(args)],
         initial_state=initial_state,
+        checkpointing=CheckpointPolicy(
+            every_steps=args.checkpoint_every,
+            every_minutes=args.checkpoint_every_minutes,
+            keep=args.keep,
+            asynchronous=args.async_checkpoint,
+            stop_on_signals=True,
+        ),
     )
     trainer.step_callbacks.append(_verification_printer(args))
-    trainer.fit(resume=resume, overwrite=args.overwrite)
+    try:
+        trainer.fit(resume=resume, overwrite=args.overwrite)
+    except TrainingPreemptedError as stopped:  # one line per process; the scheduler may requeue
+        if trainer.is_main:
+            print(f"marginface train: {stopped}", file=sys.stderr)
+        return args.preempted_exit_code
     if trainer.is_main:
         _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0

@@ -32,12 +32,14 @@ from ..margins.curricularface import curricular_negative
 from ._online_softmax import (
     add_shifted_slice,
     empty_statistics,
+    finish_log_sum_exp,
     merge_statistics,
     slice_statistics,
 )
 from .chunk_plan import nontarget_kernel_of, scale_in_gemm
 from .chunk_workspace import ChunkWorkspace, project_scattered_rows
 from .dense import NORMALIZE_EPS
+from .nontarget_rules import ELEMENTWISE_RULES
 from .triton_dispatch import kernel_rule, triton_gradient, triton_statistics
 
 __all__ = [
@@ -48,6 +50,8 @@ __all__ = [
     "chunk_rule_for_margin",
     "nontarget_gradient",
     "nontarget_statistics",
+    "row_block_pass",
+    "row_statistics",
     "target_cosines",
 ]
 
@@ -65,6 +69,8 @@ class ChunkRule:
         filter_threshold: inter-class filtering's ``τ`` (0: off): cosines above it become 0,
             value and gradient, before ``g``.
         kernel: the Triton kernels' rule when this call runs them, else None (PyTorch ops).
+        for_rows: ``(start, stop) -> ChunkRule``, the same rule for rows ``[start, stop)`` of
+            the batch (its per-row parameters sliced), or None when it has none.
     """
 
     identity: bool
@@ -72,10 +78,24 @@ class ChunkRule:
     derivative: Callable[[Tensor], Tensor] | None = None
     filter_threshold: float = 0.0
     kernel: Any = None
+    for_rows: Callable[[int, int], ChunkRule] | None = None
 
     def values(self, cos: Tensor) -> Tensor:
         """``g(c)`` (``cos`` itself for the identity)."""
         return cos if self.identity or self.function is None else self.function(cos)
+
+    def rows(self, start: int, stop: int) -> ChunkRule:
+        """This rule for the rows ``[start, stop)`` of the batch (a block of the row-block
+        tiling)."""
+        return self if self.for_rows is None else self.for_rows(start, stop)
+
+
+def _rows_of(value: Any, start: int, stop: int, n: int) -> Any:
+    """A per-row value (``Tensor[N, ...]``) cut to rows ``[start, stop)``; anything else (a
+    float, a 0-dim tensor) as it is."""
+    if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] == n:
+        return value[start:stop]
+    return value
 
 
 def chunk_rule_for_kernel(
@@ -87,6 +107,19 @@ def chunk_rule_for_kernel(
     kernel = kernel_rule(kind, parameters, rows, device) if triton else None
     if kind == "identity":
         return ChunkRule(identity=True, kernel=kernel)
+
+    def for_rows(start: int, stop: int) -> ChunkRule:  # only the threshold is per row
+        sliced = {
+            key: _rows_of(v, start, stop, rows) if key == "threshold" else v
+            for key, v in parameters.items()
+        }
+        return chunk_rule_for_kernel(kind, sliced, rows=stop - start, device=device, triton=False)
+
+    if kind in ELEMENTWISE_RULES:
+        function, derivative = ELEMENTWISE_RULES[kind](parameters)
+        return ChunkRule(
+            identity=False, function=function, derivative=derivative, for_rows=for_rows
+        )
     threshold = parameters["threshold"].reshape(-1, 1)  # (N, 1)
     t = parameters["t"]
 
@@ -97,7 +130,13 @@ def chunk_rule_for_kernel(
         hard = cos > threshold.to(cos.dtype)  # (N, c)
         return torch.where(hard, cos * 2.0 + t.to(cos.dtype), torch.ones_like(cos))
 
-    return ChunkRule(identity=False, function=function, derivative=derivative, kernel=kernel)
+    return ChunkRule(
+        identity=False,
+        function=function,
+        derivative=derivative,
+        kernel=kernel,
+        for_rows=None if triton else for_rows,
+    )
 
 
 def chunk_rule_for_margin(
@@ -112,24 +151,33 @@ def chunk_rule_for_margin(
     if kind is not None and threshold == 0:
         parameters = margin.nontarget_kernel_parameters(context)
         return chunk_rule_for_kernel(kind, parameters, rows=rows, device=device, triton=triton)
+
+    def for_rows(start: int, stop: int) -> ChunkRule:
+        sliced = {key: _rows_of(v, start, stop, rows) for key, v in context.items()}
+        return chunk_rule_for_margin(margin, sliced, rows=stop - start, device=device, triton=False)
+
     return ChunkRule(
         identity=margin.nontarget_is_identity(),
         function=lambda cos: margin.nontarget_cosine(cos, context),
         filter_threshold=threshold,
+        for_rows=for_rows,
     )
 
 
 # --------------------------------------------------------------------------- forward
 def nontarget_statistics(
-    chunks: ChunkWorkspace, rule: ChunkRule, scale: Tensor
+    chunks: ChunkWorkspace, rule: ChunkRule, scale: Tensor, *, scale_has_gradient: bool = False
 ) -> tuple[Tensor, Tensor]:
     """Merged ``(max, Σexp)`` over every chunk of the non-target logits ``s_i g(c_ij)``,
-    ``Tensor[N]`` each (no gradient). ``scale``: ``Tensor[N]``."""
+    ``Tensor[N]`` each (no gradient). ``scale``: ``Tensor[N]``. ``scale_has_gradient``: the
+    backward will need ``∂L/∂s`` and so multiplies ``x̂`` itself (:func:`nontarget_gradient`);
+    when the forward's products are kept for it (the row-block pass), the forward multiplies
+    ``x̂`` too instead of ``s·x̂``."""
     with torch.no_grad():
         if rule.kernel is not None:
             return triton_statistics(chunks, scale, rule.kernel)
         plain = rule.identity and rule.filter_threshold == 0
-        if plain and scale_in_gemm(chunks.gemm):  # logits = (s·x̂) @ ŵᵀ: the scale in the GEMM
+        if _scale_rides_in_gemm(chunks, rule, scale_has_gradient):  # logits = (s·x̂) @ ŵᵀ
             return _merged_statistics(chunks, (chunks.x_hat * scale.unsqueeze(1)).to(chunks.gemm))
         scale_rows = scale.unsqueeze(1)  # (N, 1)
         if plain:  # float16: scale the float32 cosines (in place)
@@ -188,6 +236,34 @@ def batch_log_b(
     return torch.logsumexp(per_row, dim=0) - math.log(per_row.shape[0])
 
 
+def row_statistics(
+    chunks: ChunkWorkspace, margin: Margin, cos_target: Tensor, filter_threshold: float = 0.0
+) -> Tensor:
+    """The margin's per-row statistics
+    (:meth:`~marginface.margins.base.Margin.row_statistics_terms`) summed over every non-target
+    class of ``chunks``, one chunk at a time: ``Tensor[k, N]``, no gradient. ``cos_target``:
+    ``Tensor[N]``, clamped. ``filter_threshold``: inter-class filtering's ``τ`` (0: off),
+    applied to the cosines first. Sums over disjoint class slices add: a sharded head
+    all-sums them."""
+    n, k = chunks.x_hat.shape[0], margin.row_statistics_size()
+    with torch.no_grad():
+        total = chunks.x_hat.new_zeros(k, n, dtype=chunks.inv_norms.dtype)  # (k, N)
+        target = cos_target.to(total.dtype)
+        for start, stop in chunks.ranges():
+            cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
+            if filter_threshold > 0:
+                cos = cos.masked_fill_(cos > filter_threshold, 0.0)
+            slot_rows, slot_cols = chunks.target_slots(start, stop)
+            for q, term in enumerate(margin.row_statistics_terms(cos, target)):
+                # (N, c), the target column (no non-target) zeroed out of place: ``term`` may
+                # be the workspace that the next term reads
+                zero = total.new_zeros(())
+                term = term.to(total.dtype).index_put((slot_rows, slot_cols), zero)
+                total[q] += term.sum(dim=1)
+        chunks.release()
+    return total
+
+
 # --------------------------------------------------------------------------- backward
 def nontarget_gradient(
     chunks: ChunkWorkspace,
@@ -199,10 +275,17 @@ def nontarget_gradient(
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
     grad_scale: Tensor | None,
+    add_rows: bool | None = None,
+    project: bool = True,
 ) -> None:
     """The backward's pass over the chunks: add the non-target part of ``∂L/∂x̂`` into
     ``grad_x_hat`` (``Tensor[N, D]``; and of ``∂L/∂s`` into ``grad_scale``, ``Tensor[N]``, if
     given), write every row of ``grad_weight`` (``Tensor[C·K, D]``, if given).
+
+    ``add_rows``: None (default) writes each chunk's rows of ``∂L/∂W`` projected through
+    ``w/‖w‖``; False/True (the row-block pass) writes/adds them, and projects them only if
+    ``project`` (the last block: the projection is linear, so it runs once, on the sum over
+    the blocks).
 
     ``lse``, ``grad``: ``Tensor[N]``, the log-sum-exp the probabilities are taken against and
     the gradient reaching it (``p_ij·grad_i = e^{z_ij - lse_i}·grad_i``: the full log-sum-exp
@@ -212,21 +295,107 @@ def nontarget_gradient(
     if rule.kernel is not None:
         triton_gradient(chunks, rule.kernel, scale, lse, grad, grad_x_hat, grad_weight, grad_scale)
         return
-    fold = (
-        rule.identity
-        and grad_scale is None
-        and rule.filter_threshold == 0
-        and scale_in_gemm(chunks.gemm)
-    )
+    fold = _scale_rides_in_gemm(chunks, rule, grad_scale is not None)
     folded = _fold(chunks, scale, lse, grad) if fold else None
     for start, stop in chunks.ranges():
         if folded is not None:
             g_cos, best = _folded_cosine_gradient(chunks, start, stop, *folded)
         else:
             g_cos, best = _cosine_gradient(chunks, rule, start, stop, scale, lse, grad, grad_scale)
-        _add_chunk_gradient(chunks, start, stop, g_cos, best, grad_x_hat, grad_weight)
+        _add_chunk_gradient(
+            chunks,
+            start,
+            stop,
+            g_cos,
+            best,
+            grad_x_hat,
+            grad_weight,
+            add_rows=add_rows,
+            project=project,
+        )
         del g_cos, best  # free this chunk's N×c temporaries before the next chunk's
     chunks.release()
+
+
+def _scale_rides_in_gemm(chunks: ChunkWorkspace, rule: ChunkRule, scale_has_gradient: bool) -> bool:
+    """Whether the passes multiply ``s·x̂`` (the identity rule, nothing filtered, no gradient
+    for ``s``, not a float16 GEMM) rather than ``x̂``: the forward and the backward agree, so
+    that the row-block pass can keep the forward's products for the backward."""
+    return (
+        rule.identity
+        and not scale_has_gradient
+        and rule.filter_threshold == 0
+        and scale_in_gemm(chunks.gemm)
+    )
+
+
+def row_block_pass(
+    chunks: ChunkWorkspace,
+    rule: ChunkRule,
+    *,
+    row_block: int,
+    chunk_size: int,
+    scale: Tensor,
+    target_logit: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    grad_scale: Tensor | None,
+) -> Tensor:
+    """The row-block tiling of the loop: forward and backward in one pass per block of rows.
+
+    For each block of ``B = row_block`` rows, the forward pass over the class chunks
+    (:func:`nontarget_statistics`) keeps every chunk's GEMM product (``B×C·K`` in the GEMM
+    dtype, :meth:`~ChunkWorkspace.keep_products`), the block's log-sum-exp
+    ``lse_i = log(e^{t_i} + Σ_{j≠y_i} e^{z_ij})`` is completed with the target logit ``t_i``,
+    and the backward pass over the same chunks (:func:`nontarget_gradient`) reads the kept
+    products instead of multiplying again: 3 GEMMs per chunk instead of 4, at the price of a
+    ``B×C·K`` store. The gradients are those of ``Σ_i lse_i`` (an upstream gradient of 1 per
+    row): ``∂/∂x̂`` into ``grad_x_hat`` (``Tensor[N, D]``), ``∂/∂s`` into ``grad_scale``
+    (``Tensor[N]``, if given) and ``∂/∂W`` (summed over the row blocks, projected through
+    ``w/‖w‖`` chunk by chunk in the last block) into ``grad_weight`` (``Tensor[C·K, D]``,
+    zero where no chunk writes, if given). A caller whose upstream gradient is the same ``γ``
+    for every row multiplies them by ``γ`` (``∂/∂x̂`` and ``∂/∂s`` are per row and scale by
+    any ``γ_i``).
+
+    ``scale``, ``target_logit``: ``Tensor[N]``, no gradient. ``chunk_size``: classes per chunk
+    inside a block. PyTorch ops only (``rule.kernel`` must be None). Returns ``lse``,
+    ``Tensor[N]``.
+    """
+    if rule.kernel is not None:
+        raise ValueError("the row-block tiling runs on PyTorch ops only; use kernels='torch'")
+    n = chunks.x_hat.shape[0]
+    scale_has_gradient = grad_scale is not None
+    lse = torch.empty_like(scale)  # (N,)
+    store = torch.empty(  # (B·C·K,), the block's products, reused from block to block
+        min(row_block, n) * chunks.num_classes * chunks.k,
+        dtype=chunks.gemm,
+        device=chunks.x_hat.device,
+    )
+    ones = torch.ones(min(row_block, n), dtype=scale.dtype, device=scale.device)  # (B,)
+    for lo in range(0, n, row_block):
+        hi = min(lo + row_block, n)
+        block = chunks.row_block(lo, hi, chunk_size)
+        block.keep_products(store)
+        block_rule = rule.rows(lo, hi)
+        block_scale = scale[lo:hi]  # (B,)
+        stats = nontarget_statistics(
+            block, block_rule, block_scale, scale_has_gradient=scale_has_gradient
+        )
+        lse[lo:hi] = finish_log_sum_exp(stats, target_logit[lo:hi])
+        nontarget_gradient(
+            block,
+            block_rule,
+            scale=block_scale,
+            lse=lse[lo:hi],
+            grad=ones[: hi - lo],
+            grad_x_hat=grad_x_hat[lo:hi],
+            grad_weight=grad_weight,
+            grad_scale=None if grad_scale is None else grad_scale[lo:hi],
+            add_rows=lo > 0,
+            project=hi == n,
+        )
+        block.drop_products()
+    return lse
 
 
 def _fold(
@@ -313,9 +482,13 @@ def _add_chunk_gradient(
     best: Tensor | None,
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
+    *,
+    add_rows: bool | None = None,
+    project: bool = True,
 ) -> None:
     """From one chunk's ``∂L/∂c`` (``Tensor[N, c]``): add ``∂L/∂x̂`` and write the chunk's rows
-    of ``∂L/∂W`` (through ``w/‖w‖``)."""
+    of ``∂L/∂W`` (through ``w/‖w‖``; ``add_rows`` False/True: write/add them, then project
+    them only if ``project``, as :func:`nontarget_gradient` says)."""
     k, accumulate = chunks.k, chunks.inv_norms.dtype
     if best is not None:  # route each class's gradient to its winning sub-center
         pooled = g_cos.new_zeros(g_cos.shape[0], stop - start, k)  # (N, c, K)
@@ -332,7 +505,11 @@ def _add_chunk_gradient(
         g_cos.mul_(chunks.inv_norms[lo:hi])
         g_dot = chunks.scratch(g_cos.shape[0], g_cos.shape[1], chunks.gemm).copy_(g_cos)
         grad_x_hat.add_(torch.mm(g_dot, centers))
-    if grad_weight is not None:
+    if grad_weight is not None and add_rows is not None:
+        chunks.add_unprojected(grad_weight, start, stop, g_dot, overwrite=not add_rows)
+        if project:  # the last block: the chunk's rows are complete (and in cache)
+            chunks.project_rows(grad_weight, start, stop)
+    elif grad_weight is not None:
         if grad_weight.dtype == chunks.gemm:  # write in place (fp32, or a bf16 weight)
             rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
             partial = torch.mm(g_dot.t(), chunks.x_gemm, out=rows)

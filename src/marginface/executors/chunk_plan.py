@@ -122,6 +122,12 @@ def requested_kernels(kernels: str | None) -> str:
     return check_choice("kernels", kernels, KERNELS)
 
 
+TRITON_NONTARGET_KERNELS = ("identity", "curricular")
+"""The non-target rules of :data:`~marginface.margins.base.NONTARGET_KERNELS` that the Triton
+kernels have; the others run their written-out derivative in PyTorch inside the custom operators
+(``torch.compile`` traces them without a break; no Triton kernel yet)."""
+
+
 def use_triton_kernels(
     requested: str, x: Tensor, weight: Tensor, margin: Margin | None = None
 ) -> bool:
@@ -139,7 +145,7 @@ def use_triton_kernels(
     gemm = gemm_dtype(x, weight)
     supported = gemm in TRITON_DTYPES and weight.dtype == gemm and weight.stride(1) == 1
     filtering = margin is not None and margin.interclass_filtering_threshold > 0
-    known_rule = margin is None or nontarget_kernel_of(margin) is not None
+    known_rule = margin is None or nontarget_kernel_of(margin) in TRITON_NONTARGET_KERNELS
     if requested == "auto":
         return (
             x.device.type == "cuda"
@@ -169,7 +175,8 @@ def use_triton_kernels(
     if not known_rule:
         raise ValueError(
             f"margin {type(margin).__name__}'s nontarget_cosine has no Triton kernel (only the "
-            "rules of marginface.margins.base.NONTARGET_KERNELS); use kernels='torch'"
+            "rules of marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS); use "
+            "kernels='torch'"
         )
     return True
 

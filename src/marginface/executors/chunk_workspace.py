@@ -75,6 +75,8 @@ class ChunkWorkspace:
         self.row_capacity = widest * weight.shape[1]  # a chunk's weight rows
         self._buffers: dict[tuple[torch.dtype, str], Tensor] = {}  # the workspace
         self._gathered: tuple[int, int, Tensor] | None = None  # the gathered chunk's rows
+        self._products: Tensor | None = None  # (N·C·K,), GEMM dtype: kept chunk products
+        self._kept: set[int] = set()  # the chunks (by start) whose products are kept
         if inv_norms is None:  # (C·K,) or (S·K,), compute dtype; given: the forward's, reused
             inv_norms = self._inverse_norms(x_hat.dtype)
         self.inv_norms = inv_norms
@@ -118,9 +120,32 @@ class ChunkWorkspace:
         return buffer[:size].view(rows, cols)
 
     def release(self) -> None:
-        """Free the workspace (at the end of each pass)."""
+        """Free the workspace (at the end of each pass; products kept by
+        :meth:`keep_products` stay until :meth:`drop_products`)."""
         self._buffers.clear()
         self._gathered = None
+
+    def keep_products(self, store: Tensor) -> None:
+        """From now on keep each chunk's GEMM product ``rows @ W_chunkᵀ`` in ``store``
+        (``Tensor[≥ N·C·K]`` of the GEMM dtype; chunk ``[start, stop)`` at elements
+        ``[N·start·K, N·stop·K)``), so that the next pass over the same chunk reads it instead
+        of multiplying again: the row-block tiling's one pass
+        (:func:`~marginface.executors.chunk_loop.row_block_pass`). The passes must then
+        multiply the same ``rows`` (``x̂`` or ``s·x̂``); :meth:`cosine` never writes into a kept
+        product."""
+        needed = self.x_hat.shape[0] * self.num_classes * self.k
+        if store.dtype != self.gemm or store.numel() < needed:
+            raise ValueError(
+                f"store must hold {needed} elements of dtype {self.gemm}, "
+                f"got {store.numel()} of {store.dtype}"
+            )
+        self._products = store
+        self._kept = set()
+
+    def drop_products(self) -> None:
+        """Stop keeping chunk products (:meth:`keep_products`); the store is the caller's."""
+        self._products = None
+        self._kept = set()
 
     def ranges(self) -> list[tuple[int, int]]:
         """Class ranges ``[start, stop)`` of the chunks."""
@@ -180,6 +205,53 @@ class ChunkWorkspace:
         elif partial.data_ptr() != grad_weight[lo:hi].data_ptr():
             grad_weight[lo:hi] = partial.to(grad_weight.dtype)
 
+    def row_block(self, start: int, stop: int, chunk_size: int) -> ChunkWorkspace:
+        """A workspace over rows ``[start, stop)`` of this one (the same weight, sample and
+        inverse norms; chunks of ``chunk_size`` classes): one block of the row-block tiling."""
+        return ChunkWorkspace(
+            self.x_hat[start:stop],
+            self.weight,
+            self.labels[start:stop],
+            self.k,
+            chunk_size,
+            self.gemm,
+            inv_norms=self.inv_norms,
+            sample=self.sample,
+        )
+
+    def add_unprojected(
+        self, grad_weight: Tensor, start: int, stop: int, g_dot: Tensor, *, overwrite: bool
+    ) -> None:
+        """Write (``overwrite``) or add the chunk's ``partial = g_dotᵀ x̂`` (``g_dot``:
+        ``Tensor[N, c·K]`` in the GEMM dtype, ``∂L/∂(x̂·w)``) into its rows of ``grad_weight``,
+        not yet projected through ``w/‖w‖`` (:meth:`project_rows` does that, once). A sample's
+        rows are added with ``index_put_`` (``grad_weight`` must then start at zero)."""
+        if self.sample is not None:
+            partial = torch.mm(g_dot.t(), self.x_gemm)  # (c·K, D)
+            index = self.weight_index(start, stop)  # (c·K,)
+            grad_weight.index_put_((index,), partial.to(grad_weight.dtype), accumulate=True)
+            return
+        rows = grad_weight[start * self.k : stop * self.k]  # (c·K, D)
+        if grad_weight.dtype != self.gemm:
+            partial = torch.mm(g_dot.t(), self.x_gemm).to(grad_weight.dtype)
+            if overwrite:
+                rows.copy_(partial)
+            else:
+                rows.add_(partial)
+        elif overwrite:
+            torch.mm(g_dot.t(), self.x_gemm, out=rows)
+        else:
+            rows.addmm_(g_dot.t(), self.x_gemm)
+
+    def project_rows(self, grad_weight: Tensor, start: int, stop: int) -> None:
+        """Project the chunk's rows of ``grad_weight`` (written by :meth:`add_unprojected`)
+        through the Jacobian of ``w/‖w‖``, in place."""
+        if self.sample is None:
+            partial = grad_weight[start * self.k : stop * self.k]  # a view: in place
+        else:
+            partial = grad_weight.index_select(0, self.weight_index(start, stop))
+        self.project_into(grad_weight, start, stop, partial)
+
     def cosine(
         self,
         start: int,
@@ -197,17 +269,18 @@ class ChunkWorkspace:
         """
         accumulate = self.inv_norms.dtype
         n, width = rows.shape[0], (stop - start) * self.k
-        raw = torch.mm(
-            rows, self.weight_rows(start, stop).t(), out=self.scratch(n, width, self.gemm)
-        )  # (N, c·K), GEMM dtype, in the workspace
+        raw = self._product(start, stop, rows)  # (N, c·K), GEMM dtype
         inv_norms = self.inv_norms[start * self.k : stop * self.k]  # (c·K,)
+        out = raw if self._products is None else None  # a kept product is read, not written
         if raw.dtype != accumulate:  # a half GEMM: promote into the float32 workspace first
             # (an op mixing the dtypes would make a hidden float32 copy of raw)
-            raw = self.scratch(n, width, accumulate).copy_(raw)
+            raw = out = self.scratch(n, width, accumulate).copy_(raw)
+        if out is None:
+            out = self.scratch(n, width, accumulate)
         if shift is not None and self.k == 1:
             offset = shift.neg().unsqueeze(1)  # (N, 1)
-            return torch.addcmul(offset, raw, inv_norms, out=raw), None
-        raw = raw.mul_(inv_norms)
+            return torch.addcmul(offset, raw, inv_norms, out=out), None
+        raw = torch.mul(raw, inv_norms, out=out)
         if shift is not None:
             raw = raw.view(raw.shape[0], stop - start, self.k)  # (N, c, K)
             values, index = raw.max(dim=2)
@@ -219,6 +292,19 @@ class ChunkWorkspace:
             values, index = pooled.max(dim=2)
             return values, index
         return pooled.amax(dim=2), None
+
+    def _product(self, start: int, stop: int, rows: Tensor) -> Tensor:
+        """``rows @ W_chunkᵀ`` (``Tensor[N, c·K]``, GEMM dtype): in the workspace, or in the
+        kept products (:meth:`keep_products`), multiplied only the first time."""
+        n, width = rows.shape[0], (stop - start) * self.k
+        if self._products is None:
+            out = self.scratch(n, width, self.gemm)
+        else:
+            out = self._products[n * start * self.k : n * stop * self.k].view(n, width)
+            if start in self._kept:
+                return out
+            self._kept.add(start)
+        return torch.mm(rows, self.weight_rows(start, stop).t(), out=out)
 
     def target_slots(self, start: int, stop: int) -> tuple[Tensor, Tensor]:
         """Rows whose label lies in ``[start, stop)`` and that label's column in the chunk."""

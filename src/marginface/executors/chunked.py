@@ -43,6 +43,8 @@ target math is the same PyTorch code either way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -63,7 +65,7 @@ from .chunk_plan import (
     triton_available,
 )
 from .chunk_workspace import PROJECTION_BLOCK, ROW_DOT_BLOCK
-from .chunked_function import ChunkedMarginCrossEntropy
+from .chunked_function import ChunkedMarginCrossEntropy, stack_class_values
 from .dense import compute_dtype, row_norms
 from .fused_op import fused_margin_cross_entropy, nontarget_rule
 from .margin_loss import margin_loss
@@ -97,6 +99,8 @@ def chunked_margin_cross_entropy(
     chunk_size: int | None = None,
     kernels: str | None = None,
     sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
+    row_block: int | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy, never materializing the ``N×C`` logits.
 
@@ -134,12 +138,31 @@ def chunked_margin_cross_entropy(
             [sampled_classes].reshape(-1, D)``, without that ``S·K×D`` copy or its gradient
             (the weight's gradient is ``Tensor[C·K, D]``, exactly 0 outside the sample).
             Default: None (every class).
+        class_values: ``{name: Tensor[N]}``, the margin's per-class parameters at each row's
+            target class (:meth:`~marginface.margins.base.Margin.class_parameters`; the head
+            gathers them), or None. Their gradient is an ``N``-vector's: no ``N×C`` term.
+        row_block: tile the rows too: blocks of ``row_block >= 1`` rows, each run forward and
+            backward in one pass over the classes (3 GEMMs per chunk instead of 4: the
+            backward reads the forward's kept products), holding a ``row_block × C·K`` store
+            of products in the GEMM dtype instead of ``N × chunk_size·K``
+            (:func:`~marginface.executors.chunk_loop.row_block_pass`). The gradients are formed
+            in the forward for an upstream gradient that is the same for every row
+            (``reduction="mean"``/``"sum"``, scaled in the backward); any other upstream
+            gradient is exact too but pays the class-chunked backward on top. PyTorch ops only
+            (``kernels="triton"`` raises ``ValueError``); an autograd Function, so
+            ``torch.compile`` breaks the graph here. Default: None (tile the classes only).
+            docs/fused.md, "Row blocks", says when it is the faster.
 
     Returns:
         ``Tensor[N]``, float32 (or float64).
     """
     check_chunkable(margin)
     if margin.objective == "binary":  # one-vs-all: Σ softplus instead of log-sum-exp
+        if row_block is not None:
+            raise ValueError(
+                f"row_block tiles the softmax reduction; {type(margin).__name__} is one-vs-all "
+                f"(got row_block={row_block!r}): use impl='chunked'"
+            )
         return chunked_binary_loss(
             embeddings, weight, labels, margin, sub_centers=sub_centers, chunk_size=chunk_size,
             kernels=kernels, sampled_classes=sampled_classes,
@@ -147,6 +170,8 @@ def chunked_margin_cross_entropy(
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     if chunk_size is not None:
         chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    if row_block is not None:
+        row_block = check_int("row_block", row_block, minimum=1)
     sub_centers = check_int("sub_centers", sub_centers, minimum=1)
     kernels = requested_kernels(kernels)  # the environment variable, read once
     if weight.dim() != 2 or weight.shape[0] % sub_centers:
@@ -159,7 +184,15 @@ def chunked_margin_cross_entropy(
     rule = nontarget_rule(margin)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
-        if rule is not None:  # the custom ops: torch.compile traces them without graph breaks
+        if row_block is not None:  # the row-block tiling, on the autograd Function
+            grad = torch.is_grad_enabled()
+            gradients = (grad and x.requires_grad, grad and weight.requires_grad)
+            names, stacked = stack_class_values(margin, class_values)
+            loss = ChunkedMarginCrossEntropy.apply(
+                x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
+                None, sampled_classes, row_block, gradients, names, stacked,
+            )  # fmt: skip
+        elif rule is not None:  # the custom ops: torch.compile traces them without graph breaks
             loss = fused_margin_cross_entropy(
                 x,
                 weight,
@@ -170,11 +203,13 @@ def chunked_margin_cross_entropy(
                 chunk_size=chunk_size,
                 kernels=kernels,
                 sampled_classes=sampled_classes,
+                class_values=class_values,
             )
         else:  # another non-target rule: the autograd Function (a graph break under compile)
+            names, stacked = stack_class_values(margin, class_values)
             loss = ChunkedMarginCrossEntropy.apply(
                 x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
-                None, sampled_classes,
+                None, sampled_classes, None, (True, True), names, stacked,
             )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (N,)
         return margin_loss(loss, margin, norms)
@@ -192,6 +227,7 @@ def sharded_margin_cross_entropy(
     chunk_size: int | None = None,
     kernels: str | None = None,
     sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy of the *global* batch, classes sharded over the
     ranks of ``shard`` (:mod:`~marginface.executors.sharding`).
@@ -216,6 +252,10 @@ def sharded_margin_cross_entropy(
             of ``weight`` (local indices), read in place as in
             :func:`chunked_margin_cross_entropy`; the softmax runs over every rank's sample.
             Default: None (every class).
+        class_values: ``{name: Tensor[N_global]}``, the margin's per-class parameters at each
+            row's target class, from *this rank's* classes (0 where another rank owns the
+            target); summed over the ranks inside, and each rank's own parameters get their
+            gradient. None when the margin declares none.
 
     Returns:
         ``Tensor[N_global]``, float32 (or float64), identical on every rank. The gradient
@@ -233,9 +273,10 @@ def sharded_margin_cross_entropy(
     gemm = gemm_dtype(embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
+        names, stacked = stack_class_values(margin, class_values)
         loss = ChunkedMarginCrossEntropy.apply(
             x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard,
-            sampled_classes,
+            sampled_classes, None, (True, True), names, stacked,
         )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (n_r,)
         rows = shard.rows

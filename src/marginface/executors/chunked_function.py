@@ -13,6 +13,8 @@ whose non-target rule is compiled in run on the custom operators of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +30,8 @@ from .chunk_loop import (
     chunk_rule_for_margin,
     nontarget_gradient,
     nontarget_statistics,
+    row_block_pass,
+    row_statistics,
     target_cosines,
 )
 from .chunk_plan import (
@@ -42,7 +46,7 @@ from .dense import NORMALIZE_EPS
 from .sharding import ClassShard
 from .triton_dispatch import kernel_rule
 
-__all__ = ["ChunkedMarginCrossEntropy"]
+__all__ = ["ChunkedMarginCrossEntropy", "stack_class_values"]
 
 
 class ChunkedMarginCrossEntropy(torch.autograd.Function):
@@ -59,7 +63,10 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
     the sample. ``chunk_size`` None: :func:`~.chunk_plan.default_chunk_size` of the global
     batch. ``gemm``: the chunk GEMM's dtype (:func:`~.chunk_plan.gemm_dtype`). ``kernels``:
     one of :data:`~.chunk_plan.KERNELS` or None (the environment variable, read here), resolved
-    once for the call.
+    once for the call. ``names``, ``class_values`` (:func:`stack_class_values`): the margin's
+    per-class parameters at each row's target class, ``Tensor[P, N]`` (with a shard: from this
+    rank's classes, 0 elsewhere, summed over the ranks here), or ``()`` and None; their gradient
+    comes out of the margin's small graph.
     """
 
     @staticmethod
@@ -76,12 +83,27 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         kernels: str | None,
         shard: ClassShard | None,
         sample: Tensor | None,
+        row_block: int | None = None,
+        gradients: tuple[bool, bool] = (True, True),
+        names: tuple[str, ...] = (),
+        class_values: Tensor | None = None,
     ) -> Tensor:
         if shard is not None:
             x = shard.gather_rows(x)  # (N, D), the global batch
-        triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
+        if row_block is not None and shard is not None:
+            raise ValueError("row_block does not apply to a sharded head (see docs/fused.md)")
+        requested = requested_kernels(kernels)
+        if row_block is not None and requested == "triton":
+            raise ValueError(
+                "row_block runs on PyTorch ops only, got kernels='triton'; use kernels='torch'"
+            )
+        triton = row_block is None and use_triton_kernels(requested, x, weight, margin)
         n, k = x.shape[0], sub_centers
         x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
+        block_chunk = None
+        if row_block is not None:  # the class chunks of one block of rows
+            block_rows = x[: min(row_block, n)]
+            block_chunk = chunk_size_for(block_rows, weight, k, sample, chunk_size)
         chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
         chunks = ChunkWorkspace(x_hat, weight, targets, k, chunk_size, gemm, sample=sample)
 
@@ -92,11 +114,20 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
             shard.all_sum_(cos_raw)
 
         # The margin's hooks on a small graph of N-vectors, replayed in backward.
+        values_leaf = None  # (P, N), every row's target-class values, summed over the ranks
+        if class_values is not None:
+            values_leaf = class_values.detach().clone()
+            if shard is not None:
+                shard.all_sum_(values_leaf)
+            values_leaf.requires_grad_(True)
         with torch.enable_grad():
             cos_leaf = cos_raw.detach().requires_grad_(True)
             norms_leaf = norms.detach().requires_grad_(True) if margin.requires_norms else None
             cos_target = cos_leaf.clamp(-1.0, 1.0)
             context = _prepare(margin, chunks, cos_target, labels, norms_leaf, shard, triton)
+            if values_leaf is not None:
+                rows = dict(zip(names, values_leaf.unbind(0), strict=True))
+                context = margin.with_class_values(context, rows)
             target = margin.adjusted_target_cosine(cos_target, norms_leaf, context)  # (N,)
             row_scale = scale_per_row(context["scale"], n, x_hat)  # (N,)
             target_logit = target.to(x.dtype) * row_scale  # (N,)
@@ -111,14 +142,36 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
                     )
         frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
         rule = chunk_rule_for_margin(margin, frozen, rows=n, device=x.device, triton=triton)
-        stats = nontarget_statistics(chunks, rule, row_scale.detach())
-        if shard is not None:
-            stats = shard.merge_statistics(stats)
-        lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
+        ctx.pending = None
+        if row_block is not None and any(gradients):
+            # Forward and backward in one pass per block of rows: the gradients of Σ lse_i,
+            # kept for the backward, which scales them by the upstream gradient.
+            pending = _RowBlockGradients(
+                x_hat=torch.zeros_like(x_hat),  # (N, D)
+                weight=_weight_gradient(weight, sample) if gradients[1] else None,
+                scale=torch.zeros_like(norms) if row_scale.requires_grad else None,  # (N,)
+            )
+            lse = row_block_pass(
+                chunks,
+                rule,
+                row_block=row_block,
+                chunk_size=block_chunk,
+                scale=row_scale.detach(),
+                target_logit=target_logit.detach(),
+                grad_x_hat=pending.x_hat,
+                grad_weight=pending.weight,
+                grad_scale=pending.scale,
+            )
+            ctx.pending = [pending]  # popped in backward: the weight gradient is handed over
+        else:
+            stats = nontarget_statistics(chunks, rule, row_scale.detach())
+            if shard is not None:
+                stats = shard.merge_statistics(stats)
+            lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
 
         ctx.save_for_backward(norms, x_hat, lse, target_rows, owned)
         ctx.shard, ctx.chunks, ctx.rule = shard, chunks, rule
-        ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale)
+        ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale, values_leaf)
         return lse - target_logit.detach()
 
     @staticmethod
@@ -128,28 +181,39 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         shard: ClassShard | None = ctx.shard
         chunks: ChunkWorkspace = ctx.chunks
         rule: ChunkRule = ctx.rule
-        cos_leaf, norms_leaf, target_logit, row_scale = ctx.graph
+        cos_leaf, norms_leaf, target_logit, row_scale, values_leaf = ctx.graph
         grad = grad_loss.to(x_hat.dtype)  # (N,)
         scale = row_scale.detach()  # (N,)
         scale_grad = row_scale.requires_grad
 
-        grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
-        grad_weight = None  # (C·K, D): every row (every sampled row) is written by one chunk
-        if ctx.needs_input_grad[1]:
-            weight = chunks.weight
-            sampled = chunks.sample is not None
-            grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
-        grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
-        nontarget_gradient(
-            chunks,
-            rule,
-            scale=scale,
-            lse=lse,
-            grad=grad,
-            grad_x_hat=grad_x_hat,
-            grad_weight=grad_weight,
-            grad_scale=grad_scale,
-        )
+        pending = ctx.pending.pop() if ctx.pending else None
+        uniform = pending is not None and bool((grad == grad[:1]).all())
+        if uniform:  # the row-block pass's gradients of Σ lse_i, times the one upstream γ
+            grad_x_hat = pending.x_hat.mul_(grad.unsqueeze(1))  # (N, D), ∂L/∂x̂
+            grad_weight = pending.weight
+            if grad_weight is not None:
+                grad_weight.mul_(grad[0].to(grad_weight.dtype))
+            grad_scale = pending.scale.mul_(grad) if pending.scale is not None else None
+        else:  # the class-chunked backward (4th GEMM), exact for any upstream gradient
+            pending = None  # the row-block pass's buffers (if any) are freed first
+            grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
+            grad_weight = None  # (C·K, D): every row (every sampled row) is written by a chunk
+            if ctx.needs_input_grad[1]:
+                grad_weight = _weight_gradient(chunks.weight, chunks.sample)
+            grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
+            nontarget_gradient(
+                chunks,
+                rule,
+                scale=scale,
+                lse=lse,
+                grad=grad,
+                grad_x_hat=grad_x_hat,
+                grad_weight=grad_weight,
+                grad_scale=grad_scale,
+            )
+        del pending
+        if not ctx.needs_input_grad[1]:
+            grad_weight = None
 
         # The target: backward through the margin's small graph, then through the indexed dot.
         outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
@@ -159,6 +223,8 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
             outputs.append(row_scale)
             seeds.append(grad_scale)
         inputs = [cos_leaf] + ([norms_leaf] if norms_leaf is not None else [])
+        if values_leaf is not None:
+            inputs.append(values_leaf)
         # retain_graph: the small graph is kept so that backward can run again (e.g. gradcheck,
         # or retain_graph=True upstream); it holds only N-vectors. The seeds enter as one scalar
         # Σ seed·output (the same vector-Jacobian product): torch.autograd.grad given
@@ -179,11 +245,48 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
             grad_x_hat / NORMALIZE_EPS,
         )
         leader = shard is None or shard.rank == 0  # terms every rank computed: add them once
-        if leader and norms_leaf is not None and len(grads) > 1 and grads[1] is not None:
+        if leader and norms_leaf is not None and grads[1] is not None:
             grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
+        grad_values = None  # (P, N): the same on every rank; each keeps its own classes' share
+        if values_leaf is not None:
+            grad_values = grads[-1] if grads[-1] is not None else torch.zeros_like(values_leaf)
         if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
             grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
-        return grad_x, grad_weight, None, None, None, None, None, None, None, None, None
+        return grad_x, grad_weight, *([None] * 12), grad_values
+
+
+@dataclass
+class _RowBlockGradients:
+    """The gradients of ``Σ_i lse_i`` that the row-block pass forms in the forward:
+    ``∂/∂x̂`` (``Tensor[N, D]``), ``∂/∂W`` (``Tensor[C·K, D]`` or None), ``∂/∂s`` (``Tensor[N]``
+    or None)."""
+
+    x_hat: Tensor
+    weight: Tensor | None
+    scale: Tensor | None
+
+
+def stack_class_values(
+    margin: Margin, class_values: Mapping[str, Tensor] | None
+) -> tuple[tuple[str, ...], Tensor | None]:
+    """The margin's declared per-class parameter names and their row values stacked,
+    ``Tensor[P, N]`` (an autograd Function takes tensors, not mappings), or ``((), None)``.
+
+    Raises:
+        ValueError: the margin declares per-class parameters and ``class_values`` lacks one.
+    """
+    names = tuple(margin.class_parameters())
+    if not names:
+        return (), None
+    margin.with_class_values({}, class_values)  # the ValueError naming the missing ones
+    assert class_values is not None
+    return names, torch.stack([class_values[name] for name in names])
+
+
+def _weight_gradient(weight: Tensor, sample: Tensor | None) -> Tensor:
+    """The weight's gradient buffer: uninitialized (every row is written by one chunk), or
+    zeros for a Partial FC sample (unsampled rows get an exact 0)."""
+    return torch.zeros_like(weight) if sample is not None else torch.empty_like(weight)
 
 
 def _prepare(
@@ -196,8 +299,16 @@ def _prepare(
     triton: bool,
 ) -> Context:
     """The margin's context; first, if it asks for one
-    (:meth:`~marginface.margins.base.Margin.statistics_scale`), the batch statistic ``log B``
-    by one more pass over the classes (merged over the ranks of ``shard``)."""
+    (:meth:`~marginface.margins.base.Margin.statistics_scale`), the batch statistic ``log B``,
+    or (:meth:`~marginface.margins.base.Margin.row_statistics_size`) its per-row sums over the
+    non-target classes, by one more pass over the classes (merged over the ranks of ``shard``)."""
+    if margin.row_statistics_size() > 0:
+        sums = row_statistics(
+            chunks, margin, cos_target.detach(), margin.interclass_filtering_threshold
+        )  # (k, N), this rank's classes
+        if shard is not None:
+            shard.all_sum_(sums)
+        return margin.prepare_with_row_statistics(cos_target, labels, norms, sums)
     statistics_scale = margin.statistics_scale()
     if statistics_scale is None:
         return margin.prepare(cos_target, labels, norms)

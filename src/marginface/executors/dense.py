@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -83,6 +85,7 @@ def dense_margin_cross_entropy(
     margin: Margin,
     *,
     sub_centers: int = 1,
+    class_values: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
     """Per-sample margin softmax cross-entropy through the full ``N×C`` logit matrix.
 
@@ -99,6 +102,8 @@ def dense_margin_cross_entropy(
         labels: ``Tensor[N]`` int64 in ``[0, C)``.
         margin: the margin.
         sub_centers: ``K``.
+        class_values: ``{name: Tensor[N]}``, the margin's per-class parameters at each row's
+            target class (:meth:`~marginface.margins.base.Margin.class_parameters`), or None.
 
     Returns:
         ``Tensor[N]``, float32 (or float64).
@@ -109,5 +114,5 @@ def dense_margin_cross_entropy(
         w = weight.to(dtype)
         norms = row_norms(x) if margin.requires_norms else None  # (N,)
         cosine = normalized_cosine(x, w, sub_centers)  # (N, C)
-        logits = margin.apply(cosine, labels, norms)  # (N, C)
+        logits = margin.apply(cosine, labels, norms, class_values)  # (N, C)
         return logits_cross_entropy(logits, labels, margin, norms)  # (N,)

@@ -28,9 +28,9 @@ reaching the pass-through cosine comes back into the backward op, which adds the
 The backward op is exact for any upstream gradient: with ``γ_i = ∂L/∂lse^{nt}_i``,
 ``∂L/∂logit_ij = γ_i e^{z_ij - lse^{nt}_i}`` (which is ``p_ij·∂L/∂L_i``).
 
-The non-target rule travels as a code and tensors (``rule``: :data:`RULE_IDENTITY` or
-:data:`RULE_CURRICULAR`, the rules of :data:`~marginface.margins.base.NONTARGET_KERNELS`, with
-CurricularFace's ``threshold`` and ``t``), because an operator takes no Python objects; the
+The non-target rule travels as a code and tensors (``rule``: an index into :data:`RULE_KINDS`,
+the rules of :data:`~marginface.margins.base.NONTARGET_KERNELS`, with a per-row ``threshold``
+and the rule's scalars ``t``), because an operator takes no Python objects; the
 margin declares which (:meth:`~marginface.margins.base.Margin.nontarget_kernel`). Margins with
 another ``nontarget_cosine`` run on the autograd Function of
 :mod:`~marginface.executors.chunked_function` (correct, but ``torch.compile`` breaks the graph
@@ -41,6 +41,7 @@ there). Both are thin wrappers over the same chunk loop
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -82,18 +83,21 @@ RULE_CURRICULAR = 1
 per-row ``threshold[N]`` and a 0-dim ``t``."""
 
 
-RULE_KINDS = ("identity", "curricular")
+RULE_KINDS = ("identity", "curricular", "mv", "gaussian", "circle", "linear_angle")
 """The rule of each code: ``RULE_KINDS[code]`` is a name of
 :data:`~marginface.margins.base.NONTARGET_KERNELS`."""
 
 
 def nontarget_rule(margin: Margin) -> int | None:
     """The rule code of ``margin``'s declared
-    :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none or
-    filters (another rule, AdaFace's ``cosine_clamp``, inter-class filtering: those run on the
-    autograd Function of :mod:`~marginface.executors.chunked_function`)."""
+    :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none,
+    filters or needs per-row statistics (another rule, AdaFace's ``cosine_clamp``, inter-class
+    filtering, NPCFace's pass: those run on the autograd Function of
+    :mod:`~marginface.executors.chunked_function`)."""
     kind = nontarget_kernel_of(margin)
     if margin.interclass_filtering_threshold > 0 or kind not in RULE_KINDS:
+        return None
+    if margin.row_statistics_size() > 0:  # a pass over the classes before the margin's hooks
         return None
     return RULE_KINDS.index(kind)
 
@@ -103,7 +107,7 @@ def _chunk_rule(rule: int, threshold: Tensor, t: Tensor, x_hat: Tensor, kernels:
     (``threshold[N]``, ``t`` 0-dim: CurricularFace's; empty for the identity); ``kernels``:
     ``"triton"`` or ``"torch"``, chosen at the call's entry."""
     kind = RULE_KINDS[rule]
-    parameters = {"threshold": threshold, "t": t} if kind == "curricular" else {}
+    parameters = {"threshold": threshold, "t": t} if kind != "identity" else {}
     return chunk_rule_for_kernel(
         kind, parameters, rows=x_hat.shape[0], device=x_hat.device, triton=kernels == "triton"
     )
@@ -346,6 +350,7 @@ def fused_margin_cross_entropy(
     chunk_size: int | None,
     kernels: str | None,
     sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
     """The chunked executor's cross-entropy ``Tensor[N]`` (without the regularizer) through the
     custom ops: traceable by ``torch.compile`` without a graph break.
@@ -355,8 +360,10 @@ def fused_margin_cross_entropy(
         weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
             positions in ``sampled_classes``, if given).
         margin: a margin whose :func:`nontarget_rule` is ``rule`` (not None).
-        sub_centers, chunk_size, kernels, sampled_classes: as
-            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`.
+        sub_centers, chunk_size, kernels, sampled_classes, class_values: as
+            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy` (the per-class
+            values enter the target's small graph of ``N``-vectors, so autograd differentiates
+            them).
     """
     n, k = x.shape[0], sub_centers
     triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
@@ -380,11 +387,14 @@ def fused_margin_cross_entropy(
         context = margin.prepare_with_statistics(cos_target, labels, norms_arg, log_b)
     else:
         context = margin.prepare(cos_target, labels, norms_arg)
+    context = margin.with_class_values(context, class_values)
     threshold, t = empty, empty
-    if rule == RULE_CURRICULAR:
+    if rule != RULE_IDENTITY:
         parameters = margin.nontarget_kernel_parameters(context)
-        threshold = parameters["threshold"].detach().reshape(n).to(x.dtype)  # (N,)
-        t = torch.as_tensor(parameters["t"], dtype=x.dtype, device=x.device).detach()
+        if "threshold" in parameters:
+            threshold = parameters["threshold"].detach().reshape(n).to(x.dtype)  # (N,)
+        if "t" in parameters:
+            t = torch.as_tensor(parameters["t"], dtype=x.dtype, device=x.device).detach()
     row_scale = scale_per_row(context["scale"], n, x)  # (N,), a gradient for SphereFace's ‖x‖
     lse_nt, cos_pass, _ = _nontarget_lse_call(
         x_hat, weight, labels, target_rows, cos_raw, row_scale, threshold, t, k, chunk_size,

@@ -8,6 +8,7 @@ parity-tested against its PyTorch twin through the layers (``tests/keras``).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from keras import ops
 
@@ -190,6 +191,54 @@ def sphereface_psi(cos_target, m: int):
     k = ops.cast(piece, cos_target.dtype)
     sign = 1.0 - 2.0 * ops.cast(ops.mod(piece, 2), cos_target.dtype)  # (-1)^k
     return sign * chebyshev_cos_multiple(cos_target, m) - 2.0 * k
+
+
+def sphereface_r_target(cos_target, m: float, kind: str):
+    """SphereFace-R's target value ``η(θ_y)`` (θ from ``cos θ`` clamped to ``±(1 - 1e-5)``):
+    ``"v0"`` ``(-1)^k cos(mθ) - 2k``, ``"v1"`` ``cos(clip(mθ, 1e-5, 3.14159))``, ``"v2"``
+    ``cos θ`` (the PyTorch :func:`~marginface.margins.sphereface_r.sphereface_r_target`)."""
+    theta = ops.arccos(clamp(cos_target, -1.0 + 1e-5, 1.0 - 1e-5))
+    if kind == "v2":
+        return ops.cos(theta)
+    m_theta = theta * m
+    if kind == "v1":
+        return ops.cos(clamp(m_theta, 1e-5, 3.14159))
+    k = ops.floor(ops.stop_gradient(m_theta) / math.pi)  # the piece index, no gradient
+    sign = 1.0 - 2.0 * (k - 2.0 * ops.floor(k / 2.0))  # (-1)^k
+    return sign * ops.cos(m_theta) - 2.0 * k
+
+
+def sphereface_r_nontarget(cosine, m: float, *, straight_through: bool):
+    """SphereFace-R ``"v2"``'s non-target ``cos(θ_j/m)``; gradient 1 with ``straight_through``."""
+    value = ops.cos(ops.arccos(clamp(cosine, -1.0 + 1e-5, 1.0 - 1e-5)) / m)
+    if straight_through:
+        return cosine + ops.stop_gradient(value - cosine)
+    return value
+
+
+def hyperspherical_energy(centers, rows, weight: float, power: float):
+    """The mean over distinct pairs of ``arccos(ŵ_a·ŵ_b)^-p``, times ``weight`` (SphereFace+'s
+    MHE; the PyTorch :class:`~marginface.weight_regularizers.MinimumHypersphericalEnergy`).
+    ``centers`` ``[R, D]``, ``rows`` ``[R]`` int: equal rows are one center."""
+    r = centers.shape[0]
+    index = ops.arange(r)
+    same = ops.equal(rows[:, None], rows[None, :])  # (R, R)
+    earlier = ops.logical_and(same, index[None, :] < index[:, None])
+    first = ops.logical_not(ops.any(earlier, axis=1))  # (R,)
+    pairs = ops.logical_and(ops.logical_and(first[:, None], first[None, :]), index[:, None] < index)
+    dtype = centers.dtype
+
+    def constant(value: float) -> Any:  # a Python float would become a float32 tensor on torch
+        return ops.convert_to_tensor(value, dtype=dtype)
+
+    unit = centers / at_least(_norm(centers, axis=1, keepdims=True), NORMALIZE_EPS)  # (R, D)
+    gram = clamp(ops.einsum("ad,bd->ab", unit, unit), -1.0 + 1e-5, 1.0 - 1e-5)  # (R, R)
+    angles = ops.where(pairs, ops.arccos(gram), constant(1.0))
+    energy = ops.where(pairs, ops.power(angles, constant(-power)), constant(0.0))
+    distinct = ops.sum(ops.cast(first, dtype))
+    count = distinct * (distinct - 1.0) / 2.0
+    mean = ops.sum(energy) / ops.maximum(count, constant(1.0))
+    return weight * ops.where(count > 0, mean, constant(0.0))
 
 
 # ---------------------------------------------------------------- non-targets, statistics

@@ -145,6 +145,9 @@ class MarginHead(keras.layers.Layer):
         centers: ``(C·K, D)`` trainable variable, created at build time from the input's ``D``,
             class-major like the PyTorch ``weight`` (weights move between the two by copy:
             ``head.centers.assign(loss.weight.detach().numpy())``).
+        class_<name>: ``(C,)`` trainable variable per learnable per-class parameter the
+            PyTorch margin declares (AdaM-Softmax's ``class_margin``; the PyTorch head's
+            ``class_parameters[name]``), drawn from the declared ``U(init_low, init_high)``.
         options: the resolved margin options (defaults filled in), as :meth:`get_config` saves
             them.
     """
@@ -195,6 +198,7 @@ class MarginHead(keras.layers.Layer):
             )
             setattr(self, name, variable)
             self.state_names += (name,)
+        self.class_parameter_declarations = dict(margin.class_parameters())
         self.centers_initializer = keras.initializers.get(
             centers_initializer or keras.initializers.RandomNormal(stddev=0.01)
         )
@@ -230,6 +234,14 @@ class MarginHead(keras.layers.Layer):
             trainable=True,
             name="centers",
         )
+        for name, declared in self.class_parameter_declarations.items():
+            variable = self.add_weight(
+                shape=(self.num_classes,),
+                initializer=keras.initializers.RandomUniform(declared.init_low, declared.init_high),
+                trainable=True,
+                name=f"class_{name}",
+            )
+            setattr(self, f"class_{name}", variable)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
         shape = input_shape[0] if _is_nested(input_shape) else input_shape
@@ -262,6 +274,15 @@ class MarginHead(keras.layers.Layer):
         extra = self.regularizer(norms)
         if extra is not None:
             self.add_loss(batch_mean(extra))
+        weight_term = self.weight_regularizer(labels, dtype)
+        if weight_term is not None:
+            self.add_loss(weight_term)
+        if self.class_parameter_declarations:
+            sums = {
+                name: ops.sum(self._bounded(name, ops.cast(getattr(self, f"class_{name}"), dtype)))
+                for name in self.class_parameter_declarations
+            }
+            self.add_loss(self.class_regularizer(sums))
         return logits
 
     # ------------------------------------------------------------ composition
@@ -276,6 +297,9 @@ class MarginHead(keras.layers.Layer):
         raw_target = ops.sum(ops.where(is_target, cosine, 0.0), axis=1)  # (N,)
         cos_target = clamp(raw_target, -1.0, 1.0)  # (N,)
         context = self.prepare(cos_target, is_target, norms, cosine, training=training)
+        for name in self.class_parameter_declarations:  # each row's target-class value
+            values = ops.take(ops.cast(getattr(self, f"class_{name}"), cosine.dtype), labels)
+            context[name] = self._bounded(name, values)  # (N,)
         target = self.target_cosine(cos_target, norms, context)  # (N,)
         if self.gradient == "straight_through":
             target = cos_target + ops.stop_gradient(target - cos_target)
@@ -311,6 +335,28 @@ class MarginHead(keras.layers.Layer):
     def regularizer(self, norms: Any) -> Any:
         """Per-sample term ``[N]`` added to the cross-entropy (MagFace), or None."""
         return None
+
+    def weight_regularizer(self, labels: Any, dtype: str) -> Any:
+        """A term on the centers of the batch's classes added through ``add_loss`` (the
+        PyTorch head's ``weight_regularizer``, SphereFace+'s MHE), or None (default)."""
+        return None
+
+    def class_regularizer(self, sums: dict[str, Any]) -> Any:
+        """The term added through ``add_loss`` from the per-class parameters' sums over the
+        classes (the PyTorch :meth:`~marginface.margins.base.Margin.class_regularizer`), or
+        None. Only heads whose margin declares per-class parameters are asked."""
+        return None
+
+    def _bounded(self, name: str, values: Any) -> Any:
+        """``values`` clamped to the declared ``[low, high]`` of per-class parameter ``name``,
+        the gradient passed through unchanged (as
+        :meth:`~marginface.margins.base.ClassParameter.bounded`)."""
+        declared = self.class_parameter_declarations[name]
+        if declared.low is None and declared.high is None:
+            return values
+        low = -math.inf if declared.low is None else declared.low
+        high = math.inf if declared.high is None else declared.high
+        return values + ops.stop_gradient(ops.clip(values, low, high) - values)
 
     def update_state(self, name: str, value: Any) -> Any:
         """Assign ``value`` to the state variable ``name``; returns the value as stored (in the

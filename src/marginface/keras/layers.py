@@ -34,12 +34,15 @@ from .functional import (
     combined_margin,
     curricular_negative,
     gaussian_negative,
+    hyperspherical_energy,
     linear_angle,
     lower_median,
     magface_margin,
     magface_regularizer,
     mv_negative,
     sphereface_psi,
+    sphereface_r_nontarget,
+    sphereface_r_target,
 )
 from .head import MarginHead
 
@@ -48,6 +51,7 @@ __all__ = [
     "AMSoftmax",
     "AdaCos",
     "AdaFace",
+    "AdaMSoftmax",
     "ArcFace",
     "ArcNegFace",
     "Circle",
@@ -59,11 +63,14 @@ __all__ = [
     "MVAMSoftmax",
     "MVArcSoftmax",
     "MagFace",
+    "NPCFace",
     "NormFace",
     "SphereFace",
     "SphereFace2",
     "SphereFace2A",
     "SphereFace2M",
+    "SphereFacePlus",
+    "SphereFaceR",
     "SubCenterArcFace",
     "UniFace",
 ]
@@ -494,3 +501,87 @@ class UniFace(BinaryHead):
 
     def nontarget_similarity(self, cosine: Any) -> Any:
         return cosine
+
+
+@_head
+class AdaMSoftmax(_FixedScale):
+    """AdaM-Softmax / AdaptiveFace: ``logit_y = s·(cos θ_y - m_y)`` with a learnable margin per
+    class (:attr:`class_margin`, ``(C,)``, seen clamped to [0, 1]); ``λ(1 - mean(m))`` is added
+    through ``add_loss``."""
+
+    loss_name = "adam-softmax"
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return cos_target - context["margin"]
+
+    def class_regularizer(self, sums: dict) -> Any:
+        return self.lambda_m * (1.0 - sums["margin"] / self.num_classes)
+
+
+@_head
+class NPCFace(_FixedScale):
+    """NPCFace: hard negatives ``cos θ_j > cos(θ_y + m)`` become ``t·cos θ_j + a``; the target
+    ``cos(θ_y + m')`` (``policy``) with ``m' = m0 + m1·mean(hard cosines)`` (``m0`` without
+    any); the hard mask and ``m'`` carry no gradient."""
+
+    loss_name = "npcface"
+
+    def prepare(
+        self, cos_target: Any, is_target: Any, norms: Any, cosine: Any, *, training: bool
+    ) -> dict:
+        threshold = ops.stop_gradient(cos_add(cos_target, self.margin))[:, None]  # (N, 1)
+        hard = ops.logical_and(cosine > threshold, ops.logical_not(is_target))  # (N, C)
+        hard_sum = ops.sum(ops.where(hard, cosine, 0.0), axis=1)  # (N,)
+        hard_count = ops.sum(ops.cast(hard, cosine.dtype), axis=1)  # (N,)
+        mean_hard = hard_sum / ops.maximum(hard_count, 1.0)
+        target_margin = ops.stop_gradient(self.m0 + self.m1 * mean_hard)  # (N,)
+        return {"scale": self.scale, "threshold": threshold, "target_margin": target_margin}
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return additive_angular_margin(cos_target, context["target_margin"], self.policy)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        return mv_negative(cosine, context["threshold"], self.t, self.a)
+
+
+@_head
+class SphereFaceR(MarginHead):
+    """SphereFace-R: ``s·(cos θ + Δ)``, ``Δ = η(θ) - cos θ`` detached (``gradient``); ``η`` of
+    margin type ``kind`` (``"v0"``/``"v1"``: the target; ``"v2"``: the non-targets
+    ``cos(θ_j/m)``); ``s`` fixed (``feature_norm="hard"``) or ``‖x‖`` (``"none"``, ``"soft"``:
+    plus ``t·|‖x‖ - s|`` through ``add_loss``)."""
+
+    loss_name = "sphereface-r"
+
+    def scale_for(self, norms: Any, dtype: str) -> Any:
+        return self.scale if self.feature_norm == "hard" else norms[:, None]  # (N, 1)
+
+    def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        return sphereface_r_target(cos_target, self.margin, self.kind)
+
+    def nontarget_cosine(self, cosine: Any, context: dict) -> Any:
+        if self.kind != "v2":
+            return cosine
+        straight = self.gradient == "straight_through"
+        return sphereface_r_nontarget(cosine, self.margin, straight_through=straight)
+
+    def regularizer(self, norms: Any) -> Any:
+        if self.feature_norm != "soft":
+            return None
+        return self.soft_weight * ops.abs(norms - self.scale)
+
+
+@_head
+class SphereFacePlus(SphereFaceR):
+    """SphereFace+: SphereFace-R's ``"v0"`` target plus the minimum hyperspherical energy of the
+    batch's class centers through ``add_loss`` (the PyTorch loss's default
+    ``weight_regularizer``: its ``weight`` λ and ``power``)."""
+
+    loss_name = "sphereface-plus"
+
+    def weight_regularizer(self, labels: Any, dtype: str) -> Any:
+        regularizer = get_loss_class(self.loss_name).declaration.head_options["weight_regularizer"]
+        k = self.sub_centers
+        rows = ops.reshape(labels[:, None] * k + ops.arange(k)[None, :], (-1,))  # (N·K,)
+        centers = ops.take(ops.cast(self.centers, dtype), rows, axis=0)  # (N·K, D)
+        return hyperspherical_energy(centers, rows, regularizer.weight, regularizer.power)

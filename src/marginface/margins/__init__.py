@@ -5,9 +5,10 @@ They never own class centers; see :mod:`marginface.margins.base` for the interfa
 
 from .adacos import AdaCosMargin
 from .adaface import AdaFaceMargin
+from .adam_softmax import AdaMSoftmaxMargin
 from .arcface import ANGLE_POLICIES, ArcFaceMargin
 from .arcnegface import ArcNegFaceMargin
-from .base import GRADIENT_MODES, Context, Margin
+from .base import GRADIENT_MODES, ClassParameter, Context, Margin
 from .circle import CircleMargin
 from .combined import CombinedMargin
 from .cosface import CosFaceMargin
@@ -17,8 +18,10 @@ from .li_arcface import LiArcFaceMargin
 from .magface import MagFaceMargin
 from .mv_softmax import MVAMSoftmaxMargin, MVArcSoftmaxMargin
 from .normface import NormFaceMargin
+from .npcface import NPCFaceMargin
 from .sphereface import SphereFaceMargin
 from .sphereface2 import SPHEREFACE2_VARIANTS, SphereFace2Margin
+from .sphereface_r import SphereFaceRMargin
 from .uniface import UniFaceMargin
 
 __all__ = [
@@ -27,9 +30,11 @@ __all__ = [
     "SPHEREFACE2_VARIANTS",
     "AdaCosMargin",
     "AdaFaceMargin",
+    "AdaMSoftmaxMargin",
     "ArcFaceMargin",
     "ArcNegFaceMargin",
     "CircleMargin",
+    "ClassParameter",
     "CombinedMargin",
     "Context",
     "CosFaceMargin",
@@ -40,8 +45,10 @@ __all__ = [
     "MVArcSoftmaxMargin",
     "MagFaceMargin",
     "Margin",
+    "NPCFaceMargin",
     "NormFaceMargin",
     "SphereFace2Margin",
     "SphereFaceMargin",
+    "SphereFaceRMargin",
     "UniFaceMargin",
 ]

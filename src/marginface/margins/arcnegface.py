@@ -117,6 +117,16 @@ class ArcNegFaceMargin(Margin):
         assert isinstance(target, Tensor)
         return gaussian_negative(cosine, target.to(cosine.dtype), self.alpha, self.sigma)
 
+    def nontarget_kernel(self) -> str:
+        """``"gaussian"``: the compiled rule (:data:`.base.NONTARGET_KERNELS`)."""
+        return "gaussian"
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        target = context["target"]
+        assert isinstance(target, Tensor)
+        t = torch.tensor([self.alpha, self.sigma], dtype=torch.float64, device=target.device)
+        return {"threshold": target, "t": t}
+
     def extra_repr(self) -> str:
         return (
             f"margin={self.margin}, scale={self.scale}, alpha={self.alpha}, sigma={self.sigma}, "

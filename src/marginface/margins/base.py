@@ -27,12 +27,22 @@ need from declarations on the margin, never from its type:
   an executor computes in one extra pass over the classes.
 * :attr:`Margin.objective` -- the reduction: softmax cross-entropy (``"softmax"``) or the
   one-vs-all sum of softplus terms (``"binary"``, :mod:`marginface.margins.binary`).
+* :meth:`Margin.row_statistics_size`, :meth:`Margin.row_statistics_terms` and
+  :meth:`Margin.prepare_with_row_statistics` -- per-row sums over the non-target classes that
+  ``prepare`` needs (NPCFace's count and sum of hard-negative cosines), which such an executor
+  accumulates in one extra pass over the classes (summed across ranks when sharded).
+* :meth:`Margin.class_parameters` and :meth:`Margin.class_regularizer` -- learnable values, one
+  per class (AdaM-Softmax's margins), that the *head* creates and shards with the class centers;
+  the executors hand the margin each row's target-class value in its context (with gradient),
+  and the regularizer reads only their sums over all classes (one all-reduce when sharded).
 
 A new margin gets the chunked, sharded and Partial FC paths by declaring these (docs/fused.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -41,7 +51,7 @@ from torch import Tensor, nn
 from .._validation import check_choice, check_labels
 from .filtering import check_filtering_threshold, interclass_filter
 
-__all__ = ["GRADIENT_MODES", "NONTARGET_KERNELS", "Context", "Margin"]
+__all__ = ["GRADIENT_MODES", "NONTARGET_KERNELS", "ClassParameter", "Context", "Margin"]
 
 Context = dict[str, "Tensor | float"]
 """Per-row quantities computed once per batch by :meth:`Margin.prepare`.
@@ -53,14 +63,57 @@ one row per sample.
 
 GRADIENT_MODES = ("exact", "straight_through")
 
-NONTARGET_KERNELS = ("identity", "curricular")
-"""The non-target rules ``g`` the chunked executor's custom operators and Triton kernels have
-compiled in (:meth:`Margin.nontarget_kernel`):
+
+@dataclass(frozen=True)
+class ClassParameter:
+    """A learnable value per class that a margin reads at each row's target class, declared by
+    the margin (:meth:`Margin.class_parameters`) and owned by the head.
+
+    The head (:class:`~marginface.head.MarginSoftmaxLoss`) creates it as a ``Parameter[c]`` for
+    the ``c`` classes it holds (all ``C``, or its block on a class-sharded head, where it is
+    sharded with the centers), draws it from ``U(init_low, init_high)``, and at each step hands
+    the margin ``value[y_i]`` for every row (``Tensor[N]``, with gradient; on Partial FC the
+    sampled classes' values, as the centers) in the context under the parameter's name.
+
+    Attributes:
+        init_low, init_high: the initial values are drawn from ``U(init_low, init_high)``.
+        low, high: the values the margin sees are clamped to ``[low, high]`` (None: no bound)
+            with the gradient passed through unchanged (a straight-through clamp); the stored
+            parameter is never modified in ``forward``.
+        doc: what the value is, with its units.
+    """
+
+    init_low: float
+    init_high: float
+    low: float | None = None
+    high: float | None = None
+    doc: str = ""
+
+    def bounded(self, value: Tensor) -> Tensor:
+        """``value`` clamped to ``[low, high]``, gradient passed through unchanged (any shape)."""
+        if self.low is None and self.high is None:
+            return value
+        return value + (value.clamp(self.low, self.high) - value).detach()
+
+
+NONTARGET_KERNELS = ("identity", "curricular", "mv", "gaussian", "circle", "linear_angle")
+"""The non-target rules ``g`` the chunked executor's custom operators have compiled in, their
+derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels have the first two
+(:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`):
 
 * ``"identity"``: ``g(cos θ_j) = cos θ_j``.
 * ``"curricular"``: ``g(cos θ_j) = cos θ_j (t + cos θ_j)`` where ``cos θ_j > τ_i``, else
   ``cos θ_j`` (CurricularFace, Huang et al. 2020, Eq. 9), with a per-row threshold ``τ_i`` and a
   scalar ``t`` (:meth:`Margin.nontarget_kernel_parameters`; neither carries a gradient).
+* ``"mv"``: ``g = a·cos θ_j + b`` where ``cos θ_j > τ_i``, else ``cos θ_j`` (MV-Softmax's
+  re-weighting, NPCFace's hard negatives); parameters ``threshold`` ``τ_i`` and
+  ``t = [a, b]``.
+* ``"gaussian"``: ``g = w·cos θ_j + w - 1``, ``w = α·exp(-(cos θ_j - f_i)²/σ)`` held constant
+  in the gradient (ArcNegFace); parameters ``threshold`` ``f_i`` and ``t = [α, σ]``.
+* ``"circle"``: ``g = [cos θ_j + m]_+ (cos θ_j - m)``, the bracket held constant (circle loss's
+  self-paced ``α_n``); parameter ``t = [m]``.
+* ``"linear_angle"``: ``g = (π - 2θ_j)/π`` (Li-ArcFace), no parameters; derivative
+  ``2/(π sin θ)`` with ``sin θ`` floored as :func:`~marginface.margins._angles.arccos`'s.
 """
 
 
@@ -190,9 +243,91 @@ class Margin(nn.Module):
         for executors that never hold the whole cosine matrix. Default: :meth:`prepare`."""
         return self.prepare(cos_target, labels, norms)
 
+    def row_statistics_size(self) -> int:
+        """How many per-row sums over the non-target classes :meth:`prepare` needs (``k``), 0
+        (default) for none. A margin that declares ``k > 0`` writes the summands in
+        :meth:`row_statistics_terms` and the context from the sums in
+        :meth:`prepare_with_row_statistics`; executors without the whole cosine matrix
+        accumulate the sums chunk by chunk (and across ranks) before the margin's hooks run."""
+        return 0
+
+    def row_statistics_terms(self, cosine: Tensor, cos_target: Tensor) -> tuple[Tensor, ...]:
+        r"""The ``k`` summands of the per-row statistics, elementwise given the row's target:
+
+        .. math:: S_{i,q} = \sum_{j \ne y_i} t_q(\cos\theta_{ij}, \cos\theta_{iy_i})
+
+        Args:
+            cosine: ``Tensor[N, c]``, the (inter-class-filtered) cosines of all classes or one
+                chunk of them; the executor drops the target column's terms.
+            cos_target: ``Tensor[N]``, ``cos θ_y`` clamped to [-1, 1] (no gradient).
+
+        Returns:
+            ``k`` tensors ``Tensor[N, c]`` (no gradient is taken through them).
+        """
+        raise NotImplementedError
+
+    def prepare_with_row_statistics(
+        self, cos_target: Tensor, labels: Tensor, norms: Tensor | None, sums: Tensor
+    ) -> Context:
+        """:meth:`prepare` given ``sums`` (``Tensor[k, N]``, no gradient), the per-row
+        statistics of :meth:`row_statistics_terms` over every non-target class. Default:
+        :meth:`prepare`."""
+        return self.prepare(cos_target, labels, norms)
+
+    def dense_row_statistics(self, cosine: Tensor, cos_target: Tensor, labels: Tensor) -> Tensor:
+        """The per-row statistics from the whole cosine matrix (``Tensor[N, C]``; the target
+        column, where ``labels >= 0``, excluded): ``Tensor[k, N]``, without gradient. A margin
+        that declares row statistics calls it from :meth:`prepare`, which the dense path runs."""
+        with torch.no_grad():
+            columns = torch.arange(cosine.shape[1], device=cosine.device)  # (C,)
+            is_target = labels.unsqueeze(1) == columns  # (N, C); a label of -1 matches none
+            terms = self.row_statistics_terms(cosine, cos_target)
+            return torch.stack([term.masked_fill(is_target, 0.0).sum(dim=1) for term in terms])
+
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """Per-sample term added to the cross-entropy (MagFace's ``λ_g·g(a)``), or None."""
         return None
+
+    def class_parameters(self) -> Mapping[str, ClassParameter]:
+        """The learnable per-class values this margin reads (:class:`ClassParameter`), by name.
+        Default: none. The head creates, initializes and shards them; every executor puts each
+        row's target-class value (``Tensor[N]``, bounded, with gradient) into the context under
+        the same name before :meth:`target_cosine` (:meth:`with_class_values`)."""
+        return {}
+
+    def class_regularizer(self, sums: Mapping[str, Tensor], num_classes: int) -> Tensor | None:
+        """A term added to every sample's loss from the per-class parameters, or None (default).
+
+        Args:
+            sums: ``{name: Σ_c value_c}`` (0-dim, with gradient) over *all* ``num_classes``
+                classes of each declared parameter, bounded as the margin sees them. A
+                class-sharded head sums its block and all-reduces the value, so a regularizer
+                written through these sums is exact on every executor.
+            num_classes: ``C``.
+        """
+        return None
+
+    def with_class_values(
+        self, context: Context, class_values: Mapping[str, Tensor] | None
+    ) -> Context:
+        """``context`` with each declared per-class parameter's row values (``Tensor[N]``)
+        added under its name.
+
+        Raises:
+            ValueError: the margin declares per-class parameters and ``class_values`` lacks one.
+        """
+        declared = self.class_parameters()
+        if not declared:
+            return context
+        missing = sorted(set(declared) - set(class_values or {}))
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__} learns per-class parameters {missing}: call it with "
+                "class_values={name: Tensor[N]} (the values at each row's target class), or "
+                "use a head (marginface.create_loss), which owns them"
+            )
+        assert class_values is not None
+        return {**context, **{name: class_values[name] for name in declared}}
 
     # ------------------------------------------------------------ composition
     def adjusted_target_cosine(
@@ -204,7 +339,13 @@ class Margin(nn.Module):
             adjusted = cos_target + (adjusted - cos_target).detach()
         return adjusted
 
-    def apply(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
+    def apply(
+        self,
+        cosine: Tensor,
+        labels: Tensor,
+        norms: Tensor | None = None,
+        class_values: Mapping[str, Tensor] | None = None,
+    ) -> Tensor:
         """:meth:`forward` without argument checks (for executors that checked already).
 
         The target logit is written as a correction added at the label's column
@@ -219,6 +360,7 @@ class Margin(nn.Module):
         raw_target = cosine.gather(1, index)  # (N, 1), unclamped
         cos_target = raw_target.squeeze(1).clamp(-1.0, 1.0)  # (N,)
         context = self.prepare(cos_target, labels, norms, cosine)
+        context = self.with_class_values(context, class_values)
         target = self.adjusted_target_cosine(cos_target, norms, context)  # (N,)
         scale = context["scale"]
         logits = self.nontarget_cosine(cosine, context) * scale  # (N, C), a fresh tensor
@@ -229,7 +371,13 @@ class Margin(nn.Module):
         logits.scatter_add_(1, index, correction.unsqueeze(1).to(logits.dtype))
         return logits
 
-    def forward(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        cosine: Tensor,
+        labels: Tensor,
+        norms: Tensor | None = None,
+        class_values: Mapping[str, Tensor] | None = None,
+    ) -> Tensor:
         """Margin-adjusted, scaled logits.
 
         Args:
@@ -237,6 +385,8 @@ class Margin(nn.Module):
             labels: ``Tensor[N]`` of int64 in ``[0, C)``, or -1 for "no target among these C".
             norms: ``Tensor[N]``, the embeddings' L2 norms (required when
                 :attr:`requires_norms`).
+            class_values: ``{name: Tensor[N]}``, each declared per-class parameter's value at
+                each row's target class (required when :meth:`class_parameters` declares any).
 
         Returns:
             ``Tensor[N, C]`` logits for softmax cross-entropy.
@@ -244,7 +394,8 @@ class Margin(nn.Module):
         check_cosine(cosine)
         labels = check_labels(labels, cosine.shape[0], cosine.shape[1], allow_missing=True)
         check_norms(norms, cosine.shape[0], required=self.requires_norms)
-        return self.apply(cosine, labels, norms)
+        check_class_values(class_values, cosine.shape[0])
+        return self.apply(cosine, labels, norms, class_values)
 
     def extra_repr(self) -> str:
         return f"gradient={self.gradient!r}" if self.gradient != "exact" else ""
@@ -281,3 +432,24 @@ def check_norms(norms: object, batch_size: int, *, required: bool) -> Tensor | N
     if tuple(norms.shape) != (batch_size,):
         raise ValueError(f"norms must have shape ({batch_size},), got {tuple(norms.shape)}")
     return norms
+
+
+def check_class_values(class_values: object, batch_size: int) -> Mapping[str, Tensor] | None:
+    """Check per-row class values: None or a mapping of names to floating ``Tensor[N]``."""
+    if class_values is None:
+        return None
+    if not isinstance(class_values, Mapping):
+        raise TypeError(
+            "class_values must be a mapping of names to Tensor[N], got "
+            f"{type(class_values).__name__}"
+        )
+    for name, value in class_values.items():
+        if not isinstance(value, Tensor) or not value.is_floating_point():
+            raise TypeError(
+                f"class_values[{name!r}] must be a floating torch.Tensor, got {value!r}"
+            )
+        if tuple(value.shape) != (batch_size,):
+            raise ValueError(
+                f"class_values[{name!r}] must have shape ({batch_size},), got {tuple(value.shape)}"
+            )
+    return class_values

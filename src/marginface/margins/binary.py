@@ -23,6 +23,7 @@ the weights ``w_±`` and the bias's initial value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import torch
@@ -177,11 +178,24 @@ class BinaryMargin(Margin):
             torch.where(inside, torch.full_like(z, self.bias_sign), zero),
         )
 
-    def apply(self, cosine: Tensor, labels: Tensor, norms: Tensor | None = None) -> Tensor:
+    def apply(
+        self,
+        cosine: Tensor,
+        labels: Tensor,
+        norms: Tensor | None = None,
+        class_values: Mapping[str, Tensor] | None = None,
+    ) -> Tensor:
         """The binary logits ``Tensor[N, C]``: ``z_y`` at each row's label, ``z_j`` elsewhere
         (rows labelled ``-1`` hold non-target logits only), after inter-class filtering. The
         executors reduce them with
-        :func:`~marginface.executors.margin_loss.binary_cross_entropy`."""
+        :func:`~marginface.executors.margin_loss.binary_cross_entropy`. ``class_values``: as
+        :meth:`Margin.apply <marginface.margins.base.Margin.apply>`'s; a one-vs-all margin
+        declares no per-class parameters, so it must be None or empty."""
+        if class_values:
+            raise ValueError(
+                f"{type(self).__name__} declares no per-class parameters, got class_values for "
+                f"{sorted(class_values)}"
+            )
         if self.interclass_filtering_threshold > 0:
             cosine = interclass_filter(cosine, labels, self.interclass_filtering_threshold)
         has_target = labels >= 0  # (N,)

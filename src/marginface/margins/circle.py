@@ -52,9 +52,9 @@ class CircleMargin(Margin):
         \text{logit}_j = \gamma\,[\cos\theta_j + m]_+(\cos\theta_j - m)
 
     (:func:`circle_positive`, :func:`circle_negative`); the bracketed weights carry no gradient.
-    The non-target rule is elementwise without any per-row context; the chunked executor
-    evaluates it in PyTorch chunk by chunk (a graph break under ``torch.compile``; no Triton
-    kernel).
+    The non-target rule is elementwise without any per-row context: the executors' compiled rule
+    ``"circle"`` (its derivative, the detached weight, written out), run inside the chunked
+    executor's custom operators (no graph break under ``torch.compile``; no Triton kernel).
 
     Args:
         margin: the relaxation ``m`` in cosine units, ``0 <= m <= 1`` (``O_p = 1 + m``,
@@ -91,6 +91,13 @@ class CircleMargin(Margin):
 
     def nontarget_cosine(self, cosine: Tensor, context: Context) -> Tensor:
         return circle_negative(cosine, self.margin)
+
+    def nontarget_kernel(self) -> str:
+        """``"circle"``: the compiled rule (:data:`~marginface.margins.base.NONTARGET_KERNELS`)."""
+        return "circle"
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        return {"t": torch.tensor([self.margin], dtype=torch.float64)}
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, scale={self.scale}" + self._filtering_repr()

@@ -47,8 +47,9 @@ class LiArcFaceMargin(Margin):
         \text{logit}_j = s\,\frac{\pi - 2\theta_j}{\pi}
 
     (:func:`linear_angle`). The non-target rule is elementwise without any per-row context; it
-    is not one of the executors' compiled rules, so the chunked executor evaluates it in PyTorch
-    chunk by chunk (a graph break under ``torch.compile``; no Triton kernel).
+    is the executors' compiled rule ``"linear_angle"`` (its derivative written out), so the chunked
+    executor runs it inside its custom operators (no graph break under ``torch.compile``; no
+    Triton kernel).
 
     Args:
         margin: ``m`` in radians, ``0 <= m < π``. Default: 0.45 (paper).
@@ -83,6 +84,10 @@ class LiArcFaceMargin(Margin):
 
     def nontarget_cosine(self, cosine: Tensor, context: Context) -> Tensor:
         return linear_angle(cosine)
+
+    def nontarget_kernel(self) -> str:
+        """``"linear_angle"``: the compiled rule (:data:`.base.NONTARGET_KERNELS`)."""
+        return "linear_angle"
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, scale={self.scale}" + self._filtering_repr()

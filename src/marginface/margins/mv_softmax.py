@@ -146,6 +146,16 @@ class MVSoftmaxMargin(Margin):
         """True when the re-weighting is off (``a = 1, b = 0``: fixed with ``t = 1``)."""
         return self.slope == 1.0 and self.shift == 0.0
 
+    def nontarget_kernel(self) -> str:
+        """``"mv"`` (``"identity"`` with the re-weighting off): the compiled rule."""
+        return "identity" if self.nontarget_is_identity() else "mv"
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        threshold = context["threshold"]
+        assert isinstance(threshold, Tensor)
+        t = torch.tensor([self.slope, self.shift], dtype=torch.float64, device=threshold.device)
+        return {"threshold": threshold, "t": t}
+
     def _mv_repr(self) -> str:
         return f"scale={self.scale}, mode={self.mode!r}, t={self.t}" + self._filtering_repr()
 

@@ -56,7 +56,8 @@ def margin_curve(margin: Margin, theta: np.ndarray, norm: float = DEFAULT_NORM) 
     Calls ``margin(cosine, labels, norms)`` in eval mode under ``no_grad`` on a ``(T, 2)`` cosine
     matrix whose column 0 is ``cos θ`` (the target, label 0) and column 1 is 0, then divides the
     target logit by ``margin.scale_for(norms)``. The margin's mode is restored afterwards and
-    its state is not advanced.
+    its state is not advanced. A margin's learnable per-class values (AdaM-Softmax's margins) are
+    taken at the middle of their declared initial range.
 
     Args:
         margin: any :class:`~marginface.margins.Margin`.
@@ -79,7 +80,12 @@ def margin_curve(margin: Margin, theta: np.ndarray, norm: float = DEFAULT_NORM) 
     margin.eval()
     try:
         with torch.no_grad():
-            logits = margin(cosine, labels, norms if margin.requires_norms else None)  # (T, 2)
+            values = {  # learnable per-class values (AdaM-Softmax): their initial mean
+                name: torch.full_like(angles, (p.init_low + p.init_high) / 2).float()
+                for name, p in margin.class_parameters().items()
+            }
+            used_norms = norms if margin.requires_norms else None
+            logits = margin(cosine, labels, used_norms, values or None)  # (T, 2)
             scale = torch.as_tensor(margin.scale_for(norms), dtype=logits.dtype, device=device)
             curve = logits[:, 0] / scale.reshape(-1)  # (T,)
     finally:

@@ -5,7 +5,8 @@ Epoch ``e`` of a run seeded ``s`` walks the permutation drawn by :func:`epoch_ge
 ``(s, e)``; step ``k`` trains on the global batch ``order[k·B : (k+1)·B]``, of which rank ``r``
 of ``W`` takes :func:`~marginface.train.distributed.rank_slice`. The batches therefore depend
 on the seed, the epoch and the step only: a resumed run, at any world size, sees the batches an
-uninterrupted one would (docs/training.md, docs/distributed.md).
+uninterrupted one would, also when it resumes inside an epoch (at the step of a
+:class:`~marginface.train.step_position.StepPosition`; docs/training.md, docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -42,18 +43,21 @@ def streamed_batches(
     world: int = 1,
     workers: int = 0,
     pin_memory: bool = False,
+    first_step: int = 0,
 ) -> Iterator[Any]:
-    """An iterator over this rank's share of each of the epoch's ``steps`` global batches of
-    ``dataset`` (a streamed training set, e.g. insightface's ``train.rec``), read by a
-    ``DataLoader`` with ``workers`` worker processes; a dataset with ``set_epoch`` is told the
-    epoch (its augmentation draws)."""
+    """An iterator over this rank's share of each of the epoch's global batches
+    ``first_step``, ..., ``steps - 1`` of ``dataset`` (a streamed training set, e.g.
+    insightface's ``train.rec``), read by a ``DataLoader`` with ``workers`` worker processes; a
+    dataset with ``set_epoch`` is told the epoch (its augmentation draws, a function of the
+    epoch and the sample, so a loader started at ``first_step`` reads what an uninterrupted
+    one would from there)."""
     from torch.utils.data import DataLoader
 
     inner = getattr(dataset, "dataset", dataset)  # a Subset's dataset (--limit)
     if hasattr(inner, "set_epoch"):
         inner.set_epoch(epoch)
     batches = []
-    for step in range(steps):
+    for step in range(first_step, steps):
         index = global_batch(order, step, batch_size)
         if world > 1:
             index = rank_slice(index, rank, world)

@@ -22,7 +22,13 @@ from .optim import build_optimizer, build_scheduler
 from .run import build_model_and_loss
 from .run_state import RunObjects
 
-__all__ = ["TrainingSetup", "build_training", "run_meta", "steps_per_epoch"]
+__all__ = [
+    "TrainingSetup",
+    "build_training",
+    "flushes_denormals",
+    "run_meta",
+    "steps_per_epoch",
+]
 
 AMP_DTYPES: dict[str, torch.dtype | None] = {
     "none": None,
@@ -97,9 +103,17 @@ def build_training(
             ``DistributedDataParallel`` (docs/distributed.md); None: one process.
 
     Raises:
-        ValueError: ``amp = "fp16"`` off CUDA; ``grad_accumulation > 1`` in a process group; a
-            bad optimizer, schedule or augmentation.
+        ValueError: ``batch_size`` (the global batch) below ``world``; no training images;
+            ``amp = "fp16"`` off CUDA; ``grad_accumulation > 1`` in a process group; a bad
+            optimizer, schedule or augmentation.
     """
+    if config.batch_size < world:
+        raise ValueError(
+            f"batch_size = {config.batch_size} is the global batch and must be >= the "
+            f"world size {world}"
+        )
+    if len(bundle.train) == 0:
+        raise ValueError(f"dataset {config.dataset!r} has no training images")
     if config.amp == "fp16" and device.type != "cuda":
         raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
     meta = run_meta(bundle, world)
@@ -150,3 +164,10 @@ def build_training(
         amp_dtype=AMP_DTYPES[config.amp],
         augmentation=build_augmentation(config.augment),
     )
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread's CPU arithmetic flushes subnormal floats to zero (as after
+    ``torch.set_flush_denormal(True)``; torch has no getter): ``1e-39·1`` in float32 is 0."""
+    tiny = torch.full((1,), 1e-39, dtype=torch.float32)  # subnormal in float32
+    return bool((tiny * 1.0).item() == 0.0)

@@ -1,9 +1,12 @@
 """Checkpoints that are safe to open and that notice damage.
 
-Format (version 3): one ``torch.save`` file holding a plain dict — ``epoch``, ``config`` (the
+Format (version 4): one ``torch.save`` file holding a plain dict — ``epoch``, ``config`` (the
 :class:`~marginface.config.TrainConfig` as a dict), ``meta``, ``history`` (the per-epoch log rows
 up to ``epoch``), the ``model``/``loss``/``optimizer``/``scheduler``/``scaler`` state dicts,
-``rng``, plus ``format`` (``"marginface-checkpoint"``), ``format_version`` (3) and ``sha256``, a
+``rng`` (and ``cuda_rng``), ``host_rng`` (Python's and NumPy's generators), ``position`` (where
+inside epoch ``epoch`` a step checkpoint was taken, else None; :mod:`.step_position`) with
+``augment_rng`` (the epoch's augmentation generator), plus ``format``
+(``"marginface-checkpoint"``), ``format_version`` (4) and ``sha256``, a
 digest of everything else computed by :func:`state_digest`. The file ends with a *seal*: the
 zip archive's comment ``marginface-sha256:<64 hex digits>``, the sha256 of every byte of the
 file before it.
@@ -17,9 +20,10 @@ file before it.
   (torch's zip reader ignores the archive's CRCs, timestamps, padding and local sizes, so a
   quarter of the bytes could change without it noticing), and by the contents' digest.
 
-Version-2 checkpoints have the contents' digest but no seal; version-1 checkpoints (written
-before the format carried a version) hold the same plain types without a digest to check, and
-their history comes from ``history.csv``. Both load as they are.
+Version-3 checkpoints are version 4 without ``host_rng`` and ``position`` (always at an
+epoch's end); version-2 checkpoints have the contents' digest but no seal; version-1
+checkpoints (written before the format carried a version) hold the same plain types without a
+digest to check, and their history comes from ``history.csv``. All load as they are.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "marginface-checkpoint"
-CHECKPOINT_VERSION = 3
+CHECKPOINT_VERSION = 4
 _SEALED_SINCE = 3
 _SEAL_PREFIX = b"marginface-sha256:"
 _SEAL_BYTES = len(_SEAL_PREFIX) + 64

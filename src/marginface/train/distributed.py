@@ -90,9 +90,37 @@ def init_from_environment(device_type: str, timeout_s: float) -> bool:
     if environment is None:
         return False
     backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = _attempt_store(environment[1], timeout)
+    if store is None:
+        dist.init_process_group(backend, timeout=timeout)
+    else:
+        rank, world = environment[0], environment[1]
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     logger.info("rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
     return True
+
+
+def _attempt_store(world: int, timeout: datetime.timedelta) -> Any:
+    """The process group's store for this torchrun attempt, or None (``env://`` as usual).
+
+    With the c10d rendezvous, torchrun shares its own TCPStore with the workers
+    (``TORCHELASTIC_USE_AGENT_STORE``) and keeps it across restarts, so the keys the process
+    group of the failed attempt wrote (each rank's gloo address, NCCL's unique id) are still
+    there when the restarted group forms; a new rank can read an old one and connect to a
+    process that no longer exists. Every attempt gets its own key prefix
+    (``TORCHELASTIC_RESTART_COUNT``)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    shared = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
+        timeout=timeout,
+    )
+    return dist.PrefixStore(f"marginface/attempt-{attempt}/", shared)
 
 
 def rank_slice(index: Tensor, rank: int, world: int) -> Tensor:

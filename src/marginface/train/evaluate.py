@@ -34,6 +34,7 @@ from ..evaluation import (
 )
 from .distributed import is_distributed, rank_slice
 from .embeddings import extract_embeddings
+from .history import margin_state
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
@@ -335,6 +336,32 @@ class EpochEvaluator:
             channels_last=self.config.channels_last,
         )
         return verification_set_metrics(results)
+
+    def epoch_row(
+        self,
+        model: nn.Module,
+        head: nn.Module,
+        *,
+        epoch: int,
+        loss: float,
+        lr: float,
+        seconds: float,
+        images: int,
+    ) -> dict[str, Any]:
+        """The row of ``history.csv`` for ``epoch`` (counted from 1): ``epoch``, the training
+        ``loss`` (mean over the epoch's samples), :meth:`test_metrics`,
+        :meth:`verification_sets`, ``lr``, ``seconds`` of training, ``images_per_second``
+        (``images / seconds``) and the margin's scalar buffers (:func:`.margin_state`)."""
+        return {
+            "epoch": epoch,
+            "loss": loss,
+            **self.test_metrics(model, head, epoch),
+            **self.verification_sets(model),
+            "lr": lr,
+            "seconds": seconds,
+            "images_per_second": images / seconds,
+            **margin_state(head),
+        }
 
 
 def evaluate_model(

@@ -7,7 +7,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["TrainingDivergedError", "TrainingInterrupted", "diverged", "first_non_finite"]
+from .distributed import collective_failure
+
+__all__ = [
+    "TrainingDivergedError",
+    "TrainingInterrupted",
+    "diverged",
+    "first_non_finite",
+    "training_failure",
+]
 
 
 class TrainingDivergedError(RuntimeError):
@@ -53,3 +61,26 @@ def diverged(
     return TrainingDivergedError(
         f"{cause} at {where}; {way_forward}. Try a lower lr, a warm-up, grad_clip or another scale."
     )
+
+
+def training_failure(
+    error: BaseException,
+    *,
+    distributed: bool,
+    rank: int,
+    timeout_s: float,
+    way_forward: str,
+) -> BaseException:
+    """What :meth:`Trainer.fit <marginface.train.Trainer.fit>` raises for ``error`` caught
+    around its epochs: Ctrl-C becomes :class:`TrainingInterrupted` saying what was kept; in a
+    process group, any other ``RuntimeError`` (a collective that failed or timed out, a peer
+    gone) becomes :func:`~marginface.train.distributed.collective_failure`'s one-line error
+    naming the rank and the timeout of ``timeout_s`` seconds; everything else, and a
+    :class:`TrainingDivergedError`, is ``error`` itself (raise it unchanged)."""
+    if isinstance(error, KeyboardInterrupt):
+        return TrainingInterrupted(f"interrupted; {way_forward}")
+    if not distributed or not isinstance(error, RuntimeError):
+        return error
+    if isinstance(error, TrainingDivergedError):
+        return error
+    return collective_failure(error, rank=rank, timeout_s=timeout_s, way_forward=way_forward)

@@ -16,7 +16,7 @@ from typing import Any
 from .history import TensorBoardLogger, read_history, write_history
 from .run_state import HISTORY_NAME
 
-__all__ = ["VERIFICATION_NAME", "EpochCallback", "RunLog"]
+__all__ = ["VERIFICATION_NAME", "EpochCallback", "RunLog", "run_log_attribute"]
 
 VERIFICATION_NAME = "verification.csv"
 """Per-``verify_every``-steps accuracies of the verification sets (rank 0 writes it)."""
@@ -119,3 +119,9 @@ class RunLog:
         if self._board is not None:
             self._board.close()
             self._board = None
+
+
+def run_log_attribute(name: str, doc: str) -> property:
+    """A read-only property of an object with a ``run_log`` that returns ``run_log.<name>``
+    (the trainer's ``history``, ``callbacks``... kept for code written before :class:`RunLog`)."""
+    return property(lambda owner: getattr(owner.run_log, name), doc=doc)

@@ -33,6 +33,8 @@ back by :meth:`SavedRun.restore`.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +48,8 @@ from ..config import TrainConfig, config_from_dict
 from ..head import class_rows, reshardable_state_dict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .history import read_history
+from .kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
+from .pending_checkpoint import PendingCheckpoint, copied_state, in_thread
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
     ShardedCheckpoint,
@@ -55,6 +59,7 @@ from .sharded_checkpoint import (
     save_sharded_checkpoint,
     sharded_checkpoint_on_disk,
 )
+from .step_position import StepPosition, host_rng_state, position_label, restore_host_rng_state
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -75,6 +80,8 @@ __all__ = [
 CONFIG_NAME = "config.toml"
 HISTORY_NAME = "history.csv"
 CHECKPOINT_NAME = "checkpoint.pt"
+
+logger = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = frozenset(
     {
@@ -134,6 +141,9 @@ class SavedRun:
         epoch: completed epochs.
         history: the log rows of those epochs: the checkpoint's own (so a kill between the
             checkpoint and ``history.csv`` loses nothing); ``history.csv`` for a format-1 file.
+        position: where inside epoch ``epoch`` (counted from 0) a step checkpoint was taken
+            (:class:`~marginface.train.step_position.StepPosition`); None at an epoch's end.
+            :meth:`restore` fills in this rank's augmentation generator state.
     """
 
     run_dir: Path
@@ -147,11 +157,12 @@ class SavedRun:
     sharded folder's sidecar (its tensors are read by :meth:`restore` / :meth:`load_weights`)."""
     sharded_checkpoint: ShardedCheckpoint | None = field(repr=False, default=None)
     """The sharded folder as read (sidecar and DCP's index, each read once), or None."""
+    position: StepPosition | None = None
 
     @property
     def sharded(self) -> bool:
-        """Whether the ranks of a distributed run wrote it (``checkpoint/``)."""
-        return self.source.name == SHARDED_CHECKPOINT_NAME
+        """Whether the ranks of a distributed run wrote it (``checkpoint/`` or a kept folder)."""
+        return self.source.is_dir()
 
     def train_config(self) -> TrainConfig:
         """The saved configuration as a :class:`~marginface.config.TrainConfig` (keys added
@@ -184,7 +195,8 @@ class SavedRun:
         the world size that saved it), schedule, scaler and RNG. All ranks call it.
 
         Returns:
-            The number of completed epochs (the next epoch to train, counted from 0).
+            The number of completed epochs (the next epoch to train, counted from 0); a step
+            checkpoint's :attr:`position` then holds this rank's augmentation state.
 
         Raises:
             CheckpointError: the state does not fit these objects.
@@ -212,12 +224,16 @@ class SavedRun:
         torch.set_rng_state(state["rng"])
         if "cuda_rng" in state and objects.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], objects.device)
+        restore_host_rng_state(state.get("host_rng", {}))
+        if self.position is not None:
+            self.position.augment_state = state.get("augment_rng")
 
     def _sharded(self) -> ShardedCheckpoint:
         """The sharded folder as :func:`read_saved_run` read it (read now if this
         :class:`SavedRun` was made by hand)."""
         if self.sharded_checkpoint is None:
-            self.sharded_checkpoint = read_sharded_checkpoint(self.run_dir)
+            folder = None if self.source.name == SHARDED_CHECKPOINT_NAME else self.source
+            self.sharded_checkpoint = read_sharded_checkpoint(self.run_dir, folder=folder)
         return self.sharded_checkpoint
 
     def _restore_sharded(self, objects: RunObjects, *, distributed: bool) -> None:
@@ -249,9 +265,19 @@ class SavedRun:
         objects.scheduler.load_state_dict(self.contents["scheduler"])
         objects.scaler.load_state_dict(self.contents.get("scaler", {}))
         rank = torch.distributed.get_rank() if distributed else 0
-        rng = filled.get(f"rng/{rank}", filled.get("rng/0"))
+
+        def own(name: str) -> Any:  # this rank's entry, else rank 0's (another world size)
+            return filled.get(name.format(rank=rank), filled.get(name.format(rank=0)))
+
+        rng, cuda_rng = own("rng/{rank}"), own("cuda_rng/{rank}")
         if rng is not None:
             torch.set_rng_state(rng)
+        if cuda_rng is not None and objects.device.type == "cuda":
+            torch.cuda.set_rng_state(cuda_rng, objects.device)
+        host = {n: own(f"host_rng/{{rank}}/{n}") for n in ("python", "numpy")}
+        restore_host_rng_state({n: v for n, v in host.items() if v is not None})
+        if self.position is not None:
+            self.position.augment_state = own("augment/{rank}")
 
 
 def _local_optimizer_state(
@@ -276,19 +302,55 @@ def has_saved_run(run_dir: str | Path) -> bool:
     """Whether ``run_dir`` holds a checkpoint to resume from (either format; a sharded
     checkpoint cut short between its two renames is repaired first)."""
     run_dir = Path(run_dir)
-    return (run_dir / CHECKPOINT_NAME).is_file() or has_sharded_checkpoint(run_dir)
+    return (
+        (run_dir / CHECKPOINT_NAME).is_file()
+        or has_sharded_checkpoint(run_dir)
+        or bool(kept_checkpoints(run_dir))
+    )
 
 
 def read_saved_run(run_dir: str | Path) -> SavedRun:
-    """Read the checkpoint of ``run_dir``, once, verified: ``checkpoint.pt`` when present (a
-    run resumed on one process last wrote it), else the sharded ``checkpoint/``.
+    """Read the newest valid checkpoint of ``run_dir``, once, verified: ``checkpoint.pt`` when
+    present (a run resumed on one process last wrote it), else the sharded ``checkpoint/``;
+    when that one is damaged, the kept ones (``train --keep``, :mod:`.kept_checkpoints`),
+    newest first, each refusal logged as a warning.
 
     Raises:
-        CheckpointError: no checkpoint, or a damaged, unsafe, foreign or newer one (one line
+        CheckpointError: no checkpoint, or no valid one: the newest one's error (one line
             naming the file, see :func:`~marginface.train.load_checkpoint`).
     """
     run_dir = Path(run_dir)
-    source = run_dir / CHECKPOINT_NAME
+    candidates: list[Path] = []
+    newest = run_dir / CHECKPOINT_NAME
+    if newest.is_file():
+        candidates.append(newest)
+    if has_sharded_checkpoint(run_dir):
+        candidates.append(run_dir / SHARDED_CHECKPOINT_NAME)
+    for kept in kept_checkpoints(run_dir):
+        if not (newest.is_file() and kept.is_file() and os.path.samefile(kept, newest)):
+            candidates.append(kept)
+    if not candidates:
+        raise CheckpointError(
+            f"no checkpoint in {run_dir} (neither {CHECKPOINT_NAME} nor {SHARDED_CHECKPOINT_NAME}/)"
+        )
+    first_error: CheckpointError | None = None
+    for number, source in enumerate(candidates, 1):
+        try:
+            saved = _read_one(run_dir, source)
+        except CheckpointError as error:
+            first_error = first_error or error
+            if number < len(candidates):
+                logger.warning("%s; trying an older checkpoint", error)
+            continue
+        if first_error is not None:
+            logger.warning("resuming from the older checkpoint %s", source)
+        return saved
+    assert first_error is not None
+    raise first_error
+
+
+def _read_one(run_dir: Path, source: Path) -> SavedRun:
+    """The checkpoint ``source`` of ``run_dir`` (a file, or a sharded checkpoint's folder)."""
     if source.is_file():
         state = load_checkpoint(source)
         epoch = int(state["epoch"])
@@ -298,25 +360,32 @@ def read_saved_run(run_dir: str | Path) -> SavedRun:
             csv_path = run_dir / HISTORY_NAME
             history = read_history(csv_path)[:epoch] if csv_path.is_file() else []
         return SavedRun(
-            run_dir, source, dict(state["config"]), state["meta"], epoch, history, state
-        )
-    if has_sharded_checkpoint(run_dir):
-        checkpoint = read_sharded_checkpoint(run_dir)
-        sidecar = checkpoint.sidecar
-        epoch = int(sidecar["epoch"])
-        history = [dict(row) for row in sidecar.get("history", [])][:epoch]
-        return SavedRun(
             run_dir,
-            checkpoint.folder,
-            dict(sidecar["config"]),
-            sidecar["meta"],
+            source,
+            dict(state["config"]),
+            state["meta"],
             epoch,
             history,
-            sidecar,
-            checkpoint,
+            state,
+            position=StepPosition.from_plain(state["position"]) if state.get("position") else None,
         )
-    raise CheckpointError(
-        f"no checkpoint in {run_dir} (neither {CHECKPOINT_NAME} nor {SHARDED_CHECKPOINT_NAME}/)"
+    if source == run_dir / SHARDED_CHECKPOINT_NAME:
+        checkpoint = read_sharded_checkpoint(run_dir)
+    else:  # a kept one
+        checkpoint = read_sharded_checkpoint(run_dir, folder=source)
+    sidecar = checkpoint.sidecar
+    epoch = int(sidecar["epoch"])
+    history = [dict(row) for row in sidecar.get("history", [])][:epoch]
+    return SavedRun(
+        run_dir,
+        checkpoint.folder,
+        dict(sidecar["config"]),
+        sidecar["meta"],
+        epoch,
+        history,
+        sidecar,
+        checkpoint,
+        position=StepPosition.from_plain(sidecar["position"]) if sidecar.get("position") else None,
     )
 
 
@@ -416,10 +485,24 @@ def save_run_state(
     meta: dict[str, Any],
     history: list[dict[str, Any]],
     distributed: bool = False,
-) -> Path:
+    position: StepPosition | None = None,
+    keep: int = 1,
+    asynchronous: bool = False,
+    process_group: Any = None,
+) -> Path | PendingCheckpoint:
     """Write the state of ``epoch`` completed epochs into ``run_dir``: ``checkpoint.pt`` from
     one process, or every rank's share into ``checkpoint/`` (all ranks call it); either write
     is atomic, and the other format, now older, is removed.
+
+    Args:
+        position: the position inside epoch ``epoch`` (counted from 0) of a step checkpoint
+            (its ``epoch`` equals ``epoch``); None at an epoch's end.
+        keep: how many checkpoints to keep (>= 1): with ``keep`` > 1 the newest ``keep`` stay,
+            the older ones in ``checkpoints/`` (:mod:`.kept_checkpoints`).
+        asynchronous: copy the state now and write it in a background thread; returns a
+            :class:`~marginface.train.pending_checkpoint.PendingCheckpoint` (its ``finish``,
+            called by every rank, completes it; the previous checkpoint is the run's until
+            then). ``process_group``: the gloo group of a sharded background write.
 
     Returns:
         The checkpoint written (file or folder).
@@ -429,7 +512,17 @@ def save_run_state(
         OSError: the folder cannot be written.
     """
     run_dir = Path(run_dir)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+    if position is not None and position.epoch != epoch:
+        raise ValueError(f"position.epoch {position.epoch} is not epoch {epoch}")
     plain = _plain_state(epoch=epoch, config=config, meta=meta, history=history)
+    plain["position"] = position.plain() if position is not None else None
+    own: dict[str, Tensor] = {f"host_rng/{k}": v for k, v in host_rng_state().items()}
+    if position is not None and position.augment_state is not None:
+        own["augment"] = position.augment_state
+    if objects.device.type == "cuda":
+        own["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
     if distributed:
         extra = {
             **{k: v for k, v in plain.items() if k != "epoch"},
@@ -443,6 +536,10 @@ def save_run_state(
             loss=objects.head,
             optimizer=objects.optimizer,
             extra=extra,
+            rank_tensors=own,
+            keep=keep,
+            asynchronous=asynchronous,
+            process_group=process_group,
         )
     state: dict[str, Any] = {
         **plain,
@@ -452,24 +549,47 @@ def save_run_state(
         "scheduler": objects.scheduler.state_dict(),
         "scaler": objects.scaler.state_dict(),
         "rng": torch.get_rng_state(),
+        "host_rng": {k.split("/", 1)[1]: v for k, v in own.items() if k.startswith("host_rng/")},
     }
-    if objects.device.type == "cuda":
-        state["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
-    path = save_checkpoint(state, run_dir / CHECKPOINT_NAME)
-    stale = run_dir / SHARDED_CHECKPOINT_NAME
-    if stale.is_dir():
-        shutil.rmtree(stale)
-    return path
+    if "augment" in own:
+        state["augment_rng"] = own["augment"]
+    if "cuda_rng" in own:
+        state["cuda_rng"] = own["cuda_rng"]
+    path = run_dir / CHECKPOINT_NAME
+    step = position.step if position is not None else 0
+
+    def write() -> Path:
+        if keep > 1:  # written under its position's name, then linked as checkpoint.pt
+            kept = run_dir / KEPT_NAME
+            kept.mkdir(exist_ok=True)
+            written = save_checkpoint(state, kept / f"{position_label(epoch, step)}.pt")
+            link_as(written, path)
+            prune_kept(run_dir, keep)
+        else:
+            save_checkpoint(state, path)
+        stale = run_dir / SHARDED_CHECKPOINT_NAME
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        return path
+
+    if not asynchronous:
+        return write()
+    state = copied_state(state)  # what is written: training goes on changing the tensors
+    return PendingCheckpoint(path, in_thread(write))
 
 
-def describe_kept(run_dir: str | Path, epoch: int | None) -> str:
+def describe_kept(run_dir: str | Path, epoch: int | None, step: int = 0) -> str:
     """What the user can do after a failure, true to what is on disk: the checkpoint of
-    ``epoch`` (the last one this process wrote or restored; None: none) and the ``--resume``
-    command, or, when no epoch was completed, that the run starts again with
-    ``--overwrite``. Looks for the checkpoint without reading it."""
+    ``epoch`` completed epochs and ``step`` steps of the next (the last one this process wrote
+    or restored; None: none) and the ``--resume`` command, or, when no checkpoint was written,
+    that the run starts again with ``--overwrite``. Looks for the checkpoint without reading
+    it."""
     run_dir = Path(run_dir)
     if (run_dir / CHECKPOINT_NAME).is_file() or sharded_checkpoint_on_disk(run_dir):
-        done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
+        if epoch is not None and step:
+            done = f"the checkpoint after step {step} of epoch {epoch + 1}"
+        else:
+            done = f"the checkpoint of epoch {epoch}" if epoch else "the last checkpoint"
         return (
             f"{done} is kept in {run_dir}; continue with `marginface train --out "
             f"{run_dir} --resume` (or start again with --overwrite)"

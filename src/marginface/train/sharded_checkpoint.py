@@ -12,7 +12,10 @@ Layout, in the run folder::
 
 Tensor keys: ``model/<name>`` (replicated), ``loss/<name>`` (the class centers as a DTensor
 ``[C, K·D]`` sharded on dim 0, the margin's buffers replicated), ``optimizer/<param>/<key>``
-(the state of the class centers laid out like them, the backbone's replicated), ``rng/<rank>``.
+(the state of the class centers laid out like them, the backbone's replicated), and each
+rank's own (:data:`PER_RANK_PREFIXES`): ``rng/<rank>``, ``cuda_rng/<rank>``,
+``host_rng/<rank>/<name>``, and in a step checkpoint ``augment/<rank>``; the sidecar's
+``position`` says where inside its epoch a step checkpoint was taken (else null).
 
 Writing is atomic at the level of the folder: every rank writes into
 ``.checkpoint.<epoch>.tmp/``; after a barrier rank 0 adds ``marginface.json`` and swaps the
@@ -56,6 +59,9 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
 from ..head import MarginSoftmaxLoss, class_rows
 from .checkpoint import CheckpointError
+from .kept_checkpoints import KEPT_NAME, prune_kept
+from .pending_checkpoint import PendingCheckpoint
+from .step_position import position_label
 
 __all__ = [
     "INDEX_NAME",
@@ -285,44 +291,110 @@ def save_sharded_checkpoint(
     loss: MarginSoftmaxLoss,
     optimizer: torch.optim.Optimizer,
     extra: dict[str, Any],
-) -> Path:
+    rank_tensors: dict[str, torch.Tensor] | None = None,
+    keep: int = 1,
+    asynchronous: bool = False,
+    process_group: dist.ProcessGroup | None = None,
+) -> Path | PendingCheckpoint:
     """Write the checkpoint of ``epoch`` (all ranks call it). ``extra`` holds the JSON part
-    (config, meta, history, scheduler, scaler). Returns ``run_dir/checkpoint``."""
+    (config, meta, history, scheduler, scaler, a step position); ``rank_tensors`` this rank's
+    own tensors, saved as ``<name>/<rank>`` (names starting with one of
+    :data:`PER_RANK_PREFIXES`). With ``keep`` > 1 the checkpoint replaced is moved into
+    ``checkpoints/`` (:mod:`.kept_checkpoints`) instead of deleted, and only the newest
+    ``keep - 1`` there stay.
+
+    With ``asynchronous``, the tensors are copied now and written by
+    ``torch.distributed.checkpoint.async_save`` in a background thread over ``process_group``
+    (a gloo group of its own, so its collectives never interleave with training's); the
+    returned :class:`~marginface.train.pending_checkpoint.PendingCheckpoint`'s ``finish``
+    (all ranks call it) swaps the new checkpoint in. Until then the previous one is the run's.
+
+    Returns ``run_dir/checkpoint``, or the pending checkpoint.
+    """
     run_dir = Path(run_dir)
     rank = dist.get_rank()
     staging = run_dir / f".checkpoint.{epoch}.tmp"
-    if rank == 0 and staging.exists():
-        shutil.rmtree(staging)
+    if rank == 0:  # a write cut short by a kill (no other is in flight: finished first)
+        for stale in run_dir.glob(".checkpoint.*.tmp"):
+            if stale.is_dir():
+                shutil.rmtree(stale)
     dist.barrier()
     tensors, optimizer_json = _tensor_state(model, loss, optimizer)
     tensors[f"rng/{rank}"] = torch.get_rng_state()
+    for name, value in (rank_tensors or {}).items():
+        prefix, _, rest = name.partition("/")
+        tensors[f"{prefix}/{rank}" + (f"/{rest}" if rest else "")] = value
+    final = run_dir / SHARDED_CHECKPOINT_NAME
+    sidecar = {
+        "format": SHARDED_FORMAT,
+        "version": 1,
+        "epoch": epoch,
+        "world_size": dist.get_world_size(),
+        "optimizer": optimizer_json,
+        **extra,
+    }
+    sidecar = json.loads(json.dumps(sidecar))  # a copy: training goes on changing the state
+
+    def publish() -> None:
+        dist.barrier()  # every rank's files are written
+        if rank == 0:
+            _swap_in(run_dir, staging, {**sidecar, "files": _digests(staging)}, keep)
+        dist.barrier()
+
+    if asynchronous:
+        written = dcp.async_save(tensors, checkpoint_id=staging, process_group=process_group)
+        return PendingCheckpoint(
+            final, written, publish, failure=lambda error: _save_failure(error, staging)
+        )
     try:
         dcp.save(tensors, checkpoint_id=staging)
     except CheckpointException as error:  # a BaseException in torch 2.13: caught here
         raise save_failure(error, staging) from None
-    dist.barrier()
-    final = run_dir / SHARDED_CHECKPOINT_NAME
-    if rank == 0:
-        sidecar = {
-            "format": SHARDED_FORMAT,
-            "version": 1,
-            "epoch": epoch,
-            "world_size": dist.get_world_size(),
-            "optimizer": optimizer_json,
-            **extra,
-            "files": _digests(staging),
-        }
-        atomic_write_text(staging / SIDECAR_NAME, json.dumps(sidecar, indent=1) + "\n")
-        old = run_dir / _OLD
-        if old.exists():
-            shutil.rmtree(old)
-        if final.exists():
-            final.rename(old)
-        staging.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-        (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
-    dist.barrier()
+    publish()
     return final
+
+
+def _save_failure(error: BaseException, staging: Path) -> BaseException:
+    if isinstance(error, CheckpointException):
+        return save_failure(error, staging)
+    return error
+
+
+def _swap_in(run_dir: Path, staging: Path, sidecar: dict[str, Any], keep: int) -> None:
+    """Rank 0: seal the written folder ``staging`` with its sidecar and swap it in as
+    ``checkpoint/`` (``checkpoint/`` → ``.checkpoint.old/``, ``staging`` → ``checkpoint/``;
+    :func:`recover` repairs a kill between the two renames)."""
+    final = run_dir / SHARDED_CHECKPOINT_NAME
+    atomic_write_text(staging / SIDECAR_NAME, json.dumps(sidecar, indent=1) + "\n")
+    old = run_dir / _OLD
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    if keep > 1 and (old / SIDECAR_NAME).is_file():
+        _keep_replaced(run_dir, old, keep - 1)
+    shutil.rmtree(old, ignore_errors=True)
+    (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
+
+
+def _keep_replaced(run_dir: Path, old: Path, count: int) -> None:
+    """Move the replaced checkpoint ``old`` into ``checkpoints/`` under its position's name,
+    and keep the newest ``count`` there."""
+    try:
+        sidecar = json.loads((old / SIDECAR_NAME).read_text(encoding="utf-8"))
+        position = sidecar.get("position") or {}
+        epoch = int(sidecar["epoch"])
+        step = int(position.get("step", 0)) if position else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # unreadable: not worth keeping
+    kept = run_dir / KEPT_NAME
+    kept.mkdir(exist_ok=True)
+    target = kept / position_label(epoch, step)
+    if target.exists():
+        shutil.rmtree(target)
+    old.rename(target)
+    prune_kept(run_dir, count)
 
 
 @dataclass
@@ -330,7 +402,7 @@ class ShardedCheckpoint:
     """A sharded checkpoint as :func:`read_sharded_checkpoint` read it, once.
 
     Attributes:
-        folder: ``run_dir/checkpoint``.
+        folder: ``run_dir/checkpoint`` (or a kept one, :mod:`.kept_checkpoints`).
         sidecar: the JSON part (``marginface.json``): format, epoch, config, meta, history,
             scheduler, scaler, the optimizer's hyperparameters, the files' sha256.
         index_bytes: the bytes of DCP's ``.metadata`` whose sha256 was checked (None when the
@@ -365,21 +437,24 @@ class ShardedCheckpoint:
     ) -> dict[str, Any]:
         """Fill ``targets`` (key → tensor or DTensor, allocated by the caller in the layout it
         wants) from the checkpoint; keys the checkpoint lacks are dropped, keys it has beyond
-        ``targets`` are allocated in full (replicated; of the ``rng/<rank>`` entries only
-        rank 0's and this rank's), unless ``only_targets``. In a process group every rank
-        calls it. Returns the filled dict."""
+        ``targets`` are allocated in full (replicated; of the per-rank entries,
+        :data:`PER_RANK_PREFIXES`, only rank 0's and this rank's), unless ``only_targets``.
+        In a process group every rank calls it. Returns the filled dict."""
         return _load(self.folder, self.index(), targets, distributed, only_targets)
 
 
-def read_sharded_checkpoint(run_dir: str | Path) -> ShardedCheckpoint:
-    """Read the sharded checkpoint of ``run_dir`` once (after :func:`recover`): its sidecar,
-    and the sha256 of every file checked against it, keeping the index's bytes.
+def read_sharded_checkpoint(
+    run_dir: str | Path, *, folder: str | Path | None = None
+) -> ShardedCheckpoint:
+    """Read the sharded checkpoint of ``run_dir`` (or the checkpoint folder ``folder``, e.g. a
+    kept one) once (after :func:`recover`): its sidecar, and the sha256 of every file checked
+    against it, keeping the index's bytes.
 
     Raises:
         CheckpointError: missing, not ours, or a file whose sha256 differs (damaged).
     """
     recover(run_dir)
-    folder = Path(run_dir) / SHARDED_CHECKPOINT_NAME
+    folder = _folder(run_dir, folder)
     path = folder / SIDECAR_NAME
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {folder}")
@@ -406,14 +481,36 @@ def read_sharded_checkpoint(run_dir: str | Path) -> ShardedCheckpoint:
     return ShardedCheckpoint(folder, sidecar, kept.get(INDEX_NAME))
 
 
-def read_sidecar(run_dir: str | Path) -> dict[str, Any]:
-    """The JSON part of the sharded checkpoint in ``run_dir``, its files' digests checked
-    (:func:`read_sharded_checkpoint`'s ``sidecar``).
+PER_RANK_PREFIXES = ("rng/", "cuda_rng/", "augment/", "host_rng/")
+"""Entries saved by every rank under its own number: ``rng/<rank>`` (the global torch
+generator; ``cuda_rng/<rank>`` its GPU's), ``augment/<rank>`` (a step position's augmentation
+generator),
+``host_rng/<rank>/<name>`` (Python's and NumPy's generators)."""
+
+
+def _wanted_entry(key: str, rank: int) -> bool:
+    """Whether a process of rank ``rank`` reads entry ``key``: every shared entry, and of the
+    per-rank ones its own and rank 0's (the fallback at another world size)."""
+    for prefix in PER_RANK_PREFIXES:
+        if key.startswith(prefix):
+            owner = key[len(prefix) :].split("/", 1)[0]
+            return owner in ("0", str(rank))
+    return True
+
+
+def _folder(run_dir: str | Path, folder: str | Path | None) -> Path:
+    """The checkpoint folder: ``folder`` when given, else ``run_dir/checkpoint``."""
+    return Path(folder) if folder is not None else Path(run_dir) / SHARDED_CHECKPOINT_NAME
+
+
+def read_sidecar(run_dir: str | Path, *, folder: str | Path | None = None) -> dict[str, Any]:
+    """The JSON part of the sharded checkpoint in ``run_dir`` (or ``folder``), its files'
+    digests checked (:func:`read_sharded_checkpoint`'s ``sidecar``).
 
     Raises:
         CheckpointError: missing, not ours, or a file whose sha256 differs (damaged).
     """
-    return read_sharded_checkpoint(run_dir).sidecar
+    return read_sharded_checkpoint(run_dir, folder=folder).sidecar
 
 
 def _entries(index: Metadata, folder: Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
@@ -440,11 +537,7 @@ def _load(
             filled[key] = targets[key]
         elif only_targets:
             continue
-        elif (
-            not key.startswith("rng/")
-            or key == "rng/0"
-            or (distributed and key == f"rng/{dist.get_rank()}")
-        ):
+        elif _wanted_entry(key, dist.get_rank() if distributed else 0):
             filled[key] = torch.empty(size, dtype=dtype)
     reader = SafeFileSystemReader(folder, index=index)
     if distributed:

@@ -4,7 +4,7 @@ Determinism: the initial weights come from ``torch.manual_seed(config.seed)``; e
 shuffles and draws its augmentations with its own generators seeded ``(seed, e)``; dropout
 draws from the global RNG, whose state is saved in every checkpoint and restored on resume. So
 a run interrupted after epoch ``k`` and resumed ends with the same weights as an uninterrupted
-run (same device and threads).
+run (same device and threads), also from a step checkpoint (:mod:`.step_position`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -19,44 +20,49 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .._atomic import DiskFullError
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..data.base import StreamedImageSet
 from .batches import epoch_generator, global_batch, streamed_batches
-from .build import build_training
+from .build import build_training, flushes_denormals
+from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from .distributed import (
     all_ranks_true,
     clip_gradient_norm,
-    collective_failure,
     init_from_environment,
     rank_slice,
     torchrun_environment,
 )
 from .evaluate import EpochEvaluator
-from .failures import TrainingDivergedError, TrainingInterrupted, diverged, first_non_finite
-from .history import margin_state
+from .failures import (
+    TrainingDivergedError,
+    TrainingInterrupted,
+    diverged,
+    first_non_finite,
+    training_failure,
+)
 from .loader_errors import next_batch as _next_batch
+from .preemption import StopSignals, TrainingPreemptedError, preempted
 from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
 from .run import load_bundle, prepare_run_dir, resolve_device
-from .run_log import EpochCallback, RunLog
+from .run_log import EpochCallback, RunLog, run_log_attribute
 from .run_state import (
-    CHECKPOINT_NAME,
     CONFIG_NAME,
     RESUMABLE_KEYS,
     RunObjects,
     SavedRun,
-    describe_kept,
     run_to_continue,
-    save_run_state,
 )
 from .schedule import micro_batches
+from .step_position import StepPosition, continue_epoch
 
 __all__ = [
     "RESUMABLE_KEYS",
     "Trainer",
     "TrainingDivergedError",
     "TrainingInterrupted",
+    "TrainingPreemptedError",
+    "flushes_denormals",
     "train",
 ]
 
@@ -87,6 +93,8 @@ class Trainer:
             per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
             ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
             class centers). The optimizer and schedule start afresh.
+        checkpointing: step checkpoints, how many to keep, background writes, a stop on
+            SIGTERM/SIGUSR1 (:class:`~marginface.train.checkpoint_writer.CheckpointPolicy`).
 
     Use :meth:`fit`.
     """
@@ -101,9 +109,14 @@ class Trainer:
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         callbacks: list[EpochCallback] | None = None,
         initial_state: dict[str, dict[str, Any]] | None = None,
+        checkpointing: CheckpointPolicy | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
         self.run_dir = Path(run_dir)
+        self.checkpoints = CheckpointWriter(self.run_dir, checkpointing)
+        self._signals = StopSignals()
+        self._resume_at: StepPosition | None = None  # a step checkpoint's position, restored
+        self._resumed_seconds = 0.0  # training seconds of a resumed epoch before resuming
         self.bundle = bundle
         self.progress = resolve_progress_mode(progress)
         if isinstance(progress_seconds, bool) or not (
@@ -119,7 +132,6 @@ class Trainer:
         self.run_log = RunLog(self.run_dir, callbacks=callbacks)
         self.model: nn.Module | None = None
         self.head: nn.Module | None = None
-        self._kept_epoch: int | None = None  # the epoch of the checkpoint on disk, if any
         self.distributed = False
         self.rank, self.world = 0, 1
         self.forward_model: nn.Module | None = None
@@ -140,25 +152,12 @@ class Trainer:
         """Whether this process writes the run's files (rank 0, or the only process)."""
         return self.rank == 0
 
-    @property
-    def history(self) -> list[dict[str, Any]]:
-        """One row per completed epoch (see :meth:`fit`), kept by :attr:`run_log`."""
-        return self.run_log.history
-
-    @property
-    def callbacks(self) -> list[EpochCallback]:
-        """Called with each epoch's row after its checkpoint is written (:attr:`run_log`'s)."""
-        return self.run_log.callbacks
-
-    @property
-    def step_callbacks(self) -> list[EpochCallback]:
-        """Called with each ``verify_every``-steps row (:attr:`run_log`'s)."""
-        return self.run_log.step_callbacks
-
-    @property
-    def step_verification(self) -> list[dict[str, Any]]:
-        """The verification sets' accuracy every ``verify_every`` steps (:attr:`run_log`'s)."""
-        return self.run_log.step_verification
+    history = run_log_attribute("history", "One row per completed epoch (see :meth:`fit`).")
+    callbacks = run_log_attribute("callbacks", "Called with each epoch's row after its checkpoint.")
+    step_callbacks = run_log_attribute("step_callbacks", "Called with each verification row.")
+    step_verification = run_log_attribute(
+        "step_verification", "The verification sets' accuracy every ``verify_every`` steps."
+    )
 
     # ---------------------------------------------------------------- setup
     def _init_distributed(self) -> None:
@@ -181,16 +180,9 @@ class Trainer:
         # to zero changes nothing measurable otherwise. Only while fit() runs: it restores the
         # mode it found.
         torch.set_flush_denormal(True)
-        if config.batch_size < self.world:
-            raise ValueError(
-                f"batch_size = {config.batch_size} is the global batch and must be >= the "
-                f"world size {self.world}"
-            )
         if self.bundle is None:
             self.bundle = load_bundle(config)
         train = self.bundle.train
-        if len(train) == 0:
-            raise ValueError(f"dataset {config.dataset!r} has no training images")
         torch.manual_seed(config.seed)
         built = build_training(
             config,
@@ -223,12 +215,13 @@ class Trainer:
         (any world size), :attr:`history` its rows. Returns the completed epochs."""
         epoch = saved.restore(self._objects(), distributed=self.distributed)
         self.run_log.history = [dict(row) for row in saved.history]
-        self._kept_epoch = epoch
+        self.checkpoints.restored(epoch, saved.position.step if saved.position else 0)
+        self._resume_at = saved.position
         return epoch
 
     def _way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""
-        return describe_kept(self.run_dir, self._kept_epoch)
+        return self.checkpoints.way_forward()
 
     def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
         """:func:`~marginface.train.failures.diverged`, naming the first non-finite parameter."""
@@ -263,6 +256,9 @@ class Trainer:
         self.model.train()
         self.head.train()
         order = torch.randperm(len(self.train_y), generator=epoch_generator(config.seed, epoch))
+        position, self._resume_at = self._resume_at, None
+        augment_generator = epoch_generator(config.seed, epoch, stream=1)
+        first, total, count, self._resumed_seconds = continue_epoch(position, augment_generator)
         loader = None
         if self.streamed:
             loader = streamed_batches(
@@ -275,19 +271,38 @@ class Trainer:
                 world=self.world,
                 workers=config.workers,
                 pin_memory=self.device.type == "cuda",
+                first_step=first,
             )
-        augment_generator = epoch_generator(config.seed, epoch, stream=1)
         progress = self._reporter.epoch(epoch)
-        total, count = 0.0, 0
+        began = time.perf_counter()
         try:
-            for step in range(self.steps_per_epoch):
+            for step in range(first, self.steps_per_epoch):
                 value, size = self._train_step(epoch, step, order, loader, augment_generator)
                 total += value * size
                 count += size
                 progress.update(step, loss=value, mean_loss=total / count, images=count)
+                self._after_step(epoch, step + 1, total, count, began, augment_generator)
         finally:
             progress.close()
         return total / count
+
+    def _after_step(
+        self, epoch: int, done: int, total: float, count: int, began: float, augment: Any
+    ) -> None:
+        """After ``done`` steps of ``epoch``: a step checkpoint when one is due or a signal asks
+        to stop (every rank agrees: :meth:`.CheckpointWriter.decide`), then the stop."""
+        due, stop = self.checkpoints.decide(
+            epoch * self.steps_per_epoch + done, self._signals, self.distributed, self.device
+        )
+        if not (due or stop):
+            return
+        seconds = self._resumed_seconds + time.perf_counter() - began
+        state = augment.get_state() if self.augmentation is not None else None
+        where = StepPosition(epoch, done, total, count, seconds, state)
+        if done < self.steps_per_epoch or stop:  # else the epoch's end checkpoints
+            self._save(epoch, where, wait=stop)
+        if stop:
+            raise preempted(self._signals, where, self.steps_per_epoch, self.run_dir)
 
     def _train_step(
         self,
@@ -360,28 +375,14 @@ class Trainer:
         """Training images of the global batch per epoch (the batches actually run)."""
         return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
 
-    def _save(self, epoch: int) -> None:
-        """Write the checkpoint of ``epoch`` completed epochs, :attr:`history` included (every
-        rank's share when distributed; :func:`~marginface.train.run_state.save_run_state`).
-        A full disk says which checkpoint is kept and how to go on."""
-        try:
-            save_run_state(
-                self.run_dir,
-                self._objects(),
-                epoch=epoch,
-                config=self.config,
-                meta=self.meta,
-                history=self.history,
-                distributed=self.distributed,
-            )
-        except DiskFullError as error:
-            path = self.run_dir / CHECKPOINT_NAME
-            raise DiskFullError(
-                error.errno,
-                f"disk full: could not write {path} (free some space); {self._way_forward()}",
-                str(path),
-            ) from error
-        self._kept_epoch = epoch
+    def _save(self, epoch: int, position: StepPosition | None = None, wait: bool = False) -> None:
+        """Checkpoint ``epoch`` epochs (and ``position``) with :attr:`history`, in the
+        background unless ``wait`` (:meth:`.CheckpointWriter.write`)."""
+        run = {"config": self.config, "meta": self.meta, "history": self.history}
+        self.checkpoints.write(
+            self._objects(), epoch=epoch, position=position, distributed=self.distributed,
+            wait=wait, **run
+        )  # fmt: skip
 
     def fit(
         self, *, resume: bool | SavedRun = False, overwrite: bool = False
@@ -405,12 +406,14 @@ class Trainer:
             OutputExistsError: ``run_dir`` exists and neither ``resume`` nor ``overwrite``.
             CheckpointError: resuming from a missing, corrupt or incompatible checkpoint.
             TrainingDivergedError: the loss became NaN/inf (the last checkpoint is kept).
+            TrainingPreemptedError: SIGTERM/SIGUSR1 with ``stop_on_signals`` (after a checkpoint).
             DiskFullError: a checkpoint did not fit (the previous one is kept; the message
                 says which and how to go on).
         """
         flushing = flushes_denormals()
         try:
-            return self._fit(resume=resume, overwrite=overwrite)
+            with self._signals if self.checkpoints.policy.stop_on_signals else nullcontext():
+                return self._fit(resume=resume, overwrite=overwrite)
         finally:  # the process's floating-point mode as it was (the trainer flushes denormals)
             torch.set_flush_denormal(flushing)
 
@@ -424,6 +427,7 @@ class Trainer:
         )
         saved = run_to_continue(run_dir, resume, self.config)  # before building anything
         self._setup()
+        self.checkpoints.last_time = time.monotonic()
         start, history = 0, []
         if saved is not None:
             start, history = self._restore(saved), self.history
@@ -434,9 +438,10 @@ class Trainer:
                 self.head.load_state_dict(self.initial_state["loss"])
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
+        resumed = self._resume_at  # a step checkpoint: verification rows up to its step
         self.run_log.open(
             history=history,
-            completed_steps=start * self.steps_per_epoch,
+            completed_steps=start * self.steps_per_epoch + (resumed.step if resumed else 0),
             writes=self.is_main,
             tensorboard=self.config.tensorboard,
         )
@@ -451,43 +456,29 @@ class Trainer:
             for epoch in range(start, self.config.epochs):
                 began = time.perf_counter()
                 train_loss = self._train_epoch(epoch)
-                seconds = time.perf_counter() - began
+                seconds = self._resumed_seconds + time.perf_counter() - began
                 if first_non_finite(self.model, self.head) is not None:
                     raise self._diverged("", epoch, None)
-                row: dict[str, Any] = {
-                    "epoch": epoch + 1,
-                    "loss": train_loss,
-                    **self.evaluator.test_metrics(self.model, self.head, epoch + 1),
-                    **self.evaluator.verification_sets(self.model),
-                    "lr": self.optimizer.param_groups[0]["lr"],
-                    "seconds": seconds,
-                    "images_per_second": self._images_per_epoch() / seconds,
-                    **margin_state(self.head),
-                }
+                row = self.evaluator.epoch_row(
+                    self.model, self.head, epoch=epoch + 1, loss=train_loss, seconds=seconds,
+                    lr=self.optimizer.param_groups[0]["lr"], images=self._images_per_epoch(),
+                )  # fmt: skip
                 self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
                 if self.is_main:
                     logger.debug("epoch %d: %s", epoch + 1, row)
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(f"interrupted; {self._way_forward()}") from None
-        except RuntimeError as error:
-            if not self.distributed or isinstance(error, TrainingDivergedError):
+            self.checkpoints.finish()  # a background write: complete before returning
+        except (KeyboardInterrupt, RuntimeError) as error:
+            failure = training_failure(
+                error, distributed=self.distributed, rank=self.rank,
+                timeout_s=self.config.dist_timeout, way_forward=self._way_forward(),
+            )  # fmt: skip
+            if failure is error:
                 raise
-            raise collective_failure(
-                error,
-                rank=self.rank,
-                timeout_s=self.config.dist_timeout,
-                way_forward=self._way_forward(),
-            ) from error
+            raise failure from (None if isinstance(error, KeyboardInterrupt) else error)
         finally:
+            self.checkpoints.abandon()  # after a failure: the previous checkpoint stays
             self.run_log.close()
         return self.history
-
-
-def flushes_denormals() -> bool:
-    """Whether this thread's CPU arithmetic flushes subnormal floats to zero (as after
-    ``torch.set_flush_denormal(True)``; torch has no getter): ``1e-39·1`` in float32 is 0."""
-    tiny = torch.full((1,), 1e-39, dtype=torch.float32)  # subnormal in float32
-    return bool((tiny * 1.0).item() == 0.0)
 
 
 def train(

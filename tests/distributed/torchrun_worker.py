@@ -1,0 +1,39 @@
+"""The worker that tests start under torchrun: ``marginface`` with the command line given, and
+a fault to inject on the group's first attempt only (``TORCHELASTIC_RESTART_COUNT`` = 0).
+
+Environment: ``MARGINFACE_TEST_KILL_RANK`` and ``MARGINFACE_TEST_KILL_STEP``: that rank kills
+itself with SIGKILL (as the OOM killer or a lost node would: nothing runs after it) during
+that global step (counted from 1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from marginface.cli import main
+from marginface.train import Trainer
+
+
+def _inject_fault() -> None:
+    rank, step = (
+        os.environ.get("MARGINFACE_TEST_KILL_RANK"),
+        os.environ.get("MARGINFACE_TEST_KILL_STEP"),
+    )
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if rank is None or step is None or not first_attempt or os.environ.get("RANK") != rank:
+        return
+    original = Trainer._train_step
+
+    def dying(self, epoch, step_in_epoch, *args):
+        if epoch * self.steps_per_epoch + step_in_epoch + 1 == int(step):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, epoch, step_in_epoch, *args)
+
+    Trainer._train_step = dying
+
+
+if __name__ == "__main__":
+    _inject_fault()
+    sys.exit(main(sys.argv[1:]))
