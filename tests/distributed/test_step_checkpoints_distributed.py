@@ -331,17 +331,19 @@ def test_sigterm_to_torchrun_checkpoints_the_step_on_every_worker(tmp_path):
     finishes its step, the group writes the step checkpoint, and the same command continues."""
     import time
 
-    run = tmp_path / "run"
+    run, marks = tmp_path / "run", tmp_path / "marks"
+    marks.mkdir()
     command = _torchrun_command(run, 2, 0, "--set", "limit=1200")  # 60 steps per epoch
+    environment = _environment({"MARGINFACE_TEST_MARK_DIR": str(marks)})
     agent = subprocess.Popen(
-        command, stderr=subprocess.PIPE, text=True, env=_environment({}), start_new_session=True
+        command, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True
     )
     try:
         deadline = time.monotonic() + 120
-        while not (run / "config.toml").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)  # inside epoch 1
-        agent.send_signal(signal.SIGTERM)
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until both workers train (their signal handlers are in place)
+        assert len(list(marks.iterdir())) == 2, "the workers did not start training in 120 s"
+        agent.send_signal(signal.SIGTERM)  # inside epoch 1
         _, err = agent.communicate(timeout=120)
     finally:
         if agent.poll() is None:

@@ -3,7 +3,8 @@ a fault to inject on the group's first attempt only (``TORCHELASTIC_RESTART_COUN
 
 Environment: ``MARGINFACE_TEST_KILL_RANK`` and ``MARGINFACE_TEST_KILL_STEP``: that rank kills
 itself with SIGKILL (as the OOM killer or a lost node would: nothing runs after it) during
-that global step (counted from 1).
+that global step (counted from 1). ``MARGINFACE_TEST_MARK_DIR``: each rank creates the file
+``rank-<RANK>`` there when it starts its first step (so a test signals only a group that trains).
 """
 
 from __future__ import annotations
@@ -14,6 +15,21 @@ import sys
 
 from marginface.cli import main
 from marginface.train import Trainer
+
+
+def _mark_first_step() -> None:
+    folder = os.environ.get("MARGINFACE_TEST_MARK_DIR")
+    if folder is None:
+        return
+    original = Trainer._train_step
+
+    def marking(self, *args):
+        marker = os.path.join(folder, f"rank-{os.environ.get('RANK', '0')}")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+        return original(self, *args)
+
+    Trainer._train_step = marking
 
 
 def _inject_fault() -> None:
@@ -36,4 +52,5 @@ def _inject_fault() -> None:
 
 if __name__ == "__main__":
     _inject_fault()
+    _mark_first_step()
     sys.exit(main(sys.argv[1:]))
