@@ -17,7 +17,6 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .._atomic import atomic_write_text
-from ..config import TrainConfig
 from ..data import DatasetBundle, PairSet
 from ..evaluation import (
     BinVerificationMetrics,
@@ -32,22 +31,19 @@ from ..evaluation import (
     sample_pairs,
     verification_metrics,
 )
-from .distributed import is_distributed, rank_slice
+from .distributed import rank_slice
 from .embeddings import extract_embeddings
-from .history import margin_state
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
     ijb_progress_logger,
     ijb_results,
-    ijb_set_for,
 )
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
     "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
-    "EpochEvaluator",
     "Evaluation",
     "as_is_and_flipped",
     "closed_set_predictions",
@@ -249,119 +245,6 @@ def verification_set_metrics(
         row[f"{name}_accuracy"] = float(metrics.accuracy)
         row[f"{name}_accuracy_std"] = float(metrics.accuracy_std)
     return row
-
-
-class EpochEvaluator:
-    """The evaluation a training run logs: its test metrics after every epoch
-    (:func:`evaluate_model`'s summary) and its verification sets' accuracy (after every epoch
-    and every ``verify_every`` steps).
-
-    Args:
-        bundle: the run's dataset.
-        config: the run's :class:`~marginface.config.TrainConfig` (its ``eval_batch_size``,
-            ``flip`` and ``channels_last``).
-        device: where the model and head live.
-        amp_dtype: autocast dtype of the forward passes (None: full precision).
-
-    The test pairs of an open-set dataset (:func:`verification_pairs`) are drawn once, at the
-    first evaluation. With ``config.ijb_dir`` the IJB folder is read here, before the first
-    step (:func:`~marginface.train.ijb_evaluation.ijb_set_for`: a bad folder, target or model
-    input is an error now), and :meth:`test_metrics` adds its columns.
-    """
-
-    def __init__(
-        self,
-        bundle: DatasetBundle,
-        config: TrainConfig,
-        *,
-        device: torch.device,
-        amp_dtype: torch.dtype | None = None,
-    ) -> None:
-        self.bundle = bundle
-        self.config = config
-        self.device = device
-        self.amp_dtype = amp_dtype
-        self._pairs: PairSet | None = None
-        channels, height, width = bundle.train.image_shape
-        self.ijb: IjbSet | None = ijb_set_for(
-            config.ijb_dir,
-            config.ijb_target,
-            config.ijb_every,
-            in_channels=channels,
-            image_size=(height, width),
-            workers=config.workers,
-            distributed=is_distributed(),
-        )
-
-    def test_metrics(
-        self, model: nn.Module, head: nn.Module, epoch: int | None = None
-    ) -> dict[str, float]:
-        """The test metrics after ``epoch`` completed epochs (:func:`evaluate_model`'s
-        summary): closed-set ``val_loss`` and ``accuracy`` on unflipped embeddings, or the
-        open-set test pairs' ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the
-        figures ``marginface evaluate`` gives for this checkpoint); with ``ijb_dir`` the IJB
-        columns (values when ``epoch`` is due, :meth:`IjbSet.due`, or ``epoch`` is None; NaN
-        otherwise; every rank embeds its share of the IJB images, rank 0 gets the values).
-        Every rank calls it."""
-        bundle = self.bundle
-        if bundle.open_set and self._pairs is None and len(bundle.test):
-            self._pairs = verification_pairs(bundle)
-        evaluation = evaluate_model(
-            model,
-            head,
-            bundle,
-            flip=self.config.flip and bundle.open_set,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            amp_dtype=self.amp_dtype,
-            channels_last=self.config.channels_last,
-            pairs=self._pairs,
-            summary=True,
-            ijb=self.ijb,
-            ijb_due=epoch is None
-            or (self.ijb is not None and self.ijb.due(epoch, self.config.epochs)),
-        )
-        return evaluation.metrics
-
-    def verification_sets(self, model: nn.Module) -> dict[str, float]:
-        """Accuracy ± std (10 folds, flip-summed embeddings, insightface's protocol) of every
-        verification set of the dataset (:func:`verification_set_metrics`); ``{}`` when it has
-        none."""
-        results = verification_set_results(
-            model,
-            self.bundle,
-            batch_size=self.config.eval_batch_size,
-            device=self.device,
-            amp_dtype=self.amp_dtype,
-            channels_last=self.config.channels_last,
-        )
-        return verification_set_metrics(results)
-
-    def epoch_row(
-        self,
-        model: nn.Module,
-        head: nn.Module,
-        *,
-        epoch: int,
-        loss: float,
-        lr: float,
-        seconds: float,
-        images: int,
-    ) -> dict[str, Any]:
-        """The row of ``history.csv`` for ``epoch`` (counted from 1): ``epoch``, the training
-        ``loss`` (mean over the epoch's samples), :meth:`test_metrics`,
-        :meth:`verification_sets`, ``lr``, ``seconds`` of training, ``images_per_second``
-        (``images / seconds``) and the margin's scalar buffers (:func:`.margin_state`)."""
-        return {
-            "epoch": epoch,
-            "loss": loss,
-            **self.test_metrics(model, head, epoch),
-            **self.verification_sets(model),
-            "lr": lr,
-            "seconds": seconds,
-            "images_per_second": images / seconds,
-            **margin_state(head),
-        }
 
 
 def evaluate_model(

@@ -33,7 +33,7 @@ from .distributed import (
     rank_slice,
     torchrun_environment,
 )
-from .evaluate import EpochEvaluator
+from .epoch_evaluation import EpochEvaluator
 from .failures import (
     TrainingDivergedError,
     TrainingInterrupted,
