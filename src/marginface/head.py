@@ -26,6 +26,7 @@ from .class_parameters import (
 )
 from .executors.choice import (
     AUTO_CHUNKED_MIN_LOGITS,
+    BINARY_DENSE_COPIES,
     DEFAULT_MEMORY_BUDGET,
     DEFAULT_ROW_BLOCK_BYTES,
     DENSE_LOGIT_COPIES,
@@ -469,6 +470,7 @@ class MarginSoftmaxLoss(nn.Module):
             memory_budget=self.memory_budget,
             runs_chunked=self.margin.runs_chunked(),
             row_blocks=self.margin.objective == "softmax",
+            dense_copies=self._dense_copies(),
         )
 
     def row_block_rows(self, batch_size: int) -> int:
@@ -494,7 +496,11 @@ class MarginSoftmaxLoss(nn.Module):
         gradients (:func:`~marginface.executors.choice.dense_step_bytes`), e.g. 819 MB at
         N = 512, C = 100k, float32."""
         classes = self.num_classes * self.sub_centers
-        return dense_step_bytes(batch_size, classes, self.weight.dtype)
+        return dense_step_bytes(batch_size, classes, self.weight.dtype, copies=self._dense_copies())
+
+    def _dense_copies(self) -> int:
+        """``N×C·K`` matrices of a dense step: more for a one-vs-all margin than a softmax's."""
+        return BINARY_DENSE_COPIES if self.margin.objective == "binary" else DENSE_LOGIT_COPIES
 
     def extra_repr(self) -> str:
         extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""

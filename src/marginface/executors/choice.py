@@ -12,6 +12,7 @@ import torch
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
+    "BINARY_DENSE_COPIES",
     "DEFAULT_MEMORY_BUDGET",
     "DEFAULT_ROW_BLOCK_BYTES",
     "DENSE_LOGIT_COPIES",
@@ -34,6 +35,12 @@ DENSE_LOGIT_COPIES = 4
 beyond the inputs, the weight and the gradients a training loop holds anyway: the cosines, the
 logits, the softmax and its gradient (``benchmarks/bench_memory.py`` measures it; the figures
 are in docs/benchmarks.md)."""
+
+BINARY_DENSE_COPIES = 9
+"""The same count for a one-vs-all margin (``Margin.objective == "binary"``: SphereFace2,
+UniFace): the cosines, the logits, their softplus terms, the sigmoid and the slopes of its
+gradient, about 9 ``N×C·K`` float32 matrices (1834 MB at N = 512, C = 100k; docs/benchmarks.md,
+"One-vs-all losses")."""
 
 DEFAULT_MEMORY_BUDGET = 1 << 28
 """``impl="auto"``'s default ``memory_budget``: 256 MiB. With :data:`DENSE_LOGIT_COPIES` float32
@@ -69,13 +76,20 @@ AUTO_CHUNKED_MIN_LOGITS = DEFAULT_MEMORY_BUDGET // (DENSE_LOGIT_COPIES * 4)
 :func:`dense_step_bytes`'s bytes per logit. The rule itself is :func:`choose_executor`."""
 
 
-def dense_step_bytes(batch_size: int, classes: int, weight_dtype: torch.dtype) -> int:
+def dense_step_bytes(
+    batch_size: int,
+    classes: int,
+    weight_dtype: torch.dtype,
+    *,
+    copies: int = DENSE_LOGIT_COPIES,
+) -> int:
     """Estimated bytes a dense training step holds beyond the inputs, the weight and the
-    gradients: ``DENSE_LOGIT_COPIES · N · C·K · itemsize`` (``classes = C·K``; itemsize 8 for
-    a float64 weight, else 4: the dense math runs in float32 or float64), e.g. 819 MB at
-    N = 512, C = 100k, float32."""
+    gradients: ``copies · N · C·K · itemsize`` (``classes = C·K``; itemsize 8 for a float64
+    weight, else 4: the dense math runs in float32 or float64; ``copies``:
+    :data:`DENSE_LOGIT_COPIES` for a softmax margin, :data:`BINARY_DENSE_COPIES` for a
+    one-vs-all one), e.g. 819 MB at N = 512, C = 100k, float32, softmax."""
     itemsize = 8 if weight_dtype == torch.float64 else 4
-    return DENSE_LOGIT_COPIES * batch_size * classes * itemsize
+    return copies * batch_size * classes * itemsize
 
 
 def row_block_bytes(rows: int, classes: int, weight_dtype: torch.dtype) -> int:
@@ -113,6 +127,7 @@ def choose_executor(
     memory_budget: int,
     runs_chunked: bool,
     row_blocks: bool = True,
+    dense_copies: int = DENSE_LOGIT_COPIES,
 ) -> str:
     """The executor of a batch of ``batch_size`` rows: ``impl`` itself unless it is
     ``"auto"``, which picks
@@ -129,10 +144,12 @@ def choose_executor(
 
     ``classes``: ``C·K``, the head's classes times sub-centers. ``row_blocks``: whether the
     margin's reduction has a row-block tiling (the softmax's; not a one-vs-all margin's).
+    ``dense_copies``: :func:`dense_step_bytes`'s ``copies`` for the margin.
     """
     if impl != "auto":
         return impl
-    if dense_step_bytes(batch_size, classes, weight.dtype) <= memory_budget or not runs_chunked:
+    dense = dense_step_bytes(batch_size, classes, weight.dtype, copies=dense_copies)
+    if dense <= memory_budget or not runs_chunked:
         return "dense"
     row_block = (
         row_blocks
