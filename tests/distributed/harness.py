@@ -2,13 +2,21 @@
 
 Every collective gets the process group's timeout (a bug fails instead of hanging CI) and the
 whole group has a wall-clock deadline after which every process is killed.
+
+A rank that finished cleanly leaves with ``os._exit(0)`` after destroying the process group, as
+a forked child does: a spawned child otherwise runs the interpreter's finalization, during which
+gloo's C++ threads may still be torn down and abort the process (SIGABRT, "terminate called
+without an active exception", seen once in a CI run under load) after every
+check of the test had passed. ``faulthandler`` prints every thread's stack if a rank aborts.
 """
 
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -39,6 +47,7 @@ def _entry(
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
+    faulthandler.enable()
     try:
         dist.init_process_group(
             "gloo",
@@ -53,6 +62,9 @@ def _entry(
     except BaseException:
         errors.put((rank, traceback.format_exc()))
         raise
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_distributed(
