@@ -46,9 +46,9 @@ FULLGRAPH = [name for name in ALL if has_compiled_rule(name)]
 WITH_A_BREAK = [name for name in ALL if not has_compiled_rule(name)]
 
 
-def batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(N, D, generator=generator) * 8  # norms ~ 20 (inside MagFace's range)
+    x = torch.randn(N, D, generator=generator, dtype=dtype) * 8  # norms ~ 20 (MagFace's range)
     labels = torch.randint(0, C, (N,), generator=generator)
     labels[0], labels[1] = 0, C - 1  # the first and the last chunk
     return x, labels
@@ -73,12 +73,14 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float(difference / scale) if scale > 0 else float(difference)
 
 
-def run_steps(module: nn.Module, call, steps: int = 2) -> list[dict[str, torch.Tensor]]:
+def run_steps(
+    module: nn.Module, call, steps: int = 2, dtype: torch.dtype = torch.float32
+) -> list[dict[str, torch.Tensor]]:
     """``steps`` training steps (forward, backward, SGD); each step's loss, gradients, buffers."""
     optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
     records = []
     for seed in range(steps):
-        x, labels = batch(seed)
+        x, labels = batch(seed, dtype)
         x.requires_grad_(True)
         optimizer.zero_grad(set_to_none=True)
         loss = call(x, labels)
@@ -127,6 +129,84 @@ def test_compiled_loss_equals_eager(name: str, impl: str) -> None:
     fullgraph = impl == "dense" or name in FULLGRAPH
     function = torch.compile(compiled, backend="aot_eager", fullgraph=fullgraph)
     assert_same(run_steps(compiled, function), run_steps(eager, eager))
+
+
+STATISTICS_AND_ANGLE_RULES = [
+    ("npcface", {}),
+    ("npcface", {"t": 1.0, "a": 0.0}),  # the identity rule after the statistics op
+    ("npcface", {"m1": 0.5, "policy": "linear"}),
+    ("sphereface-r", {"kind": "v2"}),
+    ("sphereface-r", {"kind": "v2", "gradient": "exact"}),
+    ("sphereface-r", {"kind": "v2", "feature_norm": "soft", "margin": 1.7}),
+]
+"""NPCFace's statistics pass (the custom op ``chunked_row_statistics``) and SphereFace-R v2's
+``cos(θ/m)`` rule (``"divided_angle"``), beyond the registered defaults."""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize(("name", "options"), STATISTICS_AND_ANGLE_RULES)
+def test_statistics_pass_and_angle_rule_compile_without_a_break_and_equal_eager(
+    name: str, options: dict, impl: str, dtype: torch.dtype
+) -> None:
+    explained = make_loss(name, impl, dtype=dtype, **options)
+    x, labels = batch(0, dtype)
+    explanation = torch._dynamo.explain(explained)(x.requires_grad_(True), labels)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    if impl == "chunked":
+        code = explanation.graphs[0].code
+        assert "marginface.chunked_nontarget_lse" in code
+        statistics = "marginface.chunked_row_statistics" in code
+        assert statistics == (name == "npcface")
+    torch._dynamo.reset()
+    eager = make_loss(name, impl, dtype=dtype, **options)
+    compiled = make_loss(name, impl, dtype=dtype, **options)
+    function = torch.compile(compiled, backend="aot_eager", fullgraph=True)
+    tolerance = TOLERANCE if dtype == torch.float32 else 1e-10
+    got = run_steps(compiled, function, dtype=dtype)
+    assert_same(got, run_steps(eager, eager, dtype=dtype), tolerance)
+
+
+@pytest.mark.parametrize(("name", "options"), STATISTICS_AND_ANGLE_RULES)
+def test_statistics_pass_and_angle_rule_chunked_equal_dense_in_float64(
+    name: str, options: dict
+) -> None:
+    """The compiled-in statistics and rule equal the margin's own hooks on the dense path
+    (several chunks, sub-centers)."""
+    results = []
+    for impl in IMPLS:
+        loss = make_loss(name, impl, dtype=torch.float64, sub_centers=2, **options)
+        results.append(run_steps(loss, loss, dtype=torch.float64))
+    assert_same(results[0], results[1], tolerance=1e-12)
+
+
+class _MisdeclaredStatistics(marginface.margins.NPCFaceMargin):
+    """NPCFace declaring a statistics rule that is not compiled in, or of the wrong size."""
+
+    def __init__(self, kind: str, size: int = 2) -> None:
+        super().__init__()
+        self.kind, self.size = kind, size
+
+    def row_statistics_kernel(self) -> str:
+        return self.kind
+
+    def row_statistics_size(self) -> int:
+        return self.size
+
+
+@pytest.mark.parametrize(
+    ("kind", "size", "pattern"),
+    [
+        ("hard_negatives", 2, r"row_statistics_kernel\(\) must be one of .* got 'hard_negatives'"),
+        ("above_threshold", 3, r"'above_threshold' gives 2 sums, but its row_statistics_size"),
+    ],
+)
+def test_a_misdeclared_statistics_rule_is_named(kind: str, size: int, pattern: str) -> None:
+    from marginface.executors.fused_op import nontarget_rule
+
+    with pytest.raises(ValueError, match=pattern):
+        nontarget_rule(_MisdeclaredStatistics(kind, size))
 
 
 @pytest.mark.parametrize("name", WITH_A_BREAK)

@@ -237,24 +237,27 @@ def batch_log_b(
 
 
 def row_statistics(
-    chunks: ChunkWorkspace, margin: Margin, cos_target: Tensor, filter_threshold: float = 0.0
+    chunks: ChunkWorkspace,
+    terms: Callable[[Tensor], tuple[Tensor, ...]],
+    size: int,
+    filter_threshold: float = 0.0,
 ) -> Tensor:
-    """The margin's per-row statistics
-    (:meth:`~marginface.margins.base.Margin.row_statistics_terms`) summed over every non-target
-    class of ``chunks``, one chunk at a time: ``Tensor[k, N]``, no gradient. ``cos_target``:
-    ``Tensor[N]``, clamped. ``filter_threshold``: inter-class filtering's ``τ`` (0: off),
-    applied to the cosines first. Sums over disjoint class slices add: a sharded head
-    all-sums them."""
-    n, k = chunks.x_hat.shape[0], margin.row_statistics_size()
+    """A margin's per-row statistics summed over every non-target class of ``chunks``, one
+    chunk at a time: ``Tensor[size, N]`` in the compute dtype, no gradient. ``terms``: a
+    chunk's cosines ``Tensor[N, c]`` -> the ``size`` summands ``Tensor[N, c]`` (the margin's
+    :meth:`~marginface.margins.base.Margin.row_statistics_terms` given the row's target, or a
+    compiled rule of :data:`~marginface.executors.nontarget_rules.ROW_STATISTICS_RULES`).
+    ``filter_threshold``: inter-class filtering's ``τ`` (0: off), applied to the cosines
+    first. Sums over disjoint class slices add: a sharded head all-sums them."""
+    n = chunks.x_hat.shape[0]
     with torch.no_grad():
-        total = chunks.x_hat.new_zeros(k, n, dtype=chunks.inv_norms.dtype)  # (k, N)
-        target = cos_target.to(total.dtype)
+        total = chunks.x_hat.new_zeros(size, n, dtype=chunks.inv_norms.dtype)  # (k, N)
         for start, stop in chunks.ranges():
             cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
             if filter_threshold > 0:
                 cos = cos.masked_fill_(cos > filter_threshold, 0.0)
             slot_rows, slot_cols = chunks.target_slots(start, stop)
-            for q, term in enumerate(margin.row_statistics_terms(cos, target)):
+            for q, term in enumerate(terms(cos)):
                 # (N, c), the target column (no non-target) zeroed out of place: ``term`` may
                 # be the workspace that the next term reads
                 zero = total.new_zeros(())

@@ -303,8 +303,12 @@ def _prepare(
     or (:meth:`~marginface.margins.base.Margin.row_statistics_size`) its per-row sums over the
     non-target classes, by one more pass over the classes (merged over the ranks of ``shard``)."""
     if margin.row_statistics_size() > 0:
+        target = cos_target.detach().to(chunks.inv_norms.dtype)  # (N,)
         sums = row_statistics(
-            chunks, margin, cos_target.detach(), margin.interclass_filtering_threshold
+            chunks,
+            lambda cos: margin.row_statistics_terms(cos, target),
+            margin.row_statistics_size(),
+            margin.interclass_filtering_threshold,
         )  # (k, N), this rank's classes
         if shard is not None:
             shard.all_sum_(sums)

@@ -48,13 +48,14 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..margins.base import Margin
+from ..margins.base import NONTARGET_KERNELS, ROW_STATISTICS_KERNELS, Margin
 from .chunk_loop import (
     ChunkRule,
     add_target_gradient,
     chunk_rule_for_kernel,
     nontarget_gradient,
     nontarget_statistics,
+    row_statistics,
     target_cosines,
 )
 from .chunk_plan import (
@@ -67,12 +68,14 @@ from .chunk_plan import (
     use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace
+from .nontarget_rules import ROW_STATISTICS_RULES
 
 __all__ = [
     "RULE_CURRICULAR",
     "RULE_IDENTITY",
     "fused_margin_cross_entropy",
     "nontarget_rule",
+    "row_statistics_rule",
 ]
 
 RULE_IDENTITY = 0
@@ -83,7 +86,7 @@ RULE_CURRICULAR = 1
 per-row ``threshold[N]`` and a 0-dim ``t``."""
 
 
-RULE_KINDS = ("identity", "curricular", "mv", "gaussian", "circle", "linear_angle")
+RULE_KINDS = NONTARGET_KERNELS
 """The rule of each code: ``RULE_KINDS[code]`` is a name of
 :data:`~marginface.margins.base.NONTARGET_KERNELS`."""
 
@@ -97,9 +100,34 @@ def nontarget_rule(margin: Margin) -> int | None:
     kind = nontarget_kernel_of(margin)
     if margin.interclass_filtering_threshold > 0 or kind not in RULE_KINDS:
         return None
-    if margin.row_statistics_size() > 0:  # a pass over the classes before the margin's hooks
-        return None
+    if margin.row_statistics_size() > 0 and row_statistics_rule(margin) is None:
+        return None  # a pass over the classes in the margin's own Python, before its hooks
     return RULE_KINDS.index(kind)
+
+
+def row_statistics_rule(margin: Margin) -> int | None:
+    """The code (an index into :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`) of
+    ``margin``'s declared :meth:`~marginface.margins.base.Margin.row_statistics_kernel`, or None
+    if it declares none (or needs no row statistics); ``ValueError`` naming the margin and the
+    value for a name that is not compiled in, or whose number of sums differs from
+    :meth:`~marginface.margins.base.Margin.row_statistics_size`."""
+    if margin.row_statistics_size() == 0:
+        return None
+    kind = margin.row_statistics_kernel()
+    if kind is None:
+        return None
+    if kind not in ROW_STATISTICS_KERNELS:
+        raise ValueError(
+            f"margin {type(margin).__name__}'s row_statistics_kernel() must be one of "
+            f"{ROW_STATISTICS_KERNELS} or None, got {kind!r}"
+        )
+    size = ROW_STATISTICS_RULES[kind][0]
+    if size != margin.row_statistics_size():
+        raise ValueError(
+            f"margin {type(margin).__name__}'s row_statistics_kernel() {kind!r} gives {size} "
+            f"sums, but its row_statistics_size() is {margin.row_statistics_size()}"
+        )
+    return ROW_STATISTICS_KERNELS.index(kind)
 
 
 def _chunk_rule(rule: int, threshold: Tensor, t: Tensor, x_hat: Tensor, kernels: str) -> ChunkRule:
@@ -111,6 +139,54 @@ def _chunk_rule(rule: int, threshold: Tensor, t: Tensor, x_hat: Tensor, kernels:
     return chunk_rule_for_kernel(
         kind, parameters, rows=x_hat.shape[0], device=x_hat.device, triton=kernels == "triton"
     )
+
+
+def _row_statistics_impl(
+    x_hat: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    threshold: Tensor,
+    sub_centers: int,
+    chunk_size: int,
+    kind: int,
+    sample: Tensor | None,
+) -> Tensor:
+    """The per-row statistics ``Tensor[k, N]`` of the compiled rule
+    ``ROW_STATISTICS_KERNELS[kind]`` with its per-row ``threshold`` (``Tensor[N]``), summed over
+    every non-target class (every sampled one), one chunk at a time; no gradient."""
+    gemm = gemm_dtype(x_hat, weight)
+    chunks = ChunkWorkspace(x_hat, weight, labels, sub_centers, chunk_size, gemm, sample=sample)
+    size, terms_of = ROW_STATISTICS_RULES[ROW_STATISTICS_KERNELS[kind]]
+    terms = terms_of({"threshold": threshold.to(chunks.inv_norms.dtype)})
+    return row_statistics(chunks, terms, size)
+
+
+_row_statistics_op = torch.library.custom_op(
+    "marginface::chunked_row_statistics", _row_statistics_impl, mutates_args=()
+)
+
+
+@_row_statistics_op.register_fake
+def _row_statistics_fake(
+    x_hat: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    threshold: Tensor,
+    sub_centers: int,
+    chunk_size: int,
+    kind: int,
+    sample: Tensor | None,
+) -> Tensor:
+    size = ROW_STATISTICS_RULES[ROW_STATISTICS_KERNELS[kind]][0]
+    return x_hat.new_empty(size, x_hat.shape[0])
+
+
+def _row_statistics_call(*inputs: Any) -> Tensor:
+    """The statistics op under ``torch.compile``, its implementation otherwise (no gradient
+    flows through either: the inputs are detached)."""
+    if torch.compiler.is_compiling():
+        return _row_statistics_op(*inputs)
+    return _row_statistics_impl(*inputs)
 
 
 def _nontarget_lse_impl(
@@ -376,7 +452,17 @@ def fused_margin_cross_entropy(
     norms_arg = norms if margin.requires_norms else None
     empty = x.new_empty(0)
     statistics_scale = margin.statistics_scale()
-    if statistics_scale is not None:
+    statistics_rule = row_statistics_rule(margin)
+    if statistics_rule is not None:  # per-row sums over the classes, one more pass
+        with torch.no_grad():
+            parameters = margin.row_statistics_kernel_parameters(cos_target)
+            threshold = parameters.get("threshold", empty).reshape(-1).to(x.dtype)  # (N,)
+            sums = _row_statistics_call(
+                x_hat.detach(), weight.detach(), labels, threshold, k, chunk_size,
+                statistics_rule, sample,
+            )  # fmt: skip
+        context = margin.prepare_with_row_statistics(cos_target, labels, norms_arg, sums)
+    elif statistics_scale is not None:
         with torch.no_grad():  # log B at the old scale: one more pass over the classes
             old = scale_per_row(statistics_scale, n, x)  # (N,)
             per_row, _, _ = _nontarget_lse_call(

@@ -15,10 +15,15 @@ from torch import Tensor
 from ..margins._angles import SIN2_FLOOR
 from ..margins.li_arcface import linear_angle
 from ..margins.mv_softmax import mv_negative
+from ..margins.npcface import above_threshold_terms
+from ..margins.sphereface_r import ANGLE_CLAMP
 
-__all__ = ["ELEMENTWISE_RULES", "Rule"]
+__all__ = ["ELEMENTWISE_RULES", "ROW_STATISTICS_RULES", "RowStatisticsTerms", "Rule"]
 
 Rule = tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]
+
+RowStatisticsTerms = Callable[[Tensor], tuple[Tensor, ...]]
+"""A chunk's cosines ``Tensor[N, c]`` -> the ``k`` summands of the row statistics."""
 
 
 def _mv_rule(parameters: dict[str, Tensor]) -> Rule:
@@ -77,11 +82,48 @@ def _linear_angle_rule(parameters: dict[str, Tensor]) -> Rule:
     return function, derivative
 
 
+def _divided_angle_rule(parameters: dict[str, Tensor]) -> Rule:
+    """``"divided_angle"``: ``cos(θ/m)``, ``θ = arccos(clamp(c, ±(1 - 10⁻⁵)))``; derivative 1
+    (straight-through, ``t[1] = 1``) or ``sin(θ/m)/(m sin θ)`` inside the clamp, 0 outside."""
+    m, straight = parameters["t"].reshape(-1)[0], parameters["t"].reshape(-1)[1]
+    low, high = -1.0 + ANGLE_CLAMP, 1.0 - ANGLE_CLAMP
+
+    def function(cos: Tensor) -> Tensor:
+        return torch.cos(torch.acos(cos.clamp(low, high)) / m.to(cos.dtype))
+
+    def derivative(cos: Tensor) -> Tensor:
+        clamped = cos.clamp(low, high)  # (N, c)
+        divisor = m.to(cos.dtype)
+        slope = torch.sin(torch.acos(clamped) / divisor) / (
+            divisor * torch.sqrt(1.0 - clamped * clamped)
+        )
+        inside = (cos >= low) & (cos <= high)  # the clamp's gradient: 1 inside, 0 outside
+        exact = torch.where(inside, slope, 0.0)
+        return torch.where(straight > 0, torch.ones_like(cos), exact)
+
+    return function, derivative
+
+
 ELEMENTWISE_RULES: dict[str, Callable[[dict[str, Tensor]], Rule]] = {
     "mv": _mv_rule,
     "gaussian": _gaussian_rule,
     "circle": _circle_rule,
     "linear_angle": _linear_angle_rule,
+    "divided_angle": _divided_angle_rule,
 }
 """The compiled rules beyond CurricularFace's, each ``parameters -> (g, g')`` (PyTorch; no
 Triton kernel): :data:`~marginface.margins.base.NONTARGET_KERNELS`."""
+
+
+def _above_threshold_terms(parameters: dict[str, Tensor]) -> RowStatisticsTerms:
+    """``"above_threshold"``: ``([c > τ_i]·c, [c > τ_i])`` given ``threshold`` ``τ``."""
+    threshold = parameters["threshold"].reshape(-1, 1)  # (N, 1)
+    return lambda cos: above_threshold_terms(cos, threshold)
+
+
+ROW_STATISTICS_RULES: dict[str, tuple[int, Callable[[dict[str, Tensor]], RowStatisticsTerms]]] = {
+    "above_threshold": (2, _above_threshold_terms),
+}
+"""The compiled per-row statistics (:data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`),
+each ``name -> (k, parameters -> terms)``: how many sums, and the chunk's summands given the
+per-row parameters (PyTorch; run inside the custom operator)."""

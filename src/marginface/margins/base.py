@@ -51,7 +51,14 @@ from torch import Tensor, nn
 from .._validation import check_choice, check_labels
 from .filtering import check_filtering_threshold, interclass_filter
 
-__all__ = ["GRADIENT_MODES", "NONTARGET_KERNELS", "ClassParameter", "Context", "Margin"]
+__all__ = [
+    "GRADIENT_MODES",
+    "NONTARGET_KERNELS",
+    "ROW_STATISTICS_KERNELS",
+    "ClassParameter",
+    "Context",
+    "Margin",
+]
 
 Context = dict[str, "Tensor | float"]
 """Per-row quantities computed once per batch by :meth:`Margin.prepare`.
@@ -96,7 +103,15 @@ class ClassParameter:
         return value + (value.clamp(self.low, self.high) - value).detach()
 
 
-NONTARGET_KERNELS = ("identity", "curricular", "mv", "gaussian", "circle", "linear_angle")
+NONTARGET_KERNELS = (
+    "identity",
+    "curricular",
+    "mv",
+    "gaussian",
+    "circle",
+    "linear_angle",
+    "divided_angle",
+)
 """The non-target rules ``g`` the chunked executor's custom operators have compiled in, their
 derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels have the first two
 (:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`):
@@ -114,6 +129,20 @@ derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels ha
   self-paced ``α_n``); parameter ``t = [m]``.
 * ``"linear_angle"``: ``g = (π - 2θ_j)/π`` (Li-ArcFace), no parameters; derivative
   ``2/(π sin θ)`` with ``sin θ`` floored as :func:`~marginface.margins._angles.arccos`'s.
+* ``"divided_angle"``: ``g = cos(θ_j/m)``, ``θ_j = arccos`` of ``cos θ_j`` clamped to
+  ``±(1 - 10⁻⁵)`` (SphereFace-R's ``"v2"`` type); parameter ``t = [m, straight]``: with
+  ``straight = 1`` the derivative is 1 (the authors' gradient detachment), with 0 it is
+  ``sin(θ/m)/(m sin θ)`` inside the clamp and 0 outside.
+"""
+
+ROW_STATISTICS_KERNELS = ("above_threshold",)
+"""The per-row statistics (:meth:`Margin.row_statistics_terms`) the chunked executor's custom
+operators have compiled in (:meth:`Margin.row_statistics_kernel`):
+
+* ``"above_threshold"``: two sums over the non-target classes, ``Σ_j [c_ij > τ_i]·c_ij`` and
+  ``Σ_j [c_ij > τ_i]``, with a per-row threshold ``τ_i`` (parameter ``threshold``,
+  ``Tensor[N]`` or ``[N, 1]``, no gradient): NPCFace's hard negatives' cosine sum and count
+  (:func:`~marginface.margins.npcface.above_threshold_terms`).
 """
 
 
@@ -265,6 +294,20 @@ class Margin(nn.Module):
             ``k`` tensors ``Tensor[N, c]`` (no gradient is taken through them).
         """
         raise NotImplementedError
+
+    def row_statistics_kernel(self) -> str | None:
+        """The compiled per-row statistics (one of :data:`ROW_STATISTICS_KERNELS`) that
+        :meth:`row_statistics_terms` equals for this instance, or None (default): executors
+        then call :meth:`row_statistics_terms` chunk by chunk on the autograd Function (a graph
+        break under ``torch.compile``). A margin declaring one runs its statistics pass as a
+        custom operator (:mod:`~marginface.executors.fused_op`)."""
+        return None
+
+    def row_statistics_kernel_parameters(self, cos_target: Tensor) -> dict[str, Tensor]:
+        """The per-row parameters of :meth:`row_statistics_kernel` given ``cos_target``
+        (``Tensor[N]``, clamped to [-1, 1], no gradient): ``{"threshold": Tensor[N] or
+        Tensor[N, 1]}`` for ``"above_threshold"``. Default: ``{}``."""
+        return {}
 
     def prepare_with_row_statistics(
         self, cos_target: Tensor, labels: Tensor, norms: Tensor | None, sums: Tensor

@@ -33,7 +33,24 @@ from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
 from .mv_softmax import mv_negative
 
-__all__ = ["NPCFaceMargin"]
+__all__ = ["NPCFaceMargin", "above_threshold_terms"]
+
+
+def above_threshold_terms(cosine: Tensor, threshold: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The summands of the ``"above_threshold"`` row statistics
+    (:data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`):
+
+    .. math:: ([c_{ij} > \tau_i]\,c_{ij},\ [c_{ij} > \tau_i])
+
+    Args:
+        cosine: ``Tensor[N, c]``, cosines of all classes or one chunk of them.
+        threshold: ``Tensor[N, 1]``, the per-row ``τ_i`` (NPCFace's ``cos(θ_y + m)``).
+
+    Returns:
+        Two ``Tensor[N, c]`` in ``cosine``'s dtype; no gradient is taken through them.
+    """
+    hard = cosine > threshold.to(cosine.dtype)  # (N, c)
+    return torch.where(hard, cosine, 0.0), hard.to(cosine.dtype)
 
 
 class NPCFaceMargin(Margin):
@@ -114,8 +131,15 @@ class NPCFaceMargin(Margin):
     def row_statistics_terms(self, cosine: Tensor, cos_target: Tensor) -> tuple[Tensor, Tensor]:
         """``(hard·cos θ_j, hard)``: summed over the non-targets, the hard negatives' cosine
         sum and count."""
-        hard = cosine > self.hard_threshold(cos_target).to(cosine.dtype)  # (N, c)
-        return torch.where(hard, cosine, 0.0), hard.to(cosine.dtype)
+        return above_threshold_terms(cosine, self.hard_threshold(cos_target))
+
+    def row_statistics_kernel(self) -> str:
+        """``"above_threshold"`` with the threshold ``cos(θ_y + m)``: the statistics pass runs
+        as the chunked executor's custom operator (no graph break under ``torch.compile``)."""
+        return "above_threshold"
+
+    def row_statistics_kernel_parameters(self, cos_target: Tensor) -> dict[str, Tensor]:
+        return {"threshold": self.hard_threshold(cos_target)}
 
     def prepare(
         self,

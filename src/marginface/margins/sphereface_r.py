@@ -171,6 +171,16 @@ class SphereFaceRMargin(Margin):
         """True for the ``"v0"`` and ``"v1"`` types (or ``m = 1``)."""
         return self.kind != "v2" or self.margin == 1.0
 
+    def nontarget_kernel(self) -> str:
+        """``"divided_angle"`` for the ``"v2"`` type (``"identity"`` otherwise): the compiled
+        rule (:data:`~marginface.margins.base.NONTARGET_KERNELS`)."""
+        return "identity" if self.nontarget_is_identity() else "divided_angle"
+
+    def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
+        """``t = [m, 1]`` with the straight-through gradient, ``[m, 0]`` with the exact one."""
+        straight = 1.0 if self.gradient == "straight_through" else 0.0
+        return {"t": torch.tensor([self.margin, straight], dtype=torch.float64)}
+
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """``t·|‖x‖ - s|`` per sample with ``feature_norm="soft"``, else None."""
         if self.feature_norm != "soft":
