@@ -31,19 +31,15 @@ def make_loss(name: str, impl: str, **kwargs) -> marginface.MarginSoftmaxLoss:
 
 
 def has_compiled_rule(name: str) -> bool:
-    """Whether ``name``'s default margin declares one of the custom ops' non-target rules
-    (softmax, or a one-vs-all rule); without one (MV-Softmax) the chunked step runs on the
-    autograd Function: a graph break."""
+    """Whether ``name``'s default margin declares what the custom ops need: one of their
+    non-target rules (softmax, its row statistics included, or a one-vs-all rule); without
+    one the chunked step runs on the autograd Function: a graph break."""
     from marginface.executors.fused_op import nontarget_rule
 
     margin = make_loss(name, "dense").margin
     if margin.objective == "binary":  # one-vs-all: executors/binary_op.py's custom ops
         return margin.binary_kernel_parameters() is not None
     return nontarget_rule(margin) is not None
-
-
-FULLGRAPH = [name for name in ALL if has_compiled_rule(name)]
-WITH_A_BREAK = [name for name in ALL if not has_compiled_rule(name)]
 
 
 def batch(seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,8 +109,6 @@ def _fresh_dynamo():
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("name", ALL)
 def test_no_graph_break_in_the_loss(name: str, impl: str) -> None:
-    if impl == "chunked" and name in WITH_A_BREAK:
-        pytest.skip(f"{name}: no compiled non-target rule (test_rules_outside_the_custom_ops...)")
     loss = make_loss(name, impl)
     x, labels = batch(0)
     explanation = torch._dynamo.explain(loss)(x.requires_grad_(True), labels)
@@ -126,8 +120,7 @@ def test_no_graph_break_in_the_loss(name: str, impl: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_compiled_loss_equals_eager(name: str, impl: str) -> None:
     eager, compiled = make_loss(name, impl), make_loss(name, impl)
-    fullgraph = impl == "dense" or name in FULLGRAPH
-    function = torch.compile(compiled, backend="aot_eager", fullgraph=fullgraph)
+    function = torch.compile(compiled, backend="aot_eager", fullgraph=True)
     assert_same(run_steps(compiled, function), run_steps(eager, eager))
 
 
@@ -209,15 +202,44 @@ def test_a_misdeclared_statistics_rule_is_named(kind: str, size: int, pattern: s
         nontarget_rule(_MisdeclaredStatistics(kind, size))
 
 
-@pytest.mark.parametrize("name", WITH_A_BREAK)
-def test_rules_outside_the_custom_ops_break_the_graph_once_on_chunked(name: str) -> None:
-    """A non-target rule the custom ops have not compiled in runs on the chunked autograd
-    Function (docs/fused.md): Dynamo breaks the graph there, and the results equal eager
-    (test_compiled_loss_equals_eager)."""
-    loss = make_loss(name, "chunked")
+@pytest.mark.parametrize("name", ALL)
+def test_every_registered_loss_declares_what_the_custom_ops_need(name: str) -> None:
+    assert has_compiled_rule(name)
+
+
+class _PythonStatisticsNPCFace(marginface.margins.NPCFaceMargin):
+    """NPCFace whose statistics pass is its own Python (no compiled statistics rule)."""
+
+    def row_statistics_kernel(self) -> None:
+        return None
+
+
+class _PythonRuleSphereFaceR(marginface.margins.SphereFaceRMargin):
+    """SphereFace-R v2 whose ``cos(θ/m)`` is its own ``nontarget_cosine`` (no compiled rule)."""
+
+    def nontarget_kernel(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "margin_of", [_PythonStatisticsNPCFace, lambda: _PythonRuleSphereFaceR(kind="v2")]
+)
+def test_rules_outside_the_custom_ops_break_the_graph_once_on_chunked(margin_of) -> None:
+    """A non-target rule or row statistics the custom ops have not compiled in run on the
+    chunked autograd Function (docs/fused.md): Dynamo breaks the graph there, and the results
+    equal eager."""
+
+    def head() -> marginface.MarginSoftmaxLoss:
+        torch.manual_seed(0)
+        return marginface.MarginSoftmaxLoss(C, D, margin_of(), impl="chunked", chunk_size=CHUNK)
+
     x, labels = batch(0)
-    explanation = torch._dynamo.explain(loss)(x.requires_grad_(True), labels)
+    explanation = torch._dynamo.explain(head())(x.requires_grad_(True), labels)
     assert explanation.graph_break_count >= 1
+    torch._dynamo.reset()
+    eager, compiled = head(), head()
+    function = torch.compile(compiled, backend="aot_eager")
+    assert_same(run_steps(compiled, function), run_steps(eager, eager))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
