@@ -19,7 +19,7 @@ OPTIONS: dict[str, dict] = {"elasticface": {"seed": 0}}
 # sub-centers) and CurricularFace's rule, the autograd Function (AdaFace's cosine clamp,
 # inter-class filtering), a scale with a gradient (SphereFace's ‖x‖), AdaCos's extra pass.
 NAMES = ["arcface", "cosface", "curricularface", "subcenter-arcface", "adaface", "sphereface"]
-NAMES += ["adacos", "magface"]
+NAMES += ["adacos", "magface", "npcface"]
 
 
 def make_case(name: str, dtype: torch.dtype, seed: int = 0, **options):
@@ -215,7 +215,7 @@ def test_bad_sampled_classes_are_named(sampled, error: type, pattern: str) -> No
         chunked_margin_cross_entropy(x, weight, targets, margin, sampled_classes=sampled)
 
 
-@pytest.mark.parametrize("name", ["arcface", "curricularface"])
+@pytest.mark.parametrize("name", ["arcface", "curricularface", "npcface"])
 def test_the_custom_ops_take_the_sample_under_compile(name: str) -> None:
     """``torch.compile`` (Dynamo + AOTAutograd) traces the custom ops with the sample as an
     input, without a graph break, and gives eager's loss and gradients."""
