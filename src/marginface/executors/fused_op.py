@@ -13,6 +13,11 @@ AOTAutograd see as one node each, with shapes given by their fake implementation
 * ``marginface::chunked_nontarget_lse_backward``: its backward, the chunk loop that recomputes
   each chunk and writes ``∂L/∂x̂`` and every row of ``∂L/∂W`` in place
   (:func:`~marginface.executors.chunk_loop.nontarget_gradient`), plus the target's share.
+* ``marginface::chunked_row_statistics(x̂, W, labels, threshold, ...) -> sums[k, N]``: the
+  per-row sums over the non-target classes that a margin's ``prepare`` needs (NPCFace's hard
+  negatives), for the compiled rules of
+  :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS` that the margin declares
+  (:meth:`~marginface.margins.base.Margin.row_statistics_kernel`); no gradient.
 
 Everything of size ``N`` is ordinary PyTorch around them (:func:`fused_margin_cross_entropy`):
 the normalization ``x̂ = x/‖x‖``, the target cosine (an indexed dot, computed without gradient
@@ -94,8 +99,9 @@ RULE_KINDS = NONTARGET_KERNELS
 def nontarget_rule(margin: Margin) -> int | None:
     """The rule code of ``margin``'s declared
     :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none,
-    filters or needs per-row statistics (another rule, AdaFace's ``cosine_clamp``, inter-class
-    filtering, NPCFace's pass: those run on the autograd Function of
+    filters, or needs per-row statistics without declaring them compiled (another rule,
+    AdaFace's ``cosine_clamp``, inter-class filtering, a statistics pass in the margin's own
+    Python: those run on the autograd Function of
     :mod:`~marginface.executors.chunked_function`)."""
     kind = nontarget_kernel_of(margin)
     if margin.interclass_filtering_threshold > 0 or kind not in RULE_KINDS:

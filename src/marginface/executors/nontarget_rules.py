@@ -2,7 +2,8 @@
 each ``parameters -> (g, g')``, elementwise given the per-row ``threshold`` (``Tensor[N]`` or
 ``[N, 1]``) and the constants ``t``, with the derivative written out so that no autograd runs
 inside a custom operator (:data:`~marginface.margins.base.NONTARGET_KERNELS`; PyTorch ops, no
-Triton kernel)."""
+Triton kernel); and the compiled per-row statistics, each ``parameters -> terms``
+(:data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`, :data:`ROW_STATISTICS_RULES`)."""
 
 from __future__ import annotations
 

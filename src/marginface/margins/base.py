@@ -30,7 +30,9 @@ need from declarations on the margin, never from its type:
 * :meth:`Margin.row_statistics_size`, :meth:`Margin.row_statistics_terms` and
   :meth:`Margin.prepare_with_row_statistics` -- per-row sums over the non-target classes that
   ``prepare`` needs (NPCFace's count and sum of hard-negative cosines), which such an executor
-  accumulates in one extra pass over the classes (summed across ranks when sharded).
+  accumulates in one extra pass over the classes (summed across ranks when sharded);
+  :meth:`Margin.row_statistics_kernel` names the compiled statistics
+  (:data:`ROW_STATISTICS_KERNELS`) they equal, so that the pass runs as a custom operator.
 * :meth:`Margin.class_parameters` and :meth:`Margin.class_regularizer` -- learnable values, one
   per class (AdaM-Softmax's margins), that the *head* creates and shards with the class centers;
   the executors hand the margin each row's target-class value in its context (with gradient),
