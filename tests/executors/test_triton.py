@@ -104,19 +104,17 @@ def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None
 )
 def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     """Per-row scales with a gradient (SphereFace's feature-norm scale), AdaCos's extra pass,
-    norm-dependent targets (MagFace, AdaFace): all in PyTorch around the same kernels. A loss
-    whose non-target rule is none of the Triton kernels' (MV-Softmax, Li-ArcFace, circle loss,
-    ArcNegFace: compiled in PyTorch only) has no Triton path: ``kernels="triton"`` is an error
-    for it (test_chunked)."""
+    norm-dependent targets (MagFace, AdaFace), NPCFace's per-row statistics pass: all in
+    PyTorch around the same kernels; the non-target rules of MV-Softmax and NPCFace ("mv"),
+    ArcNegFace ("gaussian"), circle loss ("circle") and Li-ArcFace ("linear_angle") in the
+    kernels. A loss whose margin declares no kernel rule would have no Triton path (none of the
+    registered ones: the one-vs-all losses have their own kernels)."""
     from marginface.executors.chunk_plan import TRITON_NONTARGET_KERNELS
-    from marginface.executors.fused_op import nontarget_rule
 
     margin_of_name = marginface.create_loss(name, 3, 2).margin
     if margin_of_name.objective == "binary":
         pytest.skip(f"{name} is one-vs-all: its own kernels, in test_binary_triton.py")
-    kind = margin_of_name.nontarget_kernel()
-    if nontarget_rule(margin_of_name) is None or kind not in TRITON_NONTARGET_KERNELS:
-        pytest.skip(f"{name}'s non-target rule has no Triton kernel")
+    assert margin_of_name.nontarget_kernel() in TRITON_NONTARGET_KERNELS
     margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
     dense_margin, triton_margin = margin, copy.deepcopy(margin)
     expected = run("dense", dense_margin, k, x, weight, labels, upstream)
