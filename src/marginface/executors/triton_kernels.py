@@ -380,9 +380,7 @@ def _weight_gradient_kernel(
             K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
-        grad_cos, _ = _cosine_gradient(
-            cos, keep, scale, threshold, t, p0, p1, lse, grad, RULE
-        )
+        grad_cos, _ = _cosine_gradient(cos, keep, scale, threshold, t, p0, p1, lse, grad, RULE)
         for k in tl.static_range(K):
             centers = cols.to(tl.int64) * K + k
             inv_norm = tl.load(inv_norm_ptr + centers, mask=col_ok, other=0.0)
