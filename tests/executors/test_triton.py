@@ -124,6 +124,33 @@ def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     assert launches["embedding_gradient"] == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("mv-am-softmax", {"mode": "fixed"}),
+        ("mv-arc-softmax", {"mode": "fixed", "t": 1.5}),
+        ("mv-arc-softmax", {"t": 0.3}),
+        ("arcnegface", {"alpha": 1.5, "sigma": 0.5}),
+        ("circle", {"margin": 0.4, "scale": 64.0}),
+        ("li-arcface", {"margin": 0.3}),
+        ("npcface", {"t": 1.3, "a": 0.1}),
+    ],
+)
+def test_issue_25_rule_options_match_dense(name: str, options: dict, launches: Counter) -> None:
+    """The kernels' rules with other parameters than the defaults (MV-Softmax's fixed mode and
+    other ``t``, ArcNegFace's α and σ, circle loss's ``m``, NPCFace's ``t`` and ``a``), two
+    training steps, against the dense path."""
+    margin, k, x, weight, labels, upstream = make_case(name, torch.float32, **options)
+    dense_margin, triton_margin = margin, copy.deepcopy(margin)
+    for step in range(2):
+        expected = run("dense", dense_margin, k, x, weight, labels, upstream)
+        actual = run("triton", triton_margin, k, x, weight, labels, upstream)
+        for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+            assert relative_error(a, e) <= 1e-5, (step, what, relative_error(a, e))
+        x = x - 0.5 * actual[1]  # the second step on moved embeddings
+    assert launches["embedding_gradient"] == 2
+
+
 def test_kernels_over_several_tiles_match_reference(kernels: ModuleType) -> None:
     """The launchers directly, with 16-wide tiles over 2 row blocks, 2 chunks of 2 class tiles
     and 3 blocks of D, sub-centers and CurricularFace's rule, against autograd on the dense
@@ -341,7 +368,18 @@ def test_curricular_rule_in_the_kernel_is_strict_at_the_threshold(kernels: Modul
     assert float((row_max + torch.log(exp_sum)).cpu()) == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.parametrize("name", ["arcface", "curricularface", "subcenter-arcface"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "arcface",
+        "curricularface",
+        "subcenter-arcface",
+        "mv-am-softmax",
+        "arcnegface",
+        "circle",
+        "li-arcface",
+    ],
+)
 def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> None:
     """Under ``torch.compile`` the custom operators call the same kernels (here under the
     interpreter; on CUDA compiled), with no graph break, and give eager's loss and gradients."""
@@ -373,7 +411,9 @@ def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> Non
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("name", ["arcface", "curricularface", "subcenter-arcface", "sphereface"])
+@pytest.mark.parametrize(
+    "name", ["arcface", "curricularface", "subcenter-arcface", "sphereface", "arcnegface"]
+)
 def test_partial_fc_sample_read_in_place_matches_the_materialized_sample(
     name: str, dtype: torch.dtype, launches: Counter
 ) -> None:
