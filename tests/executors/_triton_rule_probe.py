@@ -1,5 +1,5 @@
 """A test-only Triton kernel that evaluates the chunked kernels' non-target rule
-(``triton_kernels._nontarget``) on a tile of given cosines and stores ``g(c)`` and ``g'(c)``,
+(``triton_rules._nontarget``) on a tile of given cosines and stores ``g(c)`` and ``g'(c)``,
 so that ``tests/executors/test_triton_rules.py`` can check each rule entry by entry.
 
 Imported only after the ``kernels`` fixture (tests/executors/conftest.py) has imported the kernel
@@ -16,7 +16,8 @@ import triton.language as tl
 from torch import Tensor
 
 from marginface.executors.kernel_options import NonTargetRule
-from marginface.executors.triton_kernels import _nontarget, _row_vectors
+from marginface.executors.triton_kernels import _row_vectors
+from marginface.executors.triton_rules import _nontarget
 
 
 @triton.jit

@@ -35,15 +35,13 @@ inputs may be float32, bfloat16 or float16.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..margins._angles import SIN2_FLOOR as _SIN2_FLOOR
 from .kernel_options import Blocks, NonTargetRule, default_blocks
+from .triton_rules import _nontarget
 
 __all__ = [
     "Blocks",
@@ -57,10 +55,6 @@ __all__ = [
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """Dtypes the kernels multiply in (the GEMM dtype of the chunked executor)."""
-
-PI = tl.constexpr(math.pi)
-SIN2_FLOOR = tl.constexpr(_SIN2_FLOOR)
-"""Li-ArcFace's derivative floors ``sin²θ`` as :func:`~marginface.margins._angles.arccos` does."""
 
 EMBEDDING_GRADIENT_WORKSPACE_BYTES = 64 * 2**20
 """Bound on :func:`embedding_gradient`'s float32 buffer of per-chunk partial sums, bytes."""
@@ -116,55 +110,6 @@ def _cosine_tile(
         best = tl.where(better, k, best)
         best_cos = tl.where(better, cos, best_cos)
     return best_cos, best
-
-
-@triton.jit
-def _arccos(c):
-    """``arccos c`` in radians for ``c`` in ``[-1, 1]``, float32, without ``acos`` (not a Triton
-    builtin; libdevice's does not run under the interpreter): Abramowitz & Stegun 4.4.46,
-    ``arccos|c| = sqrt(1 - |c|)·Σ_k a_k |c|^k`` (``|error| <= 2e-8`` in exact arithmetic),
-    and ``arccos c = π - arccos|c|`` for ``c < 0``."""
-    x = tl.abs(c)
-    poly = -0.0012624911
-    poly = poly * x + 0.0066700901
-    poly = poly * x - 0.0170881256
-    poly = poly * x + 0.0308918810
-    poly = poly * x - 0.0501743046
-    poly = poly * x + 0.0889789874
-    poly = poly * x - 0.2145988016
-    poly = poly * x + 1.5707963050
-    angle = tl.sqrt(1.0 - x) * poly
-    return tl.where(c < 0.0, PI - angle, angle)
-
-
-@triton.jit
-def _nontarget(cos, threshold, t, p0, p1, RULE: tl.constexpr):
-    """``(g(c), g'(c))`` elementwise for the rule ``RULE``
-    (:class:`~marginface.executors.kernel_options.NonTargetRule`): ``threshold``, ``t`` per
-    row (``[BLOCK_N]``), ``p0``, ``p1`` the rule's two scalars."""
-    if RULE == "curricular":
-        hard = cos > threshold[:, None]
-        value = tl.where(hard, cos * (t[:, None] + cos), cos)
-        slope = tl.where(hard, t[:, None] + 2.0 * cos, 1.0)
-    elif RULE == "mv":  # a·c + b on the mis-classified (p0 = a, p1 = b)
-        hard = cos > threshold[:, None]
-        value = tl.where(hard, cos * p0 + p1, cos)
-        slope = tl.where(hard, p0, 1.0)
-    elif RULE == "gaussian":  # w = α·exp(-(c - f)²/σ), held constant (p0 = α, p1 = σ)
-        distance = cos - threshold[:, None]
-        slope = p0 * tl.exp(-(distance * distance) / p1)
-        value = slope * cos + slope - 1.0
-    elif RULE == "circle":  # [c + m]_+ (c - m), the bracket held constant (p0 = m)
-        slope = tl.maximum(cos + p0, 0.0)
-        value = slope * (cos - p0)
-    elif RULE == "linear_angle":  # (π - 2θ)/π; g' = 2/(π sin θ), sin²θ floored
-        angle = _arccos(tl.minimum(tl.maximum(cos, -1.0), 1.0))
-        value = (PI - 2.0 * angle) / PI
-        slope = (2.0 / PI) / tl.sqrt(tl.maximum(1.0 - cos * cos, SIN2_FLOOR))
-    else:  # "identity"
-        value = cos
-        slope = tl.full(cos.shape, 1.0, tl.float32)
-    return value, slope
 
 
 @triton.jit
