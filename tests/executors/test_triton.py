@@ -124,6 +124,24 @@ def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     assert launches["embedding_gradient"] == 1
 
 
+ISSUE_25 = ["mv-am-softmax", "mv-arc-softmax", "npcface", "arcnegface", "circle", "li-arcface"]
+"""The losses whose non-target rules got Triton kernels in issue 25 ("mv", "gaussian", "circle",
+"linear_angle")."""
+
+
+@pytest.mark.parametrize("name", ISSUE_25)
+def test_issue_25_rules_match_the_torch_chunk_loop(name: str, launches: Counter) -> None:
+    """The kernels against the PyTorch chunk loop (``kernels="torch"``: the compiled rules of
+    ``executors/nontarget_rules.py``) on the same chunks: loss, ∂x, ∂W in float32."""
+    margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
+    expected = run("torch", copy.deepcopy(margin), k, x, weight, labels, upstream)
+    assert sum(launches.values()) == 0
+    actual = run("triton", copy.deepcopy(margin), k, x, weight, labels, upstream)
+    for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+        assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
+    assert launches["embedding_gradient"] == 1
+
+
 @pytest.mark.parametrize(
     ("name", "options"),
     [
