@@ -1,8 +1,9 @@
 """The non-target rules the chunk loop runs compiled beyond the identity and CurricularFace's:
 each ``parameters -> (g, g')``, elementwise given the per-row ``threshold`` (``Tensor[N]`` or
 ``[N, 1]``) and the constants ``t``, with the derivative written out so that no autograd runs
-inside a custom operator (:data:`~marginface.margins.base.NONTARGET_KERNELS`; PyTorch ops, no
-Triton kernel); and the compiled per-row statistics, each ``parameters -> terms``
+inside a custom operator (:data:`~marginface.margins.base.NONTARGET_KERNELS`; PyTorch ops; the
+Triton kernels have the same rules in :mod:`~marginface.executors.triton_kernels`, but for
+``"divided_angle"``); and the compiled per-row statistics, each ``parameters -> terms``
 (:data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`, :data:`ROW_STATISTICS_RULES`)."""
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ ELEMENTWISE_RULES: dict[str, Callable[[dict[str, Tensor]], Rule]] = {
     "linear_angle": _linear_angle_rule,
     "divided_angle": _divided_angle_rule,
 }
-"""The compiled rules beyond CurricularFace's, each ``parameters -> (g, g')`` (PyTorch; no
-Triton kernel): :data:`~marginface.margins.base.NONTARGET_KERNELS`."""
+"""The compiled rules beyond CurricularFace's, each ``parameters -> (g, g')`` (PyTorch):
+:data:`~marginface.margins.base.NONTARGET_KERNELS`."""
 
 
 def _above_threshold_terms(parameters: dict[str, Tensor]) -> RowStatisticsTerms:
