@@ -242,12 +242,7 @@ class Trainer:
         return tally.mean_loss
 
     def _train_step(
-        self,
-        epoch: int,
-        step: int,
-        order: Tensor,
-        loader: Any,
-        augment_generator: torch.Generator,
+        self, epoch: int, step: int, order: Tensor, loader: Any, augment_generator: torch.Generator
     ) -> tuple[float, int]:
         """One optimizer step; returns the batch's loss and its number of images (the global
         batch's)."""
