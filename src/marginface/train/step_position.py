@@ -166,7 +166,7 @@ class EpochTally:
         return self.loss_total / self.images
 
     def global_step(self, steps_per_epoch: int) -> int:
-        """The steps done over the run (counted from 1 after the first step)."""
+        """The optimizer steps done over the run: ``epoch · steps_per_epoch + step``."""
         return self.epoch * steps_per_epoch + self.step
 
     def position(self) -> StepPosition:
