@@ -32,6 +32,7 @@ __all__ = [
     "init_from_environment",
     "is_distributed",
     "join_process_group",
+    "leave_process_group",
     "rank_slice",
     "torchrun_environment",
 ]
