@@ -152,6 +152,8 @@ def test_issue_25_rules_match_the_torch_chunk_loop(name: str, launches: Counter)
         ("circle", {"margin": 0.4, "scale": 64.0}),
         ("li-arcface", {"margin": 0.3}),
         ("npcface", {"t": 1.3, "a": 0.1}),
+        ("sphereface-r", {"kind": "v2"}),
+        ("sphereface-r", {"kind": "v2", "gradient": "exact", "margin": 1.7}),
     ],
 )
 def test_issue_25_rule_options_match_dense(name: str, options: dict, launches: Counter) -> None:

@@ -26,9 +26,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 # every kernel × dtype with CurricularFace's rule, K = 1; bf16 with K = 2 sub-centers (the static
 # loop over sub-centers); every kernel in bf16 with each of the other non-target rules
-# (MV-Softmax's, ArcNegFace's, circle loss's, Li-ArcFace's arccos polynomial); default tiles
-# (64×64×32, 4 warps, 3 stages)
-RULES = ("mv", "gaussian", "circle", "linear_angle")
+# (MV-Softmax's, ArcNegFace's, circle loss's, Li-ArcFace's arccos polynomial, SphereFace-R v2's
+# cos(θ/m)); default tiles (64×64×32, 4 warps, 3 stages)
+RULES = ("mv", "gaussian", "circle", "linear_angle", "divided_angle")
 SCRIPT = f"""
 import json, warnings
 import torch

@@ -122,11 +122,10 @@ def requested_kernels(kernels: str | None) -> str:
     return check_choice("kernels", kernels, KERNELS)
 
 
-TRITON_NONTARGET_KERNELS = tuple(kind for kind in NONTARGET_KERNELS if kind != "divided_angle")
+TRITON_NONTARGET_KERNELS = NONTARGET_KERNELS
 """The non-target rules of :data:`~marginface.margins.base.NONTARGET_KERNELS` that the Triton
-kernels have: all of them (:class:`~marginface.executors.kernel_options.NonTargetRule`) but
-``"divided_angle"`` (SphereFace-R v2's, which runs its PyTorch rule per chunk in the custom
-operators). A margin that declares none (``nontarget_kernel()`` is None) has no Triton path."""
+kernels have: all of them (:class:`~marginface.executors.kernel_options.NonTargetRule`). A
+margin that declares none (``nontarget_kernel()`` is None) has no Triton path."""
 
 
 def use_triton_kernels(

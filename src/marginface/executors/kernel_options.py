@@ -73,9 +73,9 @@ RULES_WITH_THRESHOLD = ("curricular", "mv", "gaussian")
 """The kernels' rules that read a per-row ``threshold`` (CurricularFace's and MV-Softmax's
 ``τ_i``, ArcNegFace's ``f_i``)."""
 
-RULES_WITH_CONSTANTS = ("mv", "gaussian", "circle")
+RULES_WITH_CONSTANTS = ("mv", "gaussian", "circle", "divided_angle")
 """The kernels' rules that read two scalars ``constants = [p₀, p₁]``: MV-Softmax's ``[a, b]``,
-ArcNegFace's ``[α, σ]``, circle loss's ``[m, 0]``."""
+ArcNegFace's ``[α, σ]``, circle loss's ``[m, 0]``, SphereFace-R v2's ``[m, straight]``."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,9 @@ class NonTargetRule:
     * ``"circle"``: ``[c + m]_+ (c - m)`` (``g' = [c + m]_+``: the bracket held constant).
     * ``"linear_angle"``: ``(π - 2 arccos c)/π`` (``g' = 2/(π sin θ)``, ``sin²θ`` floored at
       :data:`~marginface.margins._angles.SIN2_FLOOR`).
+    * ``"divided_angle"``: ``cos(θ/m)``, ``θ = arccos`` of ``c`` clamped to ``±(1 - 10⁻⁵)``
+      (``g' = 1`` when ``straight = 1``, else ``sin(θ/m)/(m sin θ)`` inside the clamp, 0
+      outside).
     """
 
     threshold: Tensor | None = None

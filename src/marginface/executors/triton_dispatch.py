@@ -34,6 +34,7 @@ def kernel_rule(
     * ``"mv"``, ``"gaussian"``: the per-row ``threshold`` as a float32 ``[N]`` vector and
       ``t = [a, b]`` / ``[α, σ]`` as the rule's float32 ``constants``;
     * ``"circle"``: ``t = [m]`` as ``constants = [m, 0]``;
+    * ``"divided_angle"``: ``t = [m, straight]`` as the ``constants``;
     * ``"identity"``, ``"linear_angle"``: nothing.
 
     No value is read back to the host (the constants stay tensors on ``device``).

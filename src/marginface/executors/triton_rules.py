@@ -19,12 +19,16 @@ import triton
 import triton.language as tl
 
 from ..margins._angles import SIN2_FLOOR as _SIN2_FLOOR
+from ..margins.sphereface_r import ANGLE_CLAMP as _ANGLE_CLAMP
 
 __all__: list[str] = []  # device functions, called by triton_kernels only
 
 PI = tl.constexpr(math.pi)
 SIN2_FLOOR = tl.constexpr(_SIN2_FLOOR)
 """Li-ArcFace's derivative floors ``sin²θ`` as :func:`~marginface.margins._angles.arccos` does."""
+ANGLE_CLAMP = tl.constexpr(_ANGLE_CLAMP)
+"""SphereFace-R v2 takes θ of ``cos θ`` clamped to ``[-1 + ε, 1 - ε]``
+(:data:`~marginface.margins.sphereface_r.ANGLE_CLAMP`)."""
 
 
 @triton.jit
@@ -70,6 +74,15 @@ def _nontarget(cos, threshold, t, p0, p1, RULE: tl.constexpr):
         angle = _arccos(tl.minimum(tl.maximum(cos, -1.0), 1.0))
         value = (PI - 2.0 * angle) / PI
         slope = (2.0 / PI) / tl.sqrt(tl.maximum(1.0 - cos * cos, SIN2_FLOOR))
+    elif RULE == "divided_angle":  # cos(θ/m) (p0 = m; p1 = 1: straight-through, g' = 1)
+        low = -1.0 + ANGLE_CLAMP
+        high = 1.0 - ANGLE_CLAMP
+        clamped = tl.minimum(tl.maximum(cos, low), high)
+        angle = _arccos(clamped) / p0
+        value = tl.cos(angle)
+        inside = (cos >= low) & (cos <= high)  # the clamp passes no gradient outside
+        exact = tl.where(inside, tl.sin(angle) / (p0 * tl.sqrt(1.0 - clamped * clamped)), 0.0)
+        slope = tl.where(p1 > 0.0, tl.full(cos.shape, 1.0, tl.float32), exact)
     else:  # "identity"
         value = cos
         slope = tl.full(cos.shape, 1.0, tl.float32)
