@@ -43,11 +43,6 @@ PIPELINE = (
     "models",
 )
 
-KNOWN: set[tuple[str, str]] = set()
-"""Violations known and reported, to be removed by moving the code (each entry must still be
-a violation, so the list cannot go stale). Empty: the pair set and its sampling live in
-``evaluation.pairs`` and ``data`` imports them from there."""
-
 
 def _module_name(path: Path, root: Path) -> str:
     parts = path.relative_to(root.parent).with_suffix("").parts
@@ -111,25 +106,12 @@ def test_every_top_level_module_has_a_layer():
 
 
 def _violations(path: Path, root: Path = PACKAGE) -> list[str]:
-    return [
-        module
-        for _, module in _imports(path, root)
-        if _layer_of(module) == "pipeline"
-        and (str(path.relative_to(root)), module.rpartition(".")[0]) not in KNOWN
-        and (str(path.relative_to(root)), module) not in KNOWN
-    ]
+    return [module for _, module in _imports(path, root) if _layer_of(module) == "pipeline"]
 
 
 @pytest.mark.parametrize("path", _core_files(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_core_does_not_import_the_pipeline(path: Path):
     assert not _violations(path), f"{path.relative_to(PACKAGE)} imports {_violations(path)}"
-
-
-@pytest.mark.parametrize(("file", "module"), sorted(KNOWN))
-def test_known_violations_are_still_there(file: str, module: str):
-    assert module in [name for _, name in _imports(PACKAGE / file)], (
-        f"{file} no longer imports {module}: remove it from KNOWN"
-    )
 
 
 def test_the_checker_sees_relative_and_lazy_imports(tmp_path: Path):

@@ -55,6 +55,9 @@ MARGIN_TESTS = (
 )
 EXECUTOR_TESTS = ("tests/executors", "tests/test_registry_sweep.py", "tests/test_gradcheck.py")
 VERIFICATION_TESTS = ("tests/evaluation/test_verification.py",)
+BASELINE_TIMEOUT_S = 1800
+"""Seconds the unmutated tests of one area may take (tests/executors, one process, is the
+longest); each mutant's own limit is a multiple of its area's measured time."""
 RESUME_TESTS = ("tests/train/test_trainer.py", "tests/train/test_run_state.py")
 RESUME_FUNCTIONS = frozenset({"read_saved_run", "_restore_file"})
 """The resume path in ``train/run_state.py``: reading a checkpoint once and restoring it into a
@@ -440,7 +443,12 @@ def run(mutants: list[Mutant], *, timeout_factor: float, min_timeout: float) -> 
             raise SystemExit(f"marginface is imported from {probe}, not from the copy; aborting")
         timeouts: dict[tuple[str, ...], float] = {}
         for tests in sorted({m.tests for m in mutants}):
-            outcome, seconds, tail = _pytest(copy_root, tests, timeout=600)
+            outcome, seconds, tail = _pytest(copy_root, tests, timeout=BASELINE_TIMEOUT_S)
+            if outcome == "killed (timeout)":
+                raise SystemExit(
+                    f"the unmutated tests ({' '.join(tests)}) took over {BASELINE_TIMEOUT_S} s: "
+                    "is the machine loaded?"
+                )
             if outcome != "survived":
                 raise SystemExit(f"the unmutated tests fail ({' '.join(tests)}):\n{tail}")
             timeouts[tests] = max(min_timeout, timeout_factor * seconds)

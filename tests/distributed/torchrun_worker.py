@@ -5,6 +5,10 @@ Environment: ``MARGINFACE_TEST_KILL_RANK`` and ``MARGINFACE_TEST_KILL_STEP``: th
 itself with SIGKILL (as the OOM killer or a lost node would: nothing runs after it) during
 that global step (counted from 1). ``MARGINFACE_TEST_MARK_DIR``: each rank creates the file
 ``rank-<RANK>`` there when it starts its first step (so a test signals only a group that trains).
+
+A command that finished (status 0) or stopped on a signal after its checkpoint must have
+destroyed the process group it created (the worker exits 97 otherwise), so every torchrun test
+that expects success also checks that.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+import torch.distributed as dist
 
 from marginface.cli import main
 from marginface.train import Trainer
@@ -53,4 +59,8 @@ def _inject_fault() -> None:
 if __name__ == "__main__":
     _inject_fault()
     _mark_first_step()
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    if status in (0, 143) and dist.is_initialized():
+        print("marginface left its process group initialized", file=sys.stderr)
+        status = 97
+    sys.exit(status)

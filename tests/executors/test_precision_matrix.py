@@ -46,13 +46,13 @@ ALL = marginface.list_losses()
 
 def has_compiled_rule(name: str) -> bool:
     """Whether ``name``'s default margin declares one of the Triton kernels' non-target rules
-    (:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`)."""
+    (:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`: every rule of
+    :data:`~marginface.margins.base.NONTARGET_KERNELS`, NPCFace's "mv" included, whose per-row
+    statistics pass runs in PyTorch before the kernels)."""
     from marginface.executors.chunk_plan import TRITON_NONTARGET_KERNELS
-    from marginface.executors.fused_op import nontarget_rule
 
     margin = make_loss(name, 3, 2).margin
-    compiled = nontarget_rule(margin) is not None
-    return compiled and margin.nontarget_kernel() in TRITON_NONTARGET_KERNELS
+    return margin.nontarget_kernel() in TRITON_NONTARGET_KERNELS
 
 
 CUDA = DEVICE.type == "cuda"
@@ -291,9 +291,9 @@ def test_chunked_matches_dense_and_float64(
     name: str, precision: str, choice: str, request: pytest.FixtureRequest
 ) -> None:
     """``choice``: the chunked executor's ``kernels`` (the name ``kernels`` is conftest's
-    fixture). A margin whose non-target rule has no Triton kernel (MV-Softmax's, compiled in
-    PyTorch only) runs the PyTorch chunk loop only: ``kernels="triton"`` is an error for it
-    (tested in test_chunked)."""
+    fixture). A margin that declares no kernel rule would run the PyTorch chunk loop only
+    (``kernels="triton"`` is an error for it; tested in test_triton); every registered softmax
+    loss declares one."""
     if choice == "triton" and marginface.create_loss(name, 3, 2).margin.objective == "binary":
         pytest.skip(f"{name} is one-vs-all: its own kernels, in test_binary_triton.py")
     if choice == "triton" and not has_compiled_rule(name):

@@ -104,19 +104,17 @@ def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None
 )
 def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     """Per-row scales with a gradient (SphereFace's feature-norm scale), AdaCos's extra pass,
-    norm-dependent targets (MagFace, AdaFace): all in PyTorch around the same kernels. A loss
-    whose non-target rule is none of the Triton kernels' (MV-Softmax, Li-ArcFace, circle loss,
-    ArcNegFace: compiled in PyTorch only) has no Triton path: ``kernels="triton"`` is an error
-    for it (test_chunked)."""
+    norm-dependent targets (MagFace, AdaFace), NPCFace's per-row statistics pass: all in
+    PyTorch around the same kernels; the non-target rules of MV-Softmax and NPCFace ("mv"),
+    ArcNegFace ("gaussian"), circle loss ("circle") and Li-ArcFace ("linear_angle") in the
+    kernels. A loss whose margin declares no kernel rule would have no Triton path (none of the
+    registered ones: the one-vs-all losses have their own kernels)."""
     from marginface.executors.chunk_plan import TRITON_NONTARGET_KERNELS
-    from marginface.executors.fused_op import nontarget_rule
 
     margin_of_name = marginface.create_loss(name, 3, 2).margin
     if margin_of_name.objective == "binary":
         pytest.skip(f"{name} is one-vs-all: its own kernels, in test_binary_triton.py")
-    kind = margin_of_name.nontarget_kernel()
-    if nontarget_rule(margin_of_name) is None or kind not in TRITON_NONTARGET_KERNELS:
-        pytest.skip(f"{name}'s non-target rule has no Triton kernel")
+    assert margin_of_name.nontarget_kernel() in TRITON_NONTARGET_KERNELS
     margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
     dense_margin, triton_margin = margin, copy.deepcopy(margin)
     expected = run("dense", dense_margin, k, x, weight, labels, upstream)
@@ -124,6 +122,51 @@ def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
         assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
     assert launches["embedding_gradient"] == 1
+
+
+ISSUE_25 = ["mv-am-softmax", "mv-arc-softmax", "npcface", "arcnegface", "circle", "li-arcface"]
+"""The losses whose non-target rules got Triton kernels in issue 25 ("mv", "gaussian", "circle",
+"linear_angle")."""
+
+
+@pytest.mark.parametrize("name", ISSUE_25)
+def test_issue_25_rules_match_the_torch_chunk_loop(name: str, launches: Counter) -> None:
+    """The kernels against the PyTorch chunk loop (``kernels="torch"``: the compiled rules of
+    ``executors/nontarget_rules.py``) on the same chunks: loss, ∂x, ∂W in float32."""
+    margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
+    expected = run("torch", copy.deepcopy(margin), k, x, weight, labels, upstream)
+    assert sum(launches.values()) == 0
+    actual = run("triton", copy.deepcopy(margin), k, x, weight, labels, upstream)
+    for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+        assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
+    assert launches["embedding_gradient"] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("mv-am-softmax", {"mode": "fixed"}),
+        ("mv-arc-softmax", {"mode": "fixed", "t": 1.5}),
+        ("mv-arc-softmax", {"t": 0.3}),
+        ("arcnegface", {"alpha": 1.5, "sigma": 0.5}),
+        ("circle", {"margin": 0.4, "scale": 64.0}),
+        ("li-arcface", {"margin": 0.3}),
+        ("npcface", {"t": 1.3, "a": 0.1}),
+    ],
+)
+def test_issue_25_rule_options_match_dense(name: str, options: dict, launches: Counter) -> None:
+    """The kernels' rules with other parameters than the defaults (MV-Softmax's fixed mode and
+    other ``t``, ArcNegFace's α and σ, circle loss's ``m``, NPCFace's ``t`` and ``a``), two
+    training steps, against the dense path."""
+    margin, k, x, weight, labels, upstream = make_case(name, torch.float32, **options)
+    dense_margin, triton_margin = margin, copy.deepcopy(margin)
+    for step in range(2):
+        expected = run("dense", dense_margin, k, x, weight, labels, upstream)
+        actual = run("triton", triton_margin, k, x, weight, labels, upstream)
+        for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+            assert relative_error(a, e) <= 1e-5, (step, what, relative_error(a, e))
+        x = x - 0.5 * actual[1]  # the second step on moved embeddings
+    assert launches["embedding_gradient"] == 2
 
 
 def test_kernels_over_several_tiles_match_reference(kernels: ModuleType) -> None:
@@ -343,7 +386,18 @@ def test_curricular_rule_in_the_kernel_is_strict_at_the_threshold(kernels: Modul
     assert float((row_max + torch.log(exp_sum)).cpu()) == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.parametrize("name", ["arcface", "curricularface", "subcenter-arcface"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "arcface",
+        "curricularface",
+        "subcenter-arcface",
+        "mv-am-softmax",
+        "arcnegface",
+        "circle",
+        "li-arcface",
+    ],
+)
 def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> None:
     """Under ``torch.compile`` the custom operators call the same kernels (here under the
     interpreter; on CUDA compiled), with no graph break, and give eager's loss and gradients."""
@@ -375,7 +429,9 @@ def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> Non
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("name", ["arcface", "curricularface", "subcenter-arcface", "sphereface"])
+@pytest.mark.parametrize(
+    "name", ["arcface", "curricularface", "subcenter-arcface", "sphereface", "arcnegface"]
+)
 def test_partial_fc_sample_read_in_place_matches_the_materialized_sample(
     name: str, dtype: torch.dtype, launches: Counter
 ) -> None:

@@ -24,19 +24,23 @@ pytestmark = pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no C
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-# every kernel × dtype with CurricularFace's rule (the larger code path), K = 1; and bf16 with
-# K = 2 sub-centers (the static loop over sub-centers); default tiles (64×64×32, 4 warps, 3 stages)
-SCRIPT = """
+# every kernel × dtype with CurricularFace's rule, K = 1; bf16 with K = 2 sub-centers (the static
+# loop over sub-centers); every kernel in bf16 with each of the other non-target rules
+# (MV-Softmax's, ArcNegFace's, circle loss's, Li-ArcFace's arccos polynomial); default tiles
+# (64×64×32, 4 warps, 3 stages)
+RULES = ("mv", "gaussian", "circle", "linear_angle")
+SCRIPT = f"""
 import json, warnings
 import torch
 warnings.filterwarnings("ignore")
 from marginface.executors.triton_aot import KERNELS, compile_kernel
-cases = [(k, d, 1) for k in KERNELS for d in ("float32", "bfloat16", "float16")]
-cases += [(k, "bfloat16", 2) for k in KERNELS]
+cases = [(k, d, 1, "curricular") for k in KERNELS for d in ("float32", "bfloat16", "float16")]
+cases += [(k, "bfloat16", 2, "curricular") for k in KERNELS]
+cases += [(k, "bfloat16", 1, rule) for rule in {RULES!r} for k in KERNELS]
 out = []
-for kernel, dtype, k in cases:
-    r = compile_kernel(kernel, getattr(torch, dtype), sub_centers=k, curricular=True)
-    out.append(dict(kernel=kernel, dtype=dtype, K=k, registers=r.registers,
+for kernel, dtype, k, rule in cases:
+    r = compile_kernel(kernel, getattr(torch, dtype), sub_centers=k, rule=rule)
+    out.append(dict(kernel=kernel, dtype=dtype, K=k, rule=rule, registers=r.registers,
                     spilled=r.spilled_bytes, shared=r.shared_bytes, wgmma=r.wgmma, mma=r.mma))
 print(json.dumps(out))
 """
@@ -57,7 +61,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -65,7 +69,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 def test_every_kernel_compiles_for_sm90(compiled: list[dict]) -> None:
-    assert len(compiled) == 12
+    assert len(compiled) == 12 + 3 * len(RULES)
+    assert {case["rule"] for case in compiled} == {"curricular", *RULES}
     for case in compiled:
         assert case["registers"] > 0, case
         assert 0 < case["shared"] <= H100_SHARED_BYTES, case
@@ -91,7 +96,8 @@ def test_compile_kernel_checks_its_arguments() -> None:
         "from marginface.executors.triton_aot import compile_kernel\n"
         "for kwargs in ({'kernel': 'nope', 'dtype': torch.float32},\n"
         "               {'kernel': 'statistics', 'dtype': torch.float64},\n"
-        "               {'kernel': 'statistics', 'dtype': torch.float32, 'sub_centers': 0}):\n"
+        "               {'kernel': 'statistics', 'dtype': torch.float32, 'sub_centers': 0},\n"
+        "               {'kernel': 'statistics', 'dtype': torch.float32, 'rule': 'acos'}):\n"
         "    try:\n"
         "        compile_kernel(**kwargs)\n"
         "    except ValueError as error:\n"
@@ -103,10 +109,11 @@ def test_compile_kernel_checks_its_arguments() -> None:
         [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120
     )
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 3, result.stdout + result.stderr
+    assert len(lines) == 4, result.stdout + result.stderr
     assert "kernel must be one of" in lines[0] and "'nope'" in lines[0]
     assert "dtype must be one of" in lines[1] and "float64" in lines[1]
     assert "sub_centers must be an integer >= 1, got 0" in lines[2]
+    assert "rule must be one of" in lines[3] and "'acos'" in lines[3]
 
 
 def test_interpreted_kernels_are_refused() -> None:

@@ -32,7 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(quiet=args.quiet, verbose=args.verbose)
     prefix = f"marginface {args.command}"
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        from ..train.distributed import leave_process_group
+
+        leave_process_group()  # a torchrun group this command created: gone before exit
+        return status
     except KeyboardInterrupt as error:
         # TrainingInterrupted says what was kept; a bare Ctrl-C elsewhere wrote nothing partial
         print(f"{prefix}: {error or 'interrupted'}", file=sys.stderr)

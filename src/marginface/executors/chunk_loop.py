@@ -118,7 +118,11 @@ def chunk_rule_for_kernel(
     if kind in ELEMENTWISE_RULES:
         function, derivative = ELEMENTWISE_RULES[kind](parameters)
         return ChunkRule(
-            identity=False, function=function, derivative=derivative, for_rows=for_rows
+            identity=False,
+            function=function,
+            derivative=derivative,
+            kernel=kernel,
+            for_rows=None if triton else for_rows,
         )
     threshold = parameters["threshold"].reshape(-1, 1)  # (N, 1)
     t = parameters["t"]

@@ -122,10 +122,10 @@ def requested_kernels(kernels: str | None) -> str:
     return check_choice("kernels", kernels, KERNELS)
 
 
-TRITON_NONTARGET_KERNELS = ("identity", "curricular")
+TRITON_NONTARGET_KERNELS = NONTARGET_KERNELS
 """The non-target rules of :data:`~marginface.margins.base.NONTARGET_KERNELS` that the Triton
-kernels have; the others run their written-out derivative in PyTorch inside the custom operators
-(``torch.compile`` traces them without a break; no Triton kernel yet)."""
+kernels have: all of them (:class:`~marginface.executors.kernel_options.NonTargetRule`). A
+margin that declares none (``nontarget_kernel()`` is None) has no Triton path."""
 
 
 def use_triton_kernels(

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-__all__ = ["Blocks", "NonTargetRule", "default_blocks"]
+from ..margins.base import NONTARGET_KERNELS
+
+__all__ = [
+    "RULES_WITH_CONSTANTS",
+    "RULES_WITH_THRESHOLD",
+    "Blocks",
+    "NonTargetRule",
+    "default_blocks",
+]
 
 
 @dataclass(frozen=True)
@@ -61,16 +69,72 @@ def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
     return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
 
 
+RULES_WITH_THRESHOLD = ("curricular", "mv", "gaussian")
+"""The kernels' rules that read a per-row ``threshold`` (CurricularFace's and MV-Softmax's
+``τ_i``, ArcNegFace's ``f_i``)."""
+
+RULES_WITH_CONSTANTS = ("mv", "gaussian", "circle")
+"""The kernels' rules that read two scalars ``constants = [p₀, p₁]``: MV-Softmax's ``[a, b]``,
+ArcNegFace's ``[α, σ]``, circle loss's ``[m, 0]``."""
+
+
 @dataclass(frozen=True)
 class NonTargetRule:
-    """The margin's non-target rule ``g_i``: the identity, or CurricularFace's
-    (:func:`~marginface.margins.curricularface.curricular_negative`) with per-row
-    ``threshold`` ``τ_i`` and ``t_i`` (``Tensor[N]`` float32 each, no gradient)."""
+    """The margin's non-target rule ``g_i`` as the Triton kernels take it (no gradient flows
+    through any of its tensors).
+
+    Attributes:
+        threshold: ``Tensor[N]`` float32, the per-row ``τ_i`` (``"curricular"``, ``"mv"``) or
+            ``f_i`` (``"gaussian"``); None for the other rules.
+        t: ``Tensor[N]`` float32, CurricularFace's per-row ``t_i``; None otherwise.
+        kind: one of :data:`~marginface.margins.base.NONTARGET_KERNELS`; None (default) means
+            ``"curricular"`` when ``threshold`` is given, else ``"identity"``.
+        constants: ``Tensor[2]`` float32 on the tensors' device, the rule's scalars
+            (:data:`RULES_WITH_CONSTANTS`): read by the kernels from memory, so that no value
+            crosses to the host. None for the other rules.
+
+    The rules (:data:`~marginface.margins.base.NONTARGET_KERNELS`, each with its derivative
+    ``g'``, which the backward multiplies by):
+
+    * ``"identity"``: ``g = c``.
+    * ``"curricular"``: ``c(t_i + c)`` where ``c > τ_i``, else ``c`` (``g' = t_i + 2c`` / 1).
+    * ``"mv"``: ``a·c + b`` where ``c > τ_i``, else ``c`` (``g' = a`` / 1).
+    * ``"gaussian"``: ``w·c + w - 1``, ``w = α·exp(-(c - f_i)²/σ)`` (``g' = w``: ``w`` held
+      constant).
+    * ``"circle"``: ``[c + m]_+ (c - m)`` (``g' = [c + m]_+``: the bracket held constant).
+    * ``"linear_angle"``: ``(π - 2 arccos c)/π`` (``g' = 2/(π sin θ)``, ``sin²θ`` floored at
+      :data:`~marginface.margins._angles.SIN2_FLOOR`).
+    """
 
     threshold: Tensor | None = None
     t: Tensor | None = None
+    kind: str | None = None
+    constants: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if name not in NONTARGET_KERNELS:
+            raise ValueError(f"NonTargetRule.kind must be one of {NONTARGET_KERNELS}, got {name!r}")
+        missing = [
+            field
+            for field, needed in (
+                ("threshold", name in RULES_WITH_THRESHOLD),
+                ("t", name == "curricular"),
+                ("constants", name in RULES_WITH_CONSTANTS),
+            )
+            if needed and getattr(self, field) is None
+        ]
+        if missing:
+            raise ValueError(f"NonTargetRule of kind {name!r} needs {', '.join(missing)}")
+
+    @property
+    def name(self) -> str:
+        """The rule's name: :attr:`kind`, or the one implied by the fields when it is None."""
+        if self.kind is not None:
+            return self.kind
+        return "curricular" if self.threshold is not None else "identity"
 
     @property
     def curricular(self) -> bool:
-        """Whether the rule is CurricularFace's (else the identity)."""
-        return self.threshold is not None
+        """Whether the rule is CurricularFace's."""
+        return self.name == "curricular"

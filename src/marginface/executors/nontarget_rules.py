@@ -1,8 +1,8 @@
 """The non-target rules the chunk loop runs compiled beyond the identity and CurricularFace's:
 each ``parameters -> (g, g')``, elementwise given the per-row ``threshold`` (``Tensor[N]`` or
 ``[N, 1]``) and the constants ``t``, with the derivative written out so that no autograd runs
-inside a custom operator (:data:`~marginface.margins.base.NONTARGET_KERNELS`; PyTorch ops, no
-Triton kernel)."""
+inside a custom operator (:data:`~marginface.margins.base.NONTARGET_KERNELS`; PyTorch ops; the
+Triton kernels have the same rules in :mod:`~marginface.executors.triton_kernels`)."""
 
 from __future__ import annotations
 
@@ -83,5 +83,5 @@ ELEMENTWISE_RULES: dict[str, Callable[[dict[str, Tensor]], Rule]] = {
     "circle": _circle_rule,
     "linear_angle": _linear_angle_rule,
 }
-"""The compiled rules beyond CurricularFace's, each ``parameters -> (g, g')`` (PyTorch; no
-Triton kernel): :data:`~marginface.margins.base.NONTARGET_KERNELS`."""
+"""The compiled rules beyond CurricularFace's, each ``parameters -> (g, g')`` (PyTorch):
+:data:`~marginface.margins.base.NONTARGET_KERNELS`."""

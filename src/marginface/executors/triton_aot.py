@@ -35,6 +35,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from ..margins.base import NONTARGET_KERNELS
 from . import triton_kernels
 from .triton_kernels import Blocks
 
@@ -141,6 +142,7 @@ def compile_kernel(
     blocks: Blocks | None = None,
     sub_centers: int = 1,
     curricular: bool = False,
+    rule: str | None = None,
     dim: int = 512,
     chunk: int = 8192,
     arch: int = 90,
@@ -152,7 +154,11 @@ def compile_kernel(
         dtype: the GEMM dtype of ``x̂`` and ``W``: float32 (IEEE products), bfloat16 or float16.
         blocks: tiles, warps and stages; default :class:`~.triton_kernels.Blocks` ``()``.
         sub_centers: ``K`` (a compile-time constant of the kernels).
-        curricular: CurricularFace's non-target rule instead of the identity.
+        curricular: CurricularFace's non-target rule instead of the identity (the same as
+            ``rule="curricular"``).
+        rule: the non-target rule, one of :data:`~marginface.margins.base.NONTARGET_KERNELS`
+            (a compile-time constant of the kernels). Default: None, ``"curricular"`` if
+            ``curricular`` else ``"identity"``.
         dim: the embedding dimension ``D`` the launch would have (only its divisibility by
             16 matters to the compiler). Default: 512.
         chunk: classes per program of the forward and ``∂x̂`` kernels (likewise). Default 8192.
@@ -162,7 +168,8 @@ def compile_kernel(
         The :class:`CompiledKernel`.
 
     Raises:
-        ValueError: an unknown kernel, a dtype the kernels do not take, ``sub_centers < 1``.
+        ValueError: an unknown kernel, a dtype the kernels do not take, ``sub_centers < 1``,
+            an unknown ``rule``.
         triton.CompilationError / RuntimeError: the kernel does not compile (the point of
             calling this), e.g. tiles whose buffers exceed the target's shared memory.
     """
@@ -171,11 +178,15 @@ def compile_kernel(
         raise ValueError(f"dtype must be one of {tuple(_TRITON_TYPES)}, got {dtype}")
     if isinstance(sub_centers, bool) or not isinstance(sub_centers, int) or sub_centers < 1:
         raise ValueError(f"sub_centers must be an integer >= 1, got {sub_centers!r}")
+    if rule is None:
+        rule = "curricular" if curricular else "identity"
+    if rule not in NONTARGET_KERNELS:
+        raise ValueError(f"rule must be one of {NONTARGET_KERNELS}, got {rule!r}")
     blocks = blocks or Blocks()
     signature, attributes = _signature(function, dtype, dim, chunk)
     constants = {
         "K": sub_centers,
-        "CURRICULAR": curricular,
+        "RULE": rule,
         "PRECISION": "ieee" if dtype == torch.float32 else "tf32",
         "DOT_UPCAST": False,
         "BLOCK_N": blocks.n,

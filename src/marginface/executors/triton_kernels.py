@@ -14,11 +14,14 @@ embedding, ``w_{jk}`` the raw centers and ``r_{jk} = 1/max(‖w_{jk}‖, eps)``:
 
 .. math::
     c_{ij} = \\max_k r_{jk}\\,\\hat x_i\\cdot w_{jk},\\qquad
-    z_{ij} = s_i\\,g_i(c_{ij}),\\qquad
-    g_i(c) = \\begin{cases} c\\,(t_i + c) & c > \\tau_i \\text{ (CurricularFace only)}\\\\
-    c & \\text{otherwise}\\end{cases}
+    z_{ij} = s_i\\,g_i(c_{ij})
 
-with the target column ``j = y_i`` excluded. The forward reduces ``z`` to per-row partial
+with ``g_i`` the margin's non-target rule, one of
+:data:`~marginface.margins.base.NONTARGET_KERNELS` (the identity; CurricularFace's
+``c(t_i + c)`` above ``τ_i``; MV-Softmax's and NPCFace's ``a·c + b`` above ``τ_i``; ArcNegFace's
+Gaussian re-weighting; circle loss's ``[c + m]_+(c - m)``; Li-ArcFace's ``(π - 2 arccos c)/π``:
+:class:`~marginface.executors.kernel_options.NonTargetRule`, a compile-time ``RULE`` of each
+kernel), and the target column ``j = y_i`` excluded. The forward reduces ``z`` to per-row partial
 statistics ``(max, Σexp)`` per chunk (merged exactly in PyTorch, as in
 :mod:`~marginface.executors._online_softmax`); the backward recomputes ``z`` tile by tile,
 ``p_ij = exp(z_ij - LSE_i)`` and ``∂L/∂c_ij = γ_i p_ij s_i g_i'(c_ij)`` (``γ`` the upstream
@@ -38,6 +41,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .kernel_options import Blocks, NonTargetRule, default_blocks
+from .triton_rules import _nontarget
 
 __all__ = [
     "Blocks",
@@ -109,41 +113,34 @@ def _cosine_tile(
 
 
 @triton.jit
-def _nontarget(cos, threshold, t, CURRICULAR: tl.constexpr):
-    """``(g(c), g'(c))`` elementwise: CurricularFace's hard-negative rule or the identity."""
-    if CURRICULAR:
-        hard = cos > threshold[:, None]
-        value = tl.where(hard, cos * (t[:, None] + cos), cos)
-        slope = tl.where(hard, t[:, None] + 2.0 * cos, 1.0)
-    else:
-        value = cos
-        slope = tl.full(cos.shape, 1.0, tl.float32)
-    return value, slope
-
-
-@triton.jit
-def _row_inputs(label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR: tl.constexpr):
-    """Per-row label, scale and (for CurricularFace) threshold and t of a block of rows."""
+def _row_inputs(
+    label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, RULE: tl.constexpr
+):
+    """Per-row label, scale, threshold and t of a block of rows (the threshold and t read only
+    where ``RULE`` has them; the scale stands in for them otherwise), and the rule's two
+    scalars (``const_ptr``: two float32 values, zeros for a rule without them)."""
     label = tl.load(label_ptr + rows, mask=row_ok, other=-1)
     scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
-    if CURRICULAR:
+    threshold = scale
+    t = scale
+    if RULE == "curricular" or RULE == "mv" or RULE == "gaussian":
         threshold = tl.load(threshold_ptr + rows, mask=row_ok, other=2.0)
+    if RULE == "curricular":
         t = tl.load(t_ptr + rows, mask=row_ok, other=0.0)
-    else:
-        threshold = scale
-        t = scale
-    return label, scale, threshold, t
+    p0 = tl.load(const_ptr)
+    p1 = tl.load(const_ptr + 1)
+    return label, scale, threshold, t, p0, p1
 
 
 @triton.jit
-def _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR: tl.constexpr):
+def _cosine_gradient(cos, keep, scale, threshold, t, p0, p1, lse, grad, RULE: tl.constexpr):
     """``∂L/∂c`` of a tile (0 where not ``keep``) and its rows' ``Σ_j (∂L/∂z_ij) g(c_ij)``
     (the gradient reaching a per-row scale)."""
-    value, slope = _nontarget(cos, threshold, t, CURRICULAR)
+    value, slope = _nontarget(cos, threshold, t, p0, p1, RULE)
     prob = tl.exp(value * scale[:, None] - lse[:, None])
     grad_logit = tl.where(keep, prob * grad[:, None], 0.0)
     grad_scale = tl.sum(grad_logit * tl.where(keep, value, 0.0), axis=1)
-    return grad_logit * scale[:, None] * slope, grad_scale
+    return grad_logit * scale[:, None] * tl.where(keep, slope, 0.0), grad_scale
 
 
 # --------------------------------------------------------------------------------- kernels
@@ -156,6 +153,7 @@ def _statistics_kernel(
     scale_ptr,
     threshold_ptr,
     t_ptr,
+    const_ptr,
     max_ptr,
     sum_ptr,
     rows_total,
@@ -165,7 +163,7 @@ def _statistics_kernel(
     stride_x,
     stride_w,
     K: tl.constexpr,
-    CURRICULAR: tl.constexpr,
+    RULE: tl.constexpr,
     PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -177,8 +175,8 @@ def _statistics_kernel(
     pid_c = tl.program_id(1)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < rows_total
-    label, scale, threshold, t = _row_inputs(
-        label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR
+    label, scale, threshold, t, p0, p1 = _row_inputs(
+        label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, RULE
     )
     row_max = tl.full((BLOCK_N,), float("-inf"), tl.float32)
     exp_sum = tl.zeros((BLOCK_N,), tl.float32)
@@ -191,7 +189,7 @@ def _statistics_kernel(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, dim, stride_x, stride_w,
             K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
-        value, _ = _nontarget(cos, threshold, t, CURRICULAR)
+        value, _ = _nontarget(cos, threshold, t, p0, p1, RULE)
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
         logit = tl.where(keep, value * scale[:, None], float("-inf"))
         new_max = tl.maximum(row_max, tl.max(logit, axis=1))
@@ -212,6 +210,7 @@ def _embedding_gradient_kernel(
     scale_ptr,
     threshold_ptr,
     t_ptr,
+    const_ptr,
     lse_ptr,
     grad_ptr,
     grad_x_ptr,
@@ -223,7 +222,7 @@ def _embedding_gradient_kernel(
     stride_x,
     stride_w,
     K: tl.constexpr,
-    CURRICULAR: tl.constexpr,
+    RULE: tl.constexpr,
     PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -236,8 +235,8 @@ def _embedding_gradient_kernel(
     pid_c = tl.program_id(1)
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < rows_total
-    label, scale, threshold, t = _row_inputs(
-        label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR
+    label, scale, threshold, t, p0, p1 = _row_inputs(
+        label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, RULE
     )
     lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
     grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
@@ -253,7 +252,9 @@ def _embedding_gradient_kernel(
             K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
-        grad_cos, partial = _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR)
+        grad_cos, partial = _cosine_gradient(
+            cos, keep, scale, threshold, t, p0, p1, lse, grad, RULE
+        )
         grad_scale += partial
         for k in tl.static_range(K):
             centers = cols.to(tl.int64) * K + k
@@ -288,6 +289,7 @@ def _weight_gradient_kernel(
     scale_ptr,
     threshold_ptr,
     t_ptr,
+    const_ptr,
     lse_ptr,
     grad_ptr,
     out_ptr,
@@ -298,7 +300,7 @@ def _weight_gradient_kernel(
     stride_x,
     stride_w,
     K: tl.constexpr,
-    CURRICULAR: tl.constexpr,
+    RULE: tl.constexpr,
     PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -313,8 +315,8 @@ def _weight_gradient_kernel(
     for n0 in range(0, rows_total, BLOCK_N):
         rows = n0 + tl.arange(0, BLOCK_N)
         row_ok = rows < rows_total
-        label, scale, threshold, t = _row_inputs(
-            label_ptr, scale_ptr, threshold_ptr, t_ptr, rows, row_ok, CURRICULAR
+        label, scale, threshold, t, p0, p1 = _row_inputs(
+            label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, RULE
         )
         lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
         grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
@@ -323,7 +325,7 @@ def _weight_gradient_kernel(
             K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         keep = row_ok[:, None] & col_ok[None, :] & (cols[None, :] != label[:, None])
-        grad_cos, _ = _cosine_gradient(cos, keep, scale, threshold, t, lse, grad, CURRICULAR)
+        grad_cos, _ = _cosine_gradient(cos, keep, scale, threshold, t, p0, p1, lse, grad, RULE)
         for k in tl.static_range(K):
             centers = cols.to(tl.int64) * K + k
             inv_norm = tl.load(inv_norm_ptr + centers, mask=col_ok, other=0.0)
@@ -372,13 +374,19 @@ def _dot_upcast(dtype: torch.dtype) -> bool:
 
 def _row_vectors(
     labels: Tensor, scale: Tensor, rule: NonTargetRule
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The per-row inputs, contiguous: labels, scale, threshold and t (the identity rule reads
-    no threshold or t; the scale stands in for them)."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The per-row inputs, contiguous: labels, scale, threshold, t (the scale stands in for
+    those the rule does not read), and the rule's constants (``Tensor[2]`` float32, zeros for a
+    rule without them)."""
     labels, scale = labels.contiguous(), scale.contiguous()
-    if rule.threshold is None or rule.t is None:
-        return labels, scale, scale, scale
-    return labels, scale, rule.threshold.contiguous(), rule.t.contiguous()
+
+    def given(value: Tensor | None) -> Tensor:
+        return scale if value is None else value.to(torch.float32).contiguous()
+
+    constants = rule.constants
+    if constants is None:
+        constants = torch.zeros(2, dtype=torch.float32, device=scale.device)
+    return labels, scale, given(rule.threshold), given(rule.t), given(constants)
 
 
 def _check(x_hat: Tensor, weight: Tensor, sub_centers: int) -> None:
@@ -432,12 +440,12 @@ def nontarget_statistics(
     chunks = triton.cdiv(classes, chunk_size)
     row_max = torch.empty(chunks, n, dtype=torch.float32, device=x_hat.device)
     exp_sum = torch.empty_like(row_max)
-    labels, scale, threshold, t = _row_vectors(labels, scale, rule)
+    labels, scale, threshold, t, constants = _row_vectors(labels, scale, rule)
     grid = (triton.cdiv(n, blocks.n), chunks)
     _statistics_kernel[grid](
-        x_hat, weight, inv_norms, labels, scale, threshold, t, row_max, exp_sum,
+        x_hat, weight, inv_norms, labels, scale, threshold, t, constants, row_max, exp_sum,
         n, classes, dim, chunk_size, x_hat.stride(0), weight.stride(0),
-        K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        K=sub_centers, RULE=rule.name, PRECISION=_precision(x_hat.dtype),
         DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
         num_warps=blocks.warps, num_stages=blocks.stages,
@@ -494,7 +502,7 @@ def embedding_gradient(
     scale_buffer = torch.empty(group, n, dtype=torch.float32, device=device)
     grad_x = torch.zeros(n, dim, dtype=torch.float32, device=device)
     grad_scale = torch.zeros(n, dtype=torch.float32, device=device)
-    labels, scale, threshold, t = _row_vectors(labels, scale, rule)
+    labels, scale, threshold, t, constants = _row_vectors(labels, scale, rule)
     for first in range(0, classes, group * chunk_size):
         last = min(first + group * chunk_size, classes)
         launched = triton.cdiv(last - first, chunk_size)
@@ -503,9 +511,9 @@ def embedding_gradient(
         # from `first`, labels shifted by `first` (a label outside the group matches no column)
         _embedding_gradient_kernel[(triton.cdiv(n, blocks.n), launched)](
             x_hat, weight[first * sub_centers :], inv_norms[first * sub_centers :],
-            labels - first, scale, threshold, t, lse, grad, buffer, scale_buffer,
+            labels - first, scale, threshold, t, constants, lse, grad, buffer, scale_buffer,
             n, last - first, dim, chunk_size, x_hat.stride(0), weight.stride(0),
-            K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+            K=sub_centers, RULE=rule.name, PRECISION=_precision(x_hat.dtype),
             DOT_UPCAST=_dot_upcast(x_hat.dtype),
             BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
             num_warps=blocks.warps, num_stages=blocks.stages,
@@ -551,12 +559,12 @@ def weight_gradient(
             raise ValueError(f"out must be a contiguous float32 tensor of shape ({rows}, {dim})")
         out.zero_()
     blocks = blocks or default_blocks(n, stop - start, dim)
-    labels, scale, threshold, t = _row_vectors(labels, scale, rule)
+    labels, scale, threshold, t, constants = _row_vectors(labels, scale, rule)
     grid = (triton.cdiv(stop - start, blocks.c),)
     _weight_gradient_kernel[grid](
-        x_hat, weight, inv_norms, labels, scale, threshold, t, lse, grad, out,
+        x_hat, weight, inv_norms, labels, scale, threshold, t, constants, lse, grad, out,
         n, start, stop, dim, x_hat.stride(0), weight.stride(0),
-        K=sub_centers, CURRICULAR=rule.curricular, PRECISION=_precision(x_hat.dtype),
+        K=sub_centers, RULE=rule.name, PRECISION=_precision(x_hat.dtype),
         DOT_UPCAST=_dot_upcast(x_hat.dtype),
         BLOCK_N=blocks.n, BLOCK_C=blocks.c, BLOCK_D=blocks.d,
         num_warps=blocks.warps, num_stages=blocks.stages,

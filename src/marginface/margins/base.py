@@ -98,8 +98,9 @@ class ClassParameter:
 
 NONTARGET_KERNELS = ("identity", "curricular", "mv", "gaussian", "circle", "linear_angle")
 """The non-target rules ``g`` the chunked executor's custom operators have compiled in, their
-derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels have the first two
-(:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`):
+derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels have all of them
+(:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`,
+:class:`~marginface.executors.kernel_options.NonTargetRule`):
 
 * ``"identity"``: ``g(cos θ_j) = cos θ_j``.
 * ``"curricular"``: ``g(cos θ_j) = cos θ_j (t + cos θ_j)`` where ``cos θ_j > τ_i``, else

@@ -54,7 +54,8 @@ class CircleMargin(Margin):
     (:func:`circle_positive`, :func:`circle_negative`); the bracketed weights carry no gradient.
     The non-target rule is elementwise without any per-row context: the executors' compiled rule
     ``"circle"`` (its derivative, the detached weight, written out), run inside the chunked
-    executor's custom operators (no graph break under ``torch.compile``; no Triton kernel).
+    executor's custom operators (no graph break under ``torch.compile``) and in its Triton
+    kernels.
 
     Args:
         margin: the relaxation ``m`` in cosine units, ``0 <= m <= 1`` (``O_p = 1 + m``,

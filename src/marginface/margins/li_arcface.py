@@ -48,8 +48,8 @@ class LiArcFaceMargin(Margin):
 
     (:func:`linear_angle`). The non-target rule is elementwise without any per-row context; it
     is the executors' compiled rule ``"linear_angle"`` (its derivative written out), so the chunked
-    executor runs it inside its custom operators (no graph break under ``torch.compile``; no
-    Triton kernel).
+    executor runs it inside its custom operators (no graph break under ``torch.compile``) and in
+    its Triton kernels (with a polynomial ``arccos``: docs/fused.md).
 
     Args:
         margin: ``m`` in radians, ``0 <= m < π``. Default: 0.45 (paper).

@@ -97,7 +97,34 @@ def init_from_environment(device_type: str, timeout_s: float) -> bool:
     else:
         rank, world = environment[0], environment[1]
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    _GROUPS_FROM_ENVIRONMENT.append(dist.group.WORLD)
     logger.info("rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
+    return True
+
+
+_GROUPS_FROM_ENVIRONMENT: list[Any] = []
+"""The default process group, once :func:`init_from_environment` has created it (and until
+:func:`leave_process_group`): a group the caller created is the caller's to destroy."""
+
+
+def leave_process_group() -> bool:
+    """Destroy the default process group if :func:`init_from_environment` created it.
+
+    The command line calls it when a command has finished (or stopped on a signal after its
+    checkpoint): a process that exits with its gloo group alive may abort (SIGABRT) while the
+    interpreter shuts down, turning a finished run's exit status 0 into a failure that torchrun
+    would restart. Not called after a failed collective, whose peers may be gone. A group the
+    caller initialized is left alone.
+
+    Returns:
+        Whether a group was destroyed.
+    """
+    if not _GROUPS_FROM_ENVIRONMENT:
+        return False
+    group = _GROUPS_FROM_ENVIRONMENT.pop()
+    if not (dist.is_available() and dist.is_initialized()) or dist.group.WORLD is not group:
+        return False
+    dist.destroy_process_group()
     return True
 
 
