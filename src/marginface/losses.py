@@ -513,7 +513,7 @@ class SphereFacePlusLoss(
     NamedLoss,
     margin=SphereFaceRMargin,
     positional=("margin", "scale"),
-    hidden=("kind", "feature_norm", "soft_weight", "margin_steps", "margin_increment"),
+    hidden=("kind", "feature_norm", "soft_weight"),
     defaults={"weight_regularizer": MinimumHypersphericalEnergy()},
 ):
     """SphereFace+ (Liu et al., 2018): SphereFace-R's ``"v0"`` target (``m = 1.5``, ``s = 30``,
