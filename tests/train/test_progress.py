@@ -14,6 +14,7 @@ from marginface.config import TrainConfig
 from marginface.train import Trainer
 from marginface.train.progress import (
     ProgressReporter,
+    check_progress_seconds,
     format_duration,
     resolve_progress_mode,
 )
@@ -100,3 +101,15 @@ def test_bad_progress_arguments_are_clear_errors(tmp_path) -> None:
         Trainer(TrainConfig(), tmp_path, progress="sometimes")
     with pytest.raises(ValueError, match="interval"):
         ProgressReporter("lines", epochs=1, steps_per_epoch=1, interval=-2)
+
+
+@pytest.mark.parametrize("bad", [-1, -0.5, float("nan"), float("inf"), True, "30", None])
+def test_progress_seconds_must_be_a_finite_number_of_seconds(bad) -> None:
+    with pytest.raises(ValueError, match=rf"progress_seconds .*got {re.escape(repr(bad))}"):
+        check_progress_seconds(bad)
+
+
+def test_progress_seconds_come_back_as_floats() -> None:
+    assert check_progress_seconds(0) == 0.0 and isinstance(check_progress_seconds(0), float)
+    assert check_progress_seconds(2.5) == 2.5
+    assert Trainer(TrainConfig(), "unused", progress_seconds=7).progress_seconds == 7.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import marginface.train.trainer as trainer_module
+import marginface.train.distributed as distributed_module
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import (
@@ -128,13 +128,13 @@ def test_commands_that_use_a_run_load_it_once(trained, tmp_path, checkpoint_read
 
 def test_process_group_set_up_once_per_fit(tmp_path, monkeypatch):
     calls: list[str] = []
-    real = trainer_module.init_from_environment
+    real = distributed_module.init_from_environment
 
     def counting(device_type: str, timeout_s: float) -> bool:
         calls.append(device_type)
         return real(device_type, timeout_s)
 
-    monkeypatch.setattr(trainer_module, "init_from_environment", counting)
+    monkeypatch.setattr(distributed_module, "init_from_environment", counting)
     train(tiny(epochs=1), tmp_path / "run")
     assert calls == ["cpu"]
     train(tiny(epochs=2), tmp_path / "run", resume=True)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from marginface.config import TrainConfig
 from marginface.data import load_dataset
 from marginface.data.base import DatasetBundle, PairSet, VerificationSet
 from marginface.evaluation import bin_verification_metrics
 from marginface.train import Trainer, extract_embeddings, read_history
+from marginface.train.epoch_evaluation import EpochEvaluator
 
 
 def _bundle_with_sets() -> tuple[DatasetBundle, VerificationSet]:
@@ -57,3 +59,28 @@ def test_verification_sets_are_logged_each_epoch_and_every_n_steps(tmp_path):
     steps = read_history(tmp_path / "run" / "verification.csv")
     assert [row["step"] for row in steps] == [2, 4, 6]  # 3 steps per epoch, 2 epochs
     assert all(0 <= row["digits_pairs_accuracy"] <= 1 for row in steps)
+
+
+def test_step_verification_rows_come_every_verify_every_steps_in_training_mode():
+    bundle, _ = _bundle_with_sets()
+    config = TrainConfig(dataset="digits", device="cpu", verify_every=3)
+    evaluator = EpochEvaluator(bundle, config, device=torch.device("cpu"))
+    seen = []
+
+    def verification_sets(model):
+        seen.append(model.training)
+        model.eval()  # as the real evaluation leaves it
+        return {"digits_pairs_accuracy": 0.75, "digits_pairs_accuracy_std": 0.1}
+
+    evaluator.verification_sets = verification_sets
+    model = torch.nn.Linear(2, 2)
+    assert [evaluator.step_verification(model, step) for step in (1, 2, 4, 5)] == [None] * 4
+    assert seen == []
+    row = evaluator.step_verification(model, 6)
+    assert row == {"step": 6, "digits_pairs_accuracy": 0.75, "digits_pairs_accuracy_std": 0.1}
+    assert seen == [True] and model.training  # back in training mode
+    without_sets = DatasetBundle("digits", bundle.train, bundle.test)
+    plain = EpochEvaluator(without_sets, config, device=torch.device("cpu"))
+    assert plain.step_verification(model, 6) is None
+    unset = EpochEvaluator(bundle, TrainConfig(dataset="digits"), device=torch.device("cpu"))
+    assert unset.step_verification(model, 6) is None

@@ -25,7 +25,9 @@ from .run_state import RunObjects
 __all__ = [
     "TrainingSetup",
     "build_training",
+    "configure_process",
     "flushes_denormals",
+    "load_initial_state",
     "run_meta",
     "steps_per_epoch",
 ]
@@ -164,6 +166,30 @@ def build_training(
         amp_dtype=AMP_DTYPES[config.amp],
         augmentation=build_augmentation(config.augment),
     )
+
+
+def configure_process(threads: int | None) -> None:
+    """Set this process up for training: ``threads`` CPU threads (``torch.set_num_threads``;
+    None leaves them as they are) and subnormal floats flushed to zero (they slow CPU
+    convolutions' backward passes on small images; flushing them changes nothing measurable
+    otherwise). :meth:`Trainer.fit <marginface.train.Trainer.fit>` restores the flushing mode
+    it found (:func:`flushes_denormals`)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+
+
+def load_initial_state(
+    model: nn.Module, head: nn.Module, state: dict[str, dict[str, Any]] | None
+) -> None:
+    """Load ``state`` into a fresh run's ``model`` and ``head`` before its first step:
+    ``{"model": state_dict, "loss": state_dict}``, ``"loss"`` optional (a pretrained backbone
+    with new class centers); None: nothing (``Trainer(initial_state=...)``)."""
+    if state is None:
+        return
+    model.load_state_dict(state["model"])
+    if "loss" in state:
+        head.load_state_dict(state["loss"])
 
 
 def flushes_denormals() -> bool:

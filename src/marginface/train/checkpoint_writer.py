@@ -12,6 +12,7 @@ saying which checkpoint is kept.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,9 @@ import torch.distributed as dist
 
 from .._atomic import DiskFullError
 from .pending_checkpoint import PendingCheckpoint
-from .preemption import StopSignals, agree
+from .preemption import StopSignals, agree, preempted
 from .run_state import CHECKPOINT_NAME, RunObjects, describe_kept, save_run_state
-from .step_position import CheckpointInterval, StepPosition
+from .step_position import CheckpointInterval, EpochTally, StepPosition
 
 __all__ = ["CheckpointPolicy", "CheckpointWriter"]
 
@@ -98,6 +99,31 @@ class CheckpointWriter:
         if distributed and (signals.installed or self.interval.minutes is not None):
             due, stop = agree([due, stop], distributed=True, device=device)
         return due, stop
+
+    def after_step(
+        self,
+        tally: EpochTally,
+        *,
+        steps_per_epoch: int,
+        signals: StopSignals,
+        distributed: bool,
+        device: Any,
+        save: Callable[..., None],
+    ) -> None:
+        """After each optimizer step of ``tally``'s epoch (every rank calls it): when a step
+        checkpoint is due or a signal asks to stop (the same on every rank: :meth:`decide`),
+        ``save(epoch, position, wait=stop)`` with the epoch's :meth:`EpochTally.position`
+        (not at the epoch's last step without a stop: the epoch's end checkpoints), then, on a
+        stop, raise :class:`~marginface.train.preemption.TrainingPreemptedError`."""
+        global_step = tally.global_step(steps_per_epoch)
+        due, stop = self.decide(global_step, signals, distributed, device)
+        if not (due or stop):
+            return
+        where = tally.position()
+        if where.step < steps_per_epoch or stop:
+            save(where.epoch, where, wait=stop)
+        if stop:
+            raise preempted(signals, where, steps_per_epoch, self.run_dir)
 
     def way_forward(self) -> str:
         """What the user can do now, true to what is on disk."""

@@ -16,13 +16,14 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 __all__ = [
+    "Placement",
     "RankFailureError",
     "all_ranks_true",
     "broadcast_object",
@@ -30,6 +31,8 @@ __all__ = [
     "collective_failure",
     "init_from_environment",
     "is_distributed",
+    "join_process_group",
+    "leave_process_group",
     "rank_slice",
     "torchrun_environment",
 ]
@@ -100,6 +103,31 @@ def init_from_environment(device_type: str, timeout_s: float) -> bool:
     _GROUPS_FROM_ENVIRONMENT.append(dist.group.WORLD)
     logger.info("rank %d of %d (%s)", dist.get_rank(), dist.get_world_size(), backend)
     return True
+
+
+class Placement(NamedTuple):
+    """Where one training process runs (:func:`join_process_group`)."""
+
+    device: torch.device
+    distributed: bool
+    rank: int
+    world: int
+
+
+def join_process_group(device: torch.device, timeout_s: float) -> Placement:
+    """Join torchrun's process group when launched by torchrun (:func:`init_from_environment`;
+    collectives time out after ``timeout_s`` seconds) and say where this process trains.
+
+    Returns:
+        ``(device, distributed, rank, world)``: in a process group its rank and world size,
+        and on CUDA the rank's own GPU (``cuda:LOCAL_RANK``); else ``(device, False, 0, 1)``.
+    """
+    if not init_from_environment(device.type, timeout_s):
+        return Placement(device, False, 0, 1)
+    environment = torchrun_environment()
+    if device.type == "cuda" and environment is not None:
+        device = torch.device("cuda", environment[2])
+    return Placement(device, True, dist.get_rank(), dist.get_world_size())
 
 
 _GROUPS_FROM_ENVIRONMENT: list[Any] = []

@@ -111,6 +111,18 @@ class EpochEvaluator:
         )
         return verification_set_metrics(results)
 
+    def step_verification(self, model: nn.Module, step: int) -> dict[str, Any] | None:
+        """The row of ``verification.csv`` after ``step`` optimizer steps (counted from 1 over
+        the run) when ``config.verify_every`` divides ``step`` and the dataset has verification
+        sets: ``step``, then :meth:`verification_sets` (the model is put back in training
+        mode); None at any other step. Every rank calls it."""
+        every = self.config.verify_every
+        if not (every and self.bundle.verification and step % every == 0):
+            return None
+        row: dict[str, Any] = {"step": step, **self.verification_sets(model)}
+        model.train()
+        return row
+
     def epoch_row(
         self,
         model: nn.Module,

@@ -4,6 +4,9 @@ NaN or infinite, and Ctrl-C. Each message says what is on disk and how to go on
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -15,6 +18,7 @@ __all__ = [
     "diverged",
     "first_non_finite",
     "training_failure",
+    "training_failures",
 ]
 
 
@@ -84,3 +88,24 @@ def training_failure(
     if isinstance(error, TrainingDivergedError):
         return error
     return collective_failure(error, rank=rank, timeout_s=timeout_s, way_forward=way_forward)
+
+
+@contextmanager
+def training_failures(
+    *, distributed: bool, rank: int, timeout_s: float, way_forward: Callable[[], str]
+) -> Iterator[None]:
+    """Raise what :func:`training_failure` makes of a ``KeyboardInterrupt`` or
+    ``RuntimeError`` raised inside the block: ``error`` itself unchanged, or the failure
+    chained to it (Ctrl-C's :class:`TrainingInterrupted` without the ``KeyboardInterrupt``'s
+    context). ``way_forward()`` is asked when an error happens, so it tells what is on disk
+    then."""
+    try:
+        yield
+    except (KeyboardInterrupt, RuntimeError) as error:
+        failure = training_failure(
+            error, distributed=distributed, rank=rank, timeout_s=timeout_s,
+            way_forward=way_forward(),
+        )  # fmt: skip
+        if failure is error:
+            raise
+        raise failure from (None if isinstance(error, KeyboardInterrupt) else error)

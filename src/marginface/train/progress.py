@@ -25,6 +25,7 @@ __all__ = [
     "PROGRESS_MODES",
     "EpochProgress",
     "ProgressReporter",
+    "check_progress_seconds",
     "format_duration",
     "resolve_progress_mode",
 ]
@@ -56,6 +57,22 @@ def resolve_progress_mode(progress: bool | str, stream: TextIO | None = None) ->
     if isinstance(progress, str) and progress in PROGRESS_MODES:
         return progress  # type: ignore[return-value]
     raise ValueError(f"progress must be a bool or one of {PROGRESS_MODES}, got {progress!r}")
+
+
+def check_progress_seconds(progress_seconds: Any) -> float:
+    """``progress_seconds`` (seconds between two progress lines) as a float.
+
+    Raises:
+        ValueError: naming ``progress_seconds`` unless it is a finite number >= 0 (a bool is
+            not a number of seconds).
+    """
+    if isinstance(progress_seconds, bool) or not (
+        isinstance(progress_seconds, int | float)
+        and math.isfinite(progress_seconds)
+        and progress_seconds >= 0
+    ):
+        raise ValueError(f"progress_seconds must be a finite number >= 0, got {progress_seconds!r}")
+    return float(progress_seconds)
 
 
 def format_duration(seconds: float) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from torch import Tensor
 
 __all__ = [
     "CheckpointInterval",
+    "EpochTally",
     "StepPosition",
     "continue_epoch",
     "host_rng_state",
@@ -112,6 +114,68 @@ def continue_epoch(
     if augment is not None and position.augment_state is not None:
         augment.set_state(position.augment_state)
     return position.step, position.loss_total, position.images, position.seconds
+
+
+@dataclass
+class EpochTally:
+    """The epoch in progress: the running sums of its log row, and its :class:`StepPosition`
+    after any step (what a step checkpoint saves).
+
+    Attributes:
+        epoch: the epoch, counted from 0.
+        step: the steps of it trained so far (by this process and, when resumed, before).
+        loss_total: Σ over those steps of (the global batch's loss × its images).
+        images: the images of those steps (global batches).
+        seconds_before: training seconds of the epoch before this process took it up (a step
+            checkpoint's; 0 for a new epoch).
+        augment: the epoch's augmentation generator, or None without augmentation.
+        began: ``time.perf_counter()`` when this process began training the epoch
+            (:meth:`start_clock`).
+    """
+
+    epoch: int
+    step: int = 0
+    loss_total: float = 0.0
+    images: int = 0
+    seconds_before: float = 0.0
+    augment: torch.Generator | None = None
+    began: float = 0.0
+
+    @classmethod
+    def resume(
+        cls, epoch: int, position: StepPosition | None, augment: torch.Generator | None = None
+    ) -> EpochTally:
+        """Epoch ``epoch`` from its first step, or from ``position`` (a step checkpoint's: its
+        sums, and its generator state set into ``augment``; :func:`continue_epoch`)."""
+        step, loss_total, images, seconds = continue_epoch(position, augment)
+        return cls(epoch, step, loss_total, images, seconds, augment, time.perf_counter())
+
+    def start_clock(self) -> None:
+        """The epoch's training time counts from now (after its loader started)."""
+        self.began = time.perf_counter()
+
+    def add(self, loss: float, images: int) -> None:
+        """One more step done: its global batch's mean ``loss`` over ``images`` images."""
+        self.loss_total += loss * images
+        self.images += images
+        self.step += 1
+
+    @property
+    def mean_loss(self) -> float:
+        """The epoch's mean training loss over its samples so far."""
+        return self.loss_total / self.images
+
+    def global_step(self, steps_per_epoch: int) -> int:
+        """The optimizer steps done over the run: ``epoch · steps_per_epoch + step``."""
+        return self.epoch * steps_per_epoch + self.step
+
+    def position(self) -> StepPosition:
+        """Where the epoch stands now: the sums, the training seconds
+        (``seconds_before`` + the time since :attr:`began`) and the augmentation generator's
+        state."""
+        seconds = self.seconds_before + time.perf_counter() - self.began
+        state = self.augment.get_state() if self.augment is not None else None
+        return StepPosition(self.epoch, self.step, self.loss_total, self.images, seconds, state)
 
 
 @dataclass(frozen=True)

@@ -22,39 +22,31 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
-from ..data.base import StreamedImageSet
-from .batches import epoch_generator, global_batch, streamed_batches
-from .build import build_training, flushes_denormals
+from .batches import BatchSource, epoch_generator, global_batch
+from .build import build_training, configure_process, flushes_denormals, load_initial_state
 from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
-from .distributed import (
-    all_ranks_true,
-    clip_gradient_norm,
-    init_from_environment,
-    rank_slice,
-    torchrun_environment,
-)
+from .distributed import all_ranks_true, clip_gradient_norm, join_process_group, rank_slice
 from .epoch_evaluation import EpochEvaluator
 from .failures import (
     TrainingDivergedError,
     TrainingInterrupted,
     diverged,
     first_non_finite,
-    training_failure,
+    training_failures,
 )
 from .loader_errors import next_batch as _next_batch
-from .preemption import StopSignals, TrainingPreemptedError, preempted
-from .progress import DEFAULT_PROGRESS_SECONDS, ProgressReporter, resolve_progress_mode
+from .preemption import StopSignals, TrainingPreemptedError
+from .progress import (
+    DEFAULT_PROGRESS_SECONDS,
+    ProgressReporter,
+    check_progress_seconds,
+    resolve_progress_mode,
+)
 from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
-from .run_state import (
-    CONFIG_NAME,
-    RESUMABLE_KEYS,
-    RunObjects,
-    SavedRun,
-    run_to_continue,
-)
+from .run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .schedule import micro_batches
-from .step_position import StepPosition, continue_epoch
+from .step_position import EpochTally, StepPosition
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -119,15 +111,7 @@ class Trainer:
         self._resumed_seconds = 0.0  # training seconds of a resumed epoch before resuming
         self.bundle = bundle
         self.progress = resolve_progress_mode(progress)
-        if isinstance(progress_seconds, bool) or not (
-            isinstance(progress_seconds, int | float)
-            and math.isfinite(progress_seconds)
-            and progress_seconds >= 0
-        ):
-            raise ValueError(
-                f"progress_seconds must be a finite number >= 0, got {progress_seconds!r}"
-            )
-        self.progress_seconds = float(progress_seconds)
+        self.progress_seconds = check_progress_seconds(progress_seconds)
         self._reporter = ProgressReporter("none", epochs=1, steps_per_epoch=1)
         self.run_log = RunLog(self.run_dir, callbacks=callbacks)
         self.model: nn.Module | None = None
@@ -163,26 +147,14 @@ class Trainer:
     def _init_distributed(self) -> None:
         """Resolve the device and join torchrun's process group, if launched by torchrun (once
         per :meth:`fit`): the rank, the world size, and the rank's own GPU."""
-        self.device = resolve_device(self.config.device)
-        self.distributed = init_from_environment(self.device.type, self.config.dist_timeout)
-        if not self.distributed:
-            return
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        environment = torchrun_environment()
-        if self.device.type == "cuda" and environment is not None:
-            self.device = torch.device("cuda", environment[2])
+        placement = join_process_group(resolve_device(self.config.device), self.config.dist_timeout)
+        self.device, self.distributed, self.rank, self.world = placement
 
     def _setup(self) -> None:
         config = self.config
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
-        # Denormal floats slow CPU convolutions' backward passes on small images; flushing them
-        # to zero changes nothing measurable otherwise. Only while fit() runs: it restores the
-        # mode it found.
-        torch.set_flush_denormal(True)
+        configure_process(config.threads)  # denormals flushed while fit() runs
         if self.bundle is None:
             self.bundle = load_bundle(config)
-        train = self.bundle.train
         torch.manual_seed(config.seed)
         built = build_training(
             config,
@@ -196,13 +168,18 @@ class Trainer:
         self.scheduler, self.scaler = objects.scheduler, objects.scaler
         self.forward_model, self.meta = built.forward_model, built.meta
         self.steps_per_epoch, self.amp_dtype = built.steps_per_epoch, built.amp_dtype
-        self.augmentation = built.augmentation
         self.evaluator = EpochEvaluator(
             self.bundle, config, device=self.device, amp_dtype=self.amp_dtype
         )
-        self.streamed = isinstance(train, StreamedImageSet)
-        self.train_x = None if self.streamed else torch.as_tensor(train.images)
-        self.train_y = torch.as_tensor(train.labels, dtype=torch.int64)
+        self.batches = BatchSource(
+            self.bundle.train,
+            device=self.device,
+            augmentation=built.augmentation,
+            channels_last=config.channels_last,
+        )
+        self.images_per_epoch = self.batches.images_per_epoch(
+            self.steps_per_epoch, config.batch_size
+        )  # the training images of the epoch's global batches
 
     def _objects(self) -> RunObjects:
         """What the run's checkpoint saves and restores (:mod:`.run_state`)."""
@@ -219,16 +196,11 @@ class Trainer:
         self._resume_at = saved.position
         return epoch
 
-    def _way_forward(self) -> str:
-        """What the user can do now, true to what is on disk."""
-        return self.checkpoints.way_forward()
-
     def _diverged(self, what: str, epoch: int, step: int | None) -> TrainingDivergedError:
         """:func:`~marginface.train.failures.diverged`, naming the first non-finite parameter."""
         parameter = first_non_finite(self.model, self.head)
-        return diverged(
-            what, epoch=epoch, step=step, parameter=parameter, way_forward=self._way_forward()
-        )
+        way_forward = self.checkpoints.way_forward()
+        return diverged(what, epoch=epoch, step=step, parameter=parameter, way_forward=way_forward)
 
     # ---------------------------------------------------------------- loop
     def _batch(
@@ -238,79 +210,39 @@ class Trainer:
         loaded: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The images and labels of ``index`` on the device, augmented; ``loaded``: the
-        batch a DataLoader already read (streamed datasets)."""
-        if loaded is not None:
-            images = loaded[0].to(self.device, non_blocking=True)
-            labels = loaded[1].to(self.device, dtype=torch.int64, non_blocking=True)
-        else:
-            images = self.train_x[index].to(self.device, non_blocking=True)
-            labels = self.train_y[index].to(self.device, non_blocking=True)
-        if self.augmentation is not None and augment_generator is not None:
-            images = self.augmentation(images, augment_generator)
-        if self.config.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return images, labels
+        batch a DataLoader already read (streamed datasets; :meth:`.BatchSource.batch`)."""
+        return self.batches.batch(index, augment_generator, loaded)
 
     def _train_epoch(self, epoch: int) -> float:
         config = self.config
         self.model.train()
         self.head.train()
-        order = torch.randperm(len(self.train_y), generator=epoch_generator(config.seed, epoch))
-        position, self._resume_at = self._resume_at, None
+        order = torch.randperm(len(self.batches), generator=epoch_generator(config.seed, epoch))
         augment_generator = epoch_generator(config.seed, epoch, stream=1)
-        first, total, count, self._resumed_seconds = continue_epoch(position, augment_generator)
-        loader = None
-        if self.streamed:
-            loader = streamed_batches(
-                self.bundle.train.dataset,
-                order,
-                epoch=epoch,
-                steps=self.steps_per_epoch,
-                batch_size=config.batch_size,
-                rank=self.rank,
-                world=self.world,
-                workers=config.workers,
-                pin_memory=self.device.type == "cuda",
-                first_step=first,
-            )
+        augment = augment_generator if self.batches.augmentation is not None else None
+        tally = EpochTally.resume(epoch, self._resume_at, augment)  # a step checkpoint's sums
+        self._resume_at, self._resumed_seconds = None, tally.seconds_before
+        loader = self.batches.epoch_loader(
+            order, epoch=epoch, steps=self.steps_per_epoch, batch_size=config.batch_size,
+            rank=self.rank, world=self.world, workers=config.workers, first_step=tally.step,
+        )  # fmt: skip
         progress = self._reporter.epoch(epoch)
-        began = time.perf_counter()
+        tally.start_clock()
         try:
-            for step in range(first, self.steps_per_epoch):
+            for step in range(tally.step, self.steps_per_epoch):
                 value, size = self._train_step(epoch, step, order, loader, augment_generator)
-                total += value * size
-                count += size
-                progress.update(step, loss=value, mean_loss=total / count, images=count)
-                self._after_step(epoch, step + 1, total, count, began, augment_generator)
+                tally.add(value, size)
+                progress.update(step, loss=value, mean_loss=tally.mean_loss, images=tally.images)
+                self.checkpoints.after_step(  # a step checkpoint when due, a stop on a signal
+                    tally, steps_per_epoch=self.steps_per_epoch, signals=self._signals,
+                    distributed=self.distributed, device=self.device, save=self._save,
+                )  # fmt: skip
         finally:
             progress.close()
-        return total / count
-
-    def _after_step(
-        self, epoch: int, done: int, total: float, count: int, began: float, augment: Any
-    ) -> None:
-        """After ``done`` steps of ``epoch``: a step checkpoint when one is due or a signal asks
-        to stop (every rank agrees: :meth:`.CheckpointWriter.decide`), then the stop."""
-        due, stop = self.checkpoints.decide(
-            epoch * self.steps_per_epoch + done, self._signals, self.distributed, self.device
-        )
-        if not (due or stop):
-            return
-        seconds = self._resumed_seconds + time.perf_counter() - began
-        state = augment.get_state() if self.augmentation is not None else None
-        where = StepPosition(epoch, done, total, count, seconds, state)
-        if done < self.steps_per_epoch or stop:  # else the epoch's end checkpoints
-            self._save(epoch, where, wait=stop)
-        if stop:
-            raise preempted(self._signals, where, self.steps_per_epoch, self.run_dir)
+        return tally.mean_loss
 
     def _train_step(
-        self,
-        epoch: int,
-        step: int,
-        order: Tensor,
-        loader: Any,
-        augment_generator: torch.Generator,
+        self, epoch: int, step: int, order: Tensor, loader: Any, augment_generator: torch.Generator
     ) -> tuple[float, int]:
         """One optimizer step; returns the batch's loss and its number of images (the global
         batch's)."""
@@ -335,13 +267,9 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        completed = epoch * self.steps_per_epoch + step + 1
-        if (
-            config.verify_every
-            and self.bundle.verification
-            and (completed % config.verify_every == 0)
-        ):
-            self._log_step_verification(completed)
+        row = self.evaluator.step_verification(self.model, epoch * self.steps_per_epoch + step + 1)
+        if row is not None:  # every verify_every steps
+            self.run_log.add_step_verification(row)
         return value, len(index)
 
     def _forward_backward(
@@ -363,17 +291,6 @@ class Trainer:
             raise self._diverged(f"the loss became {value}", epoch, step)
         self.scaler.scale(loss * share if share != 1.0 else loss).backward()
         return value
-
-    def _log_step_verification(self, step: int) -> None:
-        """Every ``verify_every`` steps: the verification sets' accuracy, logged and (rank 0)
-        appended to ``verification.csv`` (step, then one column per set)."""
-        row: dict[str, Any] = {"step": step, **self.evaluator.verification_sets(self.model)}
-        self.model.train()
-        self.run_log.add_step_verification(row)
-
-    def _images_per_epoch(self) -> int:
-        """Training images of the global batch per epoch (the batches actually run)."""
-        return min(len(self.train_y), self.steps_per_epoch * self.config.batch_size)
 
     def _save(self, epoch: int, position: StepPosition | None = None, wait: bool = False) -> None:
         """Checkpoint ``epoch`` epochs (and ``position``) with :attr:`history`, in the
@@ -432,10 +349,8 @@ class Trainer:
         if saved is not None:
             start, history = self._restore(saved), self.history
             del saved  # the checkpoint's tensors are in the run's objects now
-        elif self.initial_state is not None:
-            self.model.load_state_dict(self.initial_state["model"])
-            if "loss" in self.initial_state:
-                self.head.load_state_dict(self.initial_state["loss"])
+        else:
+            load_initial_state(self.model, self.head, self.initial_state)
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
         resumed = self._resume_at  # a step checkpoint: verification rows up to its step
@@ -452,29 +367,26 @@ class Trainer:
             start_epoch=start,
             interval=self.progress_seconds,
         )
+        failures = training_failures(  # Ctrl-C, a failed collective: one line, what is kept
+            distributed=self.distributed, rank=self.rank, timeout_s=self.config.dist_timeout,
+            way_forward=self.checkpoints.way_forward,
+        )  # fmt: skip
         try:
-            for epoch in range(start, self.config.epochs):
-                began = time.perf_counter()
-                train_loss = self._train_epoch(epoch)
-                seconds = self._resumed_seconds + time.perf_counter() - began
-                if first_non_finite(self.model, self.head) is not None:
-                    raise self._diverged("", epoch, None)
-                row = self.evaluator.epoch_row(
-                    self.model, self.head, epoch=epoch + 1, loss=train_loss, seconds=seconds,
-                    lr=self.optimizer.param_groups[0]["lr"], images=self._images_per_epoch(),
-                )  # fmt: skip
-                self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
-                if self.is_main:
-                    logger.debug("epoch %d: %s", epoch + 1, row)
-            self.checkpoints.finish()  # a background write: complete before returning
-        except (KeyboardInterrupt, RuntimeError) as error:
-            failure = training_failure(
-                error, distributed=self.distributed, rank=self.rank,
-                timeout_s=self.config.dist_timeout, way_forward=self._way_forward(),
-            )  # fmt: skip
-            if failure is error:
-                raise
-            raise failure from (None if isinstance(error, KeyboardInterrupt) else error)
+            with failures:
+                for epoch in range(start, self.config.epochs):
+                    began = time.perf_counter()
+                    train_loss = self._train_epoch(epoch)
+                    seconds = self._resumed_seconds + time.perf_counter() - began
+                    if first_non_finite(self.model, self.head) is not None:
+                        raise self._diverged("", epoch, None)
+                    row = self.evaluator.epoch_row(
+                        self.model, self.head, epoch=epoch + 1, loss=train_loss, seconds=seconds,
+                        lr=self.optimizer.param_groups[0]["lr"], images=self.images_per_epoch,
+                    )  # fmt: skip
+                    self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
+                    if self.is_main:
+                        logger.debug("epoch %d: %s", epoch + 1, row)
+                self.checkpoints.finish()  # a background write: complete before returning
         finally:
             self.checkpoints.abandon()  # after a failure: the previous checkpoint stays
             self.run_log.close()
