@@ -11,9 +11,20 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .class_parameters import class_parameters_as_dtensors, cut_class_parameters
+from .class_parameters import (
+    class_parameters_as_dtensors,
+    class_vector_dtensor,
+    cut_class_parameters,
+)
 
-__all__ = ["class_rows", "full_weight_to_shard", "reshardable_state_dict", "weight_as_dtensor"]
+__all__ = [
+    "class_rows",
+    "class_state_view",
+    "full_weight_to_shard",
+    "per_class_parameters",
+    "reshardable_state_dict",
+    "weight_as_dtensor",
+]
 
 
 def _is_head(module: object) -> bool:
@@ -64,6 +75,30 @@ def class_rows(tensor: Tensor, loss: nn.Module) -> Tensor:
         shape=torch.Size([loss.num_classes, k * d]),
         stride=(k * d, 1),
     )
+
+
+def per_class_parameters(loss: nn.Module) -> dict[str, nn.Parameter]:
+    """The head's parameters that hold one entry per class, by their ``state_dict`` name: the
+    class centers ``"weight"`` (``[c·K, D]``) and each per-class parameter
+    ``"class_parameters.<name>"`` (``[c]``, :mod:`marginface.class_parameters`); on a
+    class-sharded head, this rank's block of each (the classes :attr:`class_range`)."""
+    parameters = {"weight": loss.weight}
+    for name, parameter in loss.class_parameters.items():
+        parameters[f"class_parameters.{name}"] = parameter
+    return parameters
+
+
+def class_state_view(tensor: Tensor, loss: nn.Module, name: str) -> Tensor:
+    """A tensor shaped like the per-class parameter ``name`` of :func:`per_class_parameters`
+    (the parameter itself, or optimizer state of it: SGD's momentum, Adam's moments) in the
+    layout ``torch.distributed.checkpoint`` reshards, sharing its storage: :func:`class_rows`
+    for the centers (``[C, K·D]``); a vector ``[C]`` for a per-class parameter, a DTensor
+    sharded on dim 0 (the class partition) on a class-sharded head."""
+    if name == "weight":
+        return class_rows(tensor, loss)
+    if loss.shard is None:
+        return tensor.detach().reshape(-1)
+    return class_vector_dtensor(tensor, loss.num_classes, loss.shard)
 
 
 def weight_as_dtensor(

@@ -45,15 +45,15 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TrainConfig, config_from_dict
-from ..head import class_rows, reshardable_state_dict
+from ..head import reshardable_state_dict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .class_state import class_state_targets, local_optimizer_state
 from .history import read_history
 from .kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
 from .pending_checkpoint import PendingCheckpoint, copied_state, in_thread
 from .sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
     ShardedCheckpoint,
-    center_state_position,
     has_sharded_checkpoint,
     read_sharded_checkpoint,
     save_sharded_checkpoint,
@@ -213,7 +213,7 @@ class SavedRun:
             objects.model.load_state_dict(state["model"])
             objects.head.load_state_dict(state["loss"])
             objects.optimizer.load_state_dict(
-                _local_optimizer_state(state["optimizer"], objects.optimizer, objects.head)
+                local_optimizer_state(state["optimizer"], objects.optimizer, objects.head)
             )
         except (RuntimeError, ValueError, KeyError) as error:
             raise CheckpointError(
@@ -240,22 +240,27 @@ class SavedRun:
         head, optimizer = objects.head, objects.optimizer
         targets: dict[str, Any] = {f"model/{k}": v for k, v in objects.model.state_dict().items()}
         targets.update({f"loss/{k}": v for k, v in reshardable_state_dict(head).items()})
-        prefix = f"optimizer/{center_state_position(optimizer, head)}/"
-        holders: dict[str, Tensor] = {}  # the centers' optimizer state, laid out like them
         checkpoint = self._sharded()
-        for key, (size, dtype) in checkpoint.entries().items():
-            if key.startswith(prefix) and tuple(size) == tuple(targets["loss/weight"].shape):
-                holders[key] = torch.empty_like(head.weight, dtype=dtype)  # (c·K, D)
-                targets[key] = class_rows(holders[key], head)
+        holders, stale = class_state_targets(checkpoint.entries(), targets, optimizer, head)
+        if stale:
+            logger.warning(
+                "checkpoint %s holds the optimizer state of the per-class parameters %s as one "
+                "rank's block (a checkpoint written before it was sharded by class): that "
+                "state restarts from zero",
+                self.source,
+                ", ".join(sorted(stale.values())),
+            )
         filled = checkpoint.load(targets, distributed=distributed)
         saved = self.contents["optimizer"]
         state: dict[int, dict[str, Any]] = {}
         for key, value in filled.items():
             if key.startswith("optimizer/"):
                 _, position, name = key.split("/", 2)
-                state.setdefault(int(position), {})[name] = holders.get(key, value)
+                if int(position) not in stale:
+                    state.setdefault(int(position), {})[name] = holders.get(key, value)
         for position, plain in saved.get("state", {}).items():
-            state.setdefault(int(position), {}).update(plain)
+            if int(position) not in stale:
+                state.setdefault(int(position), {}).update(plain)
         try:
             optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
         except (RuntimeError, ValueError, KeyError) as error:
@@ -278,24 +283,6 @@ class SavedRun:
         restore_host_rng_state({n: v for n, v in host.items() if v is not None})
         if self.position is not None:
             self.position.augment_state = own("augment/{rank}")
-
-
-def _local_optimizer_state(
-    state: dict[str, Any], optimizer: torch.optim.Optimizer, head: nn.Module
-) -> dict[str, Any]:
-    """An optimizer state dict saved by one process, with the class centers' state
-    ``[C·K, D]`` cut to this rank's block ``[c·K, D]`` when ``head`` is sharded."""
-    shard = getattr(head, "shard", None)
-    index = center_state_position(optimizer, head)
-    if shard is None or index is None or index not in state["state"]:
-        return state
-    k = head.sub_centers
-    full = head.num_classes * k
-    entries = dict(state["state"][index])
-    for key, value in entries.items():
-        if isinstance(value, Tensor) and value.dim() == 2 and value.shape[0] == full:
-            entries[key] = value[shard.start * k : shard.stop * k].clone()
-    return {**state, "state": {**state["state"], index: entries}}
 
 
 def has_saved_run(run_dir: str | Path) -> bool:

@@ -11,8 +11,10 @@ Layout, in the run folder::
                              and the sha256 of every file above
 
 Tensor keys: ``model/<name>`` (replicated), ``loss/<name>`` (the class centers as a DTensor
-``[C, K·D]`` sharded on dim 0, the margin's buffers replicated), ``optimizer/<param>/<key>``
-(the state of the class centers laid out like them, the backbone's replicated), and each
+``[C, K·D]`` sharded on dim 0, each per-class parameter ``[C]`` likewise, the margin's buffers
+replicated), ``optimizer/<param>/<key>``
+(the state of the class centers and of the per-class parameters, e.g. AdaM-Softmax's margins
+``[C]``, laid out like them, sharded by class; the backbone's replicated), and each
 rank's own (:data:`PER_RANK_PREFIXES`): ``rng/<rank>``, ``cuda_rng/<rank>``,
 ``host_rng/<rank>/<name>``, and in a step checkpoint ``augment/<rank>``; the sidecar's
 ``position`` says where inside its epoch a step checkpoint was taken (else null).
@@ -57,8 +59,10 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
-from ..head import MarginSoftmaxLoss, class_rows
+from ..head import MarginSoftmaxLoss
+from ..head_state import class_state_view, per_class_parameters
 from .checkpoint import CheckpointError
+from .class_state import class_state_positions
 from .kept_checkpoints import KEPT_NAME, prune_kept
 from .pending_checkpoint import PendingCheckpoint
 from .step_position import position_label
@@ -241,17 +245,21 @@ def center_state_position(optimizer: torch.optim.Optimizer, head: nn.Module) -> 
 def _tensor_state(
     model: nn.Module, loss: MarginSoftmaxLoss, optimizer: torch.optim.Optimizer
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensors for DCP, optimizer's JSON part)``."""
+    """``(tensors for DCP, optimizer's JSON part)``. The optimizer state of each per-class
+    parameter (the centers, AdaM-Softmax's margins) is laid out like the parameter in the
+    checkpoint (:func:`~marginface.head_state.class_state_view`): sharded by class."""
     tensors: dict[str, Any] = {f"model/{k}": v for k, v in model.state_dict().items()}
     tensors.update({f"loss/{k}": v for k, v in loss.state_dict().items()})
     state = optimizer.state_dict()
-    weight_index = center_state_position(optimizer, loss)
+    per_class = per_class_parameters(loss)
+    positions = class_state_positions(optimizer, loss)
     plain: dict[str, Any] = {}
     for index, entries in state["state"].items():
+        name = positions.get(index)
         for key, value in entries.items():
             if isinstance(value, torch.Tensor):
-                if index == weight_index and value.shape == loss.weight.shape:
-                    value = class_rows(value, loss)
+                if name is not None and value.shape == per_class[name].shape:
+                    value = class_state_view(value, loss, name)
                 tensors[f"optimizer/{index}/{key}"] = value
             else:
                 plain.setdefault(str(index), {})[key] = value
