@@ -131,6 +131,11 @@ STATISTICS_AND_ANGLE_RULES = [
     ("sphereface-r", {"kind": "v2"}),
     ("sphereface-r", {"kind": "v2", "gradient": "exact"}),
     ("sphereface-r", {"kind": "v2", "feature_norm": "soft", "margin": 1.7}),
+    # the stepped margin: m = 1.5 at the first step, 2.0 from the second (the rule reads it)
+    (
+        "sphereface-r",
+        {"kind": "v2", "gradient": "exact", "margin_steps": [1], "margin_increment": 0.5},
+    ),
 ]
 """NPCFace's statistics pass (the custom op ``chunked_row_statistics``) and SphereFace-R v2's
 ``cos(θ/m)`` rule (``"divided_angle"``), beyond the registered defaults."""

@@ -154,6 +154,8 @@ def test_issue_25_rules_match_the_torch_chunk_loop(name: str, launches: Counter)
         ("npcface", {"t": 1.3, "a": 0.1}),
         ("sphereface-r", {"kind": "v2"}),
         ("sphereface-r", {"kind": "v2", "gradient": "exact", "margin": 1.7}),
+        # the stepped margin: m = 1.5, then 2.0 at the second step (the kernels read it)
+        ("sphereface-r", {"kind": "v2", "margin_steps": [1], "margin_increment": 0.5}),
     ],
 )
 def test_issue_25_rule_options_match_dense(name: str, options: dict, launches: Counter) -> None:

@@ -255,9 +255,14 @@ class SphereFaceRMargin(Margin):
         return "identity" if self.nontarget_is_identity() else "divided_angle"
 
     def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
-        """``t = [m, 1]`` with the straight-through gradient, ``[m, 0]`` with the exact one."""
+        """``t = [m, 1]`` with the straight-through gradient, ``[m, 0]`` with the exact one;
+        ``m`` this step's (:meth:`prepare`'s scheduled margin with ``margin_steps``)."""
         straight = 1.0 if self.gradient == "straight_through" else 0.0
-        return {"t": torch.tensor([self.margin, straight], dtype=torch.float64)}
+        m = context.get("margin", self.margin)
+        if not isinstance(m, Tensor):
+            return {"t": torch.tensor([m, straight], dtype=torch.float64)}
+        m = m.detach().to(torch.float64).reshape(1)  # stays on its device: no host read
+        return {"t": torch.cat([m, torch.full_like(m, straight)])}
 
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
         """``t·|‖x‖ - s|`` per sample with ``feature_norm="soft"``, else None."""
