@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -185,24 +186,31 @@ def rank_slice(index: Tensor, rank: int, world: int) -> Tensor:
 
 
 def clip_gradient_norm(
-    parameters: list[torch.nn.Parameter], max_norm: float, *, sharded: torch.nn.Parameter | None
+    parameters: list[torch.nn.Parameter],
+    max_norm: float,
+    *,
+    sharded: torch.nn.Parameter | Sequence[torch.nn.Parameter] | None,
 ) -> None:
     """Clip the global gradient norm ``‖g‖₂`` of ``parameters`` to ``max_norm`` (scale every
     gradient by ``max_norm / (‖g‖ + 1e-6)`` when that is below 1), on every rank alike.
 
-    ``sharded`` is the one parameter whose rows are split over the ranks (a sharded head's
-    class centers): its squared norm is summed over ranks (one all-reduce); the others are
-    replicated (DDP averaged their gradients), so each counts once. Without a process group
-    this is ``torch.nn.utils.clip_grad_norm_``.
+    ``sharded``: the parameters whose entries are split over the ranks (a sharded head's class
+    centers and its per-class parameters, :func:`~marginface.head_state.per_class_parameters`):
+    their squared norms are summed over ranks (one all-reduce); the others are replicated (DDP
+    averaged their gradients), so each counts once. Without a process group this is
+    ``torch.nn.utils.clip_grad_norm_``.
     """
     params = [p for p in parameters if p.grad is not None]
     if not is_distributed():
         torch.nn.utils.clip_grad_norm_(params, max_norm)
         return
+    if isinstance(sharded, torch.nn.Parameter):
+        sharded = [sharded]
+    split = {id(p) for p in sharded or ()}
     device = params[0].grad.device if params else torch.device("cpu")
     squares = torch.zeros(2, dtype=torch.float64, device=device)  # (replicated, sharded)
     for p in params:
-        squares[1 if p is sharded else 0] += p.grad.detach().double().pow(2).sum()
+        squares[1 if id(p) in split else 0] += p.grad.detach().double().pow(2).sum()
     sharded_total = squares[1:].clone()
     dist.all_reduce(sharded_total)
     norm = float((squares[0] + sharded_total[0]).sqrt())

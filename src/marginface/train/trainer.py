@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
+from ..head_state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
 from .build import build_training, configure_process, flushes_denormals, load_initial_state
 from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
@@ -259,10 +260,11 @@ class Trainer:
             value += share * self._forward_backward(part_images, part_labels, share, epoch, step)
         if config.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
+            split = per_class_parameters(self.head).values() if self.distributed else ()
             clip_gradient_norm(
                 [p for group in self.optimizer.param_groups for p in group["params"]],
                 config.grad_clip,
-                sharded=self.head.weight if self.distributed else None,
+                sharded=list(split),
             )
         self.scaler.step(self.optimizer)
         self.scaler.update()
