@@ -258,10 +258,10 @@ class SphereFaceRMargin(Margin):
         """``t = [m, 1]`` with the straight-through gradient, ``[m, 0]`` with the exact one;
         ``m`` this step's (:meth:`prepare`'s scheduled margin with ``margin_steps``)."""
         straight = 1.0 if self.gradient == "straight_through" else 0.0
-        m = context.get("margin", self.margin)
+        m = self._m(context, torch.float64)
         if not isinstance(m, Tensor):
             return {"t": torch.tensor([m, straight], dtype=torch.float64)}
-        m = m.detach().to(torch.float64).reshape(1)  # stays on its device: no host read
+        m = m.detach().reshape(1)  # stays on its device: no host read
         return {"t": torch.cat([m, torch.full_like(m, straight)])}
 
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
