@@ -27,19 +27,26 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # every kernel × dtype with CurricularFace's rule, K = 1; bf16 with K = 2 sub-centers (the static
 # loop over sub-centers); every kernel in bf16 with each of the other non-target rules
 # (MV-Softmax's, ArcNegFace's, circle loss's, Li-ArcFace's arccos polynomial, SphereFace-R v2's
-# cos(θ/m)); default tiles (64×64×32, 4 warps, 3 stages)
+# cos(θ/m)); the row statistics and one-vs-all kernels in every dtype, with K = 2 in bf16, the
+# one-vs-all ones also with their clamp and straight-through flags; default tiles (64×64×32,
+# 4 warps, 3 stages)
 RULES = ("mv", "gaussian", "circle", "linear_angle", "divided_angle")
 SCRIPT = f"""
 import json, warnings
 import torch
 warnings.filterwarnings("ignore")
-from marginface.executors.triton_aot import KERNELS, compile_kernel
-cases = [(k, d, 1, "curricular") for k in KERNELS for d in ("float32", "bfloat16", "float16")]
-cases += [(k, "bfloat16", 2, "curricular") for k in KERNELS]
-cases += [(k, "bfloat16", 1, rule) for rule in {RULES!r} for k in KERNELS]
+from marginface.executors.triton_aot import KERNELS, OTHER_KERNELS, compile_kernel
+dtypes = ("float32", "bfloat16", "float16")
+cases = [(k, d, 1, "curricular", {{}}) for k in KERNELS for d in dtypes]
+cases += [(k, "bfloat16", 2, "curricular", {{}}) for k in KERNELS]
+cases += [(k, "bfloat16", 1, rule, {{}}) for rule in {RULES!r} for k in KERNELS]
+cases += [(k, d, 1, None, {{}}) for k in OTHER_KERNELS for d in dtypes]
+cases += [(k, "bfloat16", 2, None, {{}}) for k in OTHER_KERNELS]
+flags = {{"clamp": True, "straight_through": True}}
+cases += [(k, "bfloat16", 1, None, flags) for k in OTHER_KERNELS if k.startswith("binary")]
 out = []
-for kernel, dtype, k, rule in cases:
-    r = compile_kernel(kernel, getattr(torch, dtype), sub_centers=k, rule=rule)
+for kernel, dtype, k, rule, options in cases:
+    r = compile_kernel(kernel, getattr(torch, dtype), sub_centers=k, rule=rule, **options)
     out.append(dict(kernel=kernel, dtype=dtype, K=k, rule=rule, registers=r.registers,
                     spilled=r.spilled_bytes, shared=r.shared_bytes, wgmma=r.wgmma, mma=r.mma))
 print(json.dumps(out))
@@ -69,8 +76,12 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 def test_every_kernel_compiles_for_sm90(compiled: list[dict]) -> None:
-    assert len(compiled) == 12 + 3 * len(RULES)
-    assert {case["rule"] for case in compiled} == {"curricular", *RULES}
+    assert len(compiled) == 12 + 3 * len(RULES) + 4 * 4 + 3
+    assert {case["rule"] for case in compiled} == {"curricular", *RULES, None}
+    assert {case["kernel"] for case in compiled} == {
+        "statistics", "embedding_gradient", "weight_gradient", "above_threshold",
+        "binary_sums", "binary_embedding_gradient", "binary_weight_gradient",
+    }  # fmt: skip
     for case in compiled:
         assert case["registers"] > 0, case
         assert 0 < case["shared"] <= H100_SHARED_BYTES, case
@@ -97,7 +108,8 @@ def test_compile_kernel_checks_its_arguments() -> None:
         "for kwargs in ({'kernel': 'nope', 'dtype': torch.float32},\n"
         "               {'kernel': 'statistics', 'dtype': torch.float64},\n"
         "               {'kernel': 'statistics', 'dtype': torch.float32, 'sub_centers': 0},\n"
-        "               {'kernel': 'statistics', 'dtype': torch.float32, 'rule': 'acos'}):\n"
+        "               {'kernel': 'statistics', 'dtype': torch.float32, 'rule': 'acos'},\n"
+        "               {'kernel': 'binary_sums', 'dtype': torch.float32, 'rule': 'mv'}):\n"
         "    try:\n"
         "        compile_kernel(**kwargs)\n"
         "    except ValueError as error:\n"
@@ -109,11 +121,12 @@ def test_compile_kernel_checks_its_arguments() -> None:
         [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120
     )
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 4, result.stdout + result.stderr
+    assert len(lines) == 5, result.stdout + result.stderr
     assert "kernel must be one of" in lines[0] and "'nope'" in lines[0]
     assert "dtype must be one of" in lines[1] and "float64" in lines[1]
     assert "sub_centers must be an integer >= 1, got 0" in lines[2]
     assert "rule must be one of" in lines[3] and "'acos'" in lines[3]
+    assert lines[4] == "kernel 'binary_sums' has no non-target rule, got rule='mv'"
 
 
 def test_interpreted_kernels_are_refused() -> None:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..margins.base import Context, Margin
+from ..margins.base import ROW_STATISTICS_KERNELS, Context, Margin
 from ._online_softmax import finish_log_sum_exp
 from .chunk_loop import (
     ChunkRule,
@@ -43,8 +43,9 @@ from .chunk_plan import (
 )
 from .chunk_workspace import ChunkWorkspace, _row_dot
 from .dense import NORMALIZE_EPS
+from .fused_op import row_statistics_rule
 from .sharding import ClassShard
-from .triton_dispatch import kernel_rule
+from .triton_dispatch import kernel_rule, triton_row_statistics
 
 __all__ = ["ChunkedMarginCrossEntropy", "stack_class_values"]
 
@@ -304,12 +305,18 @@ def _prepare(
     non-target classes, by one more pass over the classes (merged over the ranks of ``shard``)."""
     if margin.row_statistics_size() > 0:
         target = cos_target.detach().to(chunks.inv_norms.dtype)  # (N,)
-        sums = row_statistics(
-            chunks,
-            lambda cos: margin.row_statistics_terms(cos, target),
-            margin.row_statistics_size(),
-            margin.interclass_filtering_threshold,
-        )  # (k, N), this rank's classes
+        kind = row_statistics_rule(margin)
+        if triton and kind is not None:  # the declared rule on its kernel (no filtering here)
+            threshold = margin.row_statistics_kernel_parameters(target)["threshold"]
+            sums = triton_row_statistics(chunks, ROW_STATISTICS_KERNELS[kind], threshold)
+            sums = sums.to(chunks.inv_norms.dtype)  # (k, N), this rank's classes
+        else:
+            sums = row_statistics(
+                chunks,
+                lambda cos: margin.row_statistics_terms(cos, target),
+                margin.row_statistics_size(),
+                margin.interclass_filtering_threshold,
+            )  # (k, N), this rank's classes
         if shard is not None:
             shard.all_sum_(sums)
         return margin.prepare_with_row_statistics(cos_target, labels, norms, sums)

@@ -17,7 +17,8 @@ AOTAutograd see as one node each, with shapes given by their fake implementation
   per-row sums over the non-target classes that a margin's ``prepare`` needs (NPCFace's hard
   negatives), for the compiled rules of
   :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS` that the margin declares
-  (:meth:`~marginface.margins.base.Margin.row_statistics_kernel`); no gradient.
+  (:meth:`~marginface.margins.base.Margin.row_statistics_kernel`), on PyTorch ops or the
+  kernel of :mod:`~marginface.executors.triton_row_statistics`; no gradient.
 
 Everything of size ``N`` is ordinary PyTorch around them (:func:`fused_margin_cross_entropy`):
 the normalization ``x̂ = x/‖x‖``, the target cosine (an indexed dot, computed without gradient
@@ -74,6 +75,7 @@ from .chunk_plan import (
 )
 from .chunk_workspace import ChunkWorkspace
 from .nontarget_rules import ROW_STATISTICS_RULES
+from .triton_dispatch import triton_row_statistics
 
 __all__ = [
     "RULE_CURRICULAR",
@@ -155,14 +157,19 @@ def _row_statistics_impl(
     sub_centers: int,
     chunk_size: int,
     kind: int,
+    kernels: str,
     sample: Tensor | None,
 ) -> Tensor:
     """The per-row statistics ``Tensor[k, N]`` of the compiled rule
     ``ROW_STATISTICS_KERNELS[kind]`` with its per-row ``threshold`` (``Tensor[N]``), summed over
-    every non-target class (every sampled one), one chunk at a time; no gradient."""
+    every non-target class (every sampled one), one chunk at a time, on the Triton kernel
+    (``kernels="triton"``) or PyTorch ops; no gradient."""
     gemm = gemm_dtype(x_hat, weight)
     chunks = ChunkWorkspace(x_hat, weight, labels, sub_centers, chunk_size, gemm, sample=sample)
-    size, terms_of = ROW_STATISTICS_RULES[ROW_STATISTICS_KERNELS[kind]]
+    name = ROW_STATISTICS_KERNELS[kind]
+    if kernels == "triton":
+        return triton_row_statistics(chunks, name, threshold).to(chunks.inv_norms.dtype)
+    size, terms_of = ROW_STATISTICS_RULES[name]
     terms = terms_of({"threshold": threshold.to(chunks.inv_norms.dtype)})
     return row_statistics(chunks, terms, size)
 
@@ -181,6 +188,7 @@ def _row_statistics_fake(
     sub_centers: int,
     chunk_size: int,
     kind: int,
+    kernels: str,
     sample: Tensor | None,
 ) -> Tensor:
     size = ROW_STATISTICS_RULES[ROW_STATISTICS_KERNELS[kind]][0]
@@ -465,7 +473,7 @@ def fused_margin_cross_entropy(
             threshold = parameters.get("threshold", empty).reshape(-1).to(x.dtype)  # (N,)
             sums = _row_statistics_call(
                 x_hat.detach(), weight.detach(), labels, threshold, k, chunk_size,
-                statistics_rule, sample,
+                statistics_rule, kernels, sample,
             )  # fmt: skip
         context = margin.prepare_with_row_statistics(cos_target, labels, norms_arg, sums)
     elif statistics_scale is not None:

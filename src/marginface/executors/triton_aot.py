@@ -1,8 +1,10 @@
 """Compile the chunked executor's Triton kernels ahead of time, for a CUDA architecture, on a
 machine without a GPU, and read what each compiled kernel uses.
 
-The kernels of :mod:`~marginface.executors.triton_kernels` are compiled by Triton when they
-are first launched on a GPU. This module runs the same compiler (Triton's front end, its MLIR
+The kernels of :mod:`~marginface.executors.triton_kernels` (softmax),
+:mod:`~marginface.executors.triton_row_statistics` (a margin's row statistics) and
+:mod:`~marginface.executors.triton_binary` (one-vs-all) are compiled by Triton when they are
+first launched on a GPU. This module runs the same compiler (Triton's front end, its MLIR
 passes, LLVM and ``ptxas``, all shipped in the ``triton`` wheel) for a named target, e.g. the
 H100/H200's ``sm_90``, with the specializations a launch on PyTorch tensors gets (16-byte
 aligned pointers, sizes divisible by 16 marked as such), and reports per kernel:
@@ -36,13 +38,36 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from ..margins.base import NONTARGET_KERNELS
-from . import triton_kernels
+from . import triton_binary, triton_kernels, triton_row_statistics
 from .triton_kernels import Blocks
 
-__all__ = ["KERNELS", "CompiledKernel", "compile_kernel"]
+__all__ = ["ALL_KERNELS", "KERNELS", "OTHER_KERNELS", "CompiledKernel", "compile_kernel"]
 
 KERNELS = ("statistics", "embedding_gradient", "weight_gradient")
-"""The three kernels: the forward's ``(max, Σexp)`` and the backward's ``∂x̂`` and ``∂W``."""
+"""The softmax kernels, each with a non-target ``rule``: the forward's ``(max, Σexp)`` and the
+backward's ``∂x̂`` and ``∂W``."""
+
+OTHER_KERNELS = (
+    "above_threshold",
+    "binary_sums",
+    "binary_embedding_gradient",
+    "binary_weight_gradient",
+)
+"""The row statistics ``"above_threshold"`` (NPCFace's hard negatives) and the one-vs-all
+kernels (the forward's ``Σ softplus`` and the backward's ``∂x̂``, ``∂b`` and ``∂W``)."""
+
+ALL_KERNELS = KERNELS + OTHER_KERNELS
+"""Every kernel :func:`compile_kernel` compiles."""
+
+_FUNCTIONS = {
+    "statistics": (triton_kernels, "_statistics_kernel"),
+    "embedding_gradient": (triton_kernels, "_embedding_gradient_kernel"),
+    "weight_gradient": (triton_kernels, "_weight_gradient_kernel"),
+    "above_threshold": (triton_row_statistics, "_above_threshold_kernel"),
+    "binary_sums": (triton_binary, "_sums_kernel"),
+    "binary_embedding_gradient": (triton_binary, "_embedding_gradient_kernel"),
+    "binary_weight_gradient": (triton_binary, "_weight_gradient_kernel"),
+}
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 _INT_POINTERS = ("label_ptr",)
@@ -78,13 +103,14 @@ class CompiledKernel:
 
 
 def _kernel_function(kernel: str) -> triton.runtime.jit.JITFunction:
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    function = getattr(triton_kernels, f"_{kernel}_kernel")
+    if kernel not in ALL_KERNELS:
+        raise ValueError(f"kernel must be one of {ALL_KERNELS}, got {kernel!r}")
+    module, name = _FUNCTIONS[kernel]
+    function = getattr(module, name)
     if not isinstance(function, triton.runtime.jit.JITFunction):
         raise RuntimeError(
-            "marginface.executors.triton_kernels was imported under TRITON_INTERPRET=1; its "
-            "interpreted kernels cannot be compiled (import it in a process without it)"
+            f"{module.__name__} was imported under TRITON_INTERPRET=1; its interpreted kernels "
+            "cannot be compiled (import it in a process without it)"
         )
     return function
 
@@ -100,9 +126,12 @@ def _signature(
     attributes: dict[tuple[int], list] = {}
     divisible = [["tt.divisibility", 16]]
     sizes = {"dim": dim, "chunk": chunk, "stride_x": dim, "stride_w": dim}
+    constexprs = set(function.constexprs)
     for index, name in enumerate(function.arg_names):
-        if name.isupper():
+        if index in constexprs:
             signature[name] = "constexpr"
+        elif name.isupper():  # a runtime float (the one-vs-all rule's s, t, μ, b, L)
+            signature[name] = "fp32"
         elif name.endswith("_ptr"):
             if name in _OPERAND_POINTERS:
                 signature[name] = "*" + _TRITON_TYPES[dtype]
@@ -143,6 +172,8 @@ def compile_kernel(
     sub_centers: int = 1,
     curricular: bool = False,
     rule: str | None = None,
+    clamp: bool = False,
+    straight_through: bool = False,
     dim: int = 512,
     chunk: int = 8192,
     arch: int = 90,
@@ -150,15 +181,18 @@ def compile_kernel(
     """Compile one kernel for ``sm_<arch>`` and return what it uses.
 
     Args:
-        kernel: ``"statistics"``, ``"embedding_gradient"`` or ``"weight_gradient"``.
+        kernel: one of :data:`ALL_KERNELS`.
         dtype: the GEMM dtype of ``x̂`` and ``W``: float32 (IEEE products), bfloat16 or float16.
         blocks: tiles, warps and stages; default :class:`~.triton_kernels.Blocks` ``()``.
         sub_centers: ``K`` (a compile-time constant of the kernels).
         curricular: CurricularFace's non-target rule instead of the identity (the same as
             ``rule="curricular"``).
-        rule: the non-target rule, one of :data:`~marginface.margins.base.NONTARGET_KERNELS`
-            (a compile-time constant of the kernels). Default: None, ``"curricular"`` if
-            ``curricular`` else ``"identity"``.
+        rule: the non-target rule of a softmax kernel (:data:`KERNELS`), one of
+            :data:`~marginface.margins.base.NONTARGET_KERNELS` (a compile-time constant of the
+            kernels). Default: None, ``"curricular"`` if ``curricular`` else ``"identity"``.
+            The other kernels have no rule: None only.
+        clamp, straight_through: the one-vs-all kernels' compile-time flags (the logit
+            clamped to ``[-L, L]``; ``∂z/∂c = s``, :class:`~.binary_rule.BinaryRule`).
         dim: the embedding dimension ``D`` the launch would have (only its divisibility by
             16 matters to the compiler). Default: 512.
         chunk: classes per program of the forward and ``∂x̂`` kernels (likewise). Default 8192.
@@ -169,7 +203,7 @@ def compile_kernel(
 
     Raises:
         ValueError: an unknown kernel, a dtype the kernels do not take, ``sub_centers < 1``,
-            an unknown ``rule``.
+            an unknown ``rule``, or a rule for a kernel without one.
         triton.CompilationError / RuntimeError: the kernel does not compile (the point of
             calling this), e.g. tiles whose buffers exceed the target's shared memory.
     """
@@ -178,26 +212,33 @@ def compile_kernel(
         raise ValueError(f"dtype must be one of {tuple(_TRITON_TYPES)}, got {dtype}")
     if isinstance(sub_centers, bool) or not isinstance(sub_centers, int) or sub_centers < 1:
         raise ValueError(f"sub_centers must be an integer >= 1, got {sub_centers!r}")
-    if rule is None:
-        rule = "curricular" if curricular else "identity"
-    if rule not in NONTARGET_KERNELS:
-        raise ValueError(f"rule must be one of {NONTARGET_KERNELS}, got {rule!r}")
+    names = function.arg_names
+    if "RULE" in names:
+        if rule is None:
+            rule = "curricular" if curricular else "identity"
+        if rule not in NONTARGET_KERNELS:
+            raise ValueError(f"rule must be one of {NONTARGET_KERNELS}, got {rule!r}")
+    elif rule is not None or curricular:
+        raise ValueError(f"kernel {kernel!r} has no non-target rule, got rule={rule!r}")
     blocks = blocks or Blocks()
     signature, attributes = _signature(function, dtype, dim, chunk)
     constants = {
         "K": sub_centers,
         "RULE": rule,
+        "CLAMP": bool(clamp),
+        "ST": bool(straight_through),
         "PRECISION": "ieee" if dtype == torch.float32 else "tf32",
         "DOT_UPCAST": False,
         "BLOCK_N": blocks.n,
         "BLOCK_C": blocks.c,
         "BLOCK_D": blocks.d,
     }
-    names = function.arg_names
     source = ASTSource(
         function,
         signature,
-        constexprs={(names.index(name),): value for name, value in constants.items()},
+        constexprs={
+            (names.index(name),): value for name, value in constants.items() if name in names
+        },
         attrs=attributes,
     )
     compiled = triton.compile(

@@ -19,7 +19,7 @@ from ._online_softmax import empty_statistics, merge_statistics
 from .chunk_workspace import ChunkWorkspace
 from .kernel_options import RULES_WITH_THRESHOLD, NonTargetRule
 
-__all__ = ["kernel_rule", "triton_gradient", "triton_statistics"]
+__all__ = ["kernel_rule", "triton_gradient", "triton_row_statistics", "triton_statistics"]
 
 
 def kernel_rule(
@@ -75,6 +75,40 @@ def triton_statistics(
         sub_centers=chunks.k,
         chunk_size=chunks.chunk_size,
     )
+
+
+def triton_row_statistics(chunks: ChunkWorkspace, kind: str, threshold: Tensor) -> Tensor:
+    """A margin's declared per-row statistics ``kind`` (one of
+    :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`) over every non-target class of
+    ``chunks`` (every sampled one) by the kernel of
+    :mod:`~marginface.executors.triton_row_statistics`: ``Tensor[k, N]`` float32, as
+    :func:`~marginface.executors.chunk_loop.row_statistics` gives. ``threshold``: the rule's
+    per-row ``τ`` (``Tensor[N]``)."""
+    from .triton_row_statistics import above_threshold_sums
+
+    if kind != "above_threshold":
+        raise ValueError(f"kind must be 'above_threshold', got {kind!r}")
+    k = chunks.k
+    with torch.no_grad():
+        threshold = threshold.reshape(-1).to(torch.float32).contiguous()  # (N,)
+        if chunks.sample is None:
+            return above_threshold_sums(
+                chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, threshold,
+                sub_centers=k, chunk_size=chunks.chunk_size,
+            )  # fmt: skip
+        total = threshold.new_zeros(2, chunks.x_hat.shape[0])  # (2, N)
+        for start, stop in chunks.ranges():  # each chunk's sampled rows gathered once
+            total += above_threshold_sums(
+                chunks.x_gemm,
+                chunks.weight_rows(start, stop),
+                chunks.inv_norms[start * k : stop * k].contiguous(),
+                chunks.labels - start,  # outside [0, stop - start): not in this chunk
+                threshold,
+                sub_centers=k,
+                chunk_size=stop - start,
+            )
+        chunks.release()
+    return total
 
 
 def triton_gradient(
