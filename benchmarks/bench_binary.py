@@ -10,6 +10,8 @@ each (gradients set to None first):
 * ``dense``: ``SphereFace2Loss(impl="dense")`` (``N×C`` logits).
 * ``chunked``: ``SphereFace2Loss(impl="chunked")`` (one pass forward, one backward).
 * ``softmax``: ``ArcFaceLoss(impl="chunked")``, the softmax reduction's chunked step.
+* ``function``: the same SphereFace2 step on the autograd Function the class-sharded head runs
+  on each rank (``ChunkedBinaryLoss``, here without a shard: one rank's share at W = 1).
 
 Times are medians over ``--repeats`` rounds, methods interleaved within a round (a slow spell of
 a shared machine hits all alike); ratios are to the floors of the same run. Extra peak memory
@@ -38,7 +40,7 @@ from bench_fused import Step
 from bench_fused import make_step as fused_step
 from bench_memory import measure_step, memory_report
 
-METHODS = ("gemm3", "gemm4", "dense", "chunked", "softmax")
+METHODS = ("gemm3", "gemm4", "dense", "chunked", "softmax", "function")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -53,6 +55,8 @@ def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
         head = marginface.ArcFaceLoss(c, d, impl="chunked", dtype=dtype)
     elif method in ("dense", "chunked"):
         head = marginface.SphereFace2Loss(c, d, impl=method, dtype=dtype)
+    elif method == "function":
+        return _function_step(x, labels, c, d, dtype)
     else:
         raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
@@ -61,6 +65,29 @@ def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
             parameter.grad = None
         x.grad = None
         head(x, labels).backward()
+
+    return Step(loss_step, [head.weight, x])
+
+
+def _function_step(x: torch.Tensor, labels: torch.Tensor, c: int, d: int, dtype) -> Step:
+    """SphereFace2's chunked step through ``ChunkedBinaryLoss`` (the sharded head's path)."""
+    from marginface.executors.binary_loop import ChunkedBinaryLoss
+    from marginface.executors.chunk_plan import gemm_dtype
+    from marginface.executors.dense import compute_dtype
+
+    head = marginface.SphereFace2Loss(c, d, impl="chunked", dtype=dtype)
+    margin = head.margin
+
+    def loss_step() -> None:
+        for parameter in head.parameters():
+            parameter.grad = None
+        x.grad = None
+        x_compute = x.to(compute_dtype(x, head.weight))
+        loss = ChunkedBinaryLoss.apply(
+            x_compute, head.weight, margin.bias, labels, labels, margin, 1, None,
+            gemm_dtype(x, head.weight), None, None, False,
+        )  # fmt: skip
+        loss.mean().backward()
 
     return Step(loss_step, [head.weight, x])
 

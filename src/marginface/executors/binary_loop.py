@@ -50,6 +50,7 @@ from .._validation import check_int
 from ..margins.base import Margin
 from ..margins.binary import softplus
 from .binary_op import fused_binary_loss
+from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
 from .chunk_loop import _add_chunk_gradient, add_target_gradient, target_cosines
 from .chunk_plan import (
@@ -187,14 +188,19 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             target_logit = margin.target_logit(cos_leaf.clamp(-1.0, 1.0), bias_leaf)  # (N,)
             positive = margin.positive_weight * softplus(-target_logit)  # (N,)
 
-        rule = binary_rule_of(margin, b) if triton else None
-        if rule is not None:
+        declared = margin.binary_kernel_parameters() is not None
+        rule = binary_rule_of(margin, b) if declared else None
+        threshold = margin.interclass_filtering_threshold
+        if triton:
             from .triton_binary import binary_sums
 
+            assert rule is not None  # use_binary_kernels: a declared rule, no filtering
             negative = binary_sums(
                 chunks.x_gemm, weight, chunks.inv_norms, targets, rule, sub_centers=k,
                 chunk_size=chunk_size,
             ).to(cos_raw.dtype)  # fmt: skip
+        elif rule is not None:  # the declared rule in place over the chunk workspace
+            negative = rule_sums(chunks, rule, threshold)  # (N,)
         else:
             negative = _nontarget_sums(chunks, margin, b)  # (N,)
         if shard is not None:
@@ -202,7 +208,7 @@ class ChunkedBinaryLoss(torch.autograd.Function):
 
         ctx.save_for_backward(norms, x_hat, target_rows, owned)
         ctx.shard, ctx.chunks, ctx.margin, ctx.bias = shard, chunks, margin, b
-        ctx.rule = rule
+        ctx.rule, ctx.triton = rule, triton
         ctx.graph = (cos_leaf, bias_leaf, positive)
         ctx.bias_dtype = bias.dtype
         return positive.detach() + margin.negative_weight * negative
@@ -223,12 +229,17 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             sampled = chunks.sample is not None
             weight = chunks.weight
             grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
-        if ctx.rule is not None:
+        if ctx.triton:
             from .triton_binary import triton_nontarget_gradient
 
             grad_bias = triton_nontarget_gradient(
                 chunks, ctx.rule, margin.bias_sign, grad, grad_x_hat, grad_weight
             )
+        elif ctx.rule is not None:
+            grad_bias = rule_gradient(
+                chunks, ctx.rule, margin.bias_sign, grad * margin.negative_weight, grad_x_hat,
+                grad_weight, margin.interclass_filtering_threshold,
+            )  # fmt: skip
         else:
             grad_bias = _nontarget_gradient(chunks, margin, ctx.bias, grad, grad_x_hat, grad_weight)
         if shard is not None:

@@ -21,7 +21,6 @@ filtering and the sharded head run on :class:`~marginface.executors.binary_loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,8 +28,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..margins.binary import softplus
+from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule
-from .chunk_loop import _add_chunk_gradient, add_target_gradient, target_cosines
+from .chunk_loop import add_target_gradient, target_cosines
 from .chunk_plan import chunk_size_for, gemm_dtype, normalized_with_norms
 from .chunk_workspace import ChunkWorkspace
 
@@ -76,80 +76,7 @@ def _sums_impl(
             chunk_size=chunk_size,
         ).to(x_hat.dtype)  # fmt: skip
         return sums, cos_target.clone(), chunks.inv_norms
-    sums = torch.zeros(x_hat.shape[0], dtype=x_hat.dtype, device=x_hat.device)
-    for start, stop in chunks.ranges():
-        cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c), the workspace
-        z = _logits_in_place(_halved_in_place(cos), rule)  # (N, c), over the workspace
-        if rule.clamp is not None:
-            z.clamp_(-rule.clamp, rule.clamp)
-        terms = _softplus_in_place(z)  # (N, c), over the workspace
-        slot_rows, slot_cols = chunks.target_slots(start, stop)
-        terms[slot_rows, slot_cols] = 0.0  # the target enters separately
-        sums += terms.sum(dim=1)
-        del z, terms
-    chunks.release()
-    return sums, cos_target.clone(), chunks.inv_norms
-
-
-def _halved_in_place(cos: Tensor) -> Tensor:
-    """``u = max((c + 1)/2, 0)`` written over ``cos`` (``Tensor[N, c]``, the chunk workspace)."""
-    return cos.add_(1.0).mul_(0.5).clamp_min_(0.0)
-
-
-def _logits_in_place(u: Tensor, rule: BinaryRule) -> Tensor:
-    """``z = s(2u^t - 1 + μ) + βb`` (before the clamp) written over ``u`` (``Tensor[N, c]``):
-    the operations of :func:`~marginface.executors.binary_rule.rule_logits`, in its order, so
-    the values are the same, without its ``N×c`` temporaries."""
-    z = u.pow_(rule.power).mul_(2.0).sub_(1.0).add_(rule.offset)
-    return z.mul_(rule.scale).add_(rule.bias_term)
-
-
-def _softplus_in_place(z: Tensor) -> Tensor:
-    """:func:`~marginface.margins.binary.softplus` (``max(z, 0) + log1p(e^{-|z|})``) written
-    over ``z`` (``Tensor[N, c]``), with one ``N×c`` temporary."""
-    tail = z.abs().neg_().exp_().log1p_()  # (N, c)
-    return z.clamp_min_(0.0).add_(tail)
-
-
-@dataclass
-class _ChunkGradient:
-    """One chunk's ``∂L/∂cos`` (``value``, ``Tensor[N, c]``, over the workspace) and its
-    non-target share of ``∂L/∂b`` (``bias_share``, 0-dim)."""
-
-    value: Tensor
-    bias_share: Tensor
-
-
-def _nontarget_cosine_gradient(
-    chunks: ChunkWorkspace,
-    start: int,
-    stop: int,
-    cos: Tensor,
-    rule: BinaryRule,
-    row_grad: Tensor,
-    sign: float,
-) -> _ChunkGradient:
-    """``∂L/∂c_ij = γ_i σ(z_ij) ∂z/∂c`` of one chunk's cosines ``cos`` (``Tensor[N, c]``, the
-    workspace, overwritten), the target column zeroed, and the chunk's ``∂L/∂b`` share
-    ``β Σ γ_i σ(z_ij) ∂z/∂(βb)``. In place: the workspace, plus one ``N×c`` buffer for the
-    slope of the exact gradient and a boolean mask with a clamp (``rule_logits`` and
-    ``torch.sigmoid`` allocated about six)."""
-    u = _halved_in_place(cos)  # (N, c)
-    slope: Tensor | float = rule.scale  # ∂z/∂c, straight-through
-    if not rule.straight_through:
-        slope = u.pow(rule.power - 1.0).mul_(rule.power * rule.scale)  # (N, c)
-    z = _logits_in_place(u, rule)  # (N, c), over the workspace
-    outside = None
-    if rule.clamp is not None:  # ∂z/∂c = ∂z/∂b = 0 where the clamp is active
-        outside = (z < -rule.clamp) | (z > rule.clamp)  # (N, c) bool
-        z.clamp_(-rule.clamp, rule.clamp)
-    g_logit = z.sigmoid_().mul_(row_grad)  # (N, c), ∂L/∂z
-    slot_rows, slot_cols = chunks.target_slots(start, stop)
-    g_logit[slot_rows, slot_cols] = 0.0
-    if outside is not None:
-        g_logit.masked_fill_(outside, 0.0)
-    bias_share = g_logit.sum() * sign
-    return _ChunkGradient(g_logit.mul_(slope), bias_share)  # (N, c), ∂L/∂cos
+    return rule_sums(chunks, rule), cos_target.clone(), chunks.inv_norms
 
 
 _sums = torch.library.custom_op("marginface::chunked_binary_sums", _sums_impl, mutates_args=())
@@ -215,15 +142,7 @@ def _backward_impl(
 
         grad_bias = triton_nontarget_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
     else:
-        grad_bias = torch.zeros((), dtype=x_hat.dtype, device=x_hat.device)
-        row_grad = grad.unsqueeze(1)  # (N, 1)
-        for start, stop in chunks.ranges():
-            cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
-            g_cos = _nontarget_cosine_gradient(chunks, start, stop, cos, rule, row_grad, sign)
-            grad_bias += g_cos.bias_share
-            _add_chunk_gradient(chunks, start, stop, g_cos.value, best, grad_x_hat, grad_weight)
-            del g_cos, cos, best
-        chunks.release()
+        grad_bias = rule_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
     add_target_gradient(chunks, grad_cos, target_rows, None, grad_x_hat, grad_weight)
     return (
         grad_x_hat,
