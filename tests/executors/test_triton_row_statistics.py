@@ -41,7 +41,7 @@ def statistics(kernels: ModuleType) -> ModuleType:
 def _thresholds(cos: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per row, the midpoint between its 5th and 6th largest non-target cosines (rows 0 and 1:
     above and below every cosine)."""
-    n, classes = cos.shape
+    classes = cos.shape[1]
     mask = torch.zeros_like(cos, dtype=torch.bool)
     inside = (labels >= 0) & (labels < classes)
     mask[inside.nonzero().flatten(), labels[inside]] = True
