@@ -75,7 +75,44 @@ def test_kernels_match_the_pytorch_chunk_loop(
         assert int((logits.abs() == options["scale"]).sum()) >= 3
 
 
-def test_kernels_refuse_filtering_and_partial_fc_naming_the_margin(kernels: ModuleType) -> None:
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("sphereface2", {"sub_centers": 2}), ("uniface", {"clamp_logits": True, "scale": 10.0})],
+)
+def test_partial_fc_sample_on_the_kernels_matches_the_pytorch_chunk_loop(
+    name: str, options: dict, kernels: ModuleType, monkeypatch
+) -> None:
+    """A Partial FC sample (half the classes, three chunks of gathered rows): the kernels
+    launched once per chunk, loss and every gradient equal to the PyTorch loop's on the same
+    sample (unsampled rows of ∂W exactly 0 on both)."""
+    import marginface.executors.triton_binary as binary_kernels
+
+    launched = []
+    for launcher in ("binary_sums", "binary_embedding_gradient", "binary_weight_gradient"):
+        original = getattr(binary_kernels, launcher)
+
+        def counted(*args, _original=original, _name=launcher, **kwargs):
+            launched.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(binary_kernels, launcher, counted)
+    generator = torch.Generator().manual_seed(3)
+    x = (torch.randn(N, D, generator=generator) * 3).to(DEVICE)
+    labels = torch.randint(0, C, (N,), generator=generator).to(DEVICE)
+    upstream = torch.rand(N, generator=generator).to(DEVICE)
+    options = {**options, "sample_rate": 0.9}
+    expected, _ = _run(name, options, "torch", torch.float32, x, labels, upstream)
+    actual, _ = _run(name, options, "triton", torch.float32, x, labels, upstream)
+    sampled_rows = expected[2].abs().sum(dim=1) > 0  # (C·K,)
+    assert 0 < int(sampled_rows.sum()) < expected[2].shape[0]  # some classes left out
+    assert torch.equal(actual[2].abs().sum(dim=1) > 0, sampled_rows)
+    chunks = launched.count("binary_sums")
+    assert chunks >= 2 and launched.count("binary_embedding_gradient") == chunks
+    for what, a, e in zip(("loss", "∂x", "∂W", "∂b"), actual, expected, strict=True):
+        assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
+
+
+def test_kernels_refuse_filtering_naming_the_margin(kernels: ModuleType) -> None:
     x = torch.randn(6, D).to(DEVICE)
     labels = torch.randint(0, C, (6,)).to(DEVICE)
     filtered = marginface.create_loss(
@@ -84,8 +121,3 @@ def test_kernels_refuse_filtering_and_partial_fc_naming_the_margin(kernels: Modu
     )  # fmt: skip
     with pytest.raises(ValueError, match="UniFaceMargin: interclass_filtering_threshold"):
         filtered(x, labels)
-    sampled = marginface.create_loss(
-        "sphereface2", C, D, impl="chunked", kernels="triton", sample_rate=0.5, device=DEVICE
-    )
-    with pytest.raises(ValueError, match="SphereFace2Margin: Partial FC"):
-        sampled(x, labels)

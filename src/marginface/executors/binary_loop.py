@@ -97,7 +97,7 @@ def chunked_binary_loss(
         )
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
-    triton = use_binary_kernels(margin, kernels, embeddings, weight, sampled_classes)
+    triton = use_binary_kernels(margin, kernels, embeddings, weight)
     compiled_rule = (
         margin.binary_kernel_parameters() is not None and margin.interclass_filtering_threshold == 0
     )
@@ -132,7 +132,7 @@ def sharded_binary_loss(
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
-    triton = use_binary_kernels(margin, kernels, embeddings, weight, sampled_classes)
+    triton = use_binary_kernels(margin, kernels, embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         return ChunkedBinaryLoss.apply(
             embeddings.to(dtype), weight, margin.bias, targets, labels, margin, sub_centers,
@@ -192,13 +192,10 @@ class ChunkedBinaryLoss(torch.autograd.Function):
         rule = binary_rule_of(margin, b) if declared else None
         threshold = margin.interclass_filtering_threshold
         if triton:
-            from .triton_binary import binary_sums
+            from .triton_binary import triton_binary_sums
 
             assert rule is not None  # use_binary_kernels: a declared rule, no filtering
-            negative = binary_sums(
-                chunks.x_gemm, weight, chunks.inv_norms, targets, rule, sub_centers=k,
-                chunk_size=chunk_size,
-            ).to(cos_raw.dtype)  # fmt: skip
+            negative = triton_binary_sums(chunks, rule).to(cos_raw.dtype)  # (N,)
         elif rule is not None:  # the declared rule in place over the chunk workspace
             negative = rule_sums(chunks, rule, threshold)  # (N,)
         else:

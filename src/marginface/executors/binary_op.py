@@ -69,12 +69,9 @@ def _sums_impl(
     chunks = ChunkWorkspace(x_hat, weight, labels, sub_centers, chunk_size, gemm, sample=sample)
     rule = _rule(scale, power, offset, sign, bias, clamp, straight_through)
     if kernels == "triton":
-        from .triton_binary import binary_sums
+        from .triton_binary import triton_binary_sums
 
-        sums = binary_sums(
-            chunks.x_gemm, weight, chunks.inv_norms, labels, rule, sub_centers=sub_centers,
-            chunk_size=chunk_size,
-        ).to(x_hat.dtype)  # fmt: skip
+        sums = triton_binary_sums(chunks, rule).to(x_hat.dtype)
         return sums, cos_target.clone(), chunks.inv_norms
     return rule_sums(chunks, rule), cos_target.clone(), chunks.inv_norms
 

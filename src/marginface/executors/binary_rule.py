@@ -42,16 +42,15 @@ class BinaryRule:
     straight_through: bool = False
 
 
-def use_binary_kernels(
-    margin: Any, kernels: str | None, x: Tensor, weight: Tensor, sample: Tensor | None
-) -> bool:
+def use_binary_kernels(margin: Any, kernels: str | None, x: Tensor, weight: Tensor) -> bool:
     """Whether this call's binary reduction runs on the Triton kernels, decided once per call.
 
     ``"torch"``: no. ``"auto"``: yes for CUDA tensors when triton imports, the GEMM dtype and
     the weight suit the kernels, the margin declares its rule
     (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`), and there is no
-    inter-class filtering and no Partial FC sample. ``"triton"``: yes, or ``ValueError`` naming
-    the margin and what is unsupported.
+    inter-class filtering (a Partial FC sample runs on them, one launch per chunk of its
+    gathered rows). ``"triton"``: yes, or ``ValueError`` naming the margin and what is
+    unsupported.
     """
     requested = requested_kernels(kernels)
     if requested == "torch":
@@ -62,8 +61,6 @@ def use_binary_kernels(
         problems.append(f"{name}'s non-target rule has no Triton kernel")
     if margin.interclass_filtering_threshold > 0:
         problems.append("interclass_filtering_threshold > 0 has no Triton kernel")
-    if sample is not None:
-        problems.append("Partial FC (sample_rate < 1) has no binary Triton kernel")
     if requested == "auto":
         return not problems and use_triton_kernels("auto", x, weight)
     if problems:

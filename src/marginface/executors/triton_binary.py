@@ -40,6 +40,7 @@ __all__ = [
     "binary_embedding_gradient",
     "binary_sums",
     "binary_weight_gradient",
+    "triton_binary_sums",
     "triton_nontarget_gradient",
 ]
 
@@ -350,6 +351,28 @@ def binary_weight_gradient(
     return out
 
 
+def triton_binary_sums(chunks: ChunkWorkspace, rule: BinaryRule) -> Tensor:
+    """The forward's pass of :mod:`~marginface.executors.binary_loop` on these kernels: each
+    row's ``Σ_{j≠y_i} softplus(z_ij)`` over every class of ``chunks`` (every sampled one: one
+    launch per chunk on its gathered rows, the labels shifted to the chunk's columns),
+    ``Tensor[N]`` float32."""
+    k = chunks.k
+    if chunks.sample is None:
+        return binary_sums(
+            chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule,
+            sub_centers=k, chunk_size=chunks.chunk_size,
+        )  # fmt: skip
+    total = torch.zeros(chunks.x_hat.shape[0], dtype=torch.float32, device=chunks.x_hat.device)
+    for start, stop in chunks.ranges():
+        total += binary_sums(
+            chunks.x_gemm, chunks.weight_rows(start, stop),
+            chunks.inv_norms[start * k : stop * k].contiguous(), chunks.labels - start, rule,
+            sub_centers=k, chunk_size=stop - start,
+        )  # fmt: skip
+    chunks.release()
+    return total
+
+
 def triton_nontarget_gradient(
     chunks: ChunkWorkspace,
     rule: BinaryRule,
@@ -359,10 +382,13 @@ def triton_nontarget_gradient(
     grad_weight: Tensor | None,
 ) -> Tensor:
     """The backward's non-target pass of :mod:`~marginface.executors.binary_loop` on these
-    kernels (no Partial FC sample): adds into ``grad_x_hat``, writes ``grad_weight``, returns the
-    non-target share of ``∂L/∂b`` (``sign``: ``β``)."""
+    kernels: adds into ``grad_x_hat``, writes ``grad_weight``, returns the non-target share of
+    ``∂L/∂b`` (``sign``: ``β``). With a Partial FC sample, per chunk: its rows gathered once,
+    both kernels on them, its weight gradient stored into its rows of ``grad_weight``."""
     k = chunks.k
     grad = grad.contiguous()
+    if chunks.sample is not None:
+        return _sampled_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
     part_x, part_b = binary_embedding_gradient(
         chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
         sub_centers=k, chunk_size=chunks.chunk_size,
@@ -378,3 +404,37 @@ def triton_nontarget_gradient(
             )  # fmt: skip
             chunks.project_into(grad_weight, start, stop, partial)
     return (part_b.sum() * sign).to(grad_x_hat.dtype)
+
+
+def _sampled_gradient(
+    chunks: ChunkWorkspace,
+    rule: BinaryRule,
+    sign: float,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+) -> Tensor:
+    """:func:`triton_nontarget_gradient` over a Partial FC sample."""
+    k = chunks.k
+    bias = torch.zeros((), dtype=torch.float32, device=grad_x_hat.device)
+    for start, stop in chunks.ranges():
+        centers = chunks.weight_rows(start, stop)  # (c·K, D), gathered
+        inv_norms = chunks.inv_norms[start * k : stop * k].contiguous()  # (c·K,)
+        labels = chunks.labels - start  # (N,), the chunk's columns
+        part_x, part_b = binary_embedding_gradient(
+            chunks.x_gemm, centers, inv_norms, labels, rule, grad,
+            sub_centers=k, chunk_size=stop - start,
+        )  # fmt: skip
+        grad_x_hat += part_x.to(grad_x_hat.dtype)
+        bias += part_b.sum()
+        if grad_weight is None:
+            continue
+        rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
+        partial = binary_weight_gradient(
+            chunks.x_gemm, centers, inv_norms, labels, rule, grad,
+            sub_centers=k, start=0, stop=stop - start,
+            out=rows if rows.dtype == torch.float32 and rows.is_contiguous() else None,
+        )  # fmt: skip
+        chunks.project_into(grad_weight, start, stop, partial)
+    chunks.release()
+    return (bias * sign).to(grad_x_hat.dtype)
