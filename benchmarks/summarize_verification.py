@@ -6,7 +6,8 @@ markdown tables:
 
 1. per loss: verification accuracy as mean ± standard deviation *over the test folds* (the LFW
    protocol's figure), the paired difference to a baseline loss (mean ± std over the folds both
-   ran, folds better / worse, and the two-sided paired t-test p-value), the means of AUC, EER,
+   ran, folds better / worse, the two-sided paired t-test p-value and its Holm adjustment over
+   all the losses compared with the baseline), the means of AUC, EER,
    TAR@FAR=1e-2, precision@1 and MAP@R, and the median training seconds per model;
 2. per loss and fold: the accuracy (mean over the fold's 10 threshold sub-folds).
 
@@ -90,6 +91,19 @@ def paired_difference(
     }
 
 
+def holm(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of ``p_values`` (name → p) for the family of all of them
+    (NaN entries left out of the family and returned as NaN): with the ``m`` p-values sorted,
+    ``p̃_(i) = max_{j≤i} min(1, (m - j + 1)·p_(j))``."""
+    finite = sorted((p, name) for name, p in p_values.items() if math.isfinite(p))
+    adjusted = {name: math.nan for name in p_values}
+    running = 0.0
+    for rank, (p, name) in enumerate(finite):
+        running = max(running, min(1.0, (len(finite) - rank) * p))
+        adjusted[name] = running
+    return adjusted
+
+
 def _pct(value: float) -> str:
     return "–" if not math.isfinite(value) else f"{100 * value:.2f}"
 
@@ -102,20 +116,30 @@ def summary_table(results: dict[str, dict[int, dict[str, Any]]], baseline: str) 
         )
     header = (
         f"| loss | folds | acc. (%) mean ± std over folds | Δ acc. vs {baseline} (points) | "
-        "folds better / worse | paired t p | AUC | EER | TAR@FAR=1e-2 | P@1 | MAP@R | "
+        "folds better / worse | paired t p | Holm p | AUC | EER | TAR@FAR=1e-2 | P@1 | MAP@R | "
         "median s/model |"
     )
     lines = [header, "|" + "|".join(["---"] * (header.count("|") - 1)) + "|"]
+    differences = {
+        loss: paired_difference(folds, results[baseline])
+        for loss, folds in results.items()
+        if loss != baseline
+    }
+    adjusted = holm({loss: diff["p"] for loss, diff in differences.items()})
+
+    def p_text(p: float) -> str:
+        return "–" if not math.isfinite(p) else f"{p:.3f}"
+
     for loss, folds in results.items():
         accs = np.asarray([_float(row, "verification_accuracy") for row in folds.values()])
         spread = 100 * accs.std(ddof=1) if len(accs) >= 2 else math.nan
         if loss == baseline:
-            delta, record, p_text = "–", "–", "–"
+            delta, record, p_raw, p_holm = "–", "–", "–", "–"
         else:
-            diff = paired_difference(folds, results[baseline])
+            diff = differences[loss]
             delta = f"{100 * diff['mean']:+.2f} ± {_pct(diff['std'])}"
             record = f"{diff['better']} / {diff['worse']}"
-            p_text = "–" if not math.isfinite(diff["p"]) else f"{diff['p']:.2f}"
+            p_raw, p_holm = p_text(diff["p"]), p_text(adjusted[loss])
         means = [np.nanmean([_float(row, key) for row in folds.values()]) for key in MEAN_COLUMNS]
         seconds = np.median([_float(row, "train_seconds") for row in folds.values()])
         cells = [
@@ -124,7 +148,8 @@ def summary_table(results: dict[str, dict[int, dict[str, Any]]], baseline: str) 
             f"{_pct(accs.mean())} ± {'–' if not math.isfinite(spread) else f'{spread:.2f}'}",
             delta,
             record,
-            p_text,
+            p_raw,
+            p_holm,
             *(f"{value:.4f}" for value in means),
             f"{seconds:.0f}",
         ]

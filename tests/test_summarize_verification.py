@@ -82,9 +82,10 @@ def test_means_and_paired_difference_by_hand(summarize, tmp_path):
     assert diff["p"] == pytest.approx(1 - 2 * 0.3217505543966422 / 3.141592653589793)
     table = summarize.summary_table(results, "arcface")
     lines = table.splitlines()
-    assert lines[2].startswith("| arcface | 2 | 85.00 ± 7.07 | – | – | – |")
+    assert lines[2].startswith("| arcface | 2 | 85.00 ± 7.07 | – | – | – | – |")
     assert lines[2].endswith("| 200 |")  # median of 100 and 300 s
-    assert lines[3].startswith("| x | 3 | 79.33 ± 8.33 | -1.00 ± 4.24 | 1 / 1 | 0.80 |")
+    # one comparison: Holm leaves p as it is
+    assert lines[3].startswith("| x | 3 | 79.33 ± 8.33 | -1.00 ± 4.24 | 1 / 1 | 0.795 | 0.795 |")
     per_fold = summarize.per_fold_table(results).splitlines()
     assert per_fold[0] == "| loss | fold 0 | fold 1 | fold 2 |"
     assert per_fold[2] == "| arcface | 80.00 | 90.00 | – |"
@@ -103,3 +104,11 @@ def test_unknown_baseline_is_an_error(summarize, tmp_path):
         ValueError, match="baseline must be one of the losses read, \\['x'\\]; got 'arcface'"
     ):
         summarize.summary_table(results, "arcface")
+
+
+def test_holm_adjustment_by_hand(summarize):
+    # sorted 0.01, 0.02, 0.04 (m = 3): 3·0.01 = 0.03, max(0.03, 2·0.02) = 0.04, max(0.04, 0.04)
+    adjusted = summarize.holm({"a": 0.04, "b": 0.01, "c": 0.02, "d": float("nan")})
+    assert adjusted["b"] == pytest.approx(0.03) and adjusted["c"] == pytest.approx(0.04)
+    assert adjusted["a"] == pytest.approx(0.04) and adjusted["d"] != adjusted["d"]
+    assert summarize.holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}
