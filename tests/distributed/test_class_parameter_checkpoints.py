@@ -226,3 +226,74 @@ def test_single_file_checkpoint_restored_at_two_ranks_cuts_the_margins_state(cra
     for rank in range(2):
         held = torch.load(tmp_path / f"restored-2-{rank}.pt")
         _assert_block(held, saved, f"{optimizer} checkpoint.pt at 2 ranks, rank {rank}")
+
+
+def _save_in_the_old_layout(rank: int, world: int, run: str, optimizer: str) -> None:
+    """Restore the run at 2 ranks and write it back as checkpoints did before the margins'
+    optimizer state was sharded by class: each rank's block as a plain (replicated) tensor."""
+    from marginface.train import sharded_checkpoint
+
+    trainer = Trainer(_config(optimizer), Path(run))
+    trainer._init_distributed()
+    trainer._setup()
+    saved = read_saved_run(Path(run))
+    trainer._restore(saved)
+    sharded = sharded_checkpoint.class_state_view
+
+    def centers_only(value, head, name):
+        return sharded(value, head, name) if name == "weight" else value
+
+    sharded_checkpoint.class_state_view = centers_only
+    save_run_state(
+        Path(run),
+        trainer._objects(),
+        epoch=saved.epoch,
+        config=trainer.config,
+        meta=trainer.meta,
+        history=saved.history,
+        position=saved.position,
+        distributed=True,
+    )
+
+
+def _restore_logging_warnings(rank: int, world: int, run: str, out: str, optimizer: str) -> None:
+    import logging
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("marginface.train.run_state").addHandler(handler)
+    restored = _restored(Path(run), optimizer)
+    torch.save({**restored, "warnings": records}, Path(out) / f"restored-{world}-{rank}.pt")
+
+
+def test_margins_state_saved_as_one_ranks_block_restarts_from_zero_with_a_warning(
+    crashed, tmp_path
+):
+    """A checkpoint that holds the margins' optimizer state as one rank's block (the layout of
+    checkpoints written before it was sharded by class) cannot be resharded: restoring it warns,
+    names the parameter, and starts that state from zero; the margins, the centers and their
+    optimizer state are restored."""
+    optimizer, crashed_run, dumps = crashed
+    run = tmp_path / "run"
+    shutil.copytree(crashed_run, run)
+    run_distributed(_save_in_the_old_layout, 2, str(run), optimizer)
+    entries = read_saved_run(run)._sharded().entries()
+    blocks = [
+        key
+        for key, (size, _) in entries.items()
+        if key.startswith("optimizer/") and tuple(size) == (CLASSES // 2,)
+    ]
+    assert blocks  # the margins' state is there, as rank 0's block of 5 classes
+    run_distributed(_restore_logging_warnings, 2, str(run), str(tmp_path), optimizer)
+    saved = _saved_blocks(dumps, 1, 2)
+    for rank in range(2):
+        held = torch.load(tmp_path / f"restored-2-{rank}.pt", weights_only=False)
+        warnings = held.pop("warnings")
+        assert len(warnings) == 1 and "class_parameters.margin" in warnings[0], warnings
+        assert "restarts from zero" in warnings[0]
+        assert not any(k.startswith("margin.") for k in held), sorted(held)
+        start, stop = held["range"].tolist()
+        for key in [k for k in saved[0] if k == "margin" or k.startswith("weight")]:
+            full = torch.cat([block[key] for block in saved])
+            assert torch.equal(held[key], full[start:stop]), f"rank {rank}: {key}"

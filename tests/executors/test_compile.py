@@ -270,9 +270,23 @@ def test_the_compiled_chunked_step_runs_the_custom_ops() -> None:
     assert "torch.mm" not in code and "matmul" not in code
 
 
-@pytest.mark.parametrize("name", ["curricularface", "subcenter-arcface"])
-def test_inductor_compiled_chunked_equals_eager(name: str) -> None:
-    eager, compiled = make_loss(name, "chunked"), make_loss(name, "chunked")
+INDUCTOR_CASES = [
+    ("curricularface", {}),
+    ("subcenter-arcface", {}),
+    ("npcface", {}),  # the row-statistics op before the lse op
+    # the stepped margin with the exact gradient: the rule reads m from a buffer each step
+    (
+        "sphereface-r",
+        {"kind": "v2", "gradient": "exact", "margin_steps": [1], "margin_increment": 0.5},
+    ),
+    ("sphereface2", {}),  # the one-vs-all ops and the learned bias
+]
+"""One loss per kind of custom op and rule, through Inductor's generated code."""
+
+
+@pytest.mark.parametrize(("name", "options"), INDUCTOR_CASES)
+def test_inductor_compiled_chunked_equals_eager(name: str, options: dict) -> None:
+    eager, compiled = make_loss(name, "chunked", **options), make_loss(name, "chunked", **options)
     function = torch.compile(compiled, fullgraph=True)
     # Inductor fuses and reorders the float32 arithmetic of the small graph around the ops
     # (observed up to 4e-5 relative on ∂x after a step, where x̂'s projection cancels)
