@@ -7,8 +7,10 @@ one, a ``not`` removed or an ``if`` condition negated, a reduction replaced (``m
 tests that cover that file (``pytest -x -q -p no:cacheprovider``, with a timeout) and reports it
 **killed** (a test failed, errored or timed out) or **survived** (every test passed).
 
-Scope: the margins, the executors, verification (``evaluation/verification.py``) and the resume
-path (``train/run_state.py``'s reading and single-file restoring, ``train/checkpoint.py``).
+Scope: the margins, the executors (the softmax chunk loop; the one-vs-all reduction,
+``executors/binary*.py`` and ``triton_binary.py``, as its own area with its own tests),
+verification (``evaluation/verification.py``) and the resume path (``train/run_state.py``'s
+reading and single-file restoring, ``train/checkpoint.py``).
 Mutants are sampled with a fixed seed, a share per file, so a run is repeatable.
 
 Safety: the mutants are written into a copy of ``src/`` and ``tests/`` in a temporary folder
@@ -55,6 +57,14 @@ MARGIN_TESTS = (
 )
 EXECUTOR_TESTS = ("tests/executors", "tests/test_registry_sweep.py", "tests/test_gradcheck.py")
 VERIFICATION_TESTS = ("tests/evaluation/test_verification.py",)
+BINARY_TESTS = (
+    "tests/executors/test_binary_loop.py",
+    "tests/executors/test_binary_triton.py",
+    "tests/margins/test_binary_parity.py",
+    "tests/distributed/test_binary_sharded.py",
+)
+"""The one-vs-all reduction's tests: the loss restated, chunked = dense, Partial FC, the custom
+operators and the Triton kernels (interpreter), the authors' code, 2 ranks."""
 BASELINE_TIMEOUT_S = 1800
 """Seconds the unmutated tests of one area may take (tests/executors, one process, is the
 longest); each mutant's own limit is a multiple of its area's measured time."""
@@ -85,12 +95,21 @@ TARGETS = (
     Target("executors", "src/marginface/executors/_online_softmax.py", EXECUTOR_TESTS),
     Target("executors", "src/marginface/executors/triton_kernels.py", ("tests/executors",)),
     Target("executors", "src/marginface/executors/triton_dispatch.py", ("tests/executors",)),
+    # the one-vs-all reduction: loop, rule, in-place passes, custom operators, Triton kernels
+    Target("binary", "src/marginface/executors/binary*.py", BINARY_TESTS),
+    Target("binary", "src/marginface/executors/triton_binary.py", BINARY_TESTS),
     Target("verification", "src/marginface/evaluation/verification.py", VERIFICATION_TESTS),
     Target("resume", "src/marginface/train/run_state.py", RESUME_TESTS, RESUME_FUNCTIONS),
     Target("resume", "src/marginface/train/checkpoint.py", RESUME_TESTS),
 )
 
-AREA_SHARES = {"margins": 0.35, "executors": 0.35, "verification": 0.15, "resume": 0.15}
+AREA_SHARES = {
+    "margins": 0.3,
+    "executors": 0.3,
+    "binary": 0.15,
+    "verification": 0.125,
+    "resume": 0.125,
+}
 """How the sampling budget is split between the areas (within an area: by number of mutants)."""
 
 COMPARE_FLIPS: dict[type, type] = {
