@@ -21,10 +21,12 @@ DELIBERATE = {
     ("sphereface2-m", "variant"): "M",
     ("sphereface2-m", "margin"): 1.7,
     ("sphereface2-m", "gradient"): "straight_through",
+    ("uniface-a", "variant"): "A",
+    ("uniface-a", "margin"): 0.5,
 }
 """Named-loss defaults that differ from their margin's on purpose (AM-Softmax's paper: s = 30;
 SphereFace2-A and -M: the variant, its margin from the authors' configurations and their
-straight-through gradient)."""
+straight-through gradient; UniFace-A: the angular variant with ArcFace's m = 0.5)."""
 
 NOT_EXPOSED = {("normface", "gradient"), ("adacos", "gradient")} | {
     ("sphereface-plus", key) for key in ("kind", "feature_norm", "soft_weight")

@@ -38,6 +38,7 @@ from .losses import (
     SphereFacePlusLoss,
     SphereFaceRLoss,
     SubCenterArcFaceLoss,
+    UniFaceALoss,
     UniFaceLoss,
 )
 from .registry import create_loss, get_loss_class, list_losses, register_loss
@@ -70,6 +71,7 @@ __all__ = [
     "SphereFacePlusLoss",
     "SphereFaceRLoss",
     "SubCenterArcFaceLoss",
+    "UniFaceALoss",
     "UniFaceLoss",
     "__version__",
     "create_loss",

@@ -92,6 +92,7 @@ __all__ = [
     "SphereFacePlusLoss",
     "SphereFaceRLoss",
     "SubCenterArcFaceLoss",
+    "UniFaceALoss",
     "UniFaceLoss",
     "head_option_defaults",
     "margin_defaults",
@@ -485,7 +486,15 @@ class SphereFace2MLoss(
 @register_loss("uniface", "uce")
 class UniFaceLoss(NamedLoss, margin=UniFaceMargin, positional=("margin", "scale")):
     """UniFace (Zhou et al., 2023), the unified cross-entropy: ``softplus(b - s(cos θ_y - m)) +
-    λ·Σ_j softplus(s·cos θ_j - b)`` with one learned threshold ``b`` for all classes."""
+    λ·Σ_j softplus(s·cos θ_j - b)`` with one learned threshold ``b`` for all classes; the
+    additive cosine margin (variant C, the authors' code) unless ``variant`` says otherwise."""
+
+
+@register_loss("uniface-a")
+class UniFaceALoss(UniFaceLoss, defaults={"variant": "A", "margin": 0.5}):
+    """UniFace with ArcFace's additive angular margin: ``softplus(b - s·cos(θ_y + m)) +
+    λ·Σ_j softplus(s·cos θ_j - b)``, ``m = 0.5`` rad (ArcFace's default), ArcFace's
+    ``policy`` where ``θ_y + m >= π``, the exact gradient."""
 
 
 @register_loss("adam-softmax", "adaptiveface")

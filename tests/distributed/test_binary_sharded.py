@@ -20,6 +20,7 @@ CASES = [
     ("sphereface2-a", {"sub_centers": 2}),
     ("sphereface2-m", {"gradient": "straight_through"}),
     ("uniface", {"clamp_logits": True, "interclass_filtering_threshold": 0.4}),
+    ("uniface-a", {"policy": "clip"}),
 ]
 
 

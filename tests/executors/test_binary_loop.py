@@ -4,6 +4,8 @@ API and the memory bound."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,7 +20,7 @@ from marginface.margins.binary import softplus
 from marginface.margins.sphereface2 import similarity_adjustment
 
 N, C, D = 9, 13, 6
-BINARY = ["sphereface2", "sphereface2-a", "sphereface2-m", "uniface"]
+BINARY = ["sphereface2", "sphereface2-a", "sphereface2-m", "uniface", "uniface-a"]
 
 
 def _data(seed: int = 0, dtype=torch.float64):
@@ -61,6 +63,47 @@ def test_uniface_loss_is_its_formula():
     negative = torch.where(one_hot, 0.0, torch.log1p(torch.exp(64 * cos - b))).sum(dim=1)
     expected = (positive + 0.3 * negative).mean()
     torch.testing.assert_close(loss_fn(x, labels), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["linear", "clip", "easy", "none"])
+def test_uniface_a_loss_is_its_formula(policy):
+    """``softplus(b - s·cos(θ_y + m)) + λ·Σ_j softplus(s·cos θ_j - b)``, the target through
+    ``θ = arccos`` with ArcFace's ``policy`` where ``θ_y + m >= π`` (rows pointed away from
+    their class reach it)."""
+    x, labels = _data(1)
+    loss_fn = marginface.create_loss(
+        "uniface-a", C, D, negative_weight=0.3, policy=policy, dtype=torch.float64
+    )
+    w = loss_fn.weight.detach()
+    x[::3] = -F.normalize(w[labels[::3]], dim=1) * 5.0 + 0.1 * x[::3]  # θ_y near π
+    cos = F.normalize(x) @ F.normalize(w).t()
+    b, m = float(loss_fn.margin.bias), 0.5
+    cos_y = cos.gather(1, labels[:, None]).squeeze(1)
+    theta = torch.arccos(cos_y)
+    beyond = theta + m >= math.pi
+    assert beyond.any() and not beyond.all()
+    shifted = torch.cos(theta + m)
+    target = {
+        "linear": torch.where(beyond, cos_y - math.sin(math.pi - m) * m, shifted),
+        "clip": torch.where(beyond, -1.0, shifted),
+        "easy": torch.where(cos_y > 0, shifted, cos_y),
+        "none": shifted,
+    }[policy]
+    one_hot = F.one_hot(labels, C).bool()
+    positive = torch.log1p(torch.exp(-(64 * target - b)))
+    negative = torch.where(one_hot, 0.0, torch.log1p(torch.exp(64 * cos - b))).sum(dim=1)
+    expected = (positive + 0.3 * negative).mean()
+    torch.testing.assert_close(loss_fn(x, labels), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_uniface_a_with_no_margin_is_uniface_with_no_margin():
+    x, labels = _data(2)
+    values = []
+    for name in ("uniface", "uniface-a"):
+        torch.manual_seed(3)
+        loss_fn = marginface.create_loss(name, C, D, margin=0.0, dtype=torch.float64)
+        values.append(loss_fn(x, labels))
+    torch.testing.assert_close(values[0], values[1], rtol=1e-13, atol=1e-13)
 
 
 def test_power_one_and_no_margin_is_plain_cosine_for_every_variant():
@@ -215,6 +258,9 @@ def test_sphereface2_bad_options_raise_naming_them(options, error, text):
         ({"clamp_logits": 1}, TypeError, r"clamp_logits must be a bool, got 1"),
         ({"margin": float("nan")}, ValueError, r"margin must be finite"),
         ({"scale": 0.0}, ValueError, r"scale must be > 0"),
+        ({"variant": "M"}, ValueError, r"variant must be one of 'C', 'A', got 'M'"),
+        ({"variant": "A", "margin": 3.2}, ValueError, r"margin must be < 3.14"),
+        ({"variant": "A", "policy": "wrap"}, ValueError, r"policy must be one of .*'wrap'"),
     ],
 )
 def test_uniface_bad_options_raise_naming_them(options, error, text):

@@ -25,6 +25,7 @@ CASES = [
     ("sphereface2-m", {}),
     ("uniface", {"clamp_logits": True, "scale": 10.0}),
     ("uniface", {"margin": 0.0, "negative_weight": 0.5}),
+    ("uniface-a", {}),
 ]
 
 

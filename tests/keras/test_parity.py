@@ -77,6 +77,8 @@ CASES: list[tuple[str, dict]] = [
     ("sphereface2-m", {}),
     ("uniface", {}),
     ("uniface", {"margin": 0.0, "negative_weight": 0.5, "clamp_logits": True}),
+    ("uniface-a", {}),
+    ("uniface-a", {"policy": "easy", "gradient": "straight_through", "margin": 0.3}),
     ("adam-softmax", {}),
     ("npcface", {}),
     ("sphereface-r", {}),

@@ -42,6 +42,7 @@ from .layers import (
     SphereFace2M,
     SubCenterArcFace,
     UniFace,
+    UniFaceA,
 )
 from .losses import CurricularFaceLoss
 
@@ -66,6 +67,7 @@ __all__ = [
     "SphereFace2M",
     "SubCenterArcFace",
     "UniFace",
+    "UniFaceA",
     "create_head",
     "get_head_class",
 ]

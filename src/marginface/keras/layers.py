@@ -73,6 +73,7 @@ __all__ = [
     "SphereFaceR",
     "SubCenterArcFace",
     "UniFace",
+    "UniFaceA",
 ]
 
 H = TypeVar("H", bound=type)
@@ -489,18 +490,28 @@ class SphereFace2M(SphereFace2):
 
 @_head
 class UniFace(BinaryHead):
-    """UniFace (unified cross-entropy): ``z_y = s(cos θ_y - m) - b``, ``z_j = s·cos θ_j - b``,
-    one learned threshold ``b``; binary logits, trained with
+    """UniFace (unified cross-entropy): ``z_y = s·f(cos θ_y) - b``, ``z_j = s·cos θ_j - b``,
+    one learned threshold ``b``, ``f(c) = c - m`` (variant C) or ``cos(θ + m)`` with
+    ``policy`` (A); binary logits, trained with
     :meth:`~marginface.keras.binary.BinaryHead.loss`."""
 
     loss_name = "uniface"
     bias_sign = -1.0
 
     def target_similarity(self, cos_target: Any) -> Any:
+        if self.variant == "A":
+            return additive_angular_margin(cos_target, self.margin, self.policy)
         return cos_target - self.margin
 
     def nontarget_similarity(self, cosine: Any) -> Any:
         return cosine
+
+
+@_head
+class UniFaceA(UniFace):
+    """UniFace with ArcFace's additive angular margin: ``f(c) = cos(θ + m)``, ``m = 0.5``."""
+
+    loss_name = "uniface-a"
 
 
 @_head

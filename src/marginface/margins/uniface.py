@@ -7,8 +7,10 @@ similarity from every negative one (:mod:`~marginface.margins.binary`):
     L_i = \log\big(1 + e^{-(s(\cos\theta_{iy_i} - m) - b)}\big)
           + \lambda\sum_{j\ne y_i}\log\big(1 + e^{s\cos\theta_{ij} - b}\big)
 
-``m = 0`` is the plain UCE loss, ``m > 0`` UCE with a margin (the authors' released head,
-``CVI-SZU/UniFace`` ``head.py`` ``Unified_Cross_Entropy_Loss``).
+``m = 0`` is the plain UCE loss, ``m > 0`` UCE with a margin: the additive cosine margin
+``cos θ_y - m`` (variant ``"C"``, the authors' released head, ``CVI-SZU/UniFace`` ``head.py``
+``Unified_Cross_Entropy_Loss``) or ArcFace's additive angular margin ``cos(θ_y + m)`` (variant
+``"A"``, with ArcFace's policies where ``θ_y + m >= π``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_int, check_real
+from .._validation import check_choice, check_int, check_real
 from ._alias import alias
+from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .binary import BinaryMargin
 
-__all__ = ["UniFaceMargin", "uniface_initial_bias"]
+__all__ = ["UNIFACE_VARIANTS", "UniFaceMargin", "uniface_initial_bias"]
+
+UNIFACE_VARIANTS = ("C", "A")
+"""UniFace's target margins: additive cosine (the authors' code) and additive angular."""
 
 
 def uniface_initial_bias(num_classes: int, sample_rate: float = 1.0) -> float:
@@ -32,24 +38,32 @@ def uniface_initial_bias(num_classes: int, sample_rate: float = 1.0) -> float:
 
 
 class UniFaceMargin(BinaryMargin):
-    r"""UniFace's unified cross-entropy (Zhou et al., ICCV 2023), with an additive cosine margin.
+    r"""UniFace's unified cross-entropy (Zhou et al., ICCV 2023), with a target margin.
 
     .. math::
-        z_y = s(\cos\theta_y - m) - b, \qquad z_j = s\cos\theta_j - b, \qquad
+        z_y = s\,f(\cos\theta_y) - b, \qquad z_j = s\cos\theta_j - b, \qquad
         L = \mathrm{softplus}(-z_y) + \lambda\textstyle\sum_{j\ne y}\mathrm{softplus}(z_j)
 
-    Defaults are the authors' released code's (``head.py``: ``m = 0.4``, ``s = 64``,
-    ``l = 1``, ``b_0 = log(10·C·r)``).
+    with ``f(c) = c - m`` (variant ``"C"``) or ``f(c) = cos(θ + m)`` (variant ``"A"``,
+    :func:`~marginface.margins.arcface.additive_angular_margin` with ``policy``). Defaults are
+    the authors' released code's (``head.py``: ``m = 0.4``, ``s = 64``, ``l = 1``,
+    ``b_0 = log(10·C·r)``), which has variant C only.
 
     Args:
-        margin: ``m >= 0`` in cosine units (0: UCE without margin). Default: 0.4.
+        margin: ``m >= 0``: cosine units for ``"C"`` (0: UCE without margin), radians in
+            ``[0, π)`` for ``"A"`` (ArcFace's 0.5 in ``"uniface-a"``). Default: 0.4.
         scale: ``s > 0``. Default: 64.0.
         negative_weight: ``λ >= 0``, the weight of each negative term (the code's ``l``).
             Default: 1.0.
+        variant: ``"C"`` (default, additive cosine) or ``"A"`` (additive angular).
+        policy: variant A's target where ``θ_y + m >= π``, one of
+            :data:`~marginface.margins.arcface.ANGLE_POLICIES` (ArcFace's; default
+            ``"linear"``: ``cos θ - m·sin m``); ignored by variant C.
         clamp_logits: clamp every logit to ``[-s, s]`` before the softplus (value and
             gradient), as the authors' code does to keep its ``log(1 + exp(·))`` finite.
             Default: False (the paper's loss; marginface's softplus is finite everywhere).
-        gradient: ``"exact"`` or ``"straight_through"`` (identical here: the margin is a shift).
+        gradient: ``"exact"`` (default) or ``"straight_through"`` (``∂z_y/∂cos θ_y = s``, the
+            margin held constant; identical to exact for variant C, where it is a shift).
         interclass_filtering_threshold: ``τ`` in [0, 1] (0: off; see
             :class:`~marginface.margins.binary.BinaryMargin`). Default: 0.
         num_classes, sample_rate: ``C`` and the Partial FC rate ``r``, for the initial
@@ -62,9 +76,9 @@ class UniFaceMargin(BinaryMargin):
 
     bias_sign = -1.0
 
-    cosine_margin = alias(
+    variant_margin = alias(
         "margin",
-        "``m``, the additive cosine margin, in cosine units (the constructor's ``margin``).",
+        "``m`` of the variant: cosine units (C) or radians (A) (the constructor's ``margin``).",
     )
 
     def __init__(
@@ -73,6 +87,8 @@ class UniFaceMargin(BinaryMargin):
         scale: float = 64.0,
         *,
         negative_weight: float = 1.0,
+        variant: str = "C",
+        policy: str = "linear",
         clamp_logits: bool = False,
         gradient: str = "exact",
         interclass_filtering_threshold: float = 0.0,
@@ -80,6 +96,10 @@ class UniFaceMargin(BinaryMargin):
         sample_rate: float = 1.0,
         device: torch.device | str | None = None,
     ) -> None:
+        self.variant = check_choice("variant", variant, UNIFACE_VARIANTS)
+        self.policy = check_choice("policy", policy, ANGLE_POLICIES)
+        if variant == "A":
+            margin = check_real("margin", margin, nonnegative=True, below=math.pi)
         if not isinstance(clamp_logits, bool):
             raise TypeError(f"clamp_logits must be a bool, got {clamp_logits!r}")
         scale = check_real("scale", scale, positive=True)
@@ -99,6 +119,8 @@ class UniFaceMargin(BinaryMargin):
         self.clamp_logits = clamp_logits
 
     def target_similarity(self, cos_target: Tensor) -> Tensor:
+        if self.variant == "A":
+            return additive_angular_margin(cos_target, self.margin, self.policy)
         return cos_target - self.margin
 
     def nontarget_similarity(self, cosine: Tensor) -> Tensor:
@@ -114,6 +136,8 @@ class UniFaceMargin(BinaryMargin):
         return {"power": 1.0, "offset": 0.0}
 
     def extra_repr(self) -> str:
+        variant = f", variant='A', policy={self.policy!r}" if self.variant == "A" else ""
         return (
-            f"margin={self.margin}, {super().extra_repr()}, negative_weight={self.negative_weight}"
+            f"margin={self.margin}{variant}, {super().extra_repr()}, "
+            f"negative_weight={self.negative_weight}"
         )
