@@ -59,12 +59,16 @@ EXECUTOR_TESTS = ("tests/executors", "tests/test_registry_sweep.py", "tests/test
 VERIFICATION_TESTS = ("tests/evaluation/test_verification.py",)
 BINARY_TESTS = (
     "tests/executors/test_binary_loop.py",
+    "tests/executors/test_binary_op.py",
     "tests/executors/test_binary_triton.py",
     "tests/margins/test_binary_parity.py",
     "tests/distributed/test_binary_sharded.py",
+    "tests/executors/test_compile.py::test_compiled_loss_equals_eager[uniface-chunked]",
+    "tests/executors/test_compile.py::test_compiled_loss_equals_eager[sphereface2-a-chunked]",
 )
 """The one-vs-all reduction's tests: the loss restated, chunked = dense, Partial FC, the custom
-operators and the Triton kernels (interpreter), the authors' code, 2 ranks."""
+operators and the Triton kernels (interpreter), the authors' code, 2 ranks, and two losses
+compiled (the operators' registered autograd and fake implementations)."""
 BASELINE_TIMEOUT_S = 1800
 """Seconds the unmutated tests of one area may take (tests/executors, one process, is the
 longest); each mutant's own limit is a multiple of its area's measured time."""

@@ -353,3 +353,107 @@ def test_auto_counts_the_binary_dense_step_larger_than_the_softmax_one() -> None
         head = marginface.create_loss(name, 100, 512, impl="auto", memory_budget=budget)
         assert head.dense_step_bytes(64) == BINARY_DENSE_COPIES * 64 * 100 * 4
         assert head.executor(64) == "chunked"
+
+
+class _HalfCosine(UniFaceMargin):
+    """``g(c) = c/2 + 0.1``: a non-target rule the custom operators and the kernels do not
+    compile, so the chunked step runs the PyTorch passes of ``binary_loop``."""
+
+    def nontarget_similarity(self, cosine):
+        return 0.5 * cosine + 0.1
+
+    def nontarget_similarity_slope(self, cosine):
+        return torch.full_like(cosine, 0.5)
+
+
+def _step(loss_fn, x, labels, seed=7):
+    xi = x.clone().requires_grad_(True)
+    torch.manual_seed(seed)  # the same Partial FC sample on both executors
+    value = loss_fn(xi, labels)
+    return (value, *torch.autograd.grad(value, [xi, loss_fn.weight, loss_fn.margin.bias]))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"clamp_logits": True, "scale": 8.0},
+        {"interclass_filtering_threshold": 0.3},
+        {"sub_centers": 2, "sample_rate": 0.6},
+    ],
+)
+def test_a_margin_without_a_declared_rule_runs_the_pytorch_passes_equal_to_dense(
+    options, chunk_size
+):
+    """The chunked step of a margin whose rule is not declared (``_nontarget_sums``,
+    ``_nontarget_gradient``): loss, ∂x, ∂W and ∂b equal the dense step's in float64, with the
+    clamp, inter-class filtering, sub-centers and a Partial FC sample."""
+    head_options = {k: options[k] for k in ("sub_centers", "sample_rate") if k in options}
+    margin_options = {k: v for k, v in options.items() if k not in head_options}
+    x, labels = _data(11)
+    results = []
+    for impl in ("dense", "chunked"):
+        torch.manual_seed(0)
+        margin = _HalfCosine(num_classes=C, **margin_options)
+        assert margin.binary_kernel_parameters() is None
+        loss_fn = marginface.MarginSoftmaxLoss(
+            C, D, margin, impl=impl, chunk_size=chunk_size, dtype=torch.float64, **head_options
+        ).train()
+        results.append(_step(loss_fn, x, labels))
+    for what, ours, dense in zip(["loss", "∂x", "∂W", "∂b"], *results, strict=True):
+        torch.testing.assert_close(ours, dense, rtol=1e-10, atol=1e-12, msg=what)
+
+
+def test_each_margin_takes_its_pass(monkeypatch):
+    """A declared rule without filtering runs on the custom operators; with filtering, on the
+    autograd Function with the rule's in-place passes; an undeclared rule on the PyTorch
+    passes (the choice changes memory and compilation, not values)."""
+    from marginface.executors import binary_loop
+
+    calls: list[str] = []
+
+    def spy(name):
+        original = getattr(binary_loop, name)
+
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(binary_loop, name, wrapper)
+
+    for name in ("fused_binary_loss", "rule_sums", "rule_gradient"):
+        spy(name)
+    for name in ("_nontarget_sums", "_nontarget_gradient"):
+        spy(name)
+    x, labels = _data(12, torch.float32)
+    cases = [
+        (UniFaceMargin(num_classes=C), ["fused_binary_loss"]),
+        (
+            UniFaceMargin(num_classes=C, interclass_filtering_threshold=0.3),
+            ["rule_sums", "rule_gradient"],
+        ),
+        (_HalfCosine(num_classes=C), ["_nontarget_sums", "_nontarget_gradient"]),
+    ]
+    for margin, expected in cases:
+        calls.clear()
+        loss_fn = marginface.MarginSoftmaxLoss(C, D, margin, impl="chunked", chunk_size=4)
+        loss_fn(x.clone().requires_grad_(True), labels).backward()
+        assert calls == expected, (margin, calls)
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0])
+def test_a_clamp_at_or_below_one_is_applied_on_the_custom_operators(scale):
+    """UniFace's clamp ``L = s`` with ``s <= 1``: the chunked step (custom operators) clamps as
+    the dense one does (most non-target logits ``s·c - b`` are below ``-s`` here)."""
+    x, labels = _data(13)
+    results = []
+    for impl in ("dense", "chunked"):
+        torch.manual_seed(0)
+        loss_fn = marginface.create_loss(
+            "uniface", C, D, scale=scale, clamp_logits=True, impl=impl, chunk_size=4,
+            dtype=torch.float64,
+        )  # fmt: skip
+        results.append(_step(loss_fn, x, labels))
+    for what, ours, dense in zip(["loss", "∂x", "∂W", "∂b"], *results, strict=True):
+        torch.testing.assert_close(ours, dense, rtol=1e-10, atol=1e-12, msg=what)

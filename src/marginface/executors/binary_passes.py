@@ -10,9 +10,11 @@ rule clamps):
   ``∂L/∂b``, ``β Σ_ij γ_i σ(z_ij)`` over the entries inside the clamp.
 
 Each chunk's cosines are transformed over the chunk workspace itself (one ``N×c`` temporary for
-the softplus tail, one for the slope of the exact gradient, a boolean mask with a clamp), the
-values equal to :func:`~marginface.executors.binary_rule.rule_logits`'s. Inter-class filtering
-(``filter_threshold`` ``τ > 0``) sets the cosines above ``τ`` to 0 first and their gradient to 0.
+the softplus tail, one for the slope of the exact gradient, a boolean mask with a clamp), in the
+order of the formula above, so the values equal the margin's own
+(:meth:`~marginface.margins.binary.BinaryMargin.nontarget_logit`, the dense path).
+Inter-class filtering (``filter_threshold`` ``τ > 0``) sets the cosines above ``τ`` to 0 first
+and their gradient to 0.
 The custom operators (:mod:`~marginface.executors.binary_op`) and the autograd Function of the
 sharded head (:mod:`~marginface.executors.binary_loop`) both call these passes.
 """
@@ -91,9 +93,8 @@ def _halved_in_place(cos: Tensor) -> Tensor:
 
 
 def _logits_in_place(u: Tensor, rule: BinaryRule) -> Tensor:
-    """``z = s(2u^t - 1 + μ) + βb`` (before the clamp) written over ``u`` (``Tensor[N, c]``):
-    the operations of :func:`~marginface.executors.binary_rule.rule_logits`, in its order, so
-    the values are the same, without its ``N×c`` temporaries."""
+    """``z = s(2u^t - 1 + μ) + βb`` (before the clamp) written over ``u`` (``Tensor[N, c]``),
+    in the formula's order, without ``N×c`` temporaries."""
     z = u.pow_(rule.power).mul_(2.0).sub_(1.0).add_(rule.offset)
     return z.mul_(rule.scale).add_(rule.bias_term)
 
@@ -126,8 +127,7 @@ def _nontarget_cosine_gradient(
     """``∂L/∂c_ij = γ_i σ(z_ij) ∂z/∂c`` of one chunk's cosines ``cos`` (``Tensor[N, c]``, the
     workspace, overwritten), the target column zeroed, and the chunk's ``∂L/∂b`` share
     ``β Σ γ_i σ(z_ij) ∂z/∂(βb)``. In place: the workspace, plus one ``N×c`` buffer for the
-    slope of the exact gradient and a boolean mask with a clamp (``rule_logits`` and
-    ``torch.sigmoid`` allocated about six)."""
+    slope of the exact gradient and a boolean mask with a clamp."""
     u = _halved_in_place(cos)  # (N, c)
     slope: Tensor | float = rule.scale  # ∂z/∂c, straight-through
     if not rule.straight_through:

@@ -18,12 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from .chunk_plan import requested_kernels, use_triton_kernels
 
-__all__ = ["BinaryRule", "binary_rule_of", "rule_logits", "use_binary_kernels"]
+__all__ = ["BinaryRule", "binary_rule_of", "use_binary_kernels"]
 
 
 @dataclass(frozen=True)
@@ -85,19 +84,3 @@ def binary_rule_of(margin: Any, bias: Tensor) -> BinaryRule:
         clamp=margin.logit_clamp,
         straight_through=margin.gradient == "straight_through",
     )
-
-
-def rule_logits(cos: Tensor, rule: BinaryRule) -> tuple[Tensor, Tensor, Tensor | float]:
-    """``(z, ∂z/∂c, ∂z/∂b / β)`` of ``rule`` elementwise (``Tensor[N, c]`` each; the last the
-    float 1 without a clamp, else the not-clamped mask)."""
-    u = ((cos + 1.0) * 0.5).clamp_min(0.0)
-    z = (2.0 * u.pow(rule.power) - 1.0 + rule.offset) * rule.scale + rule.bias_term
-    if rule.straight_through:
-        slope = torch.full_like(cos, rule.scale)
-    else:
-        slope = u.pow(rule.power - 1.0).mul_(rule.power * rule.scale)
-    if rule.clamp is None:
-        return z, slope, 1.0
-    inside = (z >= -rule.clamp) & (z <= rule.clamp)
-    zero = torch.zeros_like(slope)
-    return z.clamp(-rule.clamp, rule.clamp), torch.where(inside, slope, zero), inside.to(z.dtype)
