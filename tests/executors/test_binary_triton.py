@@ -122,3 +122,83 @@ def test_kernels_refuse_filtering_naming_the_margin(kernels: ModuleType) -> None
     )  # fmt: skip
     with pytest.raises(ValueError, match="UniFaceMargin: interclass_filtering_threshold"):
         filtered(x, labels)
+
+
+def test_a_chunk_wider_than_one_class_tile_matches_the_pytorch_chunk_loop(
+    kernels: ModuleType,
+) -> None:
+    """150 classes in one chunk: three 64-class tiles per launch (``pid > 0``), loss and every
+    gradient equal to the PyTorch loop's."""
+    generator = torch.Generator().manual_seed(4)
+    classes = 150
+    x = (torch.randn(N, D, generator=generator) * 3).to(DEVICE)
+    labels = torch.randint(0, classes, (N,), generator=generator).to(DEVICE)
+    upstream = torch.rand(N, generator=generator).to(DEVICE)
+    results = []
+    for choice in ("torch", "triton"):
+        torch.manual_seed(1)
+        loss_fn = marginface.create_loss(
+            "sphereface2", classes, D, impl="chunked", chunk_size=classes, kernels=choice,
+            reduction="none", device=DEVICE,
+        )  # fmt: skip
+        xi = x.clone().requires_grad_(True)
+        value = loss_fn(xi, labels)
+        grads = torch.autograd.grad(
+            (value * upstream).sum(), [xi, loss_fn.weight, loss_fn.margin.bias]
+        )
+        results.append((value.detach(), *grads))
+    for what, a, e in zip(("loss", "∂x", "∂W", "∂b"), results[1], results[0], strict=True):
+        assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
+
+
+def test_the_autograd_function_on_the_kernels_matches_the_pytorch_passes(
+    kernels: ModuleType,
+) -> None:
+    """``ChunkedBinaryLoss`` (the sharded head's step) with ``triton=True`` against
+    ``triton=False``: the kernels there see the margin's own negative weight (SphereFace2's
+    ``w(1 - λ)/r``, not 1 as in the custom operators)."""
+    from marginface.executors.binary_loop import ChunkedBinaryLoss
+
+    generator = torch.Generator().manual_seed(5)
+    x = (torch.randn(N, D, generator=generator) * 3).to(DEVICE)
+    labels = torch.randint(0, C, (N,), generator=generator).to(DEVICE)
+    upstream = torch.rand(N, generator=generator).to(DEVICE)
+    loss_fn = marginface.create_loss("sphereface2", C, D, device=DEVICE)
+    margin = loss_fn.margin
+    assert margin.negative_weight != 1.0
+    results = []
+    for triton in (False, True):
+        xi = x.clone().requires_grad_(True)
+        value = ChunkedBinaryLoss.apply(
+            xi, loss_fn.weight, margin.bias, labels, labels, margin, 1, CHUNK, torch.float32,
+            None, None, triton,
+        )  # fmt: skip
+        grads = torch.autograd.grad((value * upstream).sum(), [xi, loss_fn.weight, margin.bias])
+        results.append((value.detach(), *grads))
+    for what, a, e in zip(("loss", "∂x", "∂W", "∂b"), results[1], results[0], strict=True):
+        assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
+
+
+def test_the_weight_gradient_refuses_an_out_it_cannot_write(kernels: ModuleType) -> None:
+    from marginface.executors.binary_rule import binary_rule_of
+    from marginface.executors.triton_binary import binary_weight_gradient
+
+    loss_fn = marginface.create_loss("uniface", C, D, device=DEVICE)
+    x_hat = torch.nn.functional.normalize(torch.randn(N, D), dim=1).to(DEVICE)
+    weight = loss_fn.weight.detach()
+    inv_norms = weight.norm(dim=1).reciprocal()
+    labels = torch.randint(0, C, (N,)).to(DEVICE)
+    rule = binary_rule_of(loss_fn.margin, loss_fn.margin.bias.detach())
+    grad = torch.ones(N, device=DEVICE)
+    for bad in (
+        torch.zeros(C, D, dtype=torch.float64, device=DEVICE),  # the dtype
+        torch.zeros(D, C, device=DEVICE).t(),  # not contiguous
+        torch.zeros(C - 1, D, device=DEVICE),  # the shape
+    ):
+        with pytest.raises(
+            ValueError, match=rf"out must be a contiguous float32 tensor of shape \({C}, {D}\)"
+        ):
+            binary_weight_gradient(
+                x_hat, weight, inv_norms, labels, rule, grad, sub_centers=1, start=0, stop=C,
+                out=bad,
+            )  # fmt: skip
