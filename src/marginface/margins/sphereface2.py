@@ -64,14 +64,22 @@ def sphereface2_initial_bias(
 
     .. math:: b_0 = \log 2z - a_i - \log\Big(1 - z + \sqrt{(1 - z)^2 + 4z\,e^{a_y - a_i}}\Big)
 
+    For ``z > 1`` (``C <= 3`` at ``λ = 0.7``) and a large margin, ``1 - z + √·`` cancels to 0 in
+    floating point; it is then computed as ``4z·e^{a_y - a_i} / (√· + z - 1)`` (the same value,
+    rationalized), in logarithms.
+
     Args:
         num_classes: ``C >= 2``.
         balance: ``λ`` in (0, 1).
         target_logit, nontarget_logit: ``a_y = r·f(0)``, ``a_i = r·h(0)``.
     """
     z = balance / ((1.0 - balance) * (num_classes - 1.0))
-    root = math.sqrt((1.0 - z) ** 2 + 4.0 * z * math.exp(target_logit - nontarget_logit))
-    return math.log(2.0 * z) - nontarget_logit - math.log(1.0 - z + root)
+    gap = target_logit - nontarget_logit
+    root = math.sqrt((1.0 - z) ** 2 + 4.0 * z * math.exp(gap))
+    if z <= 1.0:  # 1 - z >= 0: no cancellation
+        return math.log(2.0 * z) - nontarget_logit - math.log(1.0 - z + root)
+    log_term = math.log(4.0 * z) + gap - math.log(root + z - 1.0)
+    return math.log(2.0 * z) - nontarget_logit - log_term
 
 
 class SphereFace2Margin(BinaryMargin):
