@@ -61,6 +61,7 @@ def test_the_boundaries_are_accepted(options):
         ({"variant": "A", "margin": math.pi}, r"margin must be < 3.14"),
         ({"variant": "M", "margin": 0.99}, r"margin must be >= 1 for variant 'M'"),
         ({"power": 0.99}, r"power must be >= 1, got 0.99"),
+        ({"balance": 1.0}, r"balance must be < 1"),
         ({"num_classes": 1}, r"num_classes must be >= 2"),
     ],
 )
