@@ -23,7 +23,7 @@ import torch
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import Trainer
-from marginface.train.run_state import read_saved_run, save_run_state
+from marginface.train.run_state import SavedRun, read_saved_run, save_run_state
 from marginface.train.sharded_checkpoint import read_sidecar
 
 from .harness import run_distributed
@@ -111,12 +111,33 @@ def _resume(rank: int, world: int, run: str, dumps: str, optimizer: str) -> None
     assert main([*_command(run, optimizer), "--checkpoint-every", "4", "--resume"]) == 0
 
 
-def _restored(run: Path, optimizer: str) -> dict[str, torch.Tensor]:
-    """The run's checkpoint restored by a trainer in this process (in a group or not)."""
+def _restored_trainer(run: Path, optimizer: str) -> tuple[Trainer, SavedRun]:
+    """A trainer in this process (in a group or not) with the run's checkpoint restored."""
     trainer = Trainer(_config(optimizer), run)
     trainer._init_distributed()
     trainer._setup()
-    trainer._restore(read_saved_run(run))
+    saved = read_saved_run(run)
+    trainer._restore(saved)
+    return trainer, saved
+
+
+def _save_back(run: Path, trainer: Trainer, saved: SavedRun, *, distributed: bool) -> None:
+    """Write the restored state back into ``run`` as a new checkpoint of the same position."""
+    save_run_state(
+        run,
+        trainer._objects(),
+        epoch=saved.epoch,
+        config=trainer.config,
+        meta=trainer.meta,
+        history=saved.history,
+        position=saved.position,
+        distributed=distributed,
+    )
+
+
+def _restored(run: Path, optimizer: str) -> dict[str, torch.Tensor]:
+    """The run's checkpoint restored by a trainer in this process (in a group or not)."""
+    trainer, _ = _restored_trainer(run, optimizer)
     held = _held_state(trainer.model, trainer.head, trainer.optimizer)
     return {**held, "range": torch.tensor(trainer.head.class_range)}
 
@@ -199,20 +220,8 @@ def test_restored_at_another_world_size_holds_the_resharded_state(crashed, tmp_p
 
 def _save_single_file(run: Path, optimizer: str) -> None:
     """Restore the sharded checkpoint on one process and write it back as ``checkpoint.pt``."""
-    trainer = Trainer(_config(optimizer), run)
-    trainer._init_distributed()
-    trainer._setup()
-    saved = read_saved_run(run)
-    trainer._restore(saved)
-    save_run_state(
-        run,
-        trainer._objects(),
-        epoch=saved.epoch,
-        config=trainer.config,
-        meta=trainer.meta,
-        history=saved.history,
-        position=saved.position,
-    )
+    trainer, saved = _restored_trainer(run, optimizer)
+    _save_back(run, trainer, saved, distributed=False)
 
 
 def test_single_file_checkpoint_restored_at_two_ranks_cuts_the_margins_state(crashed, tmp_path):
@@ -233,27 +242,14 @@ def _save_in_the_old_layout(rank: int, world: int, run: str, optimizer: str) -> 
     optimizer state was sharded by class: each rank's block as a plain (replicated) tensor."""
     from marginface.train import sharded_checkpoint
 
-    trainer = Trainer(_config(optimizer), Path(run))
-    trainer._init_distributed()
-    trainer._setup()
-    saved = read_saved_run(Path(run))
-    trainer._restore(saved)
+    trainer, saved = _restored_trainer(Path(run), optimizer)
     sharded = sharded_checkpoint.class_state_view
 
     def centers_only(value, head, name):
         return sharded(value, head, name) if name == "weight" else value
 
     sharded_checkpoint.class_state_view = centers_only
-    save_run_state(
-        Path(run),
-        trainer._objects(),
-        epoch=saved.epoch,
-        config=trainer.config,
-        meta=trainer.meta,
-        history=saved.history,
-        position=saved.position,
-        distributed=True,
-    )
+    _save_back(Path(run), trainer, saved, distributed=True)
 
 
 def _restore_logging_warnings(rank: int, world: int, run: str, out: str, optimizer: str) -> None:

@@ -422,9 +422,9 @@ def test_each_margin_takes_its_pass(monkeypatch):
 
         monkeypatch.setattr(binary_loop, name, wrapper)
 
-    for name in ("fused_binary_loss", "rule_sums", "rule_gradient"):
-        spy(name)
-    for name in ("_nontarget_sums", "_nontarget_gradient"):
+    for name in (
+        "fused_binary_loss", "rule_sums", "rule_gradient", "_nontarget_sums", "_nontarget_gradient"
+    ):  # fmt: skip
         spy(name)
     x, labels = _data(12, torch.float32)
     cases = [

@@ -105,6 +105,33 @@ def test_sphereface2_equals_the_authors_code(name, variant, options, impl):
             b_ref = b_ref - LR * rb
 
 
+def _three_steps_against(loss_fn, reference, w_ref, b_ref, what):
+    """Three SGD steps (lr ``LR``) of ``loss_fn`` and of ``reference(x, w, labels, b)`` from the
+    same centers and bias: loss, ∂x, ∂W and ∂b equal within ``TOLERANCE`` at each. Returns each
+    step's ``(x, labels, centers, bias)`` as both sides saw them."""
+    seen = []
+    for step in range(3):
+        with torch.no_grad():
+            loss_fn.weight.copy_(w_ref)
+            loss_fn.margin.bias.copy_(b_ref)
+        x, labels = _batch(step, w_ref)
+        value, gx, gw, gb = _ours(loss_fn, x, labels)
+        xr = x.clone().requires_grad_(True)
+        wr = w_ref.clone().requires_grad_(True)
+        br = b_ref.clone().requires_grad_(True)
+        expected = reference(xr, wr, labels, br)
+        rx, rw, rb = torch.autograd.grad(expected, [xr, wr, br])
+        _close(value, expected.detach(), f"{what} step {step} loss")
+        _close(gx, rx, f"{what} step {step} ∂x")
+        _close(gw, rw, f"{what} step {step} ∂W")
+        _close(gb, rb, f"{what} step {step} ∂b")
+        seen.append((x, labels, w_ref, b_ref))
+        with torch.no_grad():
+            w_ref = w_ref - LR * rw
+            b_ref = b_ref - LR * rb
+    return seen
+
+
 UNIFACE = [
     {"clamp_logits": True},
     {"clamp_logits": True, "margin": 0.0, "negative_weight": 0.5, "scale": 32.0},
@@ -121,31 +148,18 @@ def test_uniface_equals_the_authors_code(options, impl):
     )
     initial = float(torch.tensor(math.log(C * 1.0 * 10)))  # a float32 parameter on both sides
     assert float(loss_fn.margin.bias) == initial
-    w_ref = _centers(2)
-    b_ref = torch.tensor(initial, dtype=torch.float64)
+    seen = _three_steps_against(
+        loss_fn,
+        lambda x, w, labels, b: uniface_loss(x, w, labels, b, m=m, s=s, l=lam),
+        _centers(2),
+        torch.tensor(initial, dtype=torch.float64),
+        f"uniface {options} {impl}",
+    )
     clamped = 0
-    for step in range(3):
-        with torch.no_grad():
-            loss_fn.weight.copy_(w_ref)
-            loss_fn.margin.bias.copy_(b_ref)
-        x, labels = _batch(step, w_ref)
-        value, gx, gw, gb = _ours(loss_fn, x, labels)
-        xr = x.clone().requires_grad_(True)
-        wr = w_ref.clone().requires_grad_(True)
-        br = b_ref.clone().requires_grad_(True)
-        reference = uniface_loss(xr, wr, labels, br, m=m, s=s, l=lam)
-        rx, rw, rb = torch.autograd.grad(reference, [xr, wr, br])
-        what = f"uniface {options} {impl} step {step}"
-        _close(value, reference.detach(), f"{what} loss")
-        _close(gx, rx, f"{what} ∂x")
-        _close(gw, rw, f"{what} ∂W")
-        _close(gb, rb, f"{what} ∂b")
-        with torch.no_grad():
-            cos = F.normalize(x) @ F.normalize(w_ref).t()
-            clamped += int(((s * cos - b_ref).abs() > s).sum())
-            clamped += int(((s * (cos.gather(1, labels[:, None]) - m) - b_ref).abs() > s).sum())
-            w_ref = w_ref - LR * rw
-            b_ref = b_ref - LR * rb
+    for x, labels, w_ref, b_ref in seen:
+        cos = F.normalize(x) @ F.normalize(w_ref).t()
+        clamped += int(((s * cos - b_ref).abs() > s).sum())
+        clamped += int(((s * (cos.gather(1, labels[:, None]) - m) - b_ref).abs() > s).sum())
     assert clamped > 0  # the inputs reach the authors' clamp
 
 
@@ -194,28 +208,15 @@ def test_uniface_a_equals_its_formula_over_three_steps(policy, impl):
     loss_fn = marginface.create_loss(
         "uniface-a", C, D, dtype=torch.float64, impl=impl, chunk_size=5, policy=policy
     )
-    w_ref = _centers(4)
-    b_ref = loss_fn.margin.bias.detach().double().clone()
+    seen = _three_steps_against(
+        loss_fn,
+        lambda x, w, labels, b: _uniface_a_formula(x, w, labels, b, m=m, s=s, policy=policy),
+        _centers(4),
+        loss_fn.margin.bias.detach().double().clone(),
+        f"uniface-a {policy} {impl}",
+    )
     beyond = 0
-    for step in range(3):
-        with torch.no_grad():
-            loss_fn.weight.copy_(w_ref)
-            loss_fn.margin.bias.copy_(b_ref)
-        x, labels = _batch(step, w_ref)
-        value, gx, gw, gb = _ours(loss_fn, x, labels)
-        xr = x.clone().requires_grad_(True)
-        wr = w_ref.clone().requires_grad_(True)
-        br = b_ref.clone().requires_grad_(True)
-        reference = _uniface_a_formula(xr, wr, labels, br, m=m, s=s, policy=policy)
-        rx, rw, rb = torch.autograd.grad(reference, [xr, wr, br])
-        what = f"uniface-a {policy} {impl} step {step}"
-        _close(value, reference.detach(), f"{what} loss")
-        _close(gx, rx, f"{what} ∂x")
-        _close(gw, rw, f"{what} ∂W")
-        _close(gb, rb, f"{what} ∂b")
-        with torch.no_grad():
-            cos_y = (F.normalize(x) * F.normalize(w_ref)[labels]).sum(dim=1)
-            beyond += int((cos_y <= math.cos(math.pi - m)).sum())
-            w_ref = w_ref - LR * rw
-            b_ref = b_ref - LR * rb
+    for x, labels, w_ref, _ in seen:
+        cos_y = (F.normalize(x) * F.normalize(w_ref)[labels]).sum(dim=1)
+        beyond += int((cos_y <= math.cos(math.pi - m)).sum())
     assert beyond > 0  # the fallback is exercised
