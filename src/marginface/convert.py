@@ -16,7 +16,8 @@ many pixels first), resized to ``image_size`` and encoded as JPEG with ``quality
 written atomically: after a failure (an unreadable image, a full disk, Ctrl-C) no output file
 has changed and no temporary is left.
 
-:func:`add_convert_arguments` and :func:`run_convert` are the ``marginface convert`` command.
+:func:`run_convert` runs the ``marginface convert`` command (its arguments:
+:func:`marginface.cli.convert_options.add_convert_arguments`, which imports nothing heavy).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from .data.recordio import RecordWriter, pack_image_record
 __all__ = [
     "FolderConversion",
     "PairsConversion",
-    "add_convert_arguments",
     "convert_folder",
     "convert_pairs",
     "encode_jpeg",
@@ -321,36 +321,9 @@ def convert_pairs(
 
 
 # ------------------------------------------------------------------ command line
-def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``marginface convert``'s arguments: ``SRC OUT [--pairs FILE] [--image-size N]
-    [--quality Q] [--crop N] [--workers N]``; :func:`run_convert` runs them."""
-    parser.description = (
-        "Without --pairs: SRC/<identity>/<image> -> OUT/train.rec, train.idx, property "
-        "(insightface's training-set layout). With --pairs: the pairs of an LFW-format pairs "
-        "file, images from SRC (the lfw-deepfunneled folder or archive) -> the verification "
-        "set OUT (a .bin)."
-    )
-    parser.add_argument("src", type=Path, metavar="SRC", help="image folder (or LFW archive)")
-    parser.add_argument("out", type=Path, metavar="OUT", help="dataset folder (or .bin file)")
-    parser.add_argument(
-        "--pairs", type=Path, metavar="FILE", help="LFW-format pairs file: write a .bin"
-    )
-    parser.add_argument(
-        "--image-size", type=int, default=112, metavar="N", help="side in pixels (112)"
-    )
-    parser.add_argument("--quality", type=int, default=95, metavar="Q", help="JPEG quality (95)")
-    parser.add_argument(
-        "--crop",
-        type=int,
-        metavar="N",
-        help="centred square crop in source pixels before resizing (default: 150 with --pairs, "
-        "the face region of LFW deep-funneled images; none otherwise; 0: none)",
-    )
-    parser.add_argument("--workers", type=int, metavar="N", help="decoding threads (all cores)")
-
-
 def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
-    """Run ``marginface convert`` (arguments of :func:`add_convert_arguments`).
+    """Run ``marginface convert`` (arguments of
+    :func:`marginface.cli.convert_options.add_convert_arguments`).
 
     Args:
         args: the parsed arguments.

@@ -195,6 +195,12 @@ def _resumed_config(args: argparse.Namespace, run_dir: Path):
 
 
 # ------------------------------------------------------------------ parser
+# The library's defaults, restated so that building the parser imports no torch (`--help` is
+# quick): tests/cli/test_quick_help.py checks them against train/progress.py, train/preemption.py.
+DEFAULT_PROGRESS_SECONDS = 30.0
+PREEMPTED_EXIT_CODE = 143
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not (value >= 0 and value != float("inf")):
@@ -203,8 +209,6 @@ def _seconds(text: str) -> float:
 
 
 def _add_progress_option(parser: argparse.ArgumentParser) -> None:
-    from ..train.progress import DEFAULT_PROGRESS_SECONDS
-
     parser.add_argument(
         "--progress-seconds",
         type=_seconds,
@@ -248,8 +252,6 @@ def _exit_status(text: str) -> int:
 
 def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     """``train``'s step checkpoints, kept checkpoints and preemption (docs/training.md)."""
-    from ..train.preemption import PREEMPTED_EXIT_CODE
-
     group = parser.add_argument_group("checkpoints and preemption")
     group.add_argument(
         "--checkpoint-every",

@@ -1,23 +1,44 @@
-"""The ``marginface`` argument parser: every subcommand, its options and its function."""
+"""The ``marginface`` argument parser: every subcommand, its options and its function.
+
+This module imports only argparse-level option modules, never torch, NumPy or the marginface
+core: ``marginface --help`` and every ``marginface COMMAND --help`` answer without them
+(``tests/cli/test_quick_help.py``). A subcommand's function is named, not imported:
+``set_defaults(func="marginface.cli.runs:cmd_plot")``; :func:`marginface.cli.main` imports it
+once the command line has been parsed (:func:`resolve_command`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from .convert_options import add_convert_arguments
+from .faces import add_align_arguments, add_ijb_arguments
 from .options import (
     _add_progress_option,
     _add_train_options,
     add_backbone_source_arguments,
     add_checkpoint_options,
 )
-from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
-from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
+from .suggestions import SuggestingParser
+from .training import DEMO_LOSSES  # cli/training.py imports torch inside its functions only
+
+
+def resolve_command(func: str | Callable[[argparse.Namespace], Any]) -> Callable[..., Any]:
+    """The function a subcommand's ``func`` default names: ``"package.module:function"`` is
+    imported now (a callable is returned as it is)."""
+    if callable(func):
+        return func
+    module, _, name = func.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marginface`` (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="marginface",
         description="Train, evaluate and show embeddings learned with margin-based softmax losses.",
     )
@@ -43,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, help="override the demo's epochs (30)")
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
     _add_progress_option(demo)
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func="marginface.cli.training:cmd_demo")
 
     train = sub.add_parser(
         parents=[common], name="train", help="train one model", description="Train one model."
@@ -89,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_checkpoint_options(train)
     _add_progress_option(train)
-    train.set_defaults(func=cmd_train)
+    train.set_defaults(func="marginface.cli.training:cmd_train")
 
     evaluate = sub.add_parser(
         parents=[common],
@@ -122,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
-    evaluate.set_defaults(func=cmd_evaluate)
+    evaluate.set_defaults(func="marginface.cli.runs:cmd_evaluate")
 
     outliers = sub.add_parser(
         parents=[common],
@@ -146,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
     )
-    outliers.set_defaults(func=cmd_outliers)
+    outliers.set_defaults(func="marginface.cli.training:cmd_outliers")
 
     compare = sub.add_parser(
         parents=[common],
@@ -162,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="output folder (default runs/compare-<data>)")
     compare.add_argument("--overwrite", action="store_true", help="replace --out")
     _add_progress_option(compare)
-    compare.set_defaults(func=cmd_compare)
+    compare.set_defaults(func="marginface.cli.training:cmd_compare")
 
     plot = sub.add_parser(
         parents=[common],
@@ -177,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="folder for the PNGs and report (default RUN_DIR/plots)"
     )
     plot.add_argument("--device", default="auto")
-    plot.set_defaults(func=cmd_plot)
+    plot.set_defaults(func="marginface.cli.runs:cmd_plot")
 
     export = sub.add_parser(
         parents=[common],
@@ -197,9 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")
-    export.set_defaults(func=cmd_export)
-
-    from ..convert import add_convert_arguments
+    export.set_defaults(func="marginface.cli.runs:cmd_export")
 
     convert = sub.add_parser(
         parents=[common],
@@ -210,9 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         "of SRC's images -> the verification set OUT (a .bin).",
     )
     add_convert_arguments(convert)
-    convert.set_defaults(func=cmd_convert)
-
-    from .faces import add_align_arguments
+    convert.set_defaults(func="marginface.cli.runs:cmd_convert")
 
     align = sub.add_parser(
         parents=[common],
@@ -223,9 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         "face_align.norm_crop (needs OpenCV: pip install 'marginface[align]').",
     )
     add_align_arguments(align)
-    align.set_defaults(func=cmd_align)
-
-    from .faces import add_ijb_arguments
+    align.set_defaults(func="marginface.cli.runs:cmd_align")
 
     ijb = sub.add_parser(
         parents=[common],
@@ -237,5 +252,5 @@ def build_parser() -> argparse.ArgumentParser:
         "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
     )
     add_ijb_arguments(ijb)
-    ijb.set_defaults(func=cmd_ijb)
+    ijb.set_defaults(func="marginface.cli.runs:cmd_ijb")
     return parser
