@@ -36,7 +36,8 @@ HISTORY_KEYS += [
 
 def _data_argv(faces: Path) -> list[str]:
     """The options of a short run on the ORL training folder that can embed IJB's crops."""
-    argv = ["--dataset", "folder", "--data-dir", str(faces), "--image-size", "112"]
+    argv = ["--dataset", "folder", "--recipe", "sphere", "--data-dir", str(faces)]
+    argv += ["--image-size", "112"]
     argv += ["--set", "dataset_options={rgb = true, test_fraction = 0.4}"]
     argv += ["--model", "seed-cnn", "--embedding-dim", "16", "--batch-size", "8"]
     return [*argv, "--device", "cpu", "--set", "eval_batch_size=16"]

@@ -10,6 +10,7 @@ from .options import (
     _add_train_options,
     add_backbone_source_arguments,
     add_checkpoint_options,
+    show_defaults,
 )
 from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
 from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
@@ -238,4 +239,4 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_ijb_arguments(ijb)
     ijb.set_defaults(func=cmd_ijb)
-    return parser
+    return show_defaults(parser)

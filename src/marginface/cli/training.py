@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .options import _config_from_args, _explicit_values, _named_option_errors, _resumed_config
+from .options import (
+    _config_from_args,
+    _explicit_values,
+    _named_option_errors,
+    _resumed_config,
+    option_name,
+)
 from .output import _echo, _epoch_printer, _verification_printer
+
+logger = logging.getLogger(__name__)
 
 DEMO_LOSSES = ("normface", "cosface", "arcface", "curricularface")
 
@@ -87,6 +97,11 @@ def _fit(
         ),
     )
     trainer.step_callbacks.append(_verification_printer(args))
+    from ..config import describe_recipe
+
+    recipe = describe_recipe(config, spell=option_name)
+    if recipe is not None and os.environ.get("RANK", "0") == "0":  # one line under torchrun
+        logger.info(recipe)  # which defaults the dataset chose, and how to override them
     try:
         trainer.fit(resume=resume, overwrite=args.overwrite)
     except TrainingPreemptedError as stopped:  # one line per process; the scheduler may requeue
