@@ -11,6 +11,11 @@
   names → a verification ``.bin``: the pickle (protocol 2, as insightface's) of
   ``(list of 2·P JPEG bytes, list of P bools)``, pair ``p`` being images ``2p``, ``2p + 1``.
 
+Each writes its framing beside its output (``train.convert.json``, ``<stem>.convert.json``:
+the crop and the side, :mod:`marginface.data.framing`), which ``train`` compares: a training
+set and a verification set converted with different crops are framed differently, and the
+``insightface`` dataset warns, naming the ``--crop`` that frames them alike.
+
 Images are decoded with Pillow (RGB), centre-cropped to a square (and, with ``crop``, to that
 many pixels first), resized to ``image_size`` and encoded as JPEG with ``quality``. Every file is
 written atomically: after a failure (an unreadable image, a full disk, Ctrl-C) no output file
@@ -38,6 +43,7 @@ import numpy as np
 
 from ._atomic import atomic_write
 from .data.folder import list_image_folder
+from .data.framing import write_framing
 from .data.imaging import check_image_size, decode_image
 from .data.lfw import read_lfw_pairs
 from .data.recordio import RecordWriter, pack_image_record
@@ -68,6 +74,8 @@ class FolderConversion:
         num_classes: identities (``property``'s first field).
         image_size: side of the stored square images.
         class_names: the identity folder of each class, in label order.
+        crop: the centred square crop in source pixels before resizing, or None (recorded in
+            ``OUT/train.convert.json``, :mod:`marginface.data.framing`).
     """
 
     out: Path
@@ -75,6 +83,7 @@ class FolderConversion:
     num_classes: int
     image_size: int
     class_names: tuple[str, ...]
+    crop: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,15 @@ class PairsConversion:
         num_pairs: pairs (the file holds twice as many images).
         num_same: genuine pairs among them.
         image_size: side of the stored square images.
+        crop: the centred square crop in source pixels before resizing, or None (recorded in
+            ``<stem>.convert.json`` beside the ``.bin``, :mod:`marginface.data.framing`).
     """
 
     out: Path
     num_pairs: int
     num_same: int
     image_size: int
+    crop: int | None = None
 
 
 def _check_side(image_size: object) -> int:
@@ -222,7 +234,8 @@ def convert_folder(
             key = first_identity + label
             writer.write(key, pack_image_record(ranges[label], b"", id=key))
         property_file.write(f"{len(names)},{size},{size}".encode("ascii"))
-    return FolderConversion(out, count, len(names), size, tuple(names))
+    write_framing(out / "train.rec", crop=crop, image_size=size, source=str(src))
+    return FolderConversion(out, count, len(names), size, tuple(names), crop)
 
 
 def _find_pair_images(
@@ -317,7 +330,8 @@ def convert_pairs(
     same = [bool(pair.same) for pair in pairs]
     with atomic_write(out_bin) as stream:
         pickle.dump((bins, same), stream, protocol=2)
-    return PairsConversion(Path(out_bin), len(pairs), sum(same), size)
+    write_framing(out_bin, crop=crop, image_size=size, source=str(images_root))
+    return PairsConversion(Path(out_bin), len(pairs), sum(same), size, crop)
 
 
 # ------------------------------------------------------------------ command line
@@ -335,18 +349,21 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs file: write a .bin"
     )
-    parser.add_argument(
-        "--image-size", type=int, default=112, metavar="N", help="side in pixels (112)"
-    )
-    parser.add_argument("--quality", type=int, default=95, metavar="Q", help="JPEG quality (95)")
+    parser.add_argument("--image-size", type=int, default=112, metavar="N", help="side in pixels")
+    parser.add_argument("--quality", type=int, default=95, metavar="Q", help="JPEG quality")
     parser.add_argument(
         "--crop",
         type=int,
         metavar="N",
-        help="centred square crop in source pixels before resizing (default: 150 with --pairs, "
-        "the face region of LFW deep-funneled images; none otherwise; 0: none)",
+        help="centred square crop in source pixels before resizing, for a training folder as "
+        "for --pairs; recorded in OUT's .convert.json, and train warns when the training set "
+        "and a .bin were cropped differently: convert both with the same --crop (default: "
+        "150 with --pairs, the face region of LFW deep-funneled images; none otherwise; "
+        "0: none)",
     )
-    parser.add_argument("--workers", type=int, metavar="N", help="decoding threads (all cores)")
+    parser.add_argument(
+        "--workers", type=int, metavar="N", help="decoding threads (default: all cores)"
+    )
 
 
 def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
@@ -377,7 +394,8 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
         )
         say(
             f"{pairs.out}: {pairs.num_pairs} pairs ({pairs.num_same} same), "
-            f"{pairs.image_size}x{pairs.image_size}"
+            f"{pairs.image_size}x{pairs.image_size}, "
+            f"{'crop ' + str(pairs.crop) if pairs.crop else 'no crop'}"
         )
         return 0
     folder = convert_folder(
@@ -390,6 +408,8 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
     )
     say(
         f"{folder.out}: {folder.num_images} images of {folder.num_classes} identities, "
-        f"{folder.image_size}x{folder.image_size} (train.rec, train.idx, property)"
+        f"{folder.image_size}x{folder.image_size}, "
+        f"{'crop ' + str(folder.crop) if folder.crop else 'no crop'} "
+        "(train.rec, train.idx, property, train.convert.json)"
     )
     return 0
