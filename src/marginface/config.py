@@ -59,11 +59,12 @@ AMP_MODES = ("none", "bf16", "fp16")
 
 PIPELINE_SCALE = 30.0
 """The scale ``s`` the training pipeline (``marginface train``, ``compare``, ``demo``, the
-:class:`~marginface.train.Trainer`) gives every loss whose constructor takes ``scale`` unless
-``loss_options`` sets one. Deliberately not the library's default (64, the papers' value for
-512-D face embeddings): the pipeline's default embeddings are 3-D, where ``s = 30`` (the MNIST
-recipe's, ``examples/mnist_seed.toml``) trains well and 64 saturates the softmax. Losses without
-a ``scale`` argument (AdaCos, which chooses its own) get nothing."""
+:class:`~marginface.train.Trainer`) gives, under the sphere recipe (:data:`RECIPES`), every loss
+whose constructor takes ``scale`` unless ``loss_options`` sets one. Deliberately not the
+library's default (64, the papers' value for 512-D face embeddings, which the face recipe
+keeps): the sphere recipe's embeddings are 3-D, where ``s = 30`` (the MNIST recipe's,
+``examples/mnist_seed.toml``) trains well and 64 saturates the softmax. Losses without a
+``scale`` argument (AdaCos, which chooses its own) get nothing."""
 
 
 RECIPE_NAMES = ("auto", "face", "sphere")
