@@ -25,10 +25,12 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 __all__ = [
     "AMP_MODES",
     "BY_RECIPE",
+    "FACE_DATASETS",
     "OPTIMIZERS",
     "PIPELINE_SCALE",
     "RECIPES",
     "RECIPE_KEYS",
+    "RECIPE_NAMES",
     "SCHEDULES",
     "ConfigValueError",
     "TrainConfig",
@@ -102,7 +104,7 @@ RECIPES: dict[str, dict[str, Any]] = {
   (:data:`PIPELINE_SCALE`), Adam at 1e-3, constant schedule, the dataset's own image size.
 * ``face``: insightface's arcface_torch recipes: IResNet-50, 512-D, ArcFace ``m = 0.5`` at
   ``s = 64`` (the library's, the paper's), SGD (momentum 0.9) at lr 0.1 with weight decay 5e-4
-  and the polynomial decay (power 1), 112×112 input. Per dataset (:data:`_FACE_DATASETS`): the
+  and the polynomial decay (power 1), 112×112 input. Per dataset (:data:`FACE_DATASETS`): the
   small photo sets (LFW, ORL, Extended Yale B) take IResNet-18, insightface records keep
   their own size (112 in insightface's sets), image folders are read in RGB.
 """
@@ -110,7 +112,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 RECIPE_KEYS = tuple(RECIPES["face"])
 """The configuration keys a recipe chooses when they are not set explicitly."""
 
-_FACE_DATASETS: dict[str, dict[str, Any]] = {
+FACE_DATASETS: dict[str, dict[str, Any]] = {
     "insightface": {"image_size": None},
     "folder": {"dataset_options": {"rgb": True}},
     "lfw": {"model": "r18"},
@@ -141,7 +143,7 @@ def _dataset_key(dataset: str) -> str:
 def dataset_recipe(dataset: str) -> str:
     """The recipe ``recipe = "auto"`` takes for ``dataset``: ``"face"`` for the photo sets
     (``insightface``, ``folder``, ``lfw``, ``orl``, ``yaleb``), ``"sphere"`` for the others."""
-    return "face" if _dataset_key(dataset) in _FACE_DATASETS else "sphere"
+    return "face" if _dataset_key(dataset) in FACE_DATASETS else "sphere"
 
 
 def recipe_defaults(recipe: str, dataset: str) -> dict[str, Any]:
@@ -157,7 +159,7 @@ def recipe_defaults(recipe: str, dataset: str) -> dict[str, Any]:
         recipe = dataset_recipe(dataset)
     values = dict(RECIPES[recipe])
     if recipe == "face":
-        values.update(_FACE_DATASETS.get(_dataset_key(dataset), {}))
+        values.update(FACE_DATASETS.get(_dataset_key(dataset), {}))
     return {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
 
 

@@ -55,7 +55,7 @@ def test_face_folder_takes_the_face_recipe_and_says_so(faces, tmp_path, capsys):
     assert line == (
         "recipe: face (dataset folder): seed-cnn, 8-D, arcface scale=64, sgd lr 0.1 poly, "
         "16x16 RGB; override with --loss/--optimizer/--lr/--weight-decay/--schedule/"
-        "--set dataset_options={...} or --recipe sphere"
+        "--set dataset_options=... or --recipe sphere"
     )
     saved = tomllib.loads((run / "config.toml").read_text())
     assert (saved["recipe"], saved["loss"], saved["optimizer"]) == ("face", "arcface", "sgd")

@@ -100,12 +100,12 @@ def config_default_text(key: str) -> str:
     recipe departs from X)."""
     import dataclasses
 
-    from ..config import _FACE_DATASETS, RECIPE_KEYS, RECIPES, TrainConfig
+    from ..config import FACE_DATASETS, RECIPE_KEYS, RECIPES, TrainConfig
 
     if key in RECIPE_KEYS:
         face = _shown(RECIPES["face"][key])
         departures: dict[str, list[str]] = {}
-        for dataset, values in _FACE_DATASETS.items():
+        for dataset, values in FACE_DATASETS.items():
             if key in values:
                 departures.setdefault(_shown(values[key]), []).append(dataset)
         if departures:
@@ -190,7 +190,6 @@ def option_name(key: str) -> str:
     named = {"loss": "--loss", "flip": "--flip", "tensorboard": "--tensorboard"}
     named |= {"compile": "--compile"}
     named |= {"loss_options": "--loss-option", "augment": "--augment", "config": "--config"}
-    named |= {"dataset_options": "--set dataset_options={...}"}
     return named.get(key, f"--set {key}=...")
 
 
