@@ -28,7 +28,7 @@ def _option_help(text: str, flag: str) -> str:
         if pattern.match(line):
             block = [line]
             for following in lines[start + 1 :]:
-                if not following.startswith("    ") or following.lstrip().startswith("-"):
+                if not following.startswith("   "):  # an option's line or a group title
                     break
                 block.append(following)
             return " ".join(" ".join(block).split())
@@ -114,3 +114,28 @@ def test_formatter_states_a_default_once():
     text = " ".join(parser.format_help().split())
     assert "A (default: 3)" in text and "B (default 0.5) --c" in text
     assert "C (default: off)" in text and "D (default: 50%)" in text and "E -" not in text
+
+
+NO_DEFAULT = {
+    ("train", "--config"), ("train", "--init-from"), ("compare", "--config"),
+    ("evaluate", "--backbone"), ("evaluate", "--onnx"), ("evaluate", "--model"),
+    ("evaluate", "--data-dir"), ("evaluate", "--pairs"), ("evaluate", "--out"),
+    ("convert", "--pairs"), ("ijb", "--backbone"), ("ijb", "--onnx"), ("ijb", "--model"),
+    ("ijb", "--data-dir"),
+}  # fmt: skip
+"""Options that name an input or output the user supplies, with nothing in its absence."""
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_other_option_states_its_default(command):
+    parser = _subparsers(PARSER)[command]
+    text = parser.format_help()
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        flag = action.option_strings[0]
+        paragraph = _option_help(text, flag)
+        if (command, flag) in NO_DEFAULT:
+            assert "default" not in paragraph.lower(), paragraph  # keep the list true
+        else:
+            assert "default" in paragraph.lower(), (command, paragraph)

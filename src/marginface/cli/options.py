@@ -378,13 +378,15 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
         type=_at_least_one,
         metavar="N",
         help="also checkpoint inside an epoch every N steps, with the position in the epoch "
-        "(a resume continues at the next batch); the end of every epoch checkpoints anyway",
+        "(a resume continues at the next batch); the end of every epoch checkpoints anyway "
+        "(default: at epoch ends only)",
     )
     group.add_argument(
         "--checkpoint-every-minutes",
         type=_minutes,
         metavar="M",
-        help="also checkpoint inside an epoch when M minutes passed since the last checkpoint",
+        help="also checkpoint inside an epoch when M minutes passed since the last checkpoint "
+        "(default: at epoch ends only)",
     )
     group.add_argument(
         "--keep",

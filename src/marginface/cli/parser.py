@@ -29,8 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     # the same two flags after the subcommand (``marginface train ... --quiet``); SUPPRESS keeps
     # a flag given before the subcommand from being reset by the subcommand's default
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS)
-    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress output or chatter, warnings only (default: off)",
+    )
+    common.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging (default: off)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
@@ -41,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with a 3-D embedding; write runs/demo/report.html and print the metrics table.",
     )
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder")
-    demo.add_argument("--epochs", type=int, help="override the demo's epochs (30)")
+    demo.add_argument("--epochs", type=int, help="override the demo's epochs (default: 30)")
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
     _add_progress_option(demo)
     demo.set_defaults(func=cmd_demo)
@@ -106,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("run_dir", type=Path, nargs="?", help="a run folder (or --backbone)")
     evaluate.add_argument("--device", default="auto")
-    evaluate.add_argument("--flip", action="store_true", default=None, help="flip-averaged")
+    evaluate.add_argument(
+        "--flip", action="store_true", default=None, help="flip-averaged (default: the run's)"
+    )
     pretrained = evaluate.add_argument_group(
         "a pretrained backbone, no run folder (docs/backbones.md)"
     )
