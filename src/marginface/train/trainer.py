@@ -47,7 +47,7 @@ from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
 from .run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .schedule import micro_batches
-from .step_position import EpochTally, StepPosition
+from .step_position import EpochTally, StepPosition, seed_host_generators
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -157,6 +157,7 @@ class Trainer:
         if self.bundle is None:
             self.bundle = load_bundle(config)
         torch.manual_seed(config.seed)
+        seed_host_generators(config.seed, self.rank)  # a checkpoint's states replace these
         built = build_training(
             config,
             self.bundle,
