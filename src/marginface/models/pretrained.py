@@ -239,11 +239,27 @@ class OnnxBackbone(nn.Module):
                     f"{image_size}x{image_size}: pass --image-size {side}"
                 )
         self.path = path
+        # a graph exported with a fixed batch (often 1) is fed that many images at a time
+        batch = shape[0]
+        self.fixed_batch = batch if isinstance(batch, int) and batch > 0 else None
 
     def forward(self, images: Tensor) -> Tensor:
-        feed = {self.input_name: images.detach().to("cpu", torch.float32).contiguous().numpy()}
-        (out, *_) = self.session.run(None, feed)
-        return torch.from_numpy(out).float().to(images.device)  # (N, D)
+        """``Tensor[N, C, H, W] -> Tensor[N, D]`` float32 on ``images``' device; a graph of
+        fixed batch ``B`` is run on slices of ``B`` images (the last one zero-padded)."""
+        x = images.detach().to("cpu", torch.float32).contiguous()
+        size = self.fixed_batch
+        if size is None or x.shape[0] == size:
+            (out, *_) = self.session.run(None, {self.input_name: x.numpy()})
+            return torch.from_numpy(out).float().to(images.device)  # (N, D)
+        parts = []
+        for start in range(0, x.shape[0], size):
+            part = x[start : start + size]
+            count = part.shape[0]
+            if count < size:  # (size, C, H, W): the rest of the slice is zeros
+                part = torch.cat([part, part.new_zeros(size - count, *part.shape[1:])])
+            (out, *_) = self.session.run(None, {self.input_name: part.numpy()})
+            parts.append(torch.from_numpy(out[:count]).float())
+        return torch.cat(parts).to(images.device)  # (N, D)
 
 
 def read_backbone_state(
