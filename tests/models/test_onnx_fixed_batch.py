@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.models.test_pretrained import _write_bin
 
 from marginface.cli import main
 from marginface.models import create_model
 from marginface.models.pretrained import OnnxBackbone
-from tests.models.test_pretrained import _write_bin
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
