@@ -146,3 +146,11 @@ def test_describe_recipe_names_the_recipe_and_the_overrides():
     explicit = dict.fromkeys(RECIPE_KEYS)
     explicit.update(TrainConfig(dataset="lfw").to_dict())
     assert describe_recipe(config_from_dict(explicit)) is None
+    # the sphere recipe's only other choices are no-ops: no resize, no loader options
+    chosen = {"model": "seed-cnn", "embedding_dim": 3, "loss": "arcface", "optimizer": "sgd"}
+    chosen |= {"lr": 0.1, "weight_decay": 0.0, "schedule": "cosine"}
+    config = TrainConfig(**chosen)
+    assert config.recipe_filled == ("image_size", "dataset_options")
+    assert describe_recipe(config) is None
+    line = describe_recipe(TrainConfig(**{**chosen, "dataset": "folder"}))
+    assert line.endswith("override with --image-size/--dataset-options or --recipe sphere")

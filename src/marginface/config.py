@@ -455,18 +455,19 @@ def describe_recipe(config: TrainConfig, spell: Callable[[str], str] | None = No
     """One line naming the recipe ``config`` took and how to override it, e.g. ``recipe: face
     (dataset lfw): r18, 512-D, arcface scale=64, sgd lr 0.1 poly, 112x112; override with
     --model/--embedding-dim/... or --recipe sphere``; None when no key came from the recipe
-    (every one was set explicitly). ``spell(key)`` names a key's option (default:
+    (every one was set explicitly, or the recipe only left the image size and the loader's
+    options unset). ``spell(key)`` names a key's option (default:
     ``--key-name``; the command line passes its own spelling).
 
     Raises:
         ValueError: ``config.loss`` is not a registered loss.
     """
-    filled = config.recipe_filled
-    if not filled:
+    # the keys the recipe chose, but not its no-op values (no resize, no loader options)
+    shown = [key for key in config.recipe_filled if getattr(config, key) not in (None, {})]
+    if not shown:
         return None
     other = "sphere" if config.recipe == "face" else "face"
     spell = spell or (lambda key: "--" + key.replace("_", "-"))
-    shown = [key for key in filled if getattr(config, key) not in (None, {})]  # no-op values
     flags = "/".join(spell(key) for key in shown)
     return (
         f"recipe: {config.recipe} (dataset {config.dataset}): {_recipe_summary(config)}; "
