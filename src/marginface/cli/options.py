@@ -116,7 +116,7 @@ def config_default_text(key: str) -> str:
     for item in dataclasses.fields(TrainConfig):
         if item.name == key:
             if item.default_factory is not dataclasses.MISSING:
-                return f"default: {_shown(item.default_factory()) or 'none'}"
+                return f"default: {_shown(item.default_factory())}"
             return f"default: {_shown(item.default)}"
     raise ValueError(f"unknown configuration key {key!r}")
 
