@@ -26,10 +26,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     path = write_evaluation(evaluation, path)
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
+    _print_grid_notes(evaluation.metrics)
     _echo(args, f"written to {path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _print_grid_notes(metrics: dict[str, float]) -> None:
+    """After the table: one sentence per .bin set whose 0.01 threshold grid was too coarse
+    (:func:`~marginface.evaluation.grid_notes`), so a 0.5000 is not read as the model's."""
+    from ..evaluation import grid_notes
+
+    for note in grid_notes(metrics):
+        print(f"note: {note}")
 
 
 def _ijb_results(path: Path) -> dict[str, float]:
@@ -86,6 +96,7 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         flip=True,  # insightface's protocol
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
+    _print_grid_notes(metrics)
     if args.out is not None:
         import json
 
