@@ -82,15 +82,16 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         onnx=args.onnx,
         model=args.model,
         embedding_dim=args.embedding_dim,
-        image_size=args.image_size,
+        image_size=None if args.onnx is not None else args.image_size,  # checked below
         bgr=args.bgr,
         device=device,
     )
+    image_size = _backbone_image_size(args, model)
     metrics = evaluate_backbone(
         model,
         args.data_dir,
         pairs=args.pairs,
-        image_size=args.image_size,
+        image_size=image_size,
         device=device,
         batch_size=args.batch_size,
         flip=True,  # insightface's protocol
@@ -106,6 +107,54 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         path = atomic_write_text(args.out, json.dumps(clean, indent=2, sort_keys=True) + "\n")
         _echo(args, f"written to {path}")
     return 0
+
+
+def _backbone_image_size(args: argparse.Namespace, model) -> int:
+    """The side the data is resized to for ``evaluate --backbone/--onnx``: ``--image-size``
+    when given, else the ONNX graph's input side, else 112 (insightface's). An ONNX model whose
+    input is another size than ``--image-size`` is an error naming both sizes, the data's own
+    size and where each comes from."""
+    from ..models.pretrained import OnnxBackbone, ReversedChannels
+
+    inner = model.model if isinstance(model, ReversedChannels) else model
+    if not isinstance(inner, OnnxBackbone):
+        return 112 if args.image_size is None else args.image_size
+    height, width = inner.input_size
+    sides = {side for side in (height, width) if side is not None}
+    if args.image_size is None and len(sides) <= 1:
+        return sides.pop() if sides else 112
+    if sides <= {args.image_size}:
+        return args.image_size
+    model_size = f"{height or 'any'}x{width or 'any'}"
+    if args.image_size is None:
+        wanted = "the data is resized to a square (--image-size, default: the model's side)"
+    else:
+        wanted = (
+            f"--image-size {args.image_size} (given on the command line) resizes the data to "
+            f"{args.image_size}x{args.image_size}"
+        )
+    raise ValueError(
+        f"{args.onnx} takes {model_size} images (its ONNX input); {wanted}; {_data_size(args)}. "
+        + (
+            f"Leave --image-size out to use the model's {height}, or pass --image-size {height}"
+            if height == width
+            else "Export the model with a square input"
+        )
+    )
+
+
+def _data_size(args: argparse.Namespace) -> str:
+    """The data's own image size for a message: each ``.bin``'s (read from its first image),
+    or what ``--pairs`` images become."""
+    from ..train.backbone_evaluation import bin_image_sizes
+
+    if args.pairs is not None:
+        return f"the images of {args.data_dir} are resized to --image-size"
+    sizes = bin_image_sizes(args.data_dir)
+    if not sizes:
+        return f"no .bin in {args.data_dir}"
+    held = (f"{name}.bin holds {h}x{w} images" for name, (h, w) in sizes.items())
+    return "the data: " + ", ".join(held)
 
 
 def _write_quality_report(run_dir: Path, evaluation) -> Path:
