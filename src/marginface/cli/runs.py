@@ -199,15 +199,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
         f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
         for path in sorted((run_dir / "ijb").glob("*_roc.png"))
     }
-    report = write_report(
-        out / "report.html",
-        title=f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})",
-        rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
-        columns=("metric", "value"),
-        sections=report_sections(pictured, images, rocs),
-    )
+    title = f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})"
+    sections = report_sections(pictured, images, rocs)
+    if evaluation.pairs:  # judged by verification pairs (faces): the face report
+        from ..train.verification_report import draw_verification_pictures, verification_sections
+
+        steps = _verification_steps(run_dir)
+        drawn = draw_verification_pictures(evaluation, history, steps, out)
+        for caption, path in drawn.items():
+            _echo(args, f"{caption}: {path}")
+        first, last = verification_sections(evaluation, drawn)
+        page = [*first, *sections, *([last] if last is not None else [])]
+        report = write_report(out / "report.html", title=title, sections=page)
+    else:
+        report = write_report(
+            out / "report.html",
+            title=title,
+            rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
+            columns=("metric", "value"),
+            sections=sections,
+        )
     _echo(args, f"report: {report}")
     return 0
+
+
+def _verification_steps(run_dir: Path) -> list[dict]:
+    """The rows of the run's ``verification.csv`` (every ``verify_every`` steps), or ``[]``."""
+    from ..train import read_history
+    from ..train.run_log import VERIFICATION_NAME
+
+    path = run_dir / VERIFICATION_NAME
+    return read_history(path) if path.is_file() else []
 
 
 def cmd_export(args: argparse.Namespace) -> int:
