@@ -127,42 +127,48 @@ def _series(
 
 
 def plot_score_histograms(
-    sets: Mapping[str, tuple[ArrayLike, ArrayLike, float]], *, bins: int = 60
+    sets: Mapping[str, tuple[ArrayLike, ArrayLike, Mapping[str, float]]], *, bins: int = 60
 ) -> Figure:
-    """Genuine and impostor pair scores of each set, with the decision threshold.
+    """Genuine and impostor pair scores of each set, with the decision thresholds.
 
     Args:
-        sets: ``{name: (scores[P], same[P], threshold)}``: cosine similarities of the pairs
-            (in [-1, 1]), True for genuine pairs, and the cosine threshold of the accuracy
-            reported (a pair is "same" when its score is above it).
+        sets: ``{name: (scores[P], same[P], {rule: threshold})}``: cosine similarities of the
+            pairs (in [-1, 1]), True for genuine pairs, and each rule's cosine threshold (a
+            pair is "same" above it), e.g. ``{"insightface grid": 0.31, "midpoint": 0.29}``.
         bins: histogram bins over the scores' range. Default: 60.
 
     Returns:
         The figure: one panel per set (up to three per row), each with the two histograms
-        (density, so that sets of unequal counts compare) and a vertical threshold line.
+        (density, so that sets of unequal counts compare) and one vertical line per
+        threshold (its value in the legend).
     """
     if not isinstance(sets, Mapping) or not sets:
-        raise ValueError("sets must be a non-empty dict of name -> (scores, same, threshold)")
+        raise ValueError(
+            f"sets must be a non-empty dict of name -> (scores, same, thresholds), got {sets!r}"
+        )
     columns = min(3, len(sets))
     rows = math.ceil(len(sets) / columns)
     figure = new_figure(5.0 * columns, 3.8 * rows)
     axes = figure.subplots(rows, columns, squeeze=False).reshape(-1)
     for ax, (name, value) in zip(axes, sets.items(), strict=False):
-        if not isinstance(value, tuple | list) or len(value) != 3:
-            raise TypeError(f"sets[{name!r}] must be a (scores, same, threshold) triple")
+        triple = isinstance(value, tuple | list) and len(value) == 3
+        if not triple or not isinstance(value[2], Mapping):
+            raise TypeError(f"sets[{name!r}] must be a (scores, same, {{rule: threshold}}) triple")
         scores = as_float_vector(f"sets[{name!r}] scores", value[0])
         same = as_bool_vector(f"sets[{name!r}] same", value[1], length=scores.shape[0])
-        threshold = float(value[2])
         low, high = float(scores.min()), float(scores.max())
         edges = np.linspace(low, high if high > low else low + 1e-6, bins + 1)
         for mask, label, color in ((same, "genuine", "tab:green"), (~same, "impostor", "tab:red")):
             if mask.any():
-                count = int(mask.sum())
                 ax.hist(
                     scores[mask], bins=edges, density=True, alpha=0.55, color=color,
-                    label=f"{label} ({count})",
+                    label=f"{label} ({int(mask.sum())})",
                 )  # fmt: skip
-        ax.axvline(threshold, color="black", linestyle="--", label=f"threshold {threshold:.3f}")
+        for (rule, threshold), style in zip(value[2].items(), ("--", ":", "-."), strict=False):
+            ax.axvline(
+                float(threshold), color="black", linestyle=style,
+                label=f"{rule} threshold {float(threshold):.4f}",
+            )  # fmt: skip
         ax.set_title(name)
         ax.set_xlabel("cosine similarity")
         ax.set_ylabel("density")
@@ -178,6 +184,8 @@ def plot_pca_projection(
     *,
     title: str = "",
     max_identities: int = 20,
+    legend_title: str = "identity",
+    join: bool = False,
 ) -> Figure:
     """The L2-normalized embeddings projected on their first two principal components
     (scikit-learn's ``PCA``), the ``max_identities`` identities with the most samples each in
@@ -189,6 +197,9 @@ def plot_pca_projection(
         labels: ``int[N]`` identities; a negative label is "no identity" (grey).
         title: the panel's title.
         max_identities: identities coloured (those with at least two samples). Default: 20.
+        legend_title: what a label is, for the legend. Default: ``"identity"``.
+        join: join the samples of each coloured identity by a line in its colour (for
+            identities that are pairs: a ``.bin`` set's genuine pairs). Default: False.
 
     Returns:
         The figure; the axes name each component's share of the variance.
@@ -215,12 +226,16 @@ def plot_pca_projection(
         ax.scatter(*points[rest].T, s=6, color="0.8", label="others")
     colors = class_colors(shown)
     for identity in shown:
-        ax.scatter(*points[y == identity].T, s=18, color=colors[int(identity)], label=str(identity))
+        members = points[y == identity]  # (n, 2)
+        color = colors[int(identity)]
+        if join:
+            ax.plot(*members.T, color=color, linewidth=1.0)
+        ax.scatter(*members.T, s=18, color=color, label=str(identity))
     share = 100 * pca.explained_variance_ratio_
     ax.set_xlabel(f"PC 1 ({share[0]:.1f}% of the variance)")
     ax.set_ylabel(f"PC 2 ({share[1]:.1f}% of the variance)")
     ax.set_title(title or f"PCA of the {x.shape[1]}-D embeddings")
     ax.grid(True, alpha=0.3)
     if 0 < len(shown) <= 20:
-        ax.legend(fontsize="x-small", ncols=2, markerscale=0.8, title="identity")
+        ax.legend(fontsize="x-small", ncols=2, markerscale=0.8, title=legend_title)
     return figure

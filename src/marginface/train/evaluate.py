@@ -76,18 +76,17 @@ class ScoredPairs:
         scores: ``float64[P]`` cosine similarity of each pair (flip-summed embeddings for a
             ``.bin`` set: ``cos = 1 - d / 2`` of insightface's squared distance ``d``).
         same: ``bool[P]``, True for genuine pairs.
-        threshold: the cosine threshold of the accuracy the report prints (a ``.bin`` set:
-            ``1 - t / 2`` of insightface's mean grid threshold ``t``; test pairs: the mean of
-            the folds' midpoint thresholds).
-        rule: how ``threshold`` was chosen, in words.
+        thresholds: ``{rule: cosine threshold}``, the mean of the folds' thresholds of each
+            rule measured: a ``.bin`` set's ``"insightface grid"`` (``1 - t / 2`` of its mean
+            squared-L2 grid threshold ``t``) and ``"midpoint"`` (marginface's search); test
+            pairs' ``"midpoint"``.
         index: ``int64[P, 2]`` rows of :attr:`Evaluation.embeddings` of each pair, or None
             when those embeddings are not this set's.
     """
 
     scores: np.ndarray
     same: np.ndarray
-    threshold: float
-    rule: str
+    thresholds: dict[str, float]
     index: np.ndarray | None = None
 
 
@@ -439,8 +438,7 @@ def _test_set_evaluation(
         scored["test pairs"] = ScoredPairs(
             pair_scores(embeddings, pairs.index),
             np.asarray(pairs.same, dtype=bool),
-            float(verification.threshold),
-            "midpoint search, mean of the folds' thresholds",
+            {"midpoint": float(verification.threshold)},
             np.asarray(pairs.index, dtype=np.int64),
         )
     return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc, scored)
@@ -477,8 +475,10 @@ def _bin_sets_evaluation(
         scored[name] = ScoredPairs(
             pair_scores(as_is + flipped, index),  # the flip-summed features' cosines
             np.asarray(verification.pairs.same, dtype=bool),
-            1.0 - values["threshold"] / 2.0,  # insightface's squared-L2 grid threshold
-            "insightface's 0.01 grid, mean of the folds' thresholds",
+            {  # insightface's squared-L2 grid threshold t as a cosine: 1 - t / 2
+                "insightface grid": 1.0 - values["threshold"] / 2.0,
+                "midpoint": float(roc.threshold),
+            },
             index if first is None else None,
         )
         if first is None:

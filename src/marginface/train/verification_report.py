@@ -151,12 +151,13 @@ def other_metrics(metrics: Mapping[str, object], shown: set[str]) -> list[dict[s
     ]
 
 
-def _projection_labels(evaluation: Evaluation) -> tuple[np.ndarray, str] | None:
-    """Identities for the PCA picture and what they are: the test set's labels, or for a
-    ``.bin`` set (no identities) each genuine pair as one identity; None when neither."""
+def _projection_labels(evaluation: Evaluation) -> tuple[np.ndarray, str, bool] | None:
+    """Identities for the PCA picture, what they are, and whether they are pairs: the test
+    set's labels, or for a ``.bin`` set (no identities) each genuine pair as one identity;
+    None when neither."""
     labels = np.asarray(evaluation.labels)
     if labels.size and np.unique(labels).size >= 2:
-        return labels, "coloured by identity (the 20 with the most images; others grey)"
+        return labels, "coloured by identity (the 20 with the most images; others grey)", False
     for name, scored in evaluation.pairs.items():
         if scored.index is None:
             continue
@@ -164,9 +165,11 @@ def _projection_labels(evaluation: Evaluation) -> tuple[np.ndarray, str] | None:
         genuine = np.flatnonzero(scored.same)
         for pair in genuine:
             by_pair[scored.index[pair]] = pair
-        return by_pair, (
+        return (
+            by_pair,
             f"{name}: a .bin set has no identity labels, so each genuine pair is coloured as "
-            "one identity (20 pairs; the other images grey)"
+            "one identity and joined by a line (20 pairs; the other images grey)",
+            True,
         )
     return None
 
@@ -202,20 +205,25 @@ def draw_verification_pictures(
         figure = plot_verification_curves(history, steps)
         images[caption] = save_figure(figure, out_dir / "verification_curves.png")
     if evaluation.pairs:
-        sets = {n: (p.scores, p.same, p.threshold) for n, p in evaluation.pairs.items()}
-        rules = sorted({p.rule for p in evaluation.pairs.values()})
+        sets = {n: (p.scores, p.same, p.thresholds) for n, p in evaluation.pairs.items()}
         caption = (
-            "Genuine and impostor pair scores (cosine similarity); dashed: the threshold of the "
-            f"accuracy reported ({'; '.join(rules)})"
+            "Genuine and impostor pair scores (cosine similarity) with the thresholds, each the "
+            "mean of the folds' (insightface grid: its squared-L2 threshold t as the cosine "
+            "1 - t/2; midpoint: marginface's finer search)"
         )
         images[caption] = save_figure(plot_score_histograms(sets), out_dir / "scores.png")
     if evaluation.embeddings.ndim == 2 and evaluation.embeddings.shape[1] > 3:
         found = _projection_labels(evaluation)
         if found is not None:
-            labels, what = found
+            labels, what, pairs = found
             dim = evaluation.embeddings.shape[1]
             caption = f"Test embeddings ({dim}-D) on their first two principal components, {what}"
-            figure = plot_pca_projection(evaluation.embeddings, labels)
+            figure = plot_pca_projection(
+                evaluation.embeddings,
+                labels,
+                legend_title="genuine pair" if pairs else "identity",
+                join=pairs,
+            )
             images[caption] = save_figure(figure, out_dir / "pca.png")
     return images
 

@@ -1,0 +1,86 @@
+"""The face report's parts on metrics written by hand: the verification table in percent, the
+columns and rows that have values, the coarse-grid note, the other metrics without empty rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from marginface.report import write_report
+from marginface.train.evaluate import Evaluation, ScoredPairs
+from marginface.train.verification_report import (
+    other_metrics,
+    verification_sections,
+    verification_table,
+)
+
+NAN = math.nan
+BIN = {
+    "lfw_accuracy": 0.99517,
+    "lfw_accuracy_std": 0.00351,
+    "lfw_threshold": 1.42,
+    "lfw_xnorm": 22.5,
+    "lfw_val@far=1e-03": 0.9803,
+    "lfw_val_std": 0.0101,
+    "lfw_far": 0.00093,
+    "lfw_grid_too_coarse_folds": 0.0,
+    "lfw_accuracy_midpoint": 0.9955,
+    "lfw_accuracy_midpoint_std": 0.0030,
+    "lfw_auc": 0.9991,
+    "lfw_eer": 0.006,
+    "lfw_tar@far=1e-01": 1.0,
+    "lfw_tar@far=1e-02": 0.995,
+    "lfw_tar@far=1e-03": NAN,
+    "lfw_tar@far=1e-04": NAN,
+    "accuracy": NAN,
+}
+
+
+def test_the_table_is_in_percent_with_std_and_leaves_out_empty_columns():
+    rows, columns, shown = verification_table(BIN, {"lfw": 6000})
+    assert columns == [
+        "set", "pairs", "accuracy (%)", "VAL@FAR=1e-3 (%)", "TAR@FAR=1e-2 (%)", "AUC (%)",
+        "EER (%)", "midpoint accuracy (%)",
+    ]  # fmt: skip
+    (row,) = rows
+    assert row["accuracy (%)"] == "99.52 ± 0.35"
+    assert row["VAL@FAR=1e-3 (%)"] == "98.03 ± 1.01"
+    assert row["TAR@FAR=1e-2 (%)"] == "99.50"
+    assert row["EER (%)"] == "0.60"
+    assert row["midpoint accuracy (%)"] == "99.55 ± 0.30"
+    assert {"lfw_accuracy", "lfw_val_std", "lfw_tar@far=1e-04"} <= shown
+
+
+def test_test_pairs_and_a_set_without_values():
+    metrics = {
+        "accuracy": NAN,
+        "verification_accuracy": 0.875,
+        "verification_accuracy_std": 0.02,
+        "auc": 0.93,
+        "tar@far=1e-02": 0.4,
+        "cfp_fp_accuracy_midpoint": NAN,  # a set measured nowhere: no row
+        "precision_at_1": 0.8,
+    }
+    rows, columns, shown = verification_table(metrics)
+    assert [row["set"] for row in rows] == ["test pairs"]
+    assert rows[0]["accuracy (%)"] == "87.50 ± 2.00"
+    assert "VAL@FAR=1e-3 (%)" not in columns and "pairs" not in columns
+    rest = other_metrics(metrics, shown)
+    assert rest == [{"metric": "precision_at_1", "value": 0.8}]  # no 'accuracy -' row
+
+
+def test_the_report_says_when_the_grid_was_too_coarse(tmp_path):
+    metrics = dict(BIN)
+    metrics |= {"lfw_accuracy": 0.5, "lfw_accuracy_std": 0.0, "lfw_grid_too_coarse_folds": 10.0}
+    same = np.arange(20) % 2 == 0
+    pairs = {"lfw": ScoredPairs(np.linspace(0.99, 1.0, 20), same, {"insightface grid": 1.0})}
+    evaluation = Evaluation(metrics, np.zeros((40, 8)), np.zeros(40, np.int64), pairs=pairs)
+    first, last = verification_sections(evaluation, {})
+    assert [section.title for section in first] == ["Verification"]
+    html = write_report(tmp_path / "r.html", title="t", sections=[*first, last]).read_text()
+    assert '<p class="note">lfw: insightface&#x27;s threshold grid' in html
+    assert "in 10 of 10 folds" in html and "50.00% ± 0.00" in html
+    assert "<td>lfw</td><td>20</td><td>50.00 ± 0.00</td>" in html
+    assert "<td>lfw_xnorm</td><td>22.5000</td>" in html
+    assert "grid_too_coarse" not in html
