@@ -86,7 +86,7 @@ def plot_verification_curves(
     panels = [(history, "epoch", "per epoch")] if history else []
     if steps:
         panels.append((steps, "step", f"every {_interval(steps)} steps"))
-    figure = new_figure(6.0 * len(panels), 4.2)
+    figure = new_figure(6.6 * len(panels), 4.0)  # two panels: wider than WIDE_ASPECT, a row
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for ax, (rows, x_key, title) in zip(axes, panels, strict=True):
         for name in names:
