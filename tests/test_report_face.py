@@ -108,3 +108,4 @@ def test_the_face_figures_are_drawn_and_embedded(face_report):
     assert "Genuine and impostor pair scores" in html
     assert "Test embeddings (8-D) on their first two principal components" in html
     assert "each genuine pair is coloured as one identity" in html
+    assert "ROC of digits_pairs&#x27;s pairs (the first verification set)" in html
