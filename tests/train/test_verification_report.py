@@ -84,3 +84,42 @@ def test_the_report_says_when_the_grid_was_too_coarse(tmp_path):
     assert "<td>lfw</td><td>20</td><td>50.00 ± 0.00</td>" in html
     assert "<td>lfw_xnorm</td><td>22.5000</td>" in html
     assert "grid_too_coarse" not in html
+
+
+def test_an_open_set_run_reports_its_test_pairs_with_identities(tmp_path):
+    """A run on open-set test data (identities unseen in training, sampled pairs): the table's
+    'test pairs' row is the evaluation's own numbers, the histogram's threshold is the
+    midpoint search's, and the PCA colours the test identities."""
+    from marginface.config import TrainConfig
+    from marginface.data import load_dataset
+    from marginface.data.base import DatasetBundle
+    from marginface.train import Trainer, evaluate_run
+    from marginface.train.verification_report import draw_verification_pictures
+
+    digits = load_dataset("digits", seed=0)
+    train, test = digits.train, digits.test
+    seen = train.labels < 5  # train on digits 0-4, test on 5-9: open set
+    unseen = test.labels >= 5
+    bundle = DatasetBundle(
+        "digits",
+        type(train)(train.images[seen], train.labels[seen], train.class_names[:5]),
+        type(test)(test.images[unseen], test.labels[unseen], test.class_names),
+        open_set=True,
+    )
+    config = TrainConfig(
+        dataset="digits", epochs=1, batch_size=50, embedding_dim=8, threads=1, device="cpu"
+    )
+    Trainer(config, tmp_path / "run", bundle=bundle).fit()
+    evaluation = evaluate_run(tmp_path / "run", device="cpu", bundle=bundle)
+    scored = evaluation.pairs["test pairs"]
+    assert scored.scores.shape == scored.same.shape == (int(evaluation.metrics["pairs"]),)
+    assert list(scored.thresholds) == ["midpoint"]
+    rows, _, _ = verification_table(evaluation.metrics, {"test pairs": scored.scores.size})
+    (row,) = rows
+    accuracy = evaluation.metrics["verification_accuracy"]
+    std = evaluation.metrics["verification_accuracy_std"]
+    assert row["accuracy (%)"] == f"{100 * accuracy:.2f} ± {100 * std:.2f}"
+    images = draw_verification_pictures(evaluation, [], [], tmp_path / "plots")
+    (pca,) = [caption for caption in images if "principal components" in caption]
+    assert "coloured by identity" in pca
+    assert (tmp_path / "plots" / "scores.png").is_file()
