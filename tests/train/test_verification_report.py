@@ -3,9 +3,11 @@ columns and rows that have values, the coarse-grid note, the other metrics witho
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
+import torch
 
 from marginface.report import write_report
 from marginface.train.evaluate import Evaluation, ScoredPairs
@@ -123,3 +125,48 @@ def test_an_open_set_run_reports_its_test_pairs_with_identities(tmp_path):
     (pca,) = [caption for caption in images if "principal components" in caption]
     assert "coloured by identity" in pca
     assert (tmp_path / "plots" / "scores.png").is_file()
+
+
+class _NearlyConstant(torch.nn.Module):
+    """Embeddings ``1 + 1e-3 · (W x)``: every pair's squared distance far below 0.01, ordered
+    by the images (so a finer threshold does better than one answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 1.0 + 1e-3 * self.linear(x.flatten(1))
+
+
+def test_training_logs_a_coarse_grid_beside_the_accuracy(caplog):
+    from marginface.data import load_dataset
+    from marginface.data.base import DatasetBundle, PairSet, VerificationSet
+    from marginface.train.evaluate import verification_set_results
+
+    digits = load_dataset("digits", seed=0)
+    test = digits.test
+    labels = np.asarray(test.labels)
+    first = np.arange(200) % len(labels)
+    second = np.where(
+        np.arange(200) % 2 == 0,
+        [np.flatnonzero(labels == labels[a])[-1] for a in first],  # same digit
+        (first + 1) % len(labels),
+    )
+    images = np.empty((400, *test.images.shape[1:]), dtype=np.uint8)
+    images[0::2] = np.round(test.images[first] * 255).astype(np.uint8)
+    images[1::2] = np.round(test.images[second] * 255).astype(np.uint8)
+    same = labels[first] == labels[second]
+    pairs = PairSet(np.arange(400).reshape(200, 2), same, np.arange(200) * 10 // 200)
+    bundle = DatasetBundle(
+        "digits", digits.train, test, verification={"tiny": VerificationSet(images, pairs)}
+    )
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO, logger="marginface"):
+        results = verification_set_results(_NearlyConstant(), bundle, batch_size=100, device="cpu")
+    metrics = results["tiny"][1]
+    assert metrics.distances.max() < 0.01 and metrics.coarse_folds > 0
+    (line,) = [r.getMessage() for r in caplog.records if "too coarse" in r.getMessage()]
+    assert line.startswith("[tiny] insightface's 0.01 threshold grid is too coarse")
+    assert f"({metrics.coarse_folds} of 10 folds" in line
+    assert f"its accuracy {metrics.accuracy:.5f} measures the grid" in line

@@ -242,7 +242,9 @@ def verification_set_results(
     """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-averaged
     embeddings ``float32[2P, D]`` and insightface's numbers
     (:func:`~marginface.evaluation.bin_verification_metrics`: Accuracy-Flip on the squared-L2
-    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set."""
+    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set. A set
+    whose grid was too coarse (``coarse_folds``) logs one INFO line saying so (the run prints
+    it beside the set's accuracy)."""
     results: dict[str, tuple[np.ndarray, BinVerificationMetrics]] = {}
     for name, verification in bundle.verification.items():
         as_is, flipped = as_is_and_flipped(
@@ -258,6 +260,18 @@ def verification_set_results(
             as_is[order], verification.pairs.same, flipped=flipped[order]
         )
         logger.debug("[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std)
+        if metrics.grid_too_coarse:  # the number printed beside it measures the grid
+            logger.info(
+                "[%s] insightface's 0.01 threshold grid is too coarse for these embeddings "
+                "(%d of %d folds: no grid threshold beats one answer for every pair): its "
+                "accuracy %.5f measures the grid, not the model; marginface evaluate gives the "
+                "finer midpoint search's (%s_accuracy_midpoint)",
+                name,
+                metrics.coarse_folds,
+                metrics.fold_accuracies.shape[0],
+                metrics.accuracy,
+                name,
+            )
         results[name] = ((as_is + flipped) / 2, metrics)
     return results
 
