@@ -343,15 +343,27 @@ def convert_pairs(
 # ------------------------------------------------------------------ command line
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``marginface convert``'s arguments: ``SRC OUT [--pairs FILE] [--image-size N]
-    [--quality Q] [--crop N] [--workers N]``; :func:`run_convert` runs them."""
+    [--quality Q] [--crop N] [--workers N]``, or ``--reindex REC``; :func:`run_convert` runs
+    them."""
     parser.description = (
         "Without --pairs: SRC/<identity>/<image> -> OUT/train.rec, train.idx, property "
         "(insightface's training-set layout). With --pairs: the pairs of an LFW-format pairs "
         "file, images from SRC (the lfw-deepfunneled folder or archive) -> the verification "
         "set OUT (a .bin)."
     )
-    parser.add_argument("src", type=Path, metavar="SRC", help="image folder (or LFW archive)")
-    parser.add_argument("out", type=Path, metavar="OUT", help="dataset folder (or .bin file)")
+    parser.add_argument(
+        "src", type=Path, nargs="?", metavar="SRC", help="image folder (or LFW archive)"
+    )
+    parser.add_argument(
+        "out", type=Path, nargs="?", metavar="OUT", help="dataset folder (or .bin file)"
+    )
+    parser.add_argument(
+        "--reindex",
+        type=Path,
+        metavar="REC",
+        help="rebuild a missing or damaged .idx from its .rec (REC: the .rec file, or a "
+        "folder holding train.rec); no SRC or OUT",
+    )
     parser.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs file: write a .bin"
     )
@@ -372,6 +384,21 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _reindex(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """``convert --reindex REC``: :func:`~marginface.data.recordio.rebuild_index` of REC (a
+    ``.rec``, or a folder's ``train.rec``)."""
+    from .data.recordio import rebuild_index
+
+    if args.src is not None or args.out is not None or args.pairs is not None:
+        raise ValueError("--reindex REC rebuilds REC's .idx: leave SRC, OUT and --pairs out")
+    rec = args.reindex / "train.rec" if args.reindex.is_dir() else args.reindex
+    if rec.suffix != ".rec" or not rec.is_file():
+        raise ValueError(f"--reindex {str(args.reindex)!r}: no .rec file there")
+    count = rebuild_index(rec)
+    say(f"{rec.with_suffix('.idx')}: {count} records indexed from {rec}")
+    return 0
+
+
 def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
     """Run ``marginface convert`` (arguments of :func:`add_convert_arguments`).
 
@@ -383,6 +410,10 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
         0. Errors are raised (``ValueError``/``TypeError``/``OSError``) for the CLI to report.
     """
     say = echo or logger.info
+    if getattr(args, "reindex", None) is not None:
+        return _reindex(args, say)
+    if args.src is None or args.out is None:
+        raise ValueError("convert needs SRC and OUT (or --reindex REC to rebuild a .idx)")
     crop = getattr(args, "crop", None)
     crop = None if crop == 0 else crop
     workers = getattr(args, "workers", None)

@@ -134,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
     )
-    pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
+    pretrained.add_argument(
+        "--image-size",
+        type=int,
+        help="side the images are resized to (default: an --onnx model's input side, else 112)",
+    )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
     evaluate.set_defaults(func=cmd_evaluate)

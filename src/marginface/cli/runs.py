@@ -26,10 +26,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     path = write_evaluation(evaluation, path)
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
+    _print_grid_notes(evaluation.metrics)
     _echo(args, f"written to {path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _print_grid_notes(metrics: dict[str, float]) -> None:
+    """After the table: one sentence per .bin set whose 0.01 threshold grid was too coarse
+    (:func:`~marginface.evaluation.grid_notes`), so a 0.5000 is not read as the model's."""
+    from ..evaluation import grid_notes
+
+    for note in grid_notes(metrics):
+        print(f"note: {note}")
 
 
 def _ijb_results(path: Path) -> dict[str, float]:
@@ -83,20 +93,22 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         onnx=args.onnx,
         model=args.model,
         embedding_dim=args.embedding_dim,
-        image_size=args.image_size,
+        image_size=None if args.onnx is not None else args.image_size,  # checked below
         bgr=args.bgr,
         device=device,
     )
+    image_size = _backbone_image_size(args, model)
     metrics = evaluate_backbone(
         model,
         args.data_dir,
         pairs=args.pairs,
-        image_size=args.image_size,
+        image_size=image_size,
         device=device,
         batch_size=args.batch_size,
         flip=True,  # insightface's protocol
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
+    _print_grid_notes(metrics)
     if args.out is not None:
         import json
 
@@ -106,6 +118,54 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         path = atomic_write_text(args.out, json.dumps(clean, indent=2, sort_keys=True) + "\n")
         _echo(args, f"written to {path}")
     return 0
+
+
+def _backbone_image_size(args: argparse.Namespace, model) -> int:
+    """The side the data is resized to for ``evaluate --backbone/--onnx``: ``--image-size``
+    when given, else the ONNX graph's input side, else 112 (insightface's). An ONNX model whose
+    input is another size than ``--image-size`` is an error naming both sizes, the data's own
+    size and where each comes from."""
+    from ..models.pretrained import OnnxBackbone, ReversedChannels
+
+    inner = model.model if isinstance(model, ReversedChannels) else model
+    if not isinstance(inner, OnnxBackbone):
+        return 112 if args.image_size is None else args.image_size
+    height, width = inner.input_size
+    sides = {side for side in (height, width) if side is not None}
+    if args.image_size is None and len(sides) <= 1:
+        return sides.pop() if sides else 112
+    if sides <= {args.image_size}:
+        return args.image_size
+    model_size = f"{height or 'any'}x{width or 'any'}"
+    if args.image_size is None:
+        wanted = "the data is resized to a square (--image-size, default: the model's side)"
+    else:
+        wanted = (
+            f"--image-size {args.image_size} (given on the command line) resizes the data to "
+            f"{args.image_size}x{args.image_size}"
+        )
+    raise ValueError(
+        f"{args.onnx} takes {model_size} images (its ONNX input); {wanted}; {_data_size(args)}. "
+        + (
+            f"Leave --image-size out to use the model's {height}, or pass --image-size {height}"
+            if height == width
+            else "Export the model with a square input"
+        )
+    )
+
+
+def _data_size(args: argparse.Namespace) -> str:
+    """The data's own image size for a message: each ``.bin``'s (read from its first image),
+    or what ``--pairs`` images become."""
+    from ..train.backbone_evaluation import bin_image_sizes
+
+    if args.pairs is not None:
+        return f"the images of {args.data_dir} are resized to --image-size"
+    sizes = bin_image_sizes(args.data_dir)
+    if not sizes:
+        return f"no .bin in {args.data_dir}"
+    held = (f"{name}.bin holds {h}x{w} images" for name, (h, w) in sizes.items())
+    return "the data: " + ", ".join(held)
 
 
 def _write_quality_report(run_dir: Path, evaluation) -> Path:
@@ -150,15 +210,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
         f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
         for path in sorted((run_dir / "ijb").glob("*_roc.png"))
     }
-    report = write_report(
-        out / "report.html",
-        title=f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})",
-        rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
-        columns=("metric", "value"),
-        sections=report_sections(pictured, images, rocs),
-    )
+    title = f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})"
+    sections = report_sections(pictured, images, rocs)
+    if evaluation.pairs:  # judged by verification pairs (faces): the face report
+        from ..train.verification_report import draw_verification_pictures, verification_sections
+
+        steps = _verification_steps(run_dir)
+        drawn = draw_verification_pictures(evaluation, history, steps, out)
+        for caption, path in drawn.items():
+            _echo(args, f"{caption}: {path}")
+        first, last = verification_sections(evaluation, drawn)
+        page = [*first, *sections, *([last] if last is not None else [])]
+        report = write_report(out / "report.html", title=title, sections=page)
+    else:
+        report = write_report(
+            out / "report.html",
+            title=title,
+            rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
+            columns=("metric", "value"),
+            sections=sections,
+        )
     _echo(args, f"report: {report}")
     return 0
+
+
+def _verification_steps(run_dir: Path) -> list[dict]:
+    """The rows of the run's ``verification.csv`` (every ``verify_every`` steps), or ``[]``."""
+    from ..train import read_history
+    from ..train.run_log import VERIFICATION_NAME
+
+    path = run_dir / VERIFICATION_NAME
+    return read_history(path) if path.is_file() else []
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
     "Evaluation",
+    "ScoredPairs",
     "as_is_and_flipped",
     "closed_set_predictions",
     "evaluate_model",
@@ -66,6 +67,29 @@ ERC_REPORTED_FRACTIONS = (0.1, 0.2, 0.3, 0.5)
 ...); the whole curve is :attr:`Evaluation.erc`."""
 
 
+@dataclass(frozen=True)
+class ScoredPairs:
+    """The pairs of one verification set with their cosine scores, for the report's
+    genuine/impostor histograms and 2-D projection.
+
+    Attributes:
+        scores: ``float64[P]`` cosine similarity of each pair (flip-summed embeddings for a
+            ``.bin`` set: ``cos = 1 - d / 2`` of insightface's squared distance ``d``).
+        same: ``bool[P]``, True for genuine pairs.
+        thresholds: ``{rule: cosine threshold}``, the mean of the folds' thresholds of each
+            rule measured: a ``.bin`` set's ``"insightface grid"`` (``1 - t / 2`` of its mean
+            squared-L2 grid threshold ``t``) and ``"midpoint"`` (marginface's search); test
+            pairs' ``"midpoint"``.
+        index: ``int64[P, 2]`` rows of :attr:`Evaluation.embeddings` of each pair, or None
+            when those embeddings are not this set's.
+    """
+
+    scores: np.ndarray
+    same: np.ndarray
+    thresholds: dict[str, float]
+    index: np.ndarray | None = None
+
+
 @dataclass
 class Evaluation:
     """What :func:`evaluate_run` measured.
@@ -79,6 +103,8 @@ class Evaluation:
         fpr, tpr: the ROC curve of the pairs.
         erc: for a MagFace run, the error-versus-reject curve of the pairs with the feature
             magnitude as quality (:func:`magnitude_quality_curve`); None otherwise.
+        pairs: ``{set: ScoredPairs}``: the verification pairs scored (``"test pairs"`` for
+            open-set test data, each ``.bin`` set by name); empty for closed-set runs.
     """
 
     metrics: dict[str, float]
@@ -87,6 +113,7 @@ class Evaluation:
     fpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     erc: ErrorVersusReject | None = None
+    pairs: dict[str, ScoredPairs] = field(default_factory=dict)
 
 
 def verification_pairs(bundle: DatasetBundle, *, num_pairs: int = 6000, seed: int = 0) -> PairSet:
@@ -215,7 +242,9 @@ def verification_set_results(
     """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-averaged
     embeddings ``float32[2P, D]`` and insightface's numbers
     (:func:`~marginface.evaluation.bin_verification_metrics`: Accuracy-Flip on the squared-L2
-    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set."""
+    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set. A set
+    whose grid was too coarse (``coarse_folds``) logs one INFO line saying so (the run prints
+    it beside the set's accuracy)."""
     results: dict[str, tuple[np.ndarray, BinVerificationMetrics]] = {}
     for name, verification in bundle.verification.items():
         as_is, flipped = as_is_and_flipped(
@@ -231,6 +260,18 @@ def verification_set_results(
             as_is[order], verification.pairs.same, flipped=flipped[order]
         )
         logger.debug("[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std)
+        if metrics.grid_too_coarse:  # the number printed beside it measures the grid
+            logger.info(
+                "[%s] insightface's 0.01 threshold grid is too coarse for these embeddings "
+                "(%d of %d folds: no grid threshold beats one answer for every pair): its "
+                "accuracy %.5f measures the grid, not the model; marginface evaluate gives the "
+                "finer midpoint search's (%s_accuracy_midpoint)",
+                name,
+                metrics.coarse_folds,
+                metrics.fold_accuracies.shape[0],
+                metrics.accuracy,
+                name,
+            )
         results[name] = ((as_is + flipped) / 2, metrics)
     return results
 
@@ -406,7 +447,15 @@ def _test_set_evaluation(
         for fraction in ERC_REPORTED_FRACTIONS:
             key = f"erc_accuracy@reject={fraction:.2f}"
             metrics[key] = curve[key]
-    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc)
+    scored = {}
+    if bundle.open_set:
+        scored["test pairs"] = ScoredPairs(
+            pair_scores(embeddings, pairs.index),
+            np.asarray(pairs.same, dtype=bool),
+            {"midpoint": float(verification.threshold)},
+            np.asarray(pairs.index, dtype=np.int64),
+        )
+    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc, scored)
 
 
 def _bin_sets_evaluation(
@@ -424,6 +473,7 @@ def _bin_sets_evaluation(
     mirrored; the curves and the flip-averaged embeddings of the first set."""
     metrics: dict[str, float] = {}
     first: tuple[np.ndarray, Any] | None = None
+    scored: dict[str, ScoredPairs] = {}
     for name, verification in bundle.verification.items():
         as_is, flipped = as_is_and_flipped(
             model,
@@ -435,12 +485,22 @@ def _bin_sets_evaluation(
         )
         values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
         metrics.update({f"{name}_{key}": value for key, value in values.items()})
+        index = np.asarray(verification.pairs.index, dtype=np.int64)
+        scored[name] = ScoredPairs(
+            pair_scores(as_is + flipped, index),  # the flip-summed features' cosines
+            np.asarray(verification.pairs.same, dtype=bool),
+            {  # insightface's squared-L2 grid threshold t as a cosine: 1 - t / 2
+                "insightface grid": 1.0 - values["threshold"] / 2.0,
+                "midpoint": float(roc.threshold),
+            },
+            index if first is None else None,
+        )
         if first is None:
             first = ((as_is + flipped) / 2, roc)  # flip-averaged
     embeddings, roc = first
     labels = np.zeros(embeddings.shape[0], dtype=np.int64)
     metrics["accuracy"] = math.nan
-    return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr)
+    return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr, pairs=scored)
 
 
 def _no_embeddings() -> tuple[np.ndarray, np.ndarray]:
