@@ -67,6 +67,16 @@ class EpochEvaluator:
             distributed=is_distributed(),
         )
 
+    def evaluation_images(self) -> tuple[int, int]:
+        """``(after an epoch, every verify_every steps)``: the images each evaluation embeds,
+        flipped copies counted (the test set, flipped when :meth:`test_metrics` flips it, and
+        every verification set twice; IJB not counted): the ETA's guess of their time
+        before the first is measured (:class:`~marginface.train.progress.ProgressReporter`)."""
+        bundle = self.bundle
+        flip = self.config.flip and bundle.open_set
+        verification = sum(2 * len(found.images) for found in bundle.verification.values())
+        return len(bundle.test) * (2 if flip else 1) + verification, verification
+
     def test_metrics(
         self, model: nn.Module, head: nn.Module, epoch: int | None = None
     ) -> dict[str, float]:

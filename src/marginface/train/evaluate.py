@@ -36,9 +36,9 @@ from .embeddings import extract_embeddings
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
-    ijb_progress_logger,
     ijb_results,
 )
+from .progress import progress_callback
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
@@ -181,10 +181,11 @@ def as_is_and_flipped(
     device: torch.device | str,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    name: str = "verification set",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The embeddings ``float32[2P, D]`` of a verification set's images as they are and
     mirrored left-right (insightface's flip test keeps both: its XNorm and its Accuracy-Flip
-    read them separately)."""
+    read them separately); ``name`` labels the progress (``"lfw (flipped)"``)."""
     as_is, flipped = (
         extract_embeddings(
             model,
@@ -194,10 +195,11 @@ def as_is_and_flipped(
             amp_dtype=amp_dtype,
             channels_last=channels_last,
             transform=transform,
+            desc=f"{name} ({how})",
         ).numpy()
-        for transform in (
-            verification.model_input,
-            lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
+        for how, transform in (
+            ("as is", verification.model_input),
+            ("flipped", lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,))),
         )
     )
     return as_is, flipped
@@ -225,6 +227,7 @@ def verification_set_results(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            name=name,
         )
         order = np.asarray(verification.pairs.index).reshape(-1)  # (2P,) a_0, b_0, a_1, ...
         metrics = bin_verification_metrics(
@@ -333,7 +336,7 @@ def evaluate_model(
                 device=device,
                 batch_size=batch_size,
                 workers=ijb.workers,
-                progress=ijb_progress_logger(ijb.target),
+                progress=progress_callback(f"{ijb.target} (flipped too)", unit="images"),
                 distributed=ijb.distributed,
             )  # None on the ranks other than 0
         evaluation.metrics.update(ijb_history_metrics(result, ijb))
@@ -376,6 +379,7 @@ def _test_set_evaluation(
         channels_last=channels_last,
         amp_dtype=amp_dtype,
         flip=flip,
+        desc="test set (flip-averaged)" if flip else "test set",
     )  # (N, D) on the CPU
     embeddings, labels = embedded.numpy(), np.asarray(test.labels)
     metrics: dict[str, float] = {"val_loss": math.nan} if summary else {}
@@ -432,6 +436,7 @@ def _bin_sets_evaluation(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            name=name,
         )
         values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
         metrics.update({f"{name}_{key}": value for key, value in values.items()})
