@@ -19,7 +19,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for flag in ("model", "data_dir", "pairs"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
-    evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
+    evaluation = evaluate_run(
+        args.run_dir, device=args.device, flip=args.flip, reuse_embeddings=True
+    )
     path = Path(args.run_dir) / EVALUATION_NAME
     kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
@@ -126,7 +128,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
     history = run.history  # the checkpoint's own: complete even if history.csv lags
-    evaluation = evaluate_run(run)
+    evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
     kept = _ijb_results(run_dir / EVALUATION_NAME)
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     out = args.out or run_dir / "plots"

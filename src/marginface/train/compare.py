@@ -123,7 +123,9 @@ def compare_losses(
         )
         history = trainer.fit()
         seconds = time.perf_counter() - began
-        evaluation = evaluate_run(run_dir, device=config.device, bundle=bundle)
+        evaluation = evaluate_run(
+            run_dir, device=config.device, bundle=bundle, reuse_embeddings=True
+        )
         write_evaluation(evaluation, run_dir / EVALUATION_NAME)
         row = {"loss": name, **evaluation.metrics, "epochs": len(history)}
         row["train_seconds"] = seconds

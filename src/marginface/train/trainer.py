@@ -175,7 +175,11 @@ class Trainer:
         self.forward_model, self.meta = built.forward_model, built.meta
         self.steps_per_epoch, self.amp_dtype = built.steps_per_epoch, built.amp_dtype
         self.evaluator = EpochEvaluator(
-            self.bundle, config, device=self.device, amp_dtype=self.amp_dtype
+            self.bundle,
+            config,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+            run_dir=self.run_dir if self.is_main else None,
         )
         self.batches = BatchSource(
             self.bundle.train,
