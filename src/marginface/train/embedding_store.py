@@ -22,7 +22,7 @@ import logging
 import re
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,8 @@ class EmbeddingStore:
         epoch: the completed epochs of those weights (written beside them, for a reader).
         read: use matching files (False: the trainer, whose weights just changed).
         write: write what was computed.
+        defer: hold what was computed until :meth:`flush` (the trainer: after the checkpoint
+            of these weights, so that a full disk is the checkpoint's error, not this one's).
     """
 
     folder: Path
@@ -99,13 +101,17 @@ class EmbeddingStore:
     epoch: int | None = None
     read: bool = True
     write: bool = True
+    defer: bool = False
+    pending: list[tuple[str, dict[str, Any], dict[str, np.ndarray]]] = field(
+        default_factory=list, repr=False
+    )
 
     @classmethod
     def for_model(
         cls, run_dir: str | Path, model: nn.Module, *, epoch: int | None = None, **flags: bool
     ) -> EmbeddingStore:
         """The store of ``run_dir`` (its ``embeddings/`` folder) for ``model``'s weights;
-        ``flags``: ``read``, ``write``."""
+        ``flags``: ``read``, ``write``, ``defer``."""
         return cls(Path(run_dir) / EMBEDDINGS_DIR, weights_fingerprint(model), epoch, **flags)
 
     def path(self, name: str) -> Path:
@@ -164,9 +170,16 @@ class EmbeddingStore:
             if found is not None:
                 return found
         arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in compute().items()}
-        if self.write:
+        if self.write and self.defer:
+            self.pending.append((name, key, arrays))
+        elif self.write:
             self.save(name, key, arrays)
         return arrays
+
+    def flush(self) -> None:
+        """Write what a deferring store holds (:meth:`save`)."""
+        while self.pending:
+            self.save(*self.pending.pop(0))
 
 
 def stored_embeddings(

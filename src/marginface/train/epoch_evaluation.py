@@ -59,6 +59,7 @@ class EpochEvaluator:
     ) -> None:
         self.bundle = bundle
         self.run_dir = run_dir
+        self.kept: EmbeddingStore | None = None
         self.config = config
         self.device = device
         self.amp_dtype = amp_dtype
@@ -148,6 +149,13 @@ class EpochEvaluator:
         model.train()
         return row
 
+    def keep_embeddings(self) -> None:
+        """Write the embeddings of the last :meth:`epoch_row` into ``run_dir/embeddings``
+        (the weights' fingerprint beside them): called once their checkpoint is saved."""
+        if self.kept is not None:
+            self.kept.flush()
+            self.kept = None
+
     def epoch_row(
         self,
         model: nn.Module,
@@ -163,10 +171,13 @@ class EpochEvaluator:
         ``loss`` (mean over the epoch's samples), :meth:`test_metrics`,
         :meth:`verification_sets`, ``lr``, ``seconds`` of training, ``images_per_second``
         (``images / seconds``) and the margin's scalar buffers (:func:`.margin_state`). The
-        embeddings are kept in ``run_dir`` (the weights' fingerprint beside them)."""
+        embeddings are held for :meth:`keep_embeddings`."""
         store = None
         if self.run_dir is not None:  # written, never read: the weights just changed
-            store = EmbeddingStore.for_model(self.run_dir, model, epoch=epoch, read=False)
+            store = EmbeddingStore.for_model(
+                self.run_dir, model, epoch=epoch, read=False, defer=True
+            )
+        self.kept = store
         return {
             "epoch": epoch,
             "loss": loss,

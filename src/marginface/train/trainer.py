@@ -405,6 +405,7 @@ class Trainer:
                     )  # fmt: skip
                     self._reporter.evaluated("epoch", self._reporter.clock() - evaluating)
                     self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
+                    self.evaluator.keep_embeddings()  # after their checkpoint
                     if self.is_main:
                         logger.debug("epoch %d: %s", epoch + 1, row)
                 self.checkpoints.finish()  # a background write: complete before returning
