@@ -116,6 +116,20 @@ def test_a_resumed_run_counts_only_its_own_steps(caplog) -> None:
     assert etas(caplog) == [(3, 1, "0:00:02", "0:00:02")]
 
 
+def test_a_step_checkpoint_resumed_mid_epoch_counts_from_its_step(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="marginface.train.progress")
+    clock = FakeClock()
+    reporter = ProgressReporter(
+        "lines", epochs=2, steps_per_epoch=10, start_epoch=1, interval=0, clock=clock
+    )
+    progress = reporter.epoch(1)
+    for step in (6, 7):  # steps 0..5 of epoch 2 were trained before the resume
+        clock.now += 2.0
+        progress.update(step, loss=1.0, mean_loss=1.0, images=8)
+    # 2 s per step over the two steps trained here, 2 steps left
+    assert etas(caplog)[-1] == (2, 8, "0:00:04", "0:00:04")
+
+
 def test_the_trainer_reports_each_evaluation(tmp_path, monkeypatch) -> None:
     seen: list[tuple[str, float]] = []
     made: list[ProgressReporter] = []

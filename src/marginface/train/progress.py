@@ -115,6 +115,7 @@ class ProgressReporter:
         self.clock = clock
         self.started = clock()
         self.steps_at_start = start_epoch * steps_per_epoch
+        self.stepped = False  # a step was reported
         self.images = {"epoch": evaluation_images, "step": verification_images}
         self.verify_every = verify_every or None
         self.label = label
@@ -151,19 +152,26 @@ class ProgressReporter:
         return last_step // self.verify_every - first_step // self.verify_every
 
     def remaining(
-        self, epoch: int, done: int, *, epoch_train_seconds: float, images: int
+        self,
+        epoch: int,
+        done: int,
+        *,
+        epoch_train_seconds: float,
+        images: int,
+        done_before: int = 0,
     ) -> tuple[float, float]:
         """``(epoch_eta, run_eta)`` in seconds after ``done`` steps of epoch ``epoch``
-        (0-based) whose training took ``epoch_train_seconds`` for ``images`` images: the steps
-        left at the training seconds per step (the epoch's, and the process's for the run)
-        plus the evaluations left (the epoch's own included)."""
+        (0-based), of which this process trained ``done - done_before`` (a step checkpoint
+        resumed after ``done_before``) in ``epoch_train_seconds`` for ``images`` images: the
+        steps left at the training seconds per step (the epoch's, and the process's for the
+        run) plus the evaluations left (the epoch's own included)."""
         spe = self.steps_per_epoch
         rate = images / epoch_train_seconds if epoch_train_seconds > 0 else 0.0
         epoch_eval = self.evaluation_estimate("epoch", rate)
         step_eval = self.evaluation_estimate("step", rate)
         now_step = epoch * spe + done  # global steps done
         epoch_eta = (
-            epoch_train_seconds / done * (spe - done)
+            epoch_train_seconds / max(done - done_before, 1) * (spe - done)
             + epoch_eval
             + self.verifications_between(now_step, (epoch + 1) * spe) * step_eval
         )
@@ -186,6 +194,7 @@ class EpochProgress:
         self.epoch = epoch
         self.began = reporter.clock()
         self.evaluation_at_start = reporter.evaluation_seconds
+        self.done_before: int | None = None  # steps of the epoch trained before a resume
         self.last_line = self.began
         self.bar: Any = None
         if reporter.mode == "bar":
@@ -213,8 +222,17 @@ class EpochProgress:
         # the epoch's training time: verifications inside the epoch left out
         elapsed = now - self.began - (reporter.evaluation_seconds - self.evaluation_at_start)
         done = step + 1
+        if self.done_before is None:  # the first step this process trains in the epoch
+            self.done_before = step
+            if not reporter.stepped:  # the process's first: the run's steps count from it
+                reporter.stepped = True
+                reporter.steps_at_start = self.epoch * reporter.steps_per_epoch + step
         epoch_eta, run_eta = reporter.remaining(
-            self.epoch, done, epoch_train_seconds=elapsed, images=images
+            self.epoch,
+            done,
+            epoch_train_seconds=elapsed,
+            images=images,
+            done_before=self.done_before,
         )
         if self.bar is not None:
             self.bar.update(1)
