@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import sys
 
 import pytest
@@ -161,3 +162,19 @@ def test_progress_counts_by_update_and_set(caplog) -> None:
         "converting: 25/100 images (25%)  0:00:01 elapsed  eta 0:00:03",
         "converting: 50/100 images (50%)  0:00:02 elapsed  eta 0:00:02",
     ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"desc": None}, TypeError, "desc must be a string, got None"),
+        ({"unit": 3}, TypeError, "unit must be a string, got 3"),
+        ({"total": -1}, ValueError, "total must be None or an int >= 0, got -1"),
+        ({"total": 2.5}, ValueError, "got 2.5"),
+        ({"total": True}, ValueError, "got True"),
+    ],
+)
+def test_bad_progress_arguments_are_named(kwargs, error, match) -> None:
+    arguments = {"desc": "x", "total": 3, **kwargs}
+    with pytest.raises(error, match=re.escape(match)):
+        Progress(arguments.pop("desc"), arguments.pop("total"), **arguments)

@@ -154,6 +154,10 @@ class Progress:
         total: items to do, or None.
         unit: the items' name (``"batches"``, ``"images"``).
         clock: seconds, monotonic (tests pass a fake). Default: ``time.perf_counter``.
+
+    Raises:
+        TypeError: ``desc`` or ``unit`` not a string; ValueError: ``total`` not None nor an
+            int >= 0 (each named).
     """
 
     def __init__(
@@ -164,6 +168,13 @@ class Progress:
         unit: str = "items",
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        for name, value in (("desc", desc), ("unit", unit)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {value!r}")
+        if total is not None and (
+            isinstance(total, bool) or not isinstance(total, int) or total < 0
+        ):
+            raise ValueError(f"total must be None or an int >= 0, got {total!r}")
         settings = progress_settings()
         self.mode = resolve_progress_mode(settings.mode)
         self.interval = settings.interval

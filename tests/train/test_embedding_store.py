@@ -64,6 +64,11 @@ def test_the_weights_fingerprint_follows_every_weight_and_buffer() -> None:
     assert weights_fingerprint(other) != weights_fingerprint(model)
 
 
+def test_the_weights_fingerprint_wants_a_module() -> None:
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
+        weights_fingerprint({"weight": torch.zeros(1)})
+
+
 def test_the_data_fingerprint_sees_the_images_and_the_labels() -> None:
     images = np.arange(1000 * 4, dtype=np.uint8).reshape(1000, 4)
     labels = np.arange(1000) % 7

@@ -52,7 +52,13 @@ _SAMPLED_ROWS = 64  # image rows hashed by data_fingerprint (evenly spaced)
 def weights_fingerprint(model: nn.Module) -> str:
     """A BLAKE2b digest (hex, 32 characters) of ``model.state_dict()``: every entry's name,
     dtype, shape and bytes (in row-major order, whatever the memory format), so two models
-    have the same fingerprint exactly when they compute with the same weights and buffers."""
+    have the same fingerprint exactly when they compute with the same weights and buffers.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module`` (named).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     digest = hashlib.blake2b(digest_size=16)
     for name, value in sorted(model.state_dict().items()):
         digest.update(name.encode())
