@@ -44,11 +44,11 @@ from .progress import (
     progress_output,
     resolve_progress_mode,
 )
-from .run import load_bundle, prepare_run_dir, resolve_device
+from .run import load_bundle, prepare_run_dir, remove_if_empty, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
 from .run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .schedule import micro_batches
-from .step_position import EpochTally, StepPosition
+from .step_position import EpochTally, StepPosition, seed_host_generators
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -105,7 +105,7 @@ class Trainer:
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         progress_label: str = "",
         callbacks: list[EpochCallback] | None = None,
-        initial_state: dict[str, dict[str, Any]] | None = None,
+        initial_state: dict[str, Any] | None = None,
         checkpointing: CheckpointPolicy | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
@@ -162,6 +162,7 @@ class Trainer:
         if self.bundle is None:
             self.bundle = load_bundle(config)
         torch.manual_seed(config.seed)
+        seed_host_generators(config.seed, self.rank)  # a checkpoint's states replace these
         built = build_training(
             config,
             self.bundle,
@@ -349,21 +350,27 @@ class Trainer:
 
     def _fit(self, *, resume: bool | SavedRun, overwrite: bool) -> list[dict[str, Any]]:
         self._init_distributed()
+        created = not Path(self.run_dir).exists()
         run_dir = prepare_run_dir(
             self.run_dir,
             resume=bool(resume),
             overwrite=overwrite,
             distributed=self.distributed,
         )
-        saved = run_to_continue(run_dir, resume, self.config)  # before building anything
-        self._setup()
-        self.checkpoints.last_time = time.monotonic()
-        start, history = 0, []
-        if saved is not None:
-            start, history = self._restore(saved), self.history
-            del saved  # the checkpoint's tensors are in the run's objects now
-        else:
-            load_initial_state(self.model, self.head, self.initial_state)
+        try:
+            saved = run_to_continue(run_dir, resume, self.config)  # before building anything
+            self._setup()
+            self.checkpoints.last_time = time.monotonic()
+            start, history = 0, []
+            if saved is not None:
+                start, history = self._restore(saved), self.history
+                del saved  # the checkpoint's tensors are in the run's objects now
+            else:
+                load_initial_state(self.model, self.head, self.initial_state)
+        except BaseException:
+            if created and self.is_main:
+                remove_if_empty(run_dir)  # a run that could not start leaves no empty folder
+            raise
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
         resumed = self._resume_at  # a step checkpoint: verification rows up to its step
