@@ -169,3 +169,10 @@ def test_quiet_compare_prints_its_table_and_report(tmp_path, capsys) -> None:
         rf"report: {re.escape(str(out / 'report.html'))}  \(\d+\.\d s in all\)",
         captured.out.splitlines()[-1],
     )
+
+
+def test_a_bad_progress_mode_is_a_usage_error_naming_it(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["plot", "run", "--progress", "fancy"])
+    err = capsys.readouterr().err
+    assert "--progress" in err and "'fancy'" in err
