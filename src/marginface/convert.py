@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ._atomic import atomic_write
+from ._progress import track
 from .data.folder import list_image_folder
 from .data.framing import write_framing
 from .data.imaging import check_image_size, decode_image
@@ -230,12 +231,13 @@ def convert_folder(
         writer.write(0, pack_image_record([first_identity, first_identity + len(names)], b""))
         ranges: dict[int, list[int]] = {}
         sources = [(path, str(path)) for _, path in items]
-        for key, encoded in enumerate(_in_batches(sources, work, workers), start=1):
+        encoded_images = track(
+            _in_batches(sources, work, workers), "converting", total=count, unit="images"
+        )
+        for key, encoded in enumerate(encoded_images, start=1):
             label = label_of[items[key - 1][0]]
             writer.write(key, pack_image_record(float(label), encoded, id=key))
             ranges.setdefault(label, [key, key + 1])[1] = key + 1
-            if key % 10000 == 0:
-                logger.info("%d / %d images", key, count)
         for label in range(len(names)):
             key = first_identity + label
             writer.write(key, pack_image_record(ranges[label], b"", id=key))
@@ -317,7 +319,14 @@ def convert_pairs(
     if not pairs:
         raise ValueError(f"{pairs_file}: no pairs")
     wanted = {key for pair in pairs for key in (pair.first, pair.second)}
-    found = dict(_find_pair_images(images_root, wanted))
+    found = dict(
+        track(
+            _find_pair_images(images_root, wanted),
+            f"finding the pairs' images in {images_root.name}",
+            total=len(wanted),
+            unit="images",
+        )
+    )
     for line, pair in enumerate(pairs, start=2):
         for name, number in (pair.first, pair.second):
             if (name, number) not in found:
@@ -331,7 +340,10 @@ def convert_pairs(
     def work(source: bytes | Path, name: str) -> bytes:
         return _prepare(source, name, size, crop, quality)
 
-    encoded = dict(zip(order, _in_batches(sources, work, workers), strict=True))
+    encoding = track(
+        _in_batches(sources, work, workers), "converting", total=len(order), unit="images"
+    )
+    encoded = dict(zip(order, encoding, strict=True))
     bins = [encoded[key] for pair in pairs for key in (pair.first, pair.second)]
     same = [bool(pair.same) for pair in pairs]
     with atomic_write(out_bin) as stream:

@@ -149,6 +149,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..report import format_table
     from ..train import EVALUATION_NAME, load_run, resolve_device
     from ..train.ijb_evaluation import ijb_results
+    from ..train.progress import progress_callback
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -183,10 +184,6 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         model = load_run(args.run_dir, device=device).model
         label, cache_key = str(args.run_dir), _checkpoint_identity(Path(args.run_dir))
 
-    def progress(done: int, total: int) -> None:
-        if done == total or done % (20 * args.batch_size) == 0:
-            echo(f"embedded {done}/{total} images")
-
     result = ijb_results(
         model,
         layout,
@@ -195,7 +192,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         workers=args.workers,
         cache=out / f"{name}_features.npz",
         cache_key=cache_key,
-        progress=progress,
+        progress=progress_callback(f"{args.target} images (flipped too)", unit="images"),
         flip=not args.no_flip,
         norm_score=not args.no_norm_score,
         detector_score=not args.no_detector_score,

@@ -325,16 +325,25 @@ def _seconds(text: str) -> float:
 
 
 def _add_progress_option(parser: argparse.ArgumentParser) -> None:
-    from ..train.progress import DEFAULT_PROGRESS_SECONDS
+    """``--progress MODE`` and ``--progress-seconds S``: how the command shows the progress of
+    its long steps (training, embedding, converting); ``--quiet`` means ``--progress none``."""
+    from .._progress import DEFAULT_PROGRESS_SECONDS, PROGRESS_MODES
 
+    parser.add_argument(
+        "--progress",
+        choices=PROGRESS_MODES,
+        default="auto",
+        help="auto (default): a bar when stderr is a terminal, else a log line every "
+        "--progress-seconds; bar; lines; none (also with --quiet)",
+    )
     parser.add_argument(
         "--progress-seconds",
         type=_seconds,
         default=DEFAULT_PROGRESS_SECONDS,
         metavar="S",
         help="when stderr is not a terminal (a log file, CI), a progress line (step, loss, "
-        f"img/s, ETA) every S seconds and at every epoch's end instead of a bar (default "
-        f"{DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
+        f"img/s, ETA; or images done of a long step) every S seconds and at every epoch's end "
+        f"instead of a bar (default {DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
     )
 
 

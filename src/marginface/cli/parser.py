@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
+    _add_progress_option(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 
     outliers = sub.add_parser(
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
     )
+    _add_progress_option(outliers)
     outliers.set_defaults(func=cmd_outliers)
 
     compare = sub.add_parser(
@@ -196,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="folder for the PNGs and report (default RUN_DIR/plots)"
     )
     plot.add_argument("--device", default="auto")
+    _add_progress_option(plot)
     plot.set_defaults(func=cmd_plot)
 
     export = sub.add_parser(
@@ -229,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "of SRC's images -> the verification set OUT (a .bin).",
     )
     add_convert_arguments(convert)
+    _add_progress_option(convert)
     convert.set_defaults(func=cmd_convert)
 
     from .faces import add_align_arguments
@@ -256,5 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
         "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
     )
     add_ijb_arguments(ijb)
+    _add_progress_option(ijb)
     ijb.set_defaults(func=cmd_ijb)
     return show_defaults(parser)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .output import _echo
+from .output import _echo, _final
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -19,7 +19,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for flag in ("model", "data_dir", "pairs"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
-    evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
+    evaluation = evaluate_run(
+        args.run_dir, device=args.device, flip=args.flip, reuse_embeddings=True
+    )
     path = Path(args.run_dir) / EVALUATION_NAME
     kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
@@ -27,9 +29,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _print_grid_notes(evaluation.metrics)
-    _echo(args, f"written to {path}")
+    _final(args, f"written to {path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
-        _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
+        _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
 
 
@@ -116,7 +118,7 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
 
         clean = {k: (v if v == v else None) for k, v in metrics.items()}  # NaN → null
         path = atomic_write_text(args.out, json.dumps(clean, indent=2, sort_keys=True) + "\n")
-        _echo(args, f"written to {path}")
+        _final(args, f"written to {path}")
     return 0
 
 
@@ -197,7 +199,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
     history = run.history  # the checkpoint's own: complete even if history.csv lags
-    evaluation = evaluate_run(run)
+    evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
     kept = _ijb_results(run_dir / EVALUATION_NAME)
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     out = args.out or run_dir / "plots"
@@ -230,7 +232,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
             columns=("metric", "value"),
             sections=sections,
         )
-    _echo(args, f"report: {report}")
+    _final(args, f"report: {report}")
     return 0
 
 
@@ -261,13 +263,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         if args.format in ("torchscript", "both"):
             path = export_torchscript(model, example, out / "model.ts")
-            _echo(args, f"TorchScript (verified): {path}")
+            _final(args, f"TorchScript (verified): {path}")
         if args.format in ("onnx", "both"):
             path = export_onnx(model, example, out / "model.onnx")
-            _echo(args, f"ONNX (verified): {path}")
+            _final(args, f"ONNX (verified): {path}")
         if args.format == "safetensors":
             path = export_safetensors(model, out / "backbone.safetensors")
-            _echo(args, f"safetensors (the backbone's state_dict, verified): {path}")
+            _final(args, f"safetensors (the backbone's state_dict, verified): {path}")
     except BaseException:
         for folder in created:  # deepest first: a failed export leaves no empty folder behind
             if not folder.is_dir() or any(folder.iterdir()):
@@ -280,16 +282,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from ..convert import run_convert
 
-    return run_convert(args, echo=lambda text: _echo(args, text))
+    return run_convert(args, echo=lambda text: _final(args, text))
 
 
 def cmd_align(args: argparse.Namespace) -> int:
     from .faces import run_align
 
-    return run_align(args, echo=lambda text: _echo(args, text))
+    return run_align(args, echo=lambda text: _final(args, text))
 
 
 def cmd_ijb(args: argparse.Namespace) -> int:
     from .faces import run_ijb
 
-    return run_ijb(args, echo=lambda text: _echo(args, text))
+    return run_ijb(args, echo=lambda text: _final(args, text))

@@ -18,7 +18,7 @@ from .options import (
     _resumed_config,
     option_name,
 )
-from .output import _echo, _epoch_printer, _verification_printer
+from .output import _echo, _epoch_printer, _final, _verification_printer, progress_mode
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _fit(
     trainer = Trainer(
         config,
         out,
-        progress=not args.quiet,
+        progress=progress_mode(args),
         progress_seconds=args.progress_seconds,
         callbacks=[_epoch_printer(args)],
         initial_state=initial_state,
@@ -109,7 +109,7 @@ def _fit(
             print(f"marginface train: {stopped}", file=sys.stderr)
         return args.preempted_exit_code
     if trainer.is_main:
-        _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
+        _final(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0
 
 
@@ -178,7 +178,7 @@ def cmd_outliers(args: argparse.Namespace) -> int:
         f"{flagged} of {total} training samples ({100.0 * flagged / total:.2f}%) are farther "
         f"than {outliers.threshold_degrees:g} degrees from their class's dominant sub-center"
     )
-    _echo(args, f"written to {path}")
+    _final(args, f"written to {path}")
     return 0
 
 
@@ -204,14 +204,14 @@ def _run_compare(
         out,
         overwrite=args.overwrite,
         replace_own=demo,
-        progress=not args.quiet,
+        progress=progress_mode(args),
         progress_seconds=args.progress_seconds,
         on_row=on_row,
         title=title,
         notes=[f"command: {command}", "configuration: " + repr(config)],
     )
     print(format_table(result.rows, TABLE_COLUMNS))
-    _echo(args, f"report: {result.report}  ({time.perf_counter() - started:.1f} s in all)")
+    _final(args, f"report: {result.report}  ({time.perf_counter() - started:.1f} s in all)")
     return 0
 
 

@@ -109,7 +109,7 @@ def evaluate_backbone(
         verification = VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
         if flip:
             as_is, flipped = as_is_and_flipped(
-                model, verification, batch_size=batch_size, device=device
+                model, verification, batch_size=batch_size, device=device, name=name
             )
         else:
             as_is = extract_embeddings(
@@ -118,6 +118,7 @@ def evaluate_backbone(
                 batch_size=batch_size,
                 device=device,
                 transform=verification.model_input,
+                desc=name,
             ).numpy()
             flipped = None
         values, _ = bin_set_metrics(as_is, flipped, verification.pairs)

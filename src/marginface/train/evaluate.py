@@ -32,13 +32,14 @@ from ..evaluation import (
     verification_metrics,
 )
 from .distributed import rank_slice
+from .embedding_store import EmbeddingStore, stored_embeddings
 from .embeddings import extract_embeddings
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
-    ijb_progress_logger,
     ijb_results,
 )
+from .progress import progress_callback
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
@@ -208,26 +209,40 @@ def as_is_and_flipped(
     device: torch.device | str,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    name: str = "verification set",
+    store: EmbeddingStore | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The embeddings ``float32[2P, D]`` of a verification set's images as they are and
     mirrored left-right (insightface's flip test keeps both: its XNorm and its Accuracy-Flip
-    read them separately)."""
-    as_is, flipped = (
-        extract_embeddings(
-            model,
-            verification.images,
-            batch_size=batch_size,
-            device=device,
-            amp_dtype=amp_dtype,
-            channels_last=channels_last,
-            transform=transform,
-        ).numpy()
-        for transform in (
-            verification.model_input,
-            lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
-        )
-    )
-    return as_is, flipped
+    read them separately); ``name`` labels the progress (``"lfw (flipped)"``) and, with a
+    ``store``, the kept embeddings (``RUN/embeddings/bin_<name>.npz``, reused when they are
+    these weights', :mod:`~marginface.train.embedding_store`)."""
+
+    def compute() -> dict[str, np.ndarray]:
+        flipped_input = lambda batch: torch.flip(verification.model_input(batch), dims=(3,))  # noqa: E731
+        return {
+            key: extract_embeddings(
+                model,
+                verification.images,
+                batch_size=batch_size,
+                device=device,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
+                transform=transform,
+                desc=f"{name} ({how})",
+            ).numpy()
+            for key, how, transform in (
+                ("as_is", "as is", verification.model_input),
+                ("flipped", "flipped", flipped_input),
+            )
+        }
+
+    pairs = verification.pairs
+    arrays = stored_embeddings(
+        store, f"bin_{name}", compute, flip=True, amp_dtype=amp_dtype,
+        data=(verification.images, pairs.index, pairs.same),
+    )  # fmt: skip
+    return arrays["as_is"], arrays["flipped"]
 
 
 def verification_set_results(
@@ -238,13 +253,15 @@ def verification_set_results(
     device: torch.device | str,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    store: EmbeddingStore | None = None,
 ) -> dict[str, tuple[np.ndarray, BinVerificationMetrics]]:
     """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-averaged
     embeddings ``float32[2P, D]`` and insightface's numbers
     (:func:`~marginface.evaluation.bin_verification_metrics`: Accuracy-Flip on the squared-L2
     grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set. A set
     whose grid was too coarse (``coarse_folds``) logs one INFO line saying so (the run prints
-    it beside the set's accuracy)."""
+    it beside the set's accuracy). ``store``: keep (or reuse) the embeddings
+    (:func:`as_is_and_flipped`)."""
     results: dict[str, tuple[np.ndarray, BinVerificationMetrics]] = {}
     for name, verification in bundle.verification.items():
         as_is, flipped = as_is_and_flipped(
@@ -254,6 +271,8 @@ def verification_set_results(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            name=name,
+            store=store,
         )
         order = np.asarray(verification.pairs.index).reshape(-1)  # (2P,) a_0, b_0, a_1, ...
         metrics = bin_verification_metrics(
@@ -304,6 +323,7 @@ def evaluate_model(
     summary: bool = False,
     ijb: IjbSet | None = None,
     ijb_due: bool = True,
+    store: EmbeddingStore | None = None,
 ) -> Evaluation:
     """Evaluate a backbone and its head on ``bundle``'s test set: the one evaluation behind
     the trainer's per-epoch row and ``marginface evaluate``.
@@ -347,6 +367,9 @@ def evaluate_model(
             embeds its share, rank 0 alone gets the values). None (default): no IJB.
         ijb_due: evaluate ``ijb`` now; False: its columns are NaN (an epoch between two IJB
             evaluations keeps the columns of the log in place). Default: True.
+        store: keep the embeddings of the test set and of the verification sets in the run
+            folder, and reuse the ones kept for these weights
+            (:class:`~marginface.train.embedding_store.EmbeddingStore`). Default: None.
 
     Returns:
         The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
@@ -364,6 +387,7 @@ def evaluate_model(
         num_pairs=num_pairs,
         seed=seed,
         summary=summary,
+        store=store,
     )
     if ijb is not None:
         result = None
@@ -374,7 +398,7 @@ def evaluate_model(
                 device=device,
                 batch_size=batch_size,
                 workers=ijb.workers,
-                progress=ijb_progress_logger(ijb.target),
+                progress=progress_callback(f"{ijb.target} (flipped too)", unit="images"),
                 distributed=ijb.distributed,
             )  # None on the ranks other than 0
         evaluation.metrics.update(ijb_history_metrics(result, ijb))
@@ -395,6 +419,7 @@ def _test_set_evaluation(
     num_pairs: int,
     seed: int,
     summary: bool,
+    store: EmbeddingStore | None,
 ) -> Evaluation:
     """:func:`evaluate_model` without the IJB columns."""
     test = bundle.test
@@ -408,17 +433,27 @@ def _test_set_evaluation(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            store=store,
         )
-    embedded = extract_embeddings(
-        model,
-        test.images,
-        batch_size=batch_size,
-        device=device,
-        channels_last=channels_last,
-        amp_dtype=amp_dtype,
-        flip=flip,
-    )  # (N, D) on the CPU
-    embeddings, labels = embedded.numpy(), np.asarray(test.labels)
+    labels = np.asarray(test.labels)
+
+    def compute() -> dict[str, np.ndarray]:
+        embedded = extract_embeddings(
+            model,
+            test.images,
+            batch_size=batch_size,
+            device=device,
+            channels_last=channels_last,
+            amp_dtype=amp_dtype,
+            flip=flip,
+            desc="test set (flip-averaged)" if flip else "test set",
+        )  # (N, D) on the CPU
+        return {"embeddings": embedded.numpy()}
+
+    embeddings = stored_embeddings(
+        store, "test", compute, flip=flip, amp_dtype=amp_dtype, data=(test.images, labels)
+    )["embeddings"]
+    embedded = torch.from_numpy(embeddings)
     metrics: dict[str, float] = {"val_loss": math.nan} if summary else {}
     metrics["accuracy"] = math.nan
     if not bundle.open_set:
@@ -466,6 +501,7 @@ def _bin_sets_evaluation(
     device: torch.device | str,
     amp_dtype: torch.dtype | None,
     channels_last: bool,
+    store: EmbeddingStore | None,
 ) -> Evaluation:
     """Datasets judged by verification sets only (insightface's ``.bin``): each set's metrics
     by :func:`~marginface.evaluation.bin_set_metrics` (insightface's rule, plus marginface's
@@ -482,6 +518,8 @@ def _bin_sets_evaluation(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            name=name,
+            store=store,
         )
         values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
         metrics.update({f"{name}_{key}": value for key, value in values.items()})
@@ -515,6 +553,7 @@ def evaluate_run(
     bundle: DatasetBundle | None = None,
     num_pairs: int = 6000,
     seed: int = 0,
+    reuse_embeddings: bool = False,
 ) -> Evaluation:
     """Evaluate the checkpoint of a run on its dataset's test set (:func:`evaluate_model`:
     closed-set accuracy, verification of the pairs, retrieval; the verification sets when
@@ -528,6 +567,10 @@ def evaluate_run(
         bundle: the dataset if already loaded (else reloaded from the run's configuration).
         num_pairs: pairs sampled (balanced, 10 folds) when the dataset brings none. Default: 6000.
         seed: seed of that sampling.
+        reuse_embeddings: read the embeddings kept in ``RUN/embeddings`` when they are the
+            checkpoint's (the run's last evaluation wrote them; the weights' fingerprint
+            decides), embed what is missing, stale or damaged and keep it there
+            (:mod:`~marginface.train.embedding_store`). Default: False.
     """
     run = (
         run_dir
@@ -546,6 +589,9 @@ def evaluate_run(
         device=next(run.model.parameters()).device,
         num_pairs=num_pairs,
         seed=seed,
+        store=EmbeddingStore.for_model(run.run_dir, run.model, epoch=run.epoch)
+        if reuse_embeddings
+        else None,
     )
 
 
