@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -77,6 +76,7 @@ def _fit(
     """Train ``config`` into ``out`` with the command line's progress, printers and
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
     (:class:`~marginface.train.run_state.SavedRun`), or False."""
+    from ..config import describe_recipe
     from ..train import Trainer
     from ..train.checkpoint_writer import CheckpointPolicy
     from ..train.preemption import TrainingPreemptedError
@@ -86,6 +86,8 @@ def _fit(
         out,
         progress=progress_mode(args),
         progress_seconds=args.progress_seconds,
+        # which defaults the dataset chose and how to override them, once the run starts
+        start_message=describe_recipe(config, spell=option_name),
         callbacks=[_epoch_printer(args)],
         initial_state=initial_state,
         checkpointing=CheckpointPolicy(
@@ -97,11 +99,6 @@ def _fit(
         ),
     )
     trainer.step_callbacks.append(_verification_printer(args))
-    from ..config import describe_recipe
-
-    recipe = describe_recipe(config, spell=option_name)
-    if recipe is not None and os.environ.get("RANK", "0") == "0":  # one line under torchrun
-        logger.info(recipe)  # which defaults the dataset chose, and how to override them
     try:
         trainer.fit(resume=resume, overwrite=args.overwrite)
     except TrainingPreemptedError as stopped:  # one line per process; the scheduler may requeue

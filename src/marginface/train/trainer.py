@@ -83,6 +83,9 @@ class Trainer:
         progress_seconds: seconds between two progress lines (>= 0). Default:
             :data:`~marginface.train.progress.DEFAULT_PROGRESS_SECONDS` (30).
         progress_label: shown before every progress line (``compare``: the loss's name).
+        start_message: logged (INFO, the main rank) once the run's data, model and state are
+            built, just before the first step (``train``: the recipe it took), so a run that
+            cannot start shows only its error.
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
             (not resumed) run before its first step, e.g. a sub-center run cut to one center
@@ -104,6 +107,7 @@ class Trainer:
         progress: bool | str = False,
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         progress_label: str = "",
+        start_message: str | None = None,
         callbacks: list[EpochCallback] | None = None,
         initial_state: dict[str, Any] | None = None,
         checkpointing: CheckpointPolicy | None = None,
@@ -118,6 +122,7 @@ class Trainer:
         self.progress = resolve_progress_mode(progress)
         self.progress_seconds = check_progress_seconds(progress_seconds)
         self.progress_label = progress_label
+        self.start_message = start_message
         self._reporter = ProgressReporter("none", epochs=1, steps_per_epoch=1)
         self.run_log = RunLog(self.run_dir, callbacks=callbacks)
         self.model: nn.Module | None = None
@@ -371,6 +376,8 @@ class Trainer:
             if created and self.is_main:
                 remove_if_empty(run_dir)  # a run that could not start leaves no empty folder
             raise
+        if self.start_message and self.is_main:
+            logger.info(self.start_message)
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
         resumed = self._resume_at  # a step checkpoint: verification rows up to its step
