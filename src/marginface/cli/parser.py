@@ -22,6 +22,7 @@ from .options import (
     _add_train_options,
     add_backbone_source_arguments,
     add_checkpoint_options,
+    show_defaults,
 )
 from .suggestions import SuggestingParser
 from .training import DEMO_LOSSES  # cli/training.py imports torch inside its functions only
@@ -49,8 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     # the same two flags after the subcommand (``marginface train ... --quiet``); SUPPRESS keeps
     # a flag given before the subcommand from being reset by the subcommand's default
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS)
-    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress output or chatter, warnings only (default: off)",
+    )
+    common.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging (default: off)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
@@ -61,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with a 3-D embedding; write runs/demo/report.html and print the metrics table.",
     )
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder")
-    demo.add_argument("--epochs", type=int, help="override the demo's epochs (30)")
+    demo.add_argument("--epochs", type=int, help="override the demo's epochs (default: 30)")
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
     _add_progress_option(demo)
     demo.set_defaults(func="marginface.cli.training:cmd_demo")
@@ -126,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("run_dir", type=Path, nargs="?", help="a run folder (or --backbone)")
     evaluate.add_argument("--device", default="auto")
-    evaluate.add_argument("--flip", action="store_true", default=None, help="flip-averaged")
+    evaluate.add_argument(
+        "--flip", action="store_true", default=None, help="flip-averaged (default: the run's)"
+    )
     pretrained = evaluate.add_argument_group(
         "a pretrained backbone, no run folder (docs/backbones.md)"
     )
@@ -140,9 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
     )
-    pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
+    pretrained.add_argument(
+        "--image-size",
+        type=int,
+        help="side the images are resized to (default: an --onnx model's input side, else 112)",
+    )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
+    _add_progress_option(evaluate)
     evaluate.set_defaults(func="marginface.cli.runs:cmd_evaluate")
 
     outliers = sub.add_parser(
@@ -167,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
     )
+    _add_progress_option(outliers)
     outliers.set_defaults(func="marginface.cli.training:cmd_outliers")
 
     compare = sub.add_parser(
@@ -198,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="folder for the PNGs and report (default RUN_DIR/plots)"
     )
     plot.add_argument("--device", default="auto")
+    _add_progress_option(plot)
     plot.set_defaults(func="marginface.cli.runs:cmd_plot")
 
     export = sub.add_parser(
@@ -229,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "of SRC's images -> the verification set OUT (a .bin).",
     )
     add_convert_arguments(convert)
+    _add_progress_option(convert)
     convert.set_defaults(func="marginface.cli.runs:cmd_convert")
 
     align = sub.add_parser(
@@ -252,5 +275,6 @@ def build_parser() -> argparse.ArgumentParser:
         "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
     )
     add_ijb_arguments(ijb)
+    _add_progress_option(ijb)
     ijb.set_defaults(func="marginface.cli.runs:cmd_ijb")
-    return parser
+    return show_defaults(parser)
