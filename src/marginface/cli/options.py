@@ -317,6 +317,12 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+# The library's defaults, restated so that building the parser imports no torch (`--help` is
+# quick): tests/cli/test_quick_help.py checks them against train/progress.py, train/preemption.py.
+DEFAULT_PROGRESS_SECONDS = 30.0
+PREEMPTED_EXIT_CODE = 143
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not (value >= 0 and value != float("inf")):
@@ -327,7 +333,7 @@ def _seconds(text: str) -> float:
 def _add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--progress MODE`` and ``--progress-seconds S``: how the command shows the progress of
     its long steps (training, embedding, converting); ``--quiet`` means ``--progress none``."""
-    from .._progress import DEFAULT_PROGRESS_SECONDS, PROGRESS_MODES
+    from .._progress import PROGRESS_MODES
 
     parser.add_argument(
         "--progress",
@@ -379,8 +385,6 @@ def _exit_status(text: str) -> int:
 
 def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     """``train``'s step checkpoints, kept checkpoints and preemption (docs/training.md)."""
-    from ..train.preemption import PREEMPTED_EXIT_CODE
-
     group = parser.add_argument_group("checkpoints and preemption")
     group.add_argument(
         "--checkpoint-every",
