@@ -4,7 +4,7 @@ AdaM-Softmax's learnable margins ``[C]``, :mod:`marginface.class_parameters`) in
 On a class-sharded head each rank holds its block of every per-class parameter, and so its
 block of their optimizer state (SGD's momentum buffer, Adam's and AdamW's two moments); the
 scalar entries (Adam's ``step``) are replicated. A checkpoint keeps each such state in the
-layout of its parameter (:func:`~marginface.head_state.class_state_view`: a DTensor of global
+layout of its parameter (:func:`~marginface.head.state.class_state_view`: a DTensor of global
 shape ``[C, K·D]`` or ``[C]`` sharded on dim 0), so ``torch.distributed.checkpoint`` reshards it
 to any number of ranks as it does the parameters; a one-process ``checkpoint.pt`` holds the
 full ``[C·K, D]`` and ``[C]`` tensors, cut to each rank's block on restore
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..head_state import class_state_view, per_class_parameters
+from ..head.state import class_state_view, per_class_parameters
 
 __all__ = ["class_state_positions", "class_state_targets", "local_optimizer_state"]
 
@@ -26,7 +26,7 @@ __all__ = ["class_state_positions", "class_state_targets", "local_optimizer_stat
 def class_state_positions(optimizer: torch.optim.Optimizer, head: nn.Module) -> dict[int, str]:
     """The positions among ``optimizer``'s parameters (the keys of
     ``optimizer.state_dict()["state"]``) of the head's per-class parameters, each mapped to its
-    ``state_dict`` name (:func:`~marginface.head_state.per_class_parameters`: ``"weight"``,
+    ``state_dict`` name (:func:`~marginface.head.state.per_class_parameters`: ``"weight"``,
     ``"class_parameters.margin"``, ...); those not optimized are absent."""
     names = {id(parameter): name for name, parameter in per_class_parameters(head).items()}
     positions = {}
@@ -47,7 +47,7 @@ def class_state_targets(
 ) -> tuple[dict[str, Tensor], dict[int, str]]:
     """Add to ``targets`` the optimizer state of the head's per-class parameters (the centers,
     AdaM-Softmax's margins) in the layout it was saved in (sharded by class,
-    :func:`~marginface.head_state.class_state_view`), each backed by a tensor shaped like
+    :func:`~marginface.head.state.class_state_view`), each backed by a tensor shaped like
     this rank's block of the parameter.
 
     Args:

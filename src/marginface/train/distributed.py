@@ -195,7 +195,7 @@ def clip_gradient_norm(
     gradient by ``max_norm / (‖g‖ + 1e-6)`` when that is below 1), on every rank alike.
 
     ``sharded``: the parameters whose entries are split over the ranks (a sharded head's class
-    centers and its per-class parameters, :func:`~marginface.head_state.per_class_parameters`):
+    centers and its per-class parameters, :func:`~marginface.head.state.per_class_parameters`):
     their squared norms are summed over ranks (one all-reduce); the others are replicated (DDP
     averaged their gradients), so each counts once. Without a process group this is
     ``torch.nn.utils.clip_grad_norm_``.

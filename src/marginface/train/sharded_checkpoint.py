@@ -60,7 +60,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 
 from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
 from ..head import MarginSoftmaxLoss
-from ..head_state import class_state_view, per_class_parameters
+from ..head.state import class_state_view, per_class_parameters
 from .checkpoint import CheckpointError
 from .class_state import class_state_positions
 from .kept_checkpoints import KEPT_NAME, prune_kept
@@ -247,7 +247,7 @@ def _tensor_state(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(tensors for DCP, optimizer's JSON part)``. The optimizer state of each per-class
     parameter (the centers, AdaM-Softmax's margins) is laid out like the parameter in the
-    checkpoint (:func:`~marginface.head_state.class_state_view`): sharded by class."""
+    checkpoint (:func:`~marginface.head.state.class_state_view`): sharded by class."""
     tensors: dict[str, Any] = {f"model/{k}": v for k, v in model.state_dict().items()}
     tensors.update({f"loss/{k}": v for k, v in loss.state_dict().items()})
     state = optimizer.state_dict()

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
-from ..head_state import per_class_parameters
+from ..head.state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
 from .build import build_training, configure_process, flushes_denormals, load_initial_state
 from .checkpoint_writer import CheckpointPolicy, CheckpointWriter

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .class_parameters import (
+from ..class_parameters import (
     class_parameters_as_dtensors,
     class_vector_dtensor,
     cut_class_parameters,

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ._validation import (
+from .._validation import (
     check_choice,
     check_device,
     check_dtype,
@@ -18,13 +18,13 @@ from ._validation import (
     check_real,
     check_representable,
 )
-from .class_parameters import (
+from ..class_parameters import (
     class_regularizer,
     create_class_parameters,
     reset_class_parameters,
     target_class_values,
 )
-from .executors.choice import (
+from ..executors.choice import (
     AUTO_CHUNKED_MIN_LOGITS,
     BINARY_DENSE_COPIES,
     DEFAULT_MEMORY_BUDGET,
@@ -39,26 +39,26 @@ from .executors.choice import (
     dense_step_bytes,
     row_block_bytes,
 )
-from .executors.chunk_plan import KERNELS, check_chunkable
-from .executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
-from .executors.dense import (
+from ..executors.chunk_plan import KERNELS, check_chunkable
+from ..executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
+from ..executors.dense import (
     compute_dtype,
     dense_margin_cross_entropy,
     normalized_cosine,
     row_norms,
 )
-from .executors.margin_loss import REDUCTIONS, reduce_loss
-from .executors.sharding import ClassShard, scale_gradient
-from .head_state import class_rows, full_weight_to_shard, reshardable_state_dict, weight_as_dtensor
-from .margins.base import Margin
-from .subcenters import (
+from ..executors.margin_loss import REDUCTIONS, reduce_loss
+from ..executors.sharding import ClassShard, scale_gradient
+from ..margins.base import Margin
+from ..subcenters import (
     PAPER_OUTLIER_DEGREES,
     Outliers,
     find_outliers,
     keep_dominant_centers,
     sub_center_counts,
 )
-from .weight_regularizers import WeightRegularizer, check_weight_regularizer, regularize_weight
+from ..weight_regularizers import WeightRegularizer, check_weight_regularizer, regularize_weight
+from .state import class_rows, full_weight_to_shard, reshardable_state_dict, weight_as_dtensor
 
 __all__ = [
     "AUTO_CHUNKED_MIN_LOGITS",
