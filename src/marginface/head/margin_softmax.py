@@ -1,8 +1,10 @@
-"""The head: an ``nn.Module`` that owns the class centers and wires one margin to one executor."""
+"""The head: :class:`MarginSoftmaxLoss`, the ``nn.Module`` that owns the class centers and wires
+one margin to one executor. Its parts live beside it, one concept a file: the class centers
+(``centers.py``), Partial FC sampling (``sampling.py``), the executor choice and its memory
+figures (``executor_choice.py``), the sub-center clean-up (``subcenter_cleanup.py``), the input
+checks of the plain and sharded paths (``inputs.py``), the checkpoint layout (``state.py``)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,57 +26,23 @@ from ..class_parameters import (
     reset_class_parameters,
     target_class_values,
 )
-from ..executors.choice import (
-    AUTO_CHUNKED_MIN_LOGITS,
-    BINARY_DENSE_COPIES,
-    DEFAULT_MEMORY_BUDGET,
-    DEFAULT_ROW_BLOCK_BYTES,
-    DENSE_LOGIT_COPIES,
-    IMPLEMENTATIONS,
-    ROW_BLOCK_DTYPES,
-    ROW_BLOCK_MAX_ROWS,
-    ROW_BLOCK_MIN_DIM,
-    choose_executor,
-    default_row_block,
-    dense_step_bytes,
-    row_block_bytes,
-)
+from ..executors.choice import DEFAULT_MEMORY_BUDGET, IMPLEMENTATIONS, row_block_bytes
 from ..executors.chunk_plan import KERNELS, check_chunkable
 from ..executors.chunked import chunked_margin_cross_entropy, sharded_margin_cross_entropy
-from ..executors.dense import (
-    compute_dtype,
-    dense_margin_cross_entropy,
-    normalized_cosine,
-    row_norms,
-)
+from ..executors.dense import dense_margin_cross_entropy, row_norms
 from ..executors.margin_loss import REDUCTIONS, reduce_loss
 from ..executors.sharding import ClassShard, scale_gradient
 from ..margins.base import Margin
-from ..subcenters import (
-    PAPER_OUTLIER_DEGREES,
-    Outliers,
-    find_outliers,
-    keep_dominant_centers,
-    sub_center_counts,
-)
+from ..subcenters import PAPER_OUTLIER_DEGREES, Outliers, sub_center_counts
 from ..weight_regularizers import WeightRegularizer, check_weight_regularizer, regularize_weight
-from .state import class_rows, full_weight_to_shard, reshardable_state_dict, weight_as_dtensor
+from .centers import center_cosine, create_shard, new_centers, reset_centers
+from .executor_choice import head_dense_step_bytes, head_executor, head_row_block_rows
+from .inputs import step_labels
+from .sampling import classes_of_step, sampled_centers
+from .state import full_weight_to_shard, weight_as_dtensor
+from .subcenter_cleanup import dominant_only, outliers_of_all, own_samples
 
-__all__ = [
-    "AUTO_CHUNKED_MIN_LOGITS",
-    "DEFAULT_MEMORY_BUDGET",
-    "DEFAULT_ROW_BLOCK_BYTES",
-    "DENSE_LOGIT_COPIES",
-    "IMPLEMENTATIONS",
-    "KERNELS",
-    "REDUCTIONS",
-    "ROW_BLOCK_DTYPES",
-    "ROW_BLOCK_MAX_ROWS",
-    "ROW_BLOCK_MIN_DIM",
-    "MarginSoftmaxLoss",
-    "class_rows",
-    "reshardable_state_dict",
-]
+__all__ = ["MarginSoftmaxLoss"]
 
 
 class MarginSoftmaxLoss(nn.Module):
@@ -207,11 +175,14 @@ class MarginSoftmaxLoss(nn.Module):
         self.shard: ClassShard | None = None
         start, stop = 0, self.num_classes
         if process_group is not None:
-            self.shard = _create_shard(process_group, self, dtype)
+            signature = (self.num_classes, self.embedding_dim, self.sub_centers, self.sample_rate)
+            signature += (str(dtype),)
+            signature += (type(margin).__name__, margin.extra_repr())
+            self.shard = create_shard(process_group, self.num_classes, signature)
             start, stop = self.shard.start, self.shard.stop
         self.class_range = (start, stop)
-        self.weight = nn.Parameter(
-            torch.empty((stop - start) * sub_centers, embedding_dim, device=device, dtype=dtype)
+        self.weight = new_centers(
+            stop - start, sub_centers, embedding_dim, device=device, dtype=dtype
         )
         self.class_parameters = create_class_parameters(
             margin, stop - start, device=device, dtype=dtype
@@ -224,7 +195,7 @@ class MarginSoftmaxLoss(nn.Module):
     def reset_parameters(self) -> None:
         """Re-draw the class centers from ``N(0, 0.01²)`` and the per-class parameters from
         their declared ``U(init_low, init_high)``."""
-        nn.init.normal_(self.weight, std=0.01)
+        reset_centers(self.weight)
         reset_class_parameters(self.class_parameters, self.margin)
 
     def cosine(self, embeddings: Tensor) -> Tensor:
@@ -233,9 +204,7 @@ class MarginSoftmaxLoss(nn.Module):
         Computed in float32 (float64 for float64 inputs) with autocast disabled.
         """
         check_embeddings(embeddings, self.embedding_dim)
-        dtype = compute_dtype(embeddings, self.weight)
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
-            return normalized_cosine(embeddings.to(dtype), self.weight.to(dtype), self.sub_centers)
+        return center_cosine(embeddings, self.weight, self.sub_centers)
 
     def logits(self, embeddings: Tensor, labels: Tensor | None = None) -> Tensor:
         """Scaled logits ``Tensor[N, C]``.
@@ -266,129 +235,82 @@ class MarginSoftmaxLoss(nn.Module):
             A 0-dim tensor (``"mean"``, ``"sum"``) or ``Tensor[N]`` (``"none"``); sharded, the
             loss of the global batch (``"none"``: ``Tensor[N_global]``, rows in rank order).
         """
+        step = step_labels(embeddings, labels, self.embedding_dim, self.num_classes, self.shard)
+        targets, sampled = self._classes_of_step(step)  # step: sharded, the global batch's
+        class_values = target_class_values(self.class_parameters, self.margin, targets, sampled)
         if self.shard is not None:
-            per_sample = self._sharded_forward(embeddings, labels)
+            per_sample = sharded_margin_cross_entropy(
+                scale_gradient(embeddings, self.shard.world_size),
+                self.weight,
+                targets,
+                step,
+                self.margin,
+                self.shard,
+                sub_centers=self.sub_centers,
+                chunk_size=self.chunk_size,
+                kernels=self.kernels,
+                sampled_classes=sampled,  # read in place, chunk by chunk
+                class_values=class_values,  # this rank's classes' values, 0 elsewhere
+            )
         else:
-            check_embeddings(embeddings, self.embedding_dim)
-            labels = check_labels(labels, embeddings.shape[0], self.num_classes)
-            targets, sampled = self._classes_of_step(labels)
-            class_values = target_class_values(self.class_parameters, self.margin, targets, sampled)
-            executor = self.executor(embeddings.shape[0])
-            if executor in ("chunked", "row_block"):
-                rows = embeddings.shape[0]
-                per_sample = chunked_margin_cross_entropy(
-                    embeddings,
-                    self.weight,
-                    targets,
-                    self.margin,
-                    sub_centers=self.sub_centers,
-                    chunk_size=self.chunk_size,
-                    kernels=self.kernels,
-                    sampled_classes=sampled,  # read in place, chunk by chunk
-                    class_values=class_values,
-                    row_block=self.row_block_rows(rows) if executor == "row_block" else None,
-                )
-            else:
-                weight = self.weight
-                if sampled is not None:  # the dense path's S·K×D copy (beside its N×S·K logits)
-                    k, d = self.sub_centers, self.embedding_dim
-                    weight = weight.view(-1, k, d)[sampled].reshape(-1, d)  # (S·K, D)
-                per_sample = dense_margin_cross_entropy(
-                    embeddings,
-                    weight,
-                    targets,
-                    self.margin,
-                    sub_centers=self.sub_centers,
-                    class_values=class_values,
-                )
+            per_sample = self._local_cross_entropy(embeddings, targets, sampled, class_values)
         extra = class_regularizer(self.class_parameters, self.margin, self.num_classes, self.shard)
         if self.weight_regularizer is not None:
-            term = regularize_weight(self.weight_regularizer, self.weight, labels, self)
+            term = regularize_weight(self.weight_regularizer, self.weight, labels, self)  # own rows
             extra = term if extra is None else extra + term
         if extra is not None:
             per_sample = per_sample + extra.to(per_sample.dtype)
         return reduce_loss(per_sample, self.reduction)
 
-    # ------------------------------------------------------------ sharding, sampling
-    def _classes_of_step(self, labels: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Each row's target among the classes this step computes with (``-1``: another rank
-        owns it), and those classes: None (all local classes), or Partial FC's sample in
-        training, ``int64[S]`` sorted local class indices (targets are then positions in it).
-        The executors read the sampled rows of :attr:`weight` in place."""
-        start, stop = self.class_range
-        local = labels - start  # (N,)
-        owned = (labels >= start) & (labels < stop)
-        if self.sample_rate >= 1.0 or not self.training:
-            return torch.where(owned, local, torch.full_like(local, -1)), None
-        count = stop - start
-        positive = torch.zeros(count, dtype=torch.bool, device=self.weight.device)
-        positive[local[owned].to(positive.device)] = True
-        keep = int(self.sample_rate * count)
-        if int(positive.sum()) >= keep:
-            selected = positive.nonzero().squeeze(1)  # (S,)
-        else:
-            score = torch.rand(count, device=self.weight.device)
-            score[positive] = 2.0  # positives first, then uniformly drawn negatives
-            selected = score.topk(keep).indices.sort().values  # (S,)
-        position = torch.searchsorted(selected, local.clamp(0, max(count - 1, 0)).to(selected))
-        targets = torch.where(owned, position.to(local.device), torch.full_like(local, -1))
-        return targets, selected
-
-    def _sharded_forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        shard = self.shard
-        if not isinstance(embeddings, Tensor) or not embeddings.is_floating_point():
-            check_embeddings(embeddings)  # the TypeError, naming the argument
-        if embeddings.dim() != 2:
-            raise ValueError(f"embeddings must have shape (N, D), got {tuple(embeddings.shape)}")
-        if (
-            not isinstance(labels, Tensor)
-            or labels.dtype == torch.bool
-            or not (labels.dtype.is_signed or labels.dtype == torch.uint8)
-            or labels.is_floating_point()
-        ):
-            check_labels(labels, embeddings.shape[0], self.num_classes)  # the TypeError
-        labels = labels.reshape(-1).to(torch.int64)
-        shard.gather_metadata(embeddings, labels, self.num_classes)  # raises on every rank
-        if embeddings.shape[1] != self.embedding_dim:
-            raise ValueError(
-                f"embeddings must have D = embedding_dim = {self.embedding_dim} columns, "
-                f"got shape {tuple(embeddings.shape)}"
+    def _local_cross_entropy(
+        self,
+        embeddings: Tensor,
+        targets: Tensor,
+        sampled: Tensor | None,
+        class_values: dict[str, Tensor] | None,
+    ) -> Tensor:
+        """Per-sample losses ``Tensor[N]`` of one process's batch on the executor
+        :meth:`executor` picks (chunked and row-block read Partial FC's sample in place)."""
+        executor = self.executor(embeddings.shape[0])
+        if executor in ("chunked", "row_block"):
+            rows = embeddings.shape[0]
+            return chunked_margin_cross_entropy(
+                embeddings,
+                self.weight,
+                targets,
+                self.margin,
+                sub_centers=self.sub_centers,
+                chunk_size=self.chunk_size,
+                kernels=self.kernels,
+                sampled_classes=sampled,  # read in place, chunk by chunk
+                class_values=class_values,
+                row_block=self.row_block_rows(rows) if executor == "row_block" else None,
             )
-        global_labels = shard.gather_rows(labels)  # (N,)
-        targets, sampled = self._classes_of_step(global_labels)
-        x = scale_gradient(embeddings, shard.world_size)
-        per_sample = sharded_margin_cross_entropy(
-            x,
-            self.weight,
+        return dense_margin_cross_entropy(
+            embeddings,
+            sampled_centers(self.weight, sampled, self.sub_centers),  # dense: an S·K×D copy
             targets,
-            global_labels,
             self.margin,
-            shard,
             sub_centers=self.sub_centers,
-            chunk_size=self.chunk_size,
-            kernels=self.kernels,
-            sampled_classes=sampled,  # read in place, chunk by chunk
-            class_values=target_class_values(  # this rank's classes' values, 0 elsewhere
-                self.class_parameters, self.margin, targets, sampled
-            ),
+            class_values=class_values,
         )
-        return per_sample
+
+    def _classes_of_step(self, labels: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Each row's target among this step's classes and Partial FC's sample
+        (:func:`~marginface.head.sampling.classes_of_step`; every class in eval mode)."""
+        rate = self.sample_rate if self.training else 1.0
+        return classes_of_step(labels, self.class_range, rate, self.weight.device)
 
     # ------------------------------------------------------------ sub-center clean-up
     def _own_samples(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The samples of the classes in :attr:`class_range`: ``(positions, x, local labels)``."""
-        check_embeddings(embeddings, self.embedding_dim)
-        labels = check_labels(labels, embeddings.shape[0], self.num_classes)
-        start, stop = self.class_range
-        if start == 0 and stop == self.num_classes:  # unsharded: no copy of the embeddings
-            return torch.arange(labels.shape[0], device=labels.device), embeddings, labels
-        positions = ((labels >= start) & (labels < stop)).nonzero().squeeze(1)  # (n,)
-        if positions.numel() == 0:
-            raise ValueError(
-                f"no sample has a label in this head's classes [{start}, {stop}); a sharded "
-                "head judges its own classes: pass the same samples on every rank"
-            )
-        return positions, embeddings[positions], labels[positions] - start
+        return own_samples(
+            embeddings,
+            labels,
+            embedding_dim=self.embedding_dim,
+            class_range=self.class_range,
+            num_classes=self.num_classes,
+        )
 
     def dominant_sub_centers(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Each class's dominant sub-center (the one with the most samples nearest to it;
@@ -417,15 +339,15 @@ class MarginSoftmaxLoss(nn.Module):
         samples given; a sharded head judges only its own classes (the other samples' angles
         are NaN), and ``dominant``/``counts`` cover :attr:`class_range`."""
         positions, x, local = self._own_samples(embeddings, labels)
-        found = find_outliers(
-            x, local, self.weight, self.sub_centers, threshold_degrees=threshold_degrees
+        return outliers_of_all(
+            positions,
+            x,
+            local,
+            self.weight,
+            self.sub_centers,
+            total=embeddings.shape[0],
+            threshold_degrees=threshold_degrees,
         )
-        angles = torch.full(
-            (embeddings.shape[0],), float("nan"), dtype=torch.float64, device=found.angles.device
-        )
-        angles[positions.to(angles.device)] = found.angles
-        indices = positions.to(found.indices.device)[found.indices]
-        return Outliers(indices, angles, found.dominant, found.counts, found.threshold_degrees)
 
     def drop_non_dominant_centers(self, dominant: Tensor) -> None:
         """Keep only each class's dominant sub-center: the head becomes ``K = 1`` in place.
@@ -443,24 +365,23 @@ class MarginSoftmaxLoss(nn.Module):
             ValueError: the head has one center per class already, or ``dominant`` has the
                 wrong shape or values.
         """
-        if self.sub_centers == 1:
-            raise ValueError("this head has one center per class already (sub_centers = 1)")
-        start, stop = self.class_range
-        if (
-            isinstance(dominant, Tensor)
-            and self.shard is not None
-            and tuple(dominant.shape) == (self.num_classes,)
-        ):
-            dominant = dominant[start:stop]
-        kept = keep_dominant_centers(self.weight, dominant, self.sub_centers)  # (c, D)
+        kept = dominant_only(
+            self.weight,
+            dominant,
+            self.sub_centers,
+            class_range=self.class_range,
+            num_classes=self.num_classes,
+            sharded=self.shard is not None,
+        )
         self.weight = nn.Parameter(kept, requires_grad=self.weight.requires_grad)
         self.sub_centers = 1
 
+    # ------------------------------------------------------------ executor, memory figures
     def executor(self, batch_size: int) -> str:
         """The executor a batch of ``batch_size`` rows runs on: ``"dense"``, ``"chunked"`` or
         ``"row_block"`` (``impl="auto"``:
         :func:`~marginface.executors.choice.choose_executor`'s rule)."""
-        return choose_executor(
+        return head_executor(
             self.impl,
             batch_size,
             classes=self.num_classes * self.sub_centers,
@@ -468,9 +389,7 @@ class MarginSoftmaxLoss(nn.Module):
             weight=self.weight,
             reduction=self.reduction,
             memory_budget=self.memory_budget,
-            runs_chunked=self.margin.runs_chunked(),
-            row_blocks=self.margin.objective == "softmax",
-            dense_copies=self._dense_copies(),
+            margin=self.margin,
         )
 
     def row_block_rows(self, batch_size: int) -> int:
@@ -478,12 +397,10 @@ class MarginSoftmaxLoss(nn.Module):
         ``row_block`` given; else, for ``impl="auto"``, all rows in one block (its rule), and
         for ``impl="row_block"`` :func:`~marginface.executors.choice.default_row_block` (the
         fewest even blocks whose store fits :data:`DEFAULT_ROW_BLOCK_BYTES`)."""
-        if self.row_block is not None:
-            return self.row_block
-        if self.impl == "auto":  # one block (executor's rule)
-            return batch_size
         classes = self.num_classes * self.sub_centers
-        return default_row_block(batch_size, classes, self.weight.dtype)
+        return head_row_block_rows(
+            self.impl, self.row_block, batch_size, classes, self.weight.dtype
+        )
 
     def row_block_bytes(self, rows: int) -> int:
         """Bytes of the row-block executor's store of products for a block of ``rows`` rows
@@ -496,11 +413,7 @@ class MarginSoftmaxLoss(nn.Module):
         gradients (:func:`~marginface.executors.choice.dense_step_bytes`), e.g. 819 MB at
         N = 512, C = 100k, float32."""
         classes = self.num_classes * self.sub_centers
-        return dense_step_bytes(batch_size, classes, self.weight.dtype, copies=self._dense_copies())
-
-    def _dense_copies(self) -> int:
-        """``N×C·K`` matrices of a dense step: more for a one-vs-all margin than a softmax's."""
-        return BINARY_DENSE_COPIES if self.margin.objective == "binary" else DENSE_LOGIT_COPIES
+        return head_dense_step_bytes(batch_size, classes, self.weight.dtype, self.margin)
 
     def extra_repr(self) -> str:
         extra = f", sub_centers={self.sub_centers}" if self.sub_centers > 1 else ""
@@ -512,42 +425,3 @@ class MarginSoftmaxLoss(nn.Module):
             + (f", memory_budget={self.memory_budget}" if self.impl == "auto" else "")
             + (f", row_block={self.row_block}" if self.row_block is not None else "")
         )
-
-
-def _create_shard(group: Any, head: MarginSoftmaxLoss, dtype: torch.dtype | None) -> ClassShard:
-    """This rank's :class:`ClassShard`, after checking (one small collective) that every rank
-    builds the same head; the same ``ValueError`` is raised on every rank otherwise."""
-    if not dist.is_available() or not dist.is_initialized():
-        raise ValueError(
-            "process_group was given but torch.distributed is not initialized; call "
-            "torch.distributed.init_process_group first (or pass process_group=None)"
-        )
-    if not isinstance(group, dist.ProcessGroup):
-        raise TypeError(f"process_group must be a torch.distributed ProcessGroup, got {group!r}")
-    world = dist.get_world_size(group)
-    if head.num_classes < world:
-        raise ValueError(
-            f"num_classes = {head.num_classes} is smaller than the world size {world}: every "
-            "rank must own at least one class"
-        )
-    shard = ClassShard.create(group, head.num_classes)
-    signature = (
-        head.num_classes,
-        head.embedding_dim,
-        head.sub_centers,
-        head.sample_rate,
-        str(dtype),
-        type(head.margin).__name__,
-        head.margin.extra_repr(),
-    )
-    signatures = shard.all_gather_objects(signature)
-    if any(other != signatures[0] for other in signatures):
-        names = ("num_classes", "embedding_dim", "sub_centers", "sample_rate", "dtype")
-        names += ("margin", "margin options")
-        differ = [
-            f"{name}: " + ", ".join(f"rank {r}: {s[i]!r}" for r, s in enumerate(signatures))
-            for i, name in enumerate(names)
-            if len({s[i] for s in signatures}) > 1
-        ]
-        raise ValueError(f"the ranks build different heads ({'; '.join(differ)})")
-    return shard
