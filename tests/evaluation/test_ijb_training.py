@@ -16,7 +16,7 @@ import pytest
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import read_history
-from marginface.train.ijb_evaluation import (
+from marginface.train.evaluation.ijb_evaluation import (
     IjbSet,
     ijb_history_keys,
     ijb_history_metrics,
@@ -166,7 +166,7 @@ def test_resume_may_add_the_ijb_columns(ijb_folder, faces, tmp_path):
 
 def test_ijb_progress_is_logged_each_tenth(caplog):
     progress = ijb_progress_logger("IJBC")
-    with caplog.at_level(logging.INFO, logger="marginface.train.ijb_evaluation"):
+    with caplog.at_level(logging.INFO, logger="marginface.train.evaluation.ijb_evaluation"):
         for done in range(0, 101, 5):
             progress(done, 100)
     lines = [r.getMessage() for r in caplog.records]

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from marginface.config import TrainConfig
-from marginface.train import step_position
-from marginface.train.checkpoint_writer import CheckpointPolicy, CheckpointWriter
-from marginface.train.kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
-from marginface.train.preemption import StopSignals, TrainingPreemptedError, agree
-from marginface.train.run_state import RunObjects, save_run_state
-from marginface.train.step_position import EpochTally, StepPosition, continue_epoch
+from marginface.train.state import step_position
+from marginface.train.state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
+from marginface.train.state.kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
+from marginface.train.state.preemption import StopSignals, TrainingPreemptedError, agree
+from marginface.train.state.run_state import RunObjects, save_run_state
+from marginface.train.state.step_position import EpochTally, StepPosition, continue_epoch
 
 
 def test_kept_checkpoints_newest_first_and_pruned(tmp_path):

@@ -7,7 +7,7 @@ import multiprocessing
 import traceback
 from pathlib import Path
 
-from marginface.train.sharded_checkpoint import (
+from marginface.train.state.sharded_checkpoint import (
     SHARDED_CHECKPOINT_NAME,
     SIDECAR_NAME,
     has_sharded_checkpoint,

@@ -1,4 +1,4 @@
-"""train/class_state.py: which checkpoint entries hold the optimizer state of a head's
+"""train/state/class_state.py: which checkpoint entries hold the optimizer state of a head's
 per-class parameters in the layout of its parameter, and which (a block of one rank, the layout
 of checkpoints written before that state was sharded by class) cannot be resharded."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import marginface
-from marginface.train.class_state import class_state_positions, class_state_targets
+from marginface.train.state.class_state import class_state_positions, class_state_targets
 
 C, D = 10, 4
 

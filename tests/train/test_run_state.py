@@ -23,9 +23,9 @@ from marginface.train import (
     train,
 )
 from marginface.train.distributed import clip_gradient_norm
-from marginface.train.evaluate import evaluate_model
+from marginface.train.evaluation.evaluate import evaluate_model
 from marginface.train.run import load_bundle
-from marginface.train.run_state import (
+from marginface.train.state.run_state import (
     CHECKPOINT_NAME,
     check_resumable,
     describe_kept,
@@ -286,7 +286,7 @@ def test_a_format_1_run_takes_its_history_from_the_csv_cut_to_its_epochs(tmp_pat
 def test_a_sharded_checkpoint_is_read_from_its_folder(trained, tmp_path):
     import json
 
-    from marginface.train.sharded_checkpoint import (
+    from marginface.train.state.sharded_checkpoint import (
         SHARDED_CHECKPOINT_NAME,
         SIDECAR_NAME,
         _digests,

@@ -24,7 +24,7 @@ from marginface.data.idx import IdxFormatError, read_idx
 from marginface.data.insightface_bin import load_verification_bin
 from marginface.data.safe_pickle import UnsafePickleError, restricted_loads
 from marginface.train import CheckpointError, load_checkpoint, load_run, train
-from marginface.train.checkpoint import CHECKPOINT_VERSION
+from marginface.train.state.checkpoint import CHECKPOINT_VERSION
 
 FIXTURE_RUN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "run_v1")
 
@@ -228,7 +228,7 @@ def test_a_sharded_checkpoint_index_with_a_payload_is_refused(tmp_path, trained_
     """DCP reads ``.metadata`` with plain pickle; marginface reads it with a restricted one."""
     import json
 
-    from marginface.train.sharded_checkpoint import (
+    from marginface.train.state.sharded_checkpoint import (
         SHARDED_CHECKPOINT_NAME,
         SIDECAR_NAME,
         _digests,

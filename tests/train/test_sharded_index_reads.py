@@ -21,12 +21,12 @@ import torch.distributed as dist
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import load_checkpoint, load_run, train
-from marginface.train.run_state import (
+from marginface.train.state.run_state import (
     CHECKPOINT_NAME,
     read_saved_run,
     save_run_state,
 )
-from marginface.train.sharded_checkpoint import (
+from marginface.train.state.sharded_checkpoint import (
     INDEX_NAME,
     SHARDED_CHECKPOINT_NAME,
     read_sharded_checkpoint,

@@ -11,8 +11,8 @@ import pytest
 from torch.distributed.checkpoint.api import CheckpointException
 
 from marginface._atomic import DiskFullError
-from marginface.train.checkpoint import CheckpointError
-from marginface.train.sharded_checkpoint import save_failure
+from marginface.train.state.checkpoint import CheckpointError
+from marginface.train.state.sharded_checkpoint import save_failure
 
 STAGING = Path("/runs/r/.checkpoint.3.tmp")
 

@@ -19,11 +19,11 @@ import torch
 
 from marginface.cli import main
 from marginface.train import Trainer, load_checkpoint, read_history
-from marginface.train.checkpoint_writer import CheckpointPolicy
-from marginface.train.kept_checkpoints import KEPT_NAME, kept_checkpoints
-from marginface.train.preemption import PREEMPTED_EXIT_CODE
-from marginface.train.run_state import CHECKPOINT_NAME, read_saved_run
-from marginface.train.step_position import (
+from marginface.train.state.checkpoint_writer import CheckpointPolicy
+from marginface.train.state.kept_checkpoints import KEPT_NAME, kept_checkpoints
+from marginface.train.state.preemption import PREEMPTED_EXIT_CODE
+from marginface.train.state.run_state import CHECKPOINT_NAME, read_saved_run
+from marginface.train.state.step_position import (
     CheckpointInterval,
     StepPosition,
     host_rng_state,

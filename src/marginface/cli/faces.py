@@ -2,7 +2,8 @@
 
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
-:func:`marginface.train.ijb_evaluation.ijb_results` (the function behind a training run's IJB
+:func:`marginface.train.evaluation.ijb_evaluation.ijb_results` (the function behind a training
+run's IJB
 columns too).
 """
 
@@ -133,7 +134,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
     from ..train import EVALUATION_NAME, load_run, resolve_device
-    from ..train.ijb_evaluation import ijb_results
+    from ..train.evaluation.ijb_evaluation import ijb_results
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")

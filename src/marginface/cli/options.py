@@ -180,11 +180,16 @@ def _config_from_args(args: argparse.Namespace):
 
 def _resumed_config(args: argparse.Namespace, run_dir: Path):
     """``(configuration, saved run)`` of a ``--resume``: the run in ``run_dir``, read once
-    (:func:`~marginface.train.run_state.read_saved_run`), with the options that may change on
+    (:func:`~marginface.train.state.run_state.read_saved_run`), with the options that may change on
     resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the command line; any other
     option that contradicts the saved run is an error naming it."""
-    from ..train.checkpoint import CheckpointError
-    from ..train.run_state import CHECKPOINT_NAME, has_saved_run, read_saved_run, resumed_config
+    from ..train.state.checkpoint import CheckpointError
+    from ..train.state.run_state import (
+        CHECKPOINT_NAME,
+        has_saved_run,
+        read_saved_run,
+        resumed_config,
+    )
 
     if not has_saved_run(run_dir):
         raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
@@ -248,7 +253,7 @@ def _exit_status(text: str) -> int:
 
 def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     """``train``'s step checkpoints, kept checkpoints and preemption (docs/training.md)."""
-    from ..train.preemption import PREEMPTED_EXIT_CODE
+    from ..train.state.preemption import PREEMPTED_EXIT_CODE
 
     group = parser.add_argument_group("checkpoints and preemption")
     group.add_argument(

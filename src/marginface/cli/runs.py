@@ -59,7 +59,7 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     pairs of ``--pairs FILE``; no run folder."""
     from ..models.pretrained import load_backbone
     from ..report import format_table
-    from ..train.backbone_evaluation import evaluate_backbone
+    from ..train.evaluation.backbone_evaluation import evaluate_backbone
     from ..train.run import resolve_device
 
     if args.run_dir is not None:

@@ -44,7 +44,7 @@ def _resume_or_start(args: argparse.Namespace) -> None:
     command becomes ``--resume`` (``--init-from`` is then ignored: the run's own weights are
     newer); otherwise it starts afresh, replacing a run folder that holds no checkpoint yet (a
     run killed in its first epoch) and refusing any other non-empty folder."""
-    from ..train.run_state import has_saved_run
+    from ..train.state.run_state import has_saved_run
 
     if args.out is None:
         raise ValueError("--resume-if-exists needs --out RUN (the folder to continue)")
@@ -66,10 +66,10 @@ def _fit(
 ) -> int:
     """Train ``config`` into ``out`` with the command line's progress, printers and
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
-    (:class:`~marginface.train.run_state.SavedRun`), or False."""
+    (:class:`~marginface.train.state.run_state.SavedRun`), or False."""
     from ..train import Trainer
-    from ..train.checkpoint_writer import CheckpointPolicy
-    from ..train.preemption import TrainingPreemptedError
+    from ..train.state.checkpoint_writer import CheckpointPolicy
+    from ..train.state.preemption import TrainingPreemptedError
 
     trainer = Trainer(
         config,

@@ -1,10 +1,9 @@
 """Training: the loop, what a configuration builds, run state (checkpoints saved, read once and
 restored), evaluation, logs, embedding extraction."""
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
 from .embeddings import extract_dataset_embeddings, extract_embeddings
-from .evaluate import (
+from .evaluation.evaluate import (
     EVALUATION_NAME,
     Evaluation,
     evaluate_model,
@@ -24,7 +23,8 @@ from .run import (
     prepare_run_dir,
     resolve_device,
 )
-from .run_state import RESUMABLE_KEYS, SavedRun, read_saved_run
+from .state.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .state.run_state import RESUMABLE_KEYS, SavedRun, read_saved_run
 from .trainer import Trainer, TrainingDivergedError, train
 
 __all__ = [

@@ -20,7 +20,7 @@ from ..data import DatasetBundle
 from ..data.augment import BatchAugmentation, build_augmentation
 from .optim import build_optimizer, build_scheduler
 from .run import build_model_and_loss
-from .run_state import RunObjects
+from .state.run_state import RunObjects
 
 __all__ = [
     "TrainingSetup",
@@ -46,7 +46,7 @@ class TrainingSetup:
 
     Attributes:
         objects: model, head, optimizer, schedule, scaler and device: what a checkpoint
-            saves and restores (:class:`~marginface.train.run_state.RunObjects`).
+            saves and restores (:class:`~marginface.train.state.run_state.RunObjects`).
         forward_model: the model the step calls: the model, or the
             ``DistributedDataParallel`` around it in a process group.
         meta: the run's metadata (:func:`run_meta`).

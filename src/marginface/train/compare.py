@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import TrainConfig
 from ..registry import get_loss_class
-from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
+from .evaluation.evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
 from .pictures import draw_run_pictures, report_sections
 from .progress import DEFAULT_PROGRESS_SECONDS
 from .run import OutputExistsError, load_bundle

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..evaluation.ijb import IJB_FAR_TARGETS
 from ..report import Image, PlotlyFigure, Section, Table
-from .evaluate import Evaluation
+from .evaluation.evaluate import Evaluation
 
 __all__ = [
     "ANGLES_CAPTION",

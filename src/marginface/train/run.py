@@ -3,7 +3,7 @@ trained runs loaded back.
 
 A run directory holds ``config.toml`` (the resolved configuration), ``history.csv`` (one row per
 epoch), the checkpoint of the last completed epoch (``checkpoint.pt``, or ``checkpoint/`` from
-several processes; :mod:`marginface.train.run_state` writes and reads both) and, optionally,
+several processes; :mod:`marginface.train.state.run_state` writes and reads both) and, optionally,
 ``tensorboard/`` (docs/training.md).
 """
 
@@ -24,9 +24,9 @@ from ..data import DatasetBundle, ImageSet, load_dataset
 from ..data.base import StreamedImageSet
 from ..models import create_model
 from ..registry import create_loss
-from .checkpoint import CheckpointError
 from .distributed import broadcast_object, is_distributed
-from .run_state import (
+from .state.checkpoint import CheckpointError
+from .state.run_state import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
     HISTORY_NAME,
@@ -238,7 +238,8 @@ def load_run(
     Args:
         run_dir: the run folder.
         device: where the model and head go. Default: the CPU.
-        saved: the checkpoint if already read (:func:`~marginface.train.run_state.read_saved_run`).
+        saved: the checkpoint if already read
+        (:func:`~marginface.train.state.run_state.read_saved_run`).
 
     Raises:
         CheckpointError: the checkpoint is missing, corrupt, or does not fit the configuration

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .history import TensorBoardLogger, read_history, write_history
-from .run_state import HISTORY_NAME
+from .state.run_state import HISTORY_NAME
 
 __all__ = ["VERIFICATION_NAME", "EpochCallback", "RunLog", "run_log_attribute"]
 

@@ -25,9 +25,8 @@ from ..data import DatasetBundle
 from ..head.state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
 from .build import build_training, configure_process, flushes_denormals, load_initial_state
-from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from .distributed import all_ranks_true, clip_gradient_norm, join_process_group, rank_slice
-from .epoch_evaluation import EpochEvaluator
+from .evaluation.epoch_evaluation import EpochEvaluator
 from .failures import (
     TrainingDivergedError,
     TrainingInterrupted,
@@ -36,7 +35,6 @@ from .failures import (
     training_failures,
 )
 from .loader_errors import next_batch as _next_batch
-from .preemption import StopSignals, TrainingPreemptedError
 from .progress import (
     DEFAULT_PROGRESS_SECONDS,
     ProgressReporter,
@@ -45,9 +43,11 @@ from .progress import (
 )
 from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
-from .run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .schedule import micro_batches
-from .step_position import EpochTally, StepPosition
+from .state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
+from .state.preemption import StopSignals, TrainingPreemptedError
+from .state.run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
+from .state.step_position import EpochTally, StepPosition
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -87,7 +87,7 @@ class Trainer:
             ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
             class centers). The optimizer and schedule start afresh.
         checkpointing: step checkpoints, how many to keep, background writes, a stop on
-            SIGTERM/SIGUSR1 (:class:`~marginface.train.checkpoint_writer.CheckpointPolicy`).
+            SIGTERM/SIGUSR1 (:class:`~marginface.train.state.checkpoint_writer.CheckpointPolicy`).
 
     Use :meth:`fit`.
     """
@@ -310,8 +310,8 @@ class Trainer:
 
         Args:
             resume: continue the run in ``run_dir``: ``True`` reads its checkpoint
-                (:func:`~marginface.train.run_state.read_saved_run`); a
-                :class:`~marginface.train.run_state.SavedRun` is that checkpoint already read
+                (:func:`~marginface.train.state.run_state.read_saved_run`); a
+                :class:`~marginface.train.state.run_state.SavedRun` is that checkpoint already read
                 (the command line reads it once to resolve the configuration).
             overwrite: delete the run in ``run_dir`` first.
 

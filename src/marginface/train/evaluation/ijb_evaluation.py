@@ -4,7 +4,8 @@ IJB columns of a training run's ``history.csv``.
 :func:`ijb_results` embeds the dataset's aligned loose crops with the backbone in eval mode
 (its mode restored afterwards), as they are and flipped, in full precision, and runs the 1:1
 and 1:N protocols (:mod:`marginface.data.ijb`, :mod:`marginface.evaluation.ijb`). The trainer
-calls it through :func:`~marginface.train.evaluate.evaluate_model` with an :class:`IjbSet`
+calls it through :func:`~marginface.train.evaluation.evaluate.evaluate_model` with an
+:class:`IjbSet`
 (``train --ijb-dir DIR --ijb-target IJBC --ijb-every K``) and keeps the summary columns of
 :func:`ijb_history_metrics`: the same numbers, under the same keys, as ``marginface ijb RUN``
 writes for the same weights.
@@ -26,9 +27,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..data import ijb as ijb_data
-from ..data.ijb import IJB_TARGETS, IjbLayout, IjbResult
-from ..evaluation.ijb import IJB_FAR_TARGETS
+from ...data import ijb as ijb_data
+from ...data.ijb import IJB_TARGETS, IjbLayout, IjbResult
+from ...evaluation.ijb import IJB_FAR_TARGETS
 
 __all__ = [
     "HISTORY_FPIR",

@@ -1,10 +1,10 @@
 """The trainer's checkpoint writing: when (epoch ends, step intervals), how many are kept,
 synchronously or in the background, and what is on disk to say after a failure.
 
-:class:`CheckpointWriter` wraps :func:`~marginface.train.run_state.save_run_state` for one
+:class:`CheckpointWriter` wraps :func:`~marginface.train.state.run_state.save_run_state` for one
 run: it remembers the checkpoint on disk (epoch and step, for the messages of
-:func:`~marginface.train.run_state.describe_kept`), holds at most one background write
-(:class:`~marginface.train.pending_checkpoint.PendingCheckpoint`: the next checkpoint, the end
+:func:`~marginface.train.state.run_state.describe_kept`), holds at most one background write
+(:class:`~marginface.train.state.pending_checkpoint.PendingCheckpoint`: the next checkpoint, the end
 of the run and a stop on a signal finish it first), and turns a full disk into one message
 saying which checkpoint is kept.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .._atomic import DiskFullError
+from ..._atomic import DiskFullError
 from .pending_checkpoint import PendingCheckpoint
 from .preemption import StopSignals, agree, preempted
 from .run_state import CHECKPOINT_NAME, RunObjects, describe_kept, save_run_state
@@ -43,7 +43,7 @@ class CheckpointPolicy:
             (``--async-checkpoint``, :mod:`.pending_checkpoint`). Default: False.
         stop_on_signals: while training, SIGTERM and SIGUSR1 make every rank finish its step,
             write a step checkpoint and raise
-            :class:`~marginface.train.preemption.TrainingPreemptedError` (:mod:`.preemption`).
+            :class:`~marginface.train.state.preemption.TrainingPreemptedError` (:mod:`.preemption`).
             Default: False (``marginface train`` turns it on).
     """
 
@@ -114,7 +114,7 @@ class CheckpointWriter:
         checkpoint is due or a signal asks to stop (the same on every rank: :meth:`decide`),
         ``save(epoch, position, wait=stop)`` with the epoch's :meth:`EpochTally.position`
         (not at the epoch's last step without a stop: the epoch's end checkpoints), then, on a
-        stop, raise :class:`~marginface.train.preemption.TrainingPreemptedError`."""
+        stop, raise :class:`~marginface.train.state.preemption.TrainingPreemptedError`."""
         global_step = tally.global_step(steps_per_epoch)
         due, stop = self.decide(global_step, signals, distributed, device)
         if not (due or stop):

@@ -44,11 +44,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import TrainConfig, config_from_dict
-from ..head import reshardable_state_dict
+from ...config import TrainConfig, config_from_dict
+from ...head import reshardable_state_dict
+from ..history import read_history
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .class_state import class_state_targets, local_optimizer_state
-from .history import read_history
 from .kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
 from .pending_checkpoint import PendingCheckpoint, copied_state, in_thread
 from .sharded_checkpoint import (
@@ -142,7 +142,7 @@ class SavedRun:
         history: the log rows of those epochs: the checkpoint's own (so a kill between the
             checkpoint and ``history.csv`` loses nothing); ``history.csv`` for a format-1 file.
         position: where inside epoch ``epoch`` (counted from 0) a step checkpoint was taken
-            (:class:`~marginface.train.step_position.StepPosition`); None at an epoch's end.
+            (:class:`~marginface.train.state.step_position.StepPosition`); None at an epoch's end.
             :meth:`restore` fills in this rank's augmentation generator state.
     """
 
@@ -487,7 +487,7 @@ def save_run_state(
         keep: how many checkpoints to keep (>= 1): with ``keep`` > 1 the newest ``keep`` stay,
             the older ones in ``checkpoints/`` (:mod:`.kept_checkpoints`).
         asynchronous: copy the state now and write it in a background thread; returns a
-            :class:`~marginface.train.pending_checkpoint.PendingCheckpoint` (its ``finish``,
+            :class:`~marginface.train.state.pending_checkpoint.PendingCheckpoint` (its ``finish``,
             called by every rank, completes it; the previous checkpoint is the run's until
             then). ``process_group``: the gloo group of a sharded background write.
 

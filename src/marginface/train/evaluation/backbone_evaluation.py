@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..data.base import VerificationSet
-from ..data.insightface import load_verification_sets
-from ..evaluation import bin_set_metrics
-from .embeddings import extract_embeddings
+from ...data.base import VerificationSet
+from ...data.insightface import load_verification_sets
+from ...evaluation import bin_set_metrics
+from ..embeddings import extract_embeddings
 from .evaluate import as_is_and_flipped
 
 __all__ = ["evaluate_backbone"]
@@ -59,7 +59,7 @@ def evaluate_backbone(
     """
     data_dir = Path(data_dir)
     if pairs is not None:
-        from ..convert import convert_pairs
+        from ...convert import convert_pairs
 
         with tempfile.TemporaryDirectory() as folder:
             converted = Path(folder) / f"{Path(pairs).stem}.bin"

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .._atomic import atomic_write_text
-from ..data import DatasetBundle, PairSet
-from ..evaluation import (
+from ..._atomic import atomic_write_text
+from ...data import DatasetBundle, PairSet
+from ...evaluation import (
     BinVerificationMetrics,
     ErrorVersusReject,
     VerificationMetrics,
@@ -31,15 +31,15 @@ from ..evaluation import (
     sample_pairs,
     verification_metrics,
 )
-from .distributed import rank_slice
-from .embeddings import extract_embeddings
+from ..distributed import rank_slice
+from ..embeddings import extract_embeddings
+from ..run import LoadedRun, load_bundle, load_run, resolve_device
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
     ijb_progress_logger,
     ijb_results,
 )
-from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
     "ERC_REPORTED_FRACTIONS",
@@ -124,7 +124,7 @@ def magnitude_quality_curve(embeddings: np.ndarray, pairs: PairSet) -> ErrorVers
 
 
 def _is_magface(head: Any) -> bool:
-    from ..margins import MagFaceMargin
+    from ...margins import MagFaceMargin
 
     return isinstance(getattr(head, "margin", None), MagFaceMargin)
 
@@ -297,10 +297,10 @@ def evaluate_model(
             test set) and ``accuracy`` for closed-set data, ``verification_accuracy`` and
             ``auc`` (with NaN ``val_loss`` and ``accuracy``) for open-set data, both NaN for an
             empty test set.
-        ijb: an IJB-B/C dataset (:class:`~marginface.train.ijb_evaluation.IjbSet`): its
+        ijb: an IJB-B/C dataset (:class:`~marginface.train.evaluation.ijb_evaluation.IjbSet`): its
             columns ``ijbc_tar@far=1e-06`` ... ``1e-01`` and, with the 1:N files,
             ``ijbc_<gallery>_rank1`` and ``ijbc_<gallery>_tpir@fpir=1e-01`` are added
-            (:func:`~marginface.train.ijb_evaluation.ijb_history_metrics`: the numbers
+            (:func:`~marginface.train.evaluation.ijb_evaluation.ijb_history_metrics`: the numbers
             ``marginface ijb`` gives for these weights; embedded in full precision, flipped,
             in batches of ``batch_size``; with ``ijb.distributed`` every rank calls this and
             embeds its share, rank 0 alone gets the values). None (default): no IJB.

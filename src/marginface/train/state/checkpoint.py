@@ -39,7 +39,7 @@ from typing import IO, Any
 
 import torch
 
-from .._atomic import atomic_write, remove_stale_temporaries
+from ..._atomic import atomic_write, remove_stale_temporaries
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -1,6 +1,7 @@
 """The evaluation a training run logs: after every epoch its row of ``history.csv`` (test
 metrics, verification sets, IJB-B/C when asked), and every ``verify_every`` steps the
-verification sets' accuracy. The measurements themselves are :mod:`marginface.train.evaluate`'s
+verification sets' accuracy. The measurements themselves are
+:mod:`marginface.train.evaluation.evaluate`'s
 (one code path with ``marginface evaluate``)."""
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import TrainConfig
-from ..data import DatasetBundle, PairSet
-from .distributed import is_distributed
+from ...config import TrainConfig
+from ...data import DatasetBundle, PairSet
+from ..distributed import is_distributed
+from ..history import margin_state
 from .evaluate import (
     evaluate_model,
     verification_pairs,
     verification_set_metrics,
     verification_set_results,
 )
-from .history import margin_state
 from .ijb_evaluation import IjbSet, ijb_set_for
 
 __all__ = ["EpochEvaluator"]
@@ -39,7 +40,8 @@ class EpochEvaluator:
 
     The test pairs of an open-set dataset (:func:`verification_pairs`) are drawn once, at the
     first evaluation. With ``config.ijb_dir`` the IJB folder is read here, before the first
-    step (:func:`~marginface.train.ijb_evaluation.ijb_set_for`: a bad folder, target or model
+    step (:func:`~marginface.train.evaluation.ijb_evaluation.ijb_set_for`: a bad folder, target or
+    model
     input is an error now), and :meth:`test_metrics` adds its columns.
     """
 

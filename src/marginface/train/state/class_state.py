@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..head.state import class_state_view, per_class_parameters
+from ...head.state import class_state_view, per_class_parameters
 
 __all__ = ["class_state_positions", "class_state_targets", "local_optimizer_state"]
 

@@ -2,10 +2,10 @@
 
 With ``keep = K > 1`` a run folder holds, besides its newest checkpoint (``checkpoint.pt`` or
 ``checkpoint/``), a folder ``checkpoints/`` of earlier ones, each named for its position
-(:func:`~marginface.train.step_position.position_label`: ``epoch-0002-step-0000013.pt``, or a
+(:func:`~marginface.train.state.step_position.position_label`: ``epoch-0002-step-0000013.pt``, or a
 folder of that name for a sharded checkpoint). Every entry arrived there complete: a file
 written atomically (then hard-linked as ``checkpoint.pt``), or a sharded folder moved there
-after its swap. :func:`~marginface.train.run_state.read_saved_run` falls back to them, newest
+after its swap. :func:`~marginface.train.state.run_state.read_saved_run` falls back to them, newest
 first, when the newest checkpoint is damaged. ``keep = 1`` (the default) keeps no folder.
 """
 

@@ -58,9 +58,9 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from .._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
-from ..head import MarginSoftmaxLoss
-from ..head.state import class_state_view, per_class_parameters
+from ..._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
+from ...head import MarginSoftmaxLoss
+from ...head.state import class_state_view, per_class_parameters
 from .checkpoint import CheckpointError
 from .class_state import class_state_positions
 from .kept_checkpoints import KEPT_NAME, prune_kept
@@ -270,7 +270,7 @@ def save_failure(error: CheckpointException, staging: Path) -> Exception:
     """One exception for DCP's ``CheckpointException`` (every rank's failure with its
     traceback, 80 lines and more): :class:`~marginface._atomic.DiskFullError` naming the file
     when a rank's write found the disk full, else :class:`OSError` or
-    :class:`~marginface.train.checkpoint.CheckpointError` with the first failure in a line."""
+    :class:`~marginface.train.state.checkpoint.CheckpointError` with the first failure in a line."""
     failures = sorted(error.failures.items())
     for _, (failure, _trace) in failures:
         cause: BaseException | None = failure
@@ -314,7 +314,7 @@ def save_sharded_checkpoint(
     With ``asynchronous``, the tensors are copied now and written by
     ``torch.distributed.checkpoint.async_save`` in a background thread over ``process_group``
     (a gloo group of its own, so its collectives never interleave with training's); the
-    returned :class:`~marginface.train.pending_checkpoint.PendingCheckpoint`'s ``finish``
+    returned :class:`~marginface.train.state.pending_checkpoint.PendingCheckpoint`'s ``finish``
     (all ranks call it) swaps the new checkpoint in. Until then the previous one is the run's.
 
     Returns ``run_dir/checkpoint``, or the pending checkpoint.
