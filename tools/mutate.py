@@ -72,7 +72,7 @@ compiled (the operators' registered autograd and fake implementations)."""
 BASELINE_TIMEOUT_S = 1800
 """Seconds the unmutated tests of one area may take (tests/executors, one process, is the
 longest); each mutant's own limit is a multiple of its area's measured time."""
-RESUME_TESTS = ("tests/train/test_trainer.py", "tests/train/test_run_state.py")
+RESUME_TESTS = ("tests/train/test_trainer.py", "tests/train/state/test_run_state.py")
 RESUME_FUNCTIONS = frozenset({"read_saved_run", "_restore_file"})
 """The resume path in ``train/state/run_state.py``: reading a checkpoint once and restoring it into
 a

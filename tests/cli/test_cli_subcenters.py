@@ -13,7 +13,7 @@ import torch
 from marginface.cli import main
 from marginface.train import extract_embeddings, load_bundle, load_checkpoint, load_run
 
-from ._subcenters_by_hand import dominant_and_angles
+from .._subcenters_by_hand import dominant_and_angles
 
 K = 3
 TINY = ["--limit", "120", "--epochs", "2", "--batch-size", "40", "--threads", "1"]

@@ -261,7 +261,7 @@ def test_clip_gradient_norm_on_one_process_is_torchs():
 
 
 # ------------------------------------------------------------------ which history is read
-FIXTURE_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "run_v1"
+FIXTURE_RUN = Path(__file__).resolve().parents[2] / "fixtures" / "run_v1"
 
 
 def test_the_checkpoints_own_history_wins_over_history_csv(trained, tmp_path):

@@ -31,7 +31,7 @@ def test_every_subcommand_has_help(command, capsys):
 
 
 def test_python_dash_m_entry_point():
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     result = subprocess.run(
         [sys.executable, "-m", "marginface", "--help"],
         capture_output=True,

@@ -16,7 +16,7 @@ from marginface.cli import main, setup_logging
 TINY = ["--limit", "200", "--epochs", "2", "--batch-size", "64", "--threads", "1"]
 STEPS = 4  # ceil(200 / 64) per epoch
 LINE = re.compile(r"^epoch (\d)/2  step (\d)/4  loss \S+  \d+ img/s  eta \S+ \(run \S+\)$", re.M)
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.fixture(autouse=True)

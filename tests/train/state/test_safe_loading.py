@@ -26,7 +26,7 @@ from marginface.data.safe_pickle import UnsafePickleError, restricted_loads
 from marginface.train import CheckpointError, load_checkpoint, load_run, train
 from marginface.train.state.checkpoint import CHECKPOINT_VERSION
 
-FIXTURE_RUN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "run_v1")
+FIXTURE_RUN = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "run_v1")
 
 
 class _Payload:

@@ -27,7 +27,7 @@ from marginface.config import load_config
 from marginface.train import Trainer, load_checkpoint, read_history
 from marginface.train.run import CHECKPOINT_NAME, CONFIG_NAME, HISTORY_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--limit", "120", "--batch-size", "60", "--threads", "1", "--device", "cpu",
     "--set", "model_options={widths=[4,4,8]}",
@@ -171,7 +171,7 @@ def test_a_config_file_that_is_not_utf8_is_named(tmp_path, capsys):
 def test_a_history_that_is_not_utf8_is_named_on_resume(tmp_path, capsys):
     """Runs written before checkpoints held their history read history.csv on --resume (newer
     ones never read it: plot and resume take the checkpoint's own history)."""
-    fixture = Path(__file__).parent / "fixtures" / "run_v1"
+    fixture = Path(__file__).parents[1] / "fixtures" / "run_v1"
     run = Path(shutil.copytree(fixture, tmp_path / "run"))
     (run / HISTORY_NAME).write_bytes(b"epoch,loss\n1,0.5\xff\n")
     code = main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"])
