@@ -25,7 +25,7 @@ import marginface.export
 from marginface.cli import main
 from marginface.config import load_config
 from marginface.train import Trainer, load_checkpoint, read_history
-from marginface.train.run import CHECKPOINT_NAME, CONFIG_NAME, HISTORY_NAME
+from marginface.train.state.layout import CHECKPOINT_NAME, CONFIG_NAME, HISTORY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [

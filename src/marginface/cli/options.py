@@ -184,12 +184,8 @@ def _resumed_config(args: argparse.Namespace, run_dir: Path):
     resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the command line; any other
     option that contradicts the saved run is an error naming it."""
     from ..train.state.checkpoint import CheckpointError
-    from ..train.state.run_state import (
-        CHECKPOINT_NAME,
-        has_saved_run,
-        read_saved_run,
-        resumed_config,
-    )
+    from ..train.state.layout import CHECKPOINT_NAME
+    from ..train.state.run_state import has_saved_run, read_saved_run, resumed_config
 
     if not has_saved_run(run_dir):
         raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")

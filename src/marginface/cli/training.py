@@ -151,13 +151,14 @@ def _train_with_dominant_centers(args: argparse.Namespace) -> int:
 
 def cmd_outliers(args: argparse.Namespace) -> int:
     from ..train.cleaning import run_outliers, write_outliers_csv
+    from ..train.state.layout import OUTLIERS_NAME
 
     if args.workers is not None and args.workers < 0:
         raise ValueError(f"--workers must be >= 0, got {args.workers}")
     outliers, labels, names = run_outliers(
         args.run_dir, threshold_degrees=args.threshold, device=args.device, workers=args.workers
     )
-    out = args.out or Path(args.run_dir) / "outliers.csv"
+    out = args.out or Path(args.run_dir) / OUTLIERS_NAME
     path = write_outliers_csv(out, outliers, labels, names)
     flagged, total = outliers.indices.numel(), labels.numel()
     print(

@@ -18,6 +18,7 @@ import numpy as np
 from ..evaluation.ijb import IJB_FAR_TARGETS
 from ..report import Image, PlotlyFigure, Section, Table
 from .evaluation.evaluate import Evaluation
+from .state.layout import ERC_NAME
 
 __all__ = [
     "ANGLES_CAPTION",
@@ -100,7 +101,7 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     quality = {name: ev.erc for name, (_, ev, _) in runs.items() if ev.erc is not None}
     if quality:  # MagFace runs: the feature magnitude as a quality score
         images["Error versus reject (feature magnitude as quality)"] = save_figure(
-            plot_error_versus_reject(quality), out_dir / "erc.png"
+            plot_error_versus_reject(quality), out_dir / ERC_NAME
         )
     for name, (history, _, loss) in runs.items():
         images[f"Training curves: {name}"] = save_figure(

@@ -24,8 +24,20 @@ from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..head.state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
-from .build import build_training, configure_process, flushes_denormals, load_initial_state
-from .distributed import all_ranks_true, clip_gradient_norm, join_process_group, rank_slice
+from .build import (
+    build_training,
+    configure_process,
+    flushes_denormals,
+    load_bundle,
+    load_initial_state,
+)
+from .distributed import (
+    all_ranks_true,
+    clip_gradient_norm,
+    join_process_group,
+    rank_slice,
+    resolve_device,
+)
 from .evaluation.epoch_evaluation import EpochEvaluator
 from .failures import (
     TrainingDivergedError,
@@ -41,12 +53,13 @@ from .progress import (
     check_progress_seconds,
     resolve_progress_mode,
 )
-from .run import load_bundle, prepare_run_dir, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
 from .schedule import micro_batches
 from .state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
+from .state.layout import CONFIG_NAME
 from .state.preemption import StopSignals, TrainingPreemptedError
-from .state.run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
+from .state.run_folder import prepare_run_dir
+from .state.run_state import RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .state.step_position import EpochTally, StepPosition
 
 __all__ = [
@@ -71,7 +84,7 @@ class Trainer:
             copy: ``loss_options`` with the pipeline's per-loss defaults filled in (``scale =
             30`` for every loss that takes a scale), so ``config.toml`` and the checkpoint show
             the options actually used.
-        run_dir: the output directory (see :mod:`marginface.train.run`).
+        run_dir: the output directory (see :mod:`marginface.train.state.layout`).
         bundle: the dataset, if already loaded (else :func:`load_bundle` ``(config)``).
         progress: training progress on rank 0: ``True`` or ``"auto"``: a tqdm bar per epoch
             when stderr is a terminal, else a log line (logger ``marginface.train.progress``,

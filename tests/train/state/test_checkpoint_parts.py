@@ -14,7 +14,8 @@ import torch
 from marginface.config import TrainConfig
 from marginface.train.state import step_position
 from marginface.train.state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
-from marginface.train.state.kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
+from marginface.train.state.kept_checkpoints import kept_checkpoints, link_as, prune_kept
+from marginface.train.state.layout import KEPT_NAME
 from marginface.train.state.preemption import StopSignals, TrainingPreemptedError, agree
 from marginface.train.state.run_state import RunObjects, save_run_state
 from marginface.train.state.step_position import EpochTally, StepPosition, continue_epoch

@@ -10,7 +10,7 @@ import torch
 
 from marginface.cli import main
 from marginface.train import load_checkpoint, read_history
-from marginface.train.state.run_state import CHECKPOINT_NAME
+from marginface.train.state.layout import CHECKPOINT_NAME
 
 TINY = [
     "--dataset", "digits", "--limit", "120", "--batch-size", "60", "--threads", "1",

@@ -22,9 +22,9 @@ from marginface.train import (
     load_run,
     train,
 )
+from marginface.train.build import load_bundle
 from marginface.train.distributed import clip_gradient_norm
 from marginface.train.evaluation.evaluate import evaluate_model
-from marginface.train.run import load_bundle
 from marginface.train.state.run_state import (
     CHECKPOINT_NAME,
     check_resumable,
@@ -286,11 +286,8 @@ def test_a_format_1_run_takes_its_history_from_the_csv_cut_to_its_epochs(tmp_pat
 def test_a_sharded_checkpoint_is_read_from_its_folder(trained, tmp_path):
     import json
 
-    from marginface.train.state.sharded_checkpoint import (
-        SHARDED_CHECKPOINT_NAME,
-        SIDECAR_NAME,
-        _digests,
-    )
+    from marginface.train.state.layout import SHARDED_CHECKPOINT_NAME, SIDECAR_NAME
+    from marginface.train.state.sharded_checkpoint import _digests
 
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     real = load_checkpoint(run / CHECKPOINT_NAME)

@@ -20,14 +20,14 @@ import torch
 from marginface.cli import main
 from marginface.train import Trainer, load_checkpoint, read_history
 from marginface.train.state.checkpoint_writer import CheckpointPolicy
-from marginface.train.state.kept_checkpoints import KEPT_NAME, kept_checkpoints
+from marginface.train.state.kept_checkpoints import kept_checkpoints
+from marginface.train.state.layout import CHECKPOINT_NAME, KEPT_NAME, position_label
 from marginface.train.state.preemption import PREEMPTED_EXIT_CODE
-from marginface.train.state.run_state import CHECKPOINT_NAME, read_saved_run
+from marginface.train.state.run_state import read_saved_run
 from marginface.train.state.step_position import (
     CheckpointInterval,
     StepPosition,
     host_rng_state,
-    position_label,
     restore_host_rng_state,
 )
 

@@ -31,9 +31,10 @@ from ...evaluation import (
     sample_pairs,
     verification_metrics,
 )
-from ..distributed import rank_slice
+from ..build import load_bundle
+from ..distributed import rank_slice, resolve_device
 from ..embeddings import extract_embeddings
-from ..run import LoadedRun, load_bundle, load_run, resolve_device
+from ..run import LoadedRun, load_run
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
@@ -43,7 +44,6 @@ from .ijb_evaluation import (
 
 __all__ = [
     "ERC_REPORTED_FRACTIONS",
-    "EVALUATION_NAME",
     "Evaluation",
     "as_is_and_flipped",
     "closed_set_predictions",
@@ -59,7 +59,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EVALUATION_NAME = "evaluation.json"
 
 ERC_REPORTED_FRACTIONS = (0.1, 0.2, 0.3, 0.5)
 """Rejected fractions whose accuracy a MagFace run's metrics list (``erc_accuracy@reject=0.10``

@@ -20,9 +20,10 @@ from typing import Any
 import torch.distributed as dist
 
 from ..._atomic import DiskFullError
+from .layout import CHECKPOINT_NAME
 from .pending_checkpoint import PendingCheckpoint
 from .preemption import StopSignals, agree, preempted
-from .run_state import CHECKPOINT_NAME, RunObjects, describe_kept, save_run_state
+from .run_state import RunObjects, describe_kept, save_run_state
 from .step_position import CheckpointInterval, EpochTally, StepPosition
 
 __all__ = ["CheckpointPolicy", "CheckpointWriter"]

@@ -2,7 +2,7 @@
 
 With ``keep = K > 1`` a run folder holds, besides its newest checkpoint (``checkpoint.pt`` or
 ``checkpoint/``), a folder ``checkpoints/`` of earlier ones, each named for its position
-(:func:`~marginface.train.state.step_position.position_label`: ``epoch-0002-step-0000013.pt``, or a
+(:func:`~marginface.train.state.layout.position_label`: ``epoch-0002-step-0000013.pt``, or a
 folder of that name for a sharded checkpoint). Every entry arrived there complete: a file
 written atomically (then hard-linked as ``checkpoint.pt``), or a sharded folder moved there
 after its swap. :func:`~marginface.train.state.run_state.read_saved_run` falls back to them, newest
@@ -15,13 +15,13 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["KEPT_NAME", "kept_checkpoints", "link_as", "prune_kept"]
+from .layout import KEPT_NAME, KEPT_SUFFIX, POSITION_PREFIX
 
-KEPT_NAME = "checkpoints"
+__all__ = ["kept_checkpoints", "link_as", "prune_kept"]
 
 
 def _position_name(path: Path) -> str:
-    return path.name[: -len(".pt")] if path.name.endswith(".pt") else path.name
+    return path.name.removesuffix(KEPT_SUFFIX)
 
 
 def kept_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -33,8 +33,8 @@ def kept_checkpoints(run_dir: str | Path) -> list[Path]:
     entries = [
         path
         for path in folder.iterdir()
-        if path.name.startswith("epoch-")
-        and ((path.is_file() and path.name.endswith(".pt")) or path.is_dir())
+        if path.name.startswith(POSITION_PREFIX)
+        and ((path.is_file() and path.name.endswith(KEPT_SUFFIX)) or path.is_dir())
     ]
     return sorted(entries, key=_position_name, reverse=True)
 

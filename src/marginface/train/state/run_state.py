@@ -49,22 +49,26 @@ from ...head import reshardable_state_dict
 from ..history import read_history
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .class_state import class_state_targets, local_optimizer_state
-from .kept_checkpoints import KEPT_NAME, kept_checkpoints, link_as, prune_kept
+from .kept_checkpoints import kept_checkpoints, link_as, prune_kept
+from .layout import (
+    CHECKPOINT_NAME,
+    HISTORY_NAME,
+    KEPT_NAME,
+    KEPT_SUFFIX,
+    SHARDED_CHECKPOINT_NAME,
+    position_label,
+)
 from .pending_checkpoint import PendingCheckpoint, copied_state, in_thread
 from .sharded_checkpoint import (
-    SHARDED_CHECKPOINT_NAME,
     ShardedCheckpoint,
     has_sharded_checkpoint,
     read_sharded_checkpoint,
     save_sharded_checkpoint,
     sharded_checkpoint_on_disk,
 )
-from .step_position import StepPosition, host_rng_state, position_label, restore_host_rng_state
+from .step_position import StepPosition, host_rng_state, restore_host_rng_state
 
 __all__ = [
-    "CHECKPOINT_NAME",
-    "CONFIG_NAME",
-    "HISTORY_NAME",
     "RESUMABLE_KEYS",
     "RunObjects",
     "SavedRun",
@@ -76,10 +80,6 @@ __all__ = [
     "run_to_continue",
     "save_run_state",
 ]
-
-CONFIG_NAME = "config.toml"
-HISTORY_NAME = "history.csv"
-CHECKPOINT_NAME = "checkpoint.pt"
 
 logger = logging.getLogger(__name__)
 
@@ -549,7 +549,7 @@ def save_run_state(
         if keep > 1:  # written under its position's name, then linked as checkpoint.pt
             kept = run_dir / KEPT_NAME
             kept.mkdir(exist_ok=True)
-            written = save_checkpoint(state, kept / f"{position_label(epoch, step)}.pt")
+            written = save_checkpoint(state, kept / f"{position_label(epoch, step)}{KEPT_SUFFIX}")
             link_as(written, path)
             prune_kept(run_dir, keep)
         else:

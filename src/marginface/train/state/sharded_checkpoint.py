@@ -63,14 +63,22 @@ from ...head import MarginSoftmaxLoss
 from ...head.state import class_state_view, per_class_parameters
 from .checkpoint import CheckpointError
 from .class_state import class_state_positions
-from .kept_checkpoints import KEPT_NAME, prune_kept
+from .kept_checkpoints import prune_kept
+from .layout import (
+    CHECKPOINT_NAME,
+    INDEX_NAME,
+    KEPT_NAME,
+    REPAIR_LOCK_NAME,
+    REPLACED_SHARDED_NAME,
+    SHARDED_CHECKPOINT_NAME,
+    SIDECAR_NAME,
+    STAGING_PATTERN,
+    position_label,
+    staging_name,
+)
 from .pending_checkpoint import PendingCheckpoint
-from .step_position import position_label
 
 __all__ = [
-    "INDEX_NAME",
-    "SHARDED_CHECKPOINT_NAME",
-    "SIDECAR_NAME",
     "ShardedCheckpoint",
     "center_state_position",
     "checkpoint_entries",
@@ -84,13 +92,7 @@ __all__ = [
     "sharded_checkpoint_on_disk",
 ]
 
-SHARDED_CHECKPOINT_NAME = "checkpoint"
-SIDECAR_NAME = "marginface.json"
-INDEX_NAME = ".metadata"
-"""DCP's index of the tensors (their keys, global shapes, dtypes and where each shard lies)."""
 SHARDED_FORMAT = "marginface-sharded-checkpoint"
-_OLD = ".checkpoint.old"
-_REPAIR_LOCK = ".checkpoint.lock"
 _SIDECAR_KEYS = ("epoch", "config", "meta", "history", "optimizer", "scheduler", "files")
 
 _SAFE_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
@@ -171,7 +173,8 @@ def sharded_checkpoint_on_disk(run_dir: str | Path) -> bool:
     cut short (looked for, not read, not repaired)."""
     run_dir = Path(run_dir)
     return any(
-        (run_dir / name / SIDECAR_NAME).is_file() for name in (SHARDED_CHECKPOINT_NAME, _OLD)
+        (run_dir / name / SIDECAR_NAME).is_file()
+        for name in (SHARDED_CHECKPOINT_NAME, REPLACED_SHARDED_NAME)
     )
 
 
@@ -181,7 +184,7 @@ def _repair_lock(run_dir: Path) -> Iterator[None]:
     of a restarted job all look at the folder before any process group exists, and two repairs
     at once could delete the only complete checkpoint. The lock file stays (removing it would
     let a waiting process lock a file no longer in the folder)."""
-    with open(run_dir / _REPAIR_LOCK, "a+b") as handle:
+    with open(run_dir / REPAIR_LOCK_NAME, "a+b") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -197,7 +200,7 @@ def recover(run_dir: str | Path) -> None:
     ``flock``): one process repairs under a lock, the others then find the repaired folder.
     """
     run_dir = Path(run_dir)
-    current, old = run_dir / SHARDED_CHECKPOINT_NAME, run_dir / _OLD
+    current, old = run_dir / SHARDED_CHECKPOINT_NAME, run_dir / REPLACED_SHARDED_NAME
     if not old.is_dir():
         return  # nothing set aside: no swap was cut short
     with _repair_lock(run_dir):
@@ -321,9 +324,9 @@ def save_sharded_checkpoint(
     """
     run_dir = Path(run_dir)
     rank = dist.get_rank()
-    staging = run_dir / f".checkpoint.{epoch}.tmp"
+    staging = run_dir / staging_name(epoch)
     if rank == 0:  # a write cut short by a kill (no other is in flight: finished first)
-        for stale in run_dir.glob(".checkpoint.*.tmp"):
+        for stale in run_dir.glob(STAGING_PATTERN):
             if stale.is_dir():
                 shutil.rmtree(stale)
     dist.barrier()
@@ -374,7 +377,7 @@ def _swap_in(run_dir: Path, staging: Path, sidecar: dict[str, Any], keep: int) -
     :func:`recover` repairs a kill between the two renames)."""
     final = run_dir / SHARDED_CHECKPOINT_NAME
     atomic_write_text(staging / SIDECAR_NAME, json.dumps(sidecar, indent=1) + "\n")
-    old = run_dir / _OLD
+    old = run_dir / REPLACED_SHARDED_NAME
     if old.exists():
         shutil.rmtree(old)
     if final.exists():
@@ -383,7 +386,7 @@ def _swap_in(run_dir: Path, staging: Path, sidecar: dict[str, Any], keep: int) -
     if keep > 1 and (old / SIDECAR_NAME).is_file():
         _keep_replaced(run_dir, old, keep - 1)
     shutil.rmtree(old, ignore_errors=True)
-    (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # a world-1 checkpoint is older
+    (run_dir / CHECKPOINT_NAME).unlink(missing_ok=True)  # a world-1 checkpoint is older
 
 
 def _keep_replaced(run_dir: Path, old: Path, count: int) -> None:

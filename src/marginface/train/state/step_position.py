@@ -34,13 +34,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .layout import position_label
+
 __all__ = [
     "CheckpointInterval",
     "EpochTally",
     "StepPosition",
     "continue_epoch",
     "host_rng_state",
-    "position_label",
     "restore_host_rng_state",
 ]
 
@@ -95,12 +96,6 @@ class StepPosition:
         """A name that sorts like the positions: ``epoch-0002-step-0000013`` (2 epochs and 13
         steps done); an epoch's end is step 0 of the next epoch."""
         return position_label(self.epoch, self.step)
-
-
-def position_label(epoch: int, step: int) -> str:
-    """``epoch-EEEE-step-SSSSSSS``: ``epoch`` complete epochs and ``step`` steps of the next
-    one (zero-padded, so names sort in training order)."""
-    return f"epoch-{epoch:04d}-step-{step:07d}"
 
 
 def continue_epoch(
