@@ -31,6 +31,7 @@ from ...evaluation import (
     sample_pairs,
     verification_metrics,
 )
+from ...margins.base import Margin
 from ..build import load_bundle
 from ..distributed import rank_slice, resolve_device
 from ..embeddings import extract_embeddings
@@ -51,6 +52,7 @@ __all__ = [
     "evaluate_pairs",
     "evaluate_run",
     "magnitude_quality_curve",
+    "norm_is_quality",
     "verification_pairs",
     "verification_set_metrics",
     "verification_set_results",
@@ -61,8 +63,8 @@ logger = logging.getLogger(__name__)
 
 
 ERC_REPORTED_FRACTIONS = (0.1, 0.2, 0.3, 0.5)
-"""Rejected fractions whose accuracy a MagFace run's metrics list (``erc_accuracy@reject=0.10``
-...); the whole curve is :attr:`Evaluation.erc`."""
+"""Rejected fractions whose accuracy the metrics list when the feature norm is a quality score
+(MagFace; ``erc_accuracy@reject=0.10`` ...); the whole curve is :attr:`Evaluation.erc`."""
 
 
 @dataclass
@@ -76,8 +78,9 @@ class Evaluation:
         embeddings: ``float32[N, D]`` of the test images (flip-averaged if asked).
         labels: ``int64[N]``.
         fpr, tpr: the ROC curve of the pairs.
-        erc: for a MagFace run, the error-versus-reject curve of the pairs with the feature
-            magnitude as quality (:func:`magnitude_quality_curve`); None otherwise.
+        erc: when the margin declares its feature norm a quality score (:func:`norm_is_quality`,
+            MagFace), the error-versus-reject curve of the pairs with the feature magnitude as
+            quality (:func:`magnitude_quality_curve`); None otherwise.
     """
 
     metrics: dict[str, float]
@@ -122,10 +125,12 @@ def magnitude_quality_curve(embeddings: np.ndarray, pairs: PairSet) -> ErrorVers
     return error_versus_reject(scores, pairs.same, quality)
 
 
-def _is_magface(head: Any) -> bool:
-    from ...margins import MagFaceMargin
-
-    return isinstance(getattr(head, "margin", None), MagFaceMargin)
+def norm_is_quality(head: Any) -> bool:
+    """Whether ``head``'s margin declares its feature norm a quality score (MagFace:
+    :attr:`~marginface.margins.base.Margin.feature_norm_is_quality`); False for a head without
+    a margin."""
+    margin = getattr(head, "margin", None)
+    return isinstance(margin, Margin) and margin.feature_norm_is_quality
 
 
 @torch.no_grad()
@@ -274,7 +279,8 @@ def evaluate_model(
       cosine, 10 folds, each judged at the threshold best on the others (LFW's protocol):
       ``verification_accuracy``, ``verification_accuracy_std``, ``auc``, ``eer``,
       ``tar@far=...``; ``pairs``; retrieval ``precision_at_1``, ``map_at_r``
-      (Musgrave et al., ECCV 2020); for a MagFace head the accuracy as the lowest-quality
+      (Musgrave et al., ECCV 2020); for a head whose margin declares its feature norm a
+      quality score (:func:`norm_is_quality`: MagFace) the accuracy as the lowest-quality
       pairs are rejected (:func:`magnitude_quality_curve`);
     * an empty test set with verification sets (insightface's ``.bin``): each set's metrics
       by :func:`~marginface.evaluation.bin_set_metrics` (docs/evaluation.md).
@@ -399,7 +405,7 @@ def _test_set_evaluation(
         metrics[name] = math.nan if value is None else float(value)
     metrics["pairs"] = float(len(pairs))
     metrics.update({k: float(v) for k, v in retrieval_metrics(embeddings, labels).items()})
-    erc = magnitude_quality_curve(embeddings, pairs) if _is_magface(head) else None
+    erc = magnitude_quality_curve(embeddings, pairs) if norm_is_quality(head) else None
     if erc is not None:
         curve = erc.as_dict()
         for fraction in ERC_REPORTED_FRACTIONS:
