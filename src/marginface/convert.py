@@ -196,6 +196,12 @@ def convert_folder(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {str(out)!r} exists and is not a folder")
+    source = Path(src).resolve()
+    if out.resolve() == source or source in out.resolve().parents:
+        raise ValueError(
+            f"the output folder {str(out)!r} is the image folder or inside it: train.rec would "
+            "sit among the identities (and be read as one by the next convert); choose another OUT"
+        )
     names = sorted({identity for identity, _ in items})
     label_of = {name: label for label, name in enumerate(names)}
     count = len(items)

@@ -53,6 +53,15 @@ def _ijb_results(path: Path) -> dict[str, float]:
     }
 
 
+def _check_output_file(path: Path, option: str) -> None:
+    """Refuse ``path`` as a file to write before any work: a folder, or a file in a folder
+    that does not exist, is a ``ValueError`` naming ``option`` and ``path``."""
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; name the file to write, e.g. {path}/x.json")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
+
+
 def _evaluate_backbone(args: argparse.Namespace) -> int:
     """``evaluate --backbone FILE --model NAME --data-dir DIR`` (or ``--onnx FILE``): a
     pretrained backbone on DIR's ``.bin`` verification sets, or on DIR's image folder and the
@@ -66,6 +75,8 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         raise ValueError("--backbone/--onnx evaluate a file, not RUN_DIR: leave RUN_DIR out")
     if args.data_dir is None:
         raise ValueError("--backbone/--onnx need --data-dir DIR (.bin sets, or images + --pairs)")
+    if args.out is not None:
+        _check_output_file(args.out, "--out")
     device = resolve_device(args.device)
     model = load_backbone(
         args.backbone,

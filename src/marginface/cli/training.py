@@ -102,21 +102,20 @@ def _train_from_backbone(args: argparse.Namespace) -> int:
     """``train --init-from FILE``: a new run whose backbone starts from FILE's weights (a
     backbone state_dict: fine-tuning); the class centers, optimizer and schedule start
     afresh."""
-    from ..models.pretrained import load_backbone
+    from ..models.pretrained import read_backbone_state
 
     if args.resume:
         raise ValueError("--init-from starts a new run from FILE's weights; it cannot --resume")
     config = _config_from_args(args)
     out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
-    backbone = load_backbone(
-        args.init_from,
-        model=config.model,
-        embedding_dim=config.embedding_dim,
-        image_size=config.image_size or 112,
-        **config.model_options,
-    )
-    _echo(args, f"backbone {config.model} initialized from {args.init_from}")
-    return _fit(args, config, out, initial_state={"model": backbone.state_dict()})
+    # read now (an unreadable file is named before anything is built); loaded into the model
+    # the run builds for its data (its channels and size), which names the file if it does
+    # not fit (train/build.py, load_initial_state)
+    state, _ = read_backbone_state(args.init_from, config.model)
+    initial_state = {"model": state, "source": str(args.init_from)}
+    result = _fit(args, config, out, initial_state=initial_state)
+    _echo(args, f"backbone {config.model} was initialized from {args.init_from}")
+    return result
 
 
 def _train_with_dominant_centers(args: argparse.Namespace) -> int:

@@ -112,8 +112,10 @@ def load_backbone_weights(
     model: nn.Module, state: Mapping[str, Tensor], *, source: str, name: str = "the model"
 ) -> None:
     """``model.load_state_dict(state, strict=True)``, with one line naming ``source`` when the
-    file does not fit: how many keys are missing and unexpected (with examples), which tensors
-    have other shapes, or the first convolution's channel count.
+    file does not fit: how many keys are missing and unexpected (with examples), integer or
+    quantized tensors where the model's are floating point (never cast silently: int8 weights
+    cast to float are other weights), which tensors have other shapes, or the first
+    convolution's channel count.
 
     Raises:
         ValueError: as above.
@@ -130,19 +132,26 @@ def load_backbone_weights(
             f"missing from the file ({_examples(missing) or 'none'}) and {len(unexpected)} in "
             f"the file are unexpected ({_examples(unexpected) or 'none'}); is --model right?"
         )
+    retyped = [
+        k for k in expected if expected[k].is_floating_point() and not state[k].is_floating_point()
+    ]
+    if retyped:
+        first = retyped[0]
+        raise ValueError(
+            f"{source} holds {state[first].dtype} tensors where {name} has floating-point "
+            f"weights ({len(retyped)} tensors, e.g. {first}): quantized or integer weights "
+            "are not cast silently; dequantize them to float first"
+        )
     if reshaped:
         first = reshaped[0]
         theirs, ours = tuple(state[first].shape), tuple(expected[first].shape)
-        first_conv = first in (
-            "conv1.weight",
-            "patch_embed.proj.weight",
-            "layers.0.layers.0.weight",
-        )
+        # the model's first 4-D weight is its first convolution (conv1, a patch embedding)
+        first_conv = first == next((k for k, v in expected.items() if v.ndim == 4), None)
         if first_conv and len(theirs) == 4 and theirs[1] != ours[1] and theirs[0] == ours[0]:
             raise ValueError(
                 f"{source} takes {theirs[1]}-channel images (its first convolution), "
-                f"{name} was built for {ours[1]}: check the channel order and count "
-                "(insightface: 3, RGB)"
+                f"{name} was built for {ours[1]}-channel images: check the channel order "
+                "and count (insightface: 3, RGB)"
             )
         raise ValueError(
             f"{source} does not fit {name}: {len(reshaped)} tensors have other shapes "
@@ -230,11 +239,48 @@ class OnnxBackbone(nn.Module):
                     f"{image_size}x{image_size}: pass --image-size {side}"
                 )
         self.path = path
+        # a graph exported with a fixed batch (often 1) is fed that many images at a time
+        batch = shape[0]
+        self.fixed_batch = batch if isinstance(batch, int) and batch > 0 else None
 
     def forward(self, images: Tensor) -> Tensor:
-        feed = {self.input_name: images.detach().to("cpu", torch.float32).contiguous().numpy()}
-        (out, *_) = self.session.run(None, feed)
-        return torch.from_numpy(out).float().to(images.device)  # (N, D)
+        """``Tensor[N, C, H, W] -> Tensor[N, D]`` float32 on ``images``' device; a graph of
+        fixed batch ``B`` is run on slices of ``B`` images (the last one zero-padded)."""
+        x = images.detach().to("cpu", torch.float32).contiguous()
+        size = self.fixed_batch
+        if size is None or x.shape[0] == size:
+            (out, *_) = self.session.run(None, {self.input_name: x.numpy()})
+            return torch.from_numpy(out).float().to(images.device)  # (N, D)
+        parts = []
+        for start in range(0, x.shape[0], size):
+            part = x[start : start + size]
+            count = part.shape[0]
+            if count < size:  # (size, C, H, W): the rest of the slice is zeros
+                part = torch.cat([part, part.new_zeros(size - count, *part.shape[1:])])
+            (out, *_) = self.session.run(None, {self.input_name: part.numpy()})
+            parts.append(torch.from_numpy(out[:count]).float())
+        return torch.cat(parts).to(images.device)  # (N, D)
+
+
+def read_backbone_state(
+    path: str | os.PathLike[str], model: str | None = None
+) -> tuple[dict[str, Tensor], str]:
+    """``path``'s backbone weights (:func:`read_state_dict`) and the architecture they are for:
+    ``model``, or the IResNet depth of an AdaFace checkpoint (mapped onto IResNet's names).
+
+    Raises:
+        ValueError: an unreadable file (named), or no ``model`` for a file that does not say.
+    """
+    source = str(path)
+    state = read_state_dict(path)
+    if is_adaface_state_dict(state):
+        state, depth = adaface_to_iresnet(state, source=source)
+        model = model or f"r{depth}"
+    if model is None:
+        raise ValueError(
+            f"which architecture is {source}? pass model= (--model): {', '.join(list_models())}"
+        )
+    return state, model
 
 
 def load_backbone(
@@ -281,14 +327,7 @@ def load_backbone(
         backbone: nn.Module = OnnxBackbone(onnx, in_channels=in_channels, image_size=image_size)
     else:
         source = str(path)
-        state = read_state_dict(path)  # type: ignore[arg-type]
-        if is_adaface_state_dict(state):
-            state, depth = adaface_to_iresnet(state, source=source)
-            model = model or f"r{depth}"
-        if model is None:
-            raise ValueError(
-                f"which architecture is {source}? pass model= (--model): {', '.join(list_models())}"
-            )
+        state, model = read_backbone_state(path, model)  # type: ignore[arg-type]
         backbone = create_model(
             model,
             embedding_dim=embedding_dim,

@@ -58,9 +58,9 @@ from .schedule import micro_batches
 from .state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from .state.layout import CONFIG_NAME
 from .state.preemption import StopSignals, TrainingPreemptedError
-from .state.run_folder import prepare_run_dir
+from .state.run_folder import prepare_run_dir, remove_if_empty
 from .state.run_state import RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
-from .state.step_position import EpochTally, StepPosition
+from .state.step_position import EpochTally, StepPosition, seed_host_generators
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -114,7 +114,7 @@ class Trainer:
         progress: bool | str = False,
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         callbacks: list[EpochCallback] | None = None,
-        initial_state: dict[str, dict[str, Any]] | None = None,
+        initial_state: dict[str, Any] | None = None,
         checkpointing: CheckpointPolicy | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
@@ -170,6 +170,7 @@ class Trainer:
         if self.bundle is None:
             self.bundle = load_bundle(config)
         torch.manual_seed(config.seed)
+        seed_host_generators(config.seed, self.rank)  # a checkpoint's states replace these
         built = build_training(
             config,
             self.bundle,
@@ -351,21 +352,27 @@ class Trainer:
 
     def _fit(self, *, resume: bool | SavedRun, overwrite: bool) -> list[dict[str, Any]]:
         self._init_distributed()
+        created = not Path(self.run_dir).exists()
         run_dir = prepare_run_dir(
             self.run_dir,
             resume=bool(resume),
             overwrite=overwrite,
             distributed=self.distributed,
         )
-        saved = run_to_continue(run_dir, resume, self.config)  # before building anything
-        self._setup()
-        self.checkpoints.last_time = time.monotonic()
-        start, history = 0, []
-        if saved is not None:
-            start, history = self._restore(saved), self.history
-            del saved  # the checkpoint's tensors are in the run's objects now
-        else:
-            load_initial_state(self.model, self.head, self.initial_state)
+        try:
+            saved = run_to_continue(run_dir, resume, self.config)  # before building anything
+            self._setup()
+            self.checkpoints.last_time = time.monotonic()
+            start, history = 0, []
+            if saved is not None:
+                start, history = self._restore(saved), self.history
+                del saved  # the checkpoint's tensors are in the run's objects now
+            else:
+                load_initial_state(self.model, self.head, self.initial_state)
+        except BaseException:
+            if created and self.is_main:
+                remove_if_empty(run_dir)  # a run that could not start leaves no empty folder
+            raise
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
         resumed = self._resume_at  # a step checkpoint: verification rows up to its step

@@ -3,6 +3,7 @@ a run, kept for ``--resume``; stale temporaries of a killed write removed."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from .checkpoint import CheckpointError
 from .layout import CHECKPOINT_NAME, CONFIG_NAME
 from .run_state import has_saved_run
 
-__all__ = ["OutputExistsError", "prepare_run_dir"]
+__all__ = ["OutputExistsError", "prepare_run_dir", "remove_if_empty"]
 
 
 class OutputExistsError(FileExistsError):
@@ -52,6 +53,14 @@ def prepare_run_dir(
         kinds = {"OutputExistsError": OutputExistsError, "CheckpointError": CheckpointError}
         raise kinds.get(failure[0], ValueError)(failure[1])
     return run_dir
+
+
+def remove_if_empty(run_dir: str | Path) -> None:
+    """Remove ``run_dir`` if it is an empty folder (a run that failed before writing anything,
+    in a folder it created); anything else, or a folder another process filled meanwhile, is
+    left as it is."""
+    with contextlib.suppress(OSError):
+        Path(run_dir).rmdir()  # refuses a non-empty folder
 
 
 def _prepare(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
