@@ -19,6 +19,9 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 DIGITS = [
     "--dataset", "digits", "--limit", "60", "--batch-size", "20", "--threads", "1",
     "--device", "cpu", "--model", "seed-cnn", "--embedding-dim", "3", "--epochs", "1",
+    # every option the recipe would choose, so that stderr holds the error line alone
+    "--loss", "curricularface", "--optimizer", "adam", "--lr", "1e-3", "--weight-decay", "0",
+    "--schedule", "constant",
 ]  # fmt: skip
 
 

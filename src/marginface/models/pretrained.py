@@ -181,7 +181,12 @@ class OnnxBackbone(nn.Module):
         path: the ``.onnx`` file (e.g. insightface's ``w600k_r50.onnx``: input ``(N, 3, 112,
             112)``, RGB, ``(x / 255 - 0.5) / 0.5``).
         in_channels, image_size: what the data has; checked against the graph's input.
+            ``image_size`` None: not checked (the graph's side is :attr:`input_size`).
         providers: ONNX Runtime execution providers. Default: the CPU's.
+
+    Attributes:
+        input_size: ``(height, width)`` of the graph's input, each None where the graph leaves
+            it dynamic.
 
     Raises:
         ImportError: onnxruntime is missing (``marginface[onnx]``).
@@ -194,7 +199,7 @@ class OnnxBackbone(nn.Module):
         path: str | os.PathLike[str],
         *,
         in_channels: int = 3,
-        image_size: int = 112,
+        image_size: int | None = 112,
         providers: list[str] | None = None,
     ) -> None:
         super().__init__()
@@ -232,11 +237,17 @@ class OnnxBackbone(nn.Module):
                 f"{path} takes {channels}-channel images, the data has {in_channels}: check the "
                 "channel order and count"
             )
-        for side in (height, width):
-            if isinstance(side, int) and side != image_size:
+        self.input_size: tuple[int | None, int | None] = (
+            height if isinstance(height, int) else None,
+            width if isinstance(width, int) else None,
+        )
+        for side in self.input_size:
+            if image_size is not None and side is not None and side != image_size:
                 raise ValueError(
-                    f"{path} takes {height}x{width} images, the data is "
-                    f"{image_size}x{image_size}: pass --image-size {side}"
+                    f"{path} takes {height}x{width} images (its ONNX input {shape}), but the "
+                    f"images are resized to {image_size}x{image_size} (image_size = "
+                    f"{image_size}): pass --image-size {side}, or image_size=None to use the "
+                    "model's side"
                 )
         self.path = path
         # a graph exported with a fixed batch (often 1) is fed that many images at a time
@@ -290,7 +301,7 @@ def load_backbone(
     model: str | None = None,
     embedding_dim: int = 512,
     in_channels: int = 3,
-    image_size: int = 112,
+    image_size: int | None = 112,
     bgr: bool = False,
     device: torch.device | str = "cpu",
     **options: Any,
@@ -305,7 +316,9 @@ def load_backbone(
         onnx: an ONNX file instead (:class:`OnnxBackbone`).
         model: the registered architecture of ``path`` (``r100``, ``mbf``, ``vit_t``...).
         embedding_dim, in_channels, image_size: the architecture's ``D``, ``C`` and side.
-            Defaults: 512, 3, 112 (insightface's).
+            Defaults: 512, 3, 112 (insightface's). For ``onnx``, ``image_size`` is checked
+            against the graph's input; None: not checked (a state_dict needs a side: None
+            there means 112).
         bgr: the model expects BGR: the images (RGB) are reversed on the channel axis first.
         device: where the model is put. Default: the CPU.
         **options: further options of the architecture (e.g. ``dropout``).
@@ -332,7 +345,7 @@ def load_backbone(
             model,
             embedding_dim=embedding_dim,
             in_channels=in_channels,
-            image_size=image_size,
+            image_size=112 if image_size is None else image_size,
             **options,
         )
         load_backbone_weights(backbone, state, source=source, name=model)

@@ -17,11 +17,8 @@ from marginface.head import MarginSoftmaxLoss
 from marginface.margins import MagFaceMargin
 from marginface.margins.base import Context, Margin
 from marginface.registry import create_loss, list_losses
-from marginface.train.evaluation.evaluate import (
-    ERC_REPORTED_FRACTIONS,
-    evaluate_model,
-    norm_is_quality,
-)
+from marginface.train.evaluation.evaluate import evaluate_model
+from marginface.train.evaluation.quality import ERC_REPORTED_FRACTIONS, norm_is_quality
 
 
 class _PlainMargin(Margin):

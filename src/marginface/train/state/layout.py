@@ -18,6 +18,7 @@
         epoch-0002-step-0000013.pt  position_label(2, 13) + KEPT_SUFFIX (or a sharded folder;
                                     POSITION_PREFIX begins every one)
       tensorboard/             TENSORBOARD_NAME: TensorBoard's event files (--tensorboard)
+      embeddings/              EMBEDDINGS_NAME: the evaluation embeddings kept for plot, evaluate
       evaluation.json          EVALUATION_NAME: marginface evaluate's metrics
       evaluation.html          EVALUATION_REPORT_NAME: its page (with --quality),
       erc.png                  ERC_NAME: and its error-versus-reject picture
@@ -37,6 +38,7 @@ from __future__ import annotations
 __all__ = [
     "CHECKPOINT_NAME",
     "CONFIG_NAME",
+    "EMBEDDINGS_NAME",
     "ERC_NAME",
     "EVALUATION_NAME",
     "EVALUATION_REPORT_NAME",
@@ -80,6 +82,7 @@ KEPT_SUFFIX = ".pt"
 """The suffix of a kept one-process checkpoint (a kept sharded one is a folder, no suffix)."""
 POSITION_PREFIX = "epoch-"
 TENSORBOARD_NAME = "tensorboard"
+EMBEDDINGS_NAME = "embeddings"
 EVALUATION_NAME = "evaluation.json"
 EVALUATION_REPORT_NAME = "evaluation.html"
 ERC_NAME = "erc.png"
