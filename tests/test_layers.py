@@ -23,7 +23,6 @@ CORE = (
     "head",
     "class_parameters",
     "weight_regularizers",
-    "head_state",
     "losses",
     "functional",
     "evaluation",

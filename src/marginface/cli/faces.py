@@ -2,7 +2,8 @@
 
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
-:func:`marginface.train.ijb_evaluation.ijb_results` (the function behind a training run's IJB
+:func:`marginface.train.evaluation.ijb_evaluation.ijb_results` (the function behind a training
+run's IJB
 columns too).
 """
 
@@ -148,8 +149,9 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
     from ..train import EVALUATION_NAME, load_run, resolve_device
-    from ..train.ijb_evaluation import ijb_results
+    from ..train.evaluation.ijb_evaluation import ijb_results
     from ..train.progress import progress_callback
+    from ..train.state.layout import IJB_NAME, REPORT_NAME
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -163,7 +165,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     if source is not None and args.out is None:
         raise ValueError("--backbone/--onnx need --out DIR (there is no run folder to write to)")
     layout = read_ijb_layout(args.data_dir, args.target)
-    out = args.out or Path(args.run_dir) / "ijb"
+    out = args.out or Path(args.run_dir) / IJB_NAME
     device = resolve_device(args.device)
     name = args.target.lower()
     if source is not None:
@@ -220,7 +222,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..report import write_evaluation_report
 
     report = write_evaluation_report(
-        out / f"{prefix}report.html",
+        out / f"{prefix}{REPORT_NAME}",
         title=f"marginface {args.target}: {Path(label).name}",
         metrics=metrics,
         images={f"{args.target} 1:1 ROC (FAR on a log axis)": picture},

@@ -259,11 +259,12 @@ def _config_from_args(args: argparse.Namespace):
 
 def _resumed_config(args: argparse.Namespace, run_dir: Path):
     """``(configuration, saved run)`` of a ``--resume``: the run in ``run_dir``, read once
-    (:func:`~marginface.train.run_state.read_saved_run`), with the options that may change on
+    (:func:`~marginface.train.state.run_state.read_saved_run`), with the options that may change on
     resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the command line; any other
     option that contradicts the saved run is an error naming it."""
-    from ..train.checkpoint import CheckpointError
-    from ..train.run_state import CHECKPOINT_NAME, has_saved_run, read_saved_run, resumed_config
+    from ..train.state.checkpoint import CheckpointError
+    from ..train.state.layout import CHECKPOINT_NAME
+    from ..train.state.run_state import has_saved_run, read_saved_run, resumed_config
 
     if not has_saved_run(run_dir):
         raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
@@ -318,7 +319,7 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 # The library's defaults, restated so that building the parser imports no torch (`--help` is
-# quick): tests/cli/test_quick_help.py checks them against train/progress.py, train/preemption.py.
+# quick): tests/cli/test_quick_help.py checks them against train/progress.py, train/state/preemption.py.
 DEFAULT_PROGRESS_SECONDS = 30.0
 PREEMPTED_EXIT_CODE = 143
 

@@ -80,8 +80,8 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     pairs of ``--pairs FILE``; no run folder."""
     from ..models.pretrained import load_backbone
     from ..report import format_table
-    from ..train.backbone_evaluation import evaluate_backbone
-    from ..train.run import resolve_device
+    from ..train.distributed import resolve_device
+    from ..train.evaluation.backbone_evaluation import evaluate_backbone
 
     if args.run_dir is not None:
         raise ValueError("--backbone/--onnx evaluate a file, not RUN_DIR: leave RUN_DIR out")
@@ -175,13 +175,14 @@ def _write_quality_report(run_dir: Path, evaluation) -> Path:
     ``RUN/evaluation.html`` (the metrics and that figure)."""
     from ..plots import plot_error_versus_reject, save_figure
     from ..report import write_evaluation_report
+    from ..train.state.layout import ERC_NAME, EVALUATION_REPORT_NAME
 
     caption = "Error versus reject: pairs of lowest quality (min ‖x‖ of the two) rejected"
     image = save_figure(
-        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / "erc.png"
+        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / ERC_NAME
     )
     return write_evaluation_report(
-        run_dir / "evaluation.html",
+        run_dir / EVALUATION_REPORT_NAME,
         title=f"marginface evaluation: {run_dir.name}",
         metrics=evaluation.metrics,
         images={caption: image},
@@ -195,6 +196,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ..report import write_report
     from ..train import EVALUATION_NAME, draw_run_pictures, evaluate_run, load_run, resolve_device
     from ..train.pictures import report_sections
+    from ..train.state.layout import IJB_NAME, PLOTS_NAME, REPORT_NAME
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
@@ -202,7 +204,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
     kept = _ijb_results(run_dir / EVALUATION_NAME)
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
-    out = args.out or run_dir / "plots"
+    out = args.out or run_dir / PLOTS_NAME
     out.mkdir(parents=True, exist_ok=True)
     pictured = {run.config.loss: (history, evaluation, run.head.cpu())}  # drawn on the CPU
     images = draw_run_pictures(pictured, out)
@@ -210,7 +212,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         _echo(args, f"{caption}: {path}")
     rocs = {
         f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
-        for path in sorted((run_dir / "ijb").glob("*_roc.png"))
+        for path in sorted((run_dir / IJB_NAME).glob("*_roc.png"))
     }
     title = f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})"
     sections = report_sections(pictured, images, rocs)
@@ -223,10 +225,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
             _echo(args, f"{caption}: {path}")
         first, last = verification_sections(evaluation, drawn)
         page = [*first, *sections, *([last] if last is not None else [])]
-        report = write_report(out / "report.html", title=title, sections=page)
+        report = write_report(out / REPORT_NAME, title=title, sections=page)
     else:
         report = write_report(
-            out / "report.html",
+            out / REPORT_NAME,
             title=title,
             rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
             columns=("metric", "value"),
@@ -250,6 +252,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from ..export import export_onnx, export_safetensors, export_torchscript
     from ..train import load_run
+    from ..train.state.layout import ONNX_NAME, SAFETENSORS_NAME, TORCHSCRIPT_NAME
 
     run = load_run(args.run_dir)
     meta = run.meta
@@ -262,13 +265,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     model = run.model.float().to(memory_format=torch.contiguous_format)
     try:
         if args.format in ("torchscript", "both"):
-            path = export_torchscript(model, example, out / "model.ts")
+            path = export_torchscript(model, example, out / TORCHSCRIPT_NAME)
             _final(args, f"TorchScript (verified): {path}")
         if args.format in ("onnx", "both"):
-            path = export_onnx(model, example, out / "model.onnx")
+            path = export_onnx(model, example, out / ONNX_NAME)
             _final(args, f"ONNX (verified): {path}")
         if args.format == "safetensors":
-            path = export_safetensors(model, out / "backbone.safetensors")
+            path = export_safetensors(model, out / SAFETENSORS_NAME)
             _final(args, f"safetensors (the backbone's state_dict, verified): {path}")
     except BaseException:
         for folder in created:  # deepest first: a failed export leaves no empty folder behind

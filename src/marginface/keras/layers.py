@@ -384,10 +384,9 @@ class _MVSoftmax(_FixedScale):
 
 @_head
 class MVAMSoftmax(_MVSoftmax):
-    """MV-AM-Softmax: ``logit_y = s·(cos θ_y - m)`` (``conditional``: only where ``cos θ_y > m``
-    if True, ``cos θ_y > 0`` if ``"easy"``); non-targets with ``cos θ_j > cos θ_y - m``
-    re-weighted (``mode`` ``"adaptive"``: ``(t + 1)cos θ_j + t``; ``"fixed"``:
-    ``cos θ_j + t - 1``)."""
+    """MV-AM-Softmax: ``logit_y = s·(cos θ_y - m)`` (``conditional``: where ``cos θ_y > m`` if
+    True, ``> 0`` if ``"easy"``); non-targets with ``cos θ_j > cos θ_y - m`` re-weighted (``mode``
+    ``"adaptive"``: ``(t + 1)cos θ_j + t``; ``"fixed"``: ``cos θ_j + t - 1``)."""
 
     loss_name = "mv-am-softmax"
 
