@@ -45,6 +45,17 @@ from .registry import create_loss, get_loss_class, list_losses, register_loss
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``marginface.FaceModel``, imported on first use (the inference package pulls in the
+    pipeline; ``import marginface`` stays the core)."""
+    if name == "FaceModel":
+        from .inference import FaceModel
+
+        return FaceModel
+    raise AttributeError(f"module 'marginface' has no attribute {name!r}")
+
+
 __all__ = [
     "AMSoftmaxLoss",
     "AdaCosLoss",
@@ -57,6 +68,7 @@ __all__ = [
     "CosFaceLoss",
     "CurricularFaceLoss",
     "ElasticFaceLoss",
+    "FaceModel",
     "LiArcFaceLoss",
     "MVAMSoftmaxLoss",
     "MVArcSoftmaxLoss",

@@ -153,12 +153,12 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     if source is not None:
         from ..models.pretrained import load_backbone
 
-        model = load_backbone(
+        model = load_backbone(  # a marginface file carries its description: no other option
             args.backbone,
             onnx=args.onnx,
             model=args.model,
             embedding_dim=args.embedding_dim,
-            bgr=args.bgr,
+            bgr=args.bgr or None,
             device=device,
         )
         label, cache_key = str(source), _file_identity(Path(source))

@@ -119,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
     )
-    pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
+    pretrained.add_argument(
+        "--image-size", type=int, help="side (default: the file's description, else 112)"
+    )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
     evaluate.set_defaults(func=cmd_evaluate)
@@ -189,11 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run_dir", type=Path)
     export.add_argument(
         "--format",
-        choices=("torchscript", "onnx", "both", "safetensors"),
+        choices=("torchscript", "onnx", "both", "safetensors", "pt"),
         default="torchscript",
         help="both: TorchScript and ONNX; safetensors: the backbone's weights under "
         "insightface's names (backbone.safetensors, for evaluate --backbone and "
-        "train --init-from)",
+        "train --init-from); pt: the same as backbone.pt (torch.save). Every file carries "
+        "the model's description (architecture, input, normalisation, results)",
     )
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")

@@ -57,7 +57,7 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     """``evaluate --backbone FILE --model NAME --data-dir DIR`` (or ``--onnx FILE``): a
     pretrained backbone on DIR's ``.bin`` verification sets, or on DIR's image folder and the
     pairs of ``--pairs FILE``; no run folder."""
-    from ..models.pretrained import load_backbone
+    from ..models.pretrained import load_described_backbone
     from ..report import format_table
     from ..train.backbone_evaluation import evaluate_backbone
     from ..train.run import resolve_device
@@ -67,23 +67,25 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     if args.data_dir is None:
         raise ValueError("--backbone/--onnx need --data-dir DIR (.bin sets, or images + --pairs)")
     device = resolve_device(args.device)
-    model = load_backbone(
+    model, description = load_described_backbone(  # a marginface file says what it is
         args.backbone,
         onnx=args.onnx,
         model=args.model,
         embedding_dim=args.embedding_dim,
         image_size=args.image_size,
-        bgr=args.bgr,
+        bgr=args.bgr or None,
         device=device,
     )
     metrics = evaluate_backbone(
         model,
         args.data_dir,
         pairs=args.pairs,
-        image_size=args.image_size,
+        image_size=description.side,
         device=device,
         batch_size=args.batch_size,
         flip=True,  # insightface's protocol
+        mean=description.mean,
+        std=description.std,
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
     if args.out is not None:
@@ -153,10 +155,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import torch
 
-    from ..export import export_onnx, export_safetensors, export_torchscript
+    from ..export import export_onnx, export_safetensors, export_state_dict, export_torchscript
+    from ..inference.source import describe_saved_run
     from ..train import load_run
+    from ..train.run_state import read_saved_run
 
-    run = load_run(args.run_dir)
+    saved = read_saved_run(args.run_dir)
+    description = describe_saved_run(saved)  # written into every file below
+    run = load_run(args.run_dir, saved=saved)
     meta = run.meta
     size = meta["image_size"]
     height, width = (size, size) if isinstance(size, int) else size
@@ -167,14 +173,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     model = run.model.float().to(memory_format=torch.contiguous_format)
     try:
         if args.format in ("torchscript", "both"):
-            path = export_torchscript(model, example, out / "model.ts")
-            _echo(args, f"TorchScript (verified): {path}")
+            path = export_torchscript(model, example, out / "model.ts", description=description)
+            _echo(args, f"TorchScript (verified): {path} (description: {path.name}.json)")
         if args.format in ("onnx", "both"):
-            path = export_onnx(model, example, out / "model.onnx")
+            path = export_onnx(model, example, out / "model.onnx", description=description)
             _echo(args, f"ONNX (verified): {path}")
         if args.format == "safetensors":
-            path = export_safetensors(model, out / "backbone.safetensors")
+            path = export_safetensors(model, out / "backbone.safetensors", description=description)
             _echo(args, f"safetensors (the backbone's state_dict, verified): {path}")
+        if args.format == "pt":
+            path = export_state_dict(model, out / "backbone.pt", description=description)
+            _echo(args, f"PyTorch state_dict with its description (verified): {path}")
     except BaseException:
         for folder in created:  # deepest first: a failed export leaves no empty folder behind
             if not folder.is_dir() or any(folder.iterdir()):

@@ -454,12 +454,17 @@ def run_to_continue(
 def _plain_state(
     *, epoch: int, config: TrainConfig, meta: dict[str, Any], history: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """What every checkpoint holds besides the objects' state: the progress and the log."""
+    """What every checkpoint holds besides the objects' state: the progress, the log and the
+    backbone's description (:func:`~marginface.models.description.describe_run`)."""
+    from ..models.description import describe_run
+
+    plain_config = config.to_dict()
     return {
         "epoch": epoch,
-        "config": config.to_dict(),
+        "config": plain_config,
         "meta": meta,
         "history": [dict(row) for row in history],
+        "description": describe_run(plain_config, meta, history).to_dict(),
     }
 
 
