@@ -1,16 +1,12 @@
-"""A tiny trained run shared by the inference tests: digits (8x8 grey), seed-cnn, D = 3."""
+"""A tiny trained run shared by the inference tests (tests/inference/_digits.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from ._digits import train_digits_run
+
 
 @pytest.fixture(scope="session")
 def digits_run(tmp_path_factory):
-    from marginface.config import TrainConfig
-    from marginface.train import train
-
-    folder = tmp_path_factory.mktemp("inference") / "run"
-    config = TrainConfig(limit=96, epochs=1, batch_size=32, threads=1, device="cpu")
-    train(config, folder)
-    return folder
+    return train_digits_run(tmp_path_factory.mktemp("inference") / "run")

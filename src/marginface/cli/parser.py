@@ -241,4 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_ijb_arguments(ijb)
     ijb.set_defaults(func=cmd_ijb)
+
+    from .inference import (
+        add_embed_parser,
+        add_gallery_parser,
+        add_search_parser,
+        add_verify_parser,
+    )
+
+    for add_inference_parser in (
+        add_embed_parser,
+        add_verify_parser,
+        add_gallery_parser,
+        add_search_parser,
+    ):
+        add_inference_parser(sub, common)  # a model in use (docs/inference.md)
     return parser
