@@ -101,6 +101,7 @@ class TemplateIndex:
         self.kind = kind
         self.backend = "faiss" if faiss_ok else "torch"
         self._index: Any = None
+        self._quantizer: Any = None
         if self.backend == "faiss":
             self._index = self._build_faiss(templates, kind)
         self.recall_at_10: float | None = None
@@ -112,8 +113,7 @@ class TemplateIndex:
             _, found = self.search(queries, 10)
             self.recall_at_10 = _recall_at(truth, found, 10)
 
-    @staticmethod
-    def _build_faiss(templates: np.ndarray, kind: str) -> Any:
+    def _build_faiss(self, templates: np.ndarray, kind: str) -> Any:
         faiss = importlib.import_module("faiss")
         count, dim = templates.shape
         if kind == "exact":
@@ -125,10 +125,10 @@ class TemplateIndex:
         else:
             lists = max(1, int(math.sqrt(count)))
             quantizer = faiss.IndexFlatIP(dim)
+            self._quantizer = quantizer  # the IVF index does not own it: kept alive here
             index = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)
             index.train(templates)
             index.nprobe = min(16, lists)
-            index._quantizer = quantizer  # keep it alive beside the index
         index.add(templates)
         return index
 
