@@ -225,3 +225,34 @@ def test_export_refuses_a_description_of_another_type(tmp_path):
         export_safetensors(_r18(), tmp_path / "b.safetensors", description={"architecture": "r18"})
     with pytest.raises(TypeError, match=r"description must be a ModelDescription, got NoneType"):
         export_state_dict(_r18(), tmp_path / "b.pt", description=None)
+
+
+def test_cli_evaluate_backbone_needs_no_option_for_a_described_file(tmp_path, capsys):
+    import io
+    import pickle
+
+    import numpy as np
+    from PIL import Image
+
+    from marginface.cli import main
+
+    rng = np.random.default_rng(0)
+    people = rng.integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
+    images, same = [], []
+    for p in range(20):
+        a, b = p % 4, (p % 4 if p % 2 == 0 else (p + 1) % 4)
+        for who in (a, b):
+            buffer = io.BytesIO()
+            Image.fromarray(people[who]).save(buffer, format="PNG")
+            images.append(buffer.getvalue())
+        same.append(a == b)
+    with open(tmp_path / "tiny.bin", "wb") as stream:
+        pickle.dump((images, same), stream, protocol=2)
+    path = export_state_dict(_r18(), tmp_path / "backbone.pt", description=_description())
+    args = ["evaluate", "--backbone", str(path), "--data-dir", str(tmp_path), "--device", "cpu"]
+    assert main(args) == 0
+    assert "tiny_accuracy" in capsys.readouterr().out
+    torch.save(_r18().state_dict(), tmp_path / "bare.pth")
+    assert main([*args[:2], str(tmp_path / "bare.pth"), *args[3:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "carries no marginface description" in err
