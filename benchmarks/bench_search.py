@@ -52,7 +52,9 @@ def timed(call):
     return result, time.perf_counter() - start
 
 
-def measure_size(templates: np.ndarray, queries: np.ndarray, picked: np.ndarray) -> None:
+def measure_size(
+    templates: np.ndarray, queries: np.ndarray, picked: np.ndarray, kinds: list[str]
+) -> None:
     """One size's table: exact (FAISS, NumPy, torch) and approximate (HNSW, IVF) search."""
     count = queries.shape[0]
     rows = []
@@ -79,7 +81,7 @@ def measure_size(templates: np.ndarray, queries: np.ndarray, picked: np.ndarray)
             recall(truth, found, 10),
         )
     )
-    for kind in ("hnsw", "ivf"):
+    for kind in kinds:
         start = time.perf_counter()
         index = TemplateIndex(templates, kind=kind, sample=200)
         build = time.perf_counter() - start
@@ -111,6 +113,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--noise", type=float, default=0.05)
+    parser.add_argument("--approximate", default="hnsw,ivf", help="approximate kinds measured")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import faiss
@@ -122,7 +125,7 @@ def main() -> None:
         templates = unit(rng.normal(size=(size, args.dim)))
         picked = rng.choice(size, args.queries, replace=False)
         queries = unit(templates[picked] + args.noise * rng.normal(size=(args.queries, args.dim)))
-        measure_size(templates, queries, picked)
+        measure_size(templates, queries, picked, [k for k in args.approximate.split(",") if k])
     command = "PYTHONPATH=src python benchmarks/bench_search.py " + " ".join(sys.argv[1:])
     for line in machine_lines(load_before, os.getloadavg(), command):
         print(line)
