@@ -207,3 +207,26 @@ def test_a_failed_save_leaves_the_previous_gallery(digits_run, faces, tmp_path, 
     with pytest.raises(OSError, match="disk gone"):
         gallery.save(gallery_dir)
     assert Gallery.load(gallery_dir).identities == ["0", "1", "2", "3", "4"]
+
+
+def test_evaluate_stores_a_threshold_that_verify_uses(digits_run, faces, tmp_path, capsys):
+    import shutil
+
+    from marginface.inference import describe_model
+    from marginface.inference.calibration import labelled_pair_scores, threshold_at_far
+    from marginface.train import evaluate_run
+
+    run = tmp_path / "run"
+    shutil.copytree(digits_run, run)
+    assert main(["evaluate", str(run), "--device", "cpu"]) == 0
+    assert "description (threshold for `marginface verify`/`search`)" in capsys.readouterr().out
+    description = describe_model(run)
+    evaluation = evaluate_run(run)
+    scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
+    assert description.threshold == pytest.approx(threshold_at_far(scores, same, 1e-3))
+    assert description.threshold_far == 1e-3
+    assert description.verification["auc"] == pytest.approx(evaluation.metrics["auc"])
+    a = faces / "0" / "0.png"
+    assert main(["verify", str(run), str(a), str(a)]) == 0
+    line = capsys.readouterr().out
+    assert "same at threshold" in line and "(FAR 0.001)" in line

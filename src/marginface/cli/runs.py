@@ -27,9 +27,38 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _echo(args, f"written to {path}")
+    described = _describe_evaluated(Path(args.run_dir), evaluation, flip=args.flip)
+    if described is not None:
+        _echo(args, f"description (threshold for `marginface verify`/`search`): {described}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _describe_evaluated(run_dir: Path, evaluation, *, flip: bool | None, far: float = 1e-3):
+    """``RUN/description.json``: the run's description with these results and the cosine
+    threshold for FAR ``far`` on the test set's pairs (every pair, or a million drawn), which
+    ``FaceModel``, ``verify`` and ``search`` then use; None when the test set has no genuine or
+    no impostor pair."""
+    import math
+
+    from ..inference.calibration import labelled_pair_scores, threshold_at_far
+    from ..inference.source import describe_model, save_description
+
+    scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
+    if same.all() or not same.any():
+        return None
+    threshold = threshold_at_far(scores, same, far)
+    results = {k: (v if math.isfinite(v) else None) for k, v in evaluation.metrics.items()}
+    found = describe_model(run_dir)
+    description = found.replace(
+        flip=found.flip if flip is None else flip,  # as these embeddings were made
+        verification=results,
+        threshold=min(max(threshold, -1.0), 1.0),
+        threshold_far=far,
+        threshold_set="test pairs of marginface evaluate",
+    )
+    return save_description(run_dir, description)
 
 
 def _ijb_results(path: Path) -> dict[str, float]:

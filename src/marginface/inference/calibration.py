@@ -9,7 +9,7 @@ from numpy.typing import ArrayLike
 
 from ..evaluation.verification import roc_curve
 
-__all__ = ["threshold_at_far"]
+__all__ = ["labelled_pair_scores", "threshold_at_far"]
 
 
 def threshold_at_far(scores: ArrayLike, same: ArrayLike, far: float) -> float:
@@ -41,3 +41,32 @@ def threshold_at_far(scores: ArrayLike, same: ArrayLike, far: float) -> float:
         impostors = np.asarray(scores, dtype=np.float64)[~np.asarray(same, dtype=bool)]
         threshold = float(np.nextafter(impostors.max(), np.inf))
     return threshold
+
+
+def labelled_pair_scores(
+    embeddings: np.ndarray, labels: np.ndarray, *, max_pairs: int = 1_000_000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cosines and same-identity flags of the pairs of a labelled embedding set: every pair
+    ``i < j`` when there are at most ``max_pairs``, else ``max_pairs`` of them drawn with
+    ``seed`` (without the ``i == j`` pairs).
+
+    Args:
+        embeddings: ``float[N, D]`` (normalised here).
+        labels: ``int[N]`` identities.
+
+    Returns:
+        ``(scores float64[P], same bool[P])``.
+    """
+    x = np.asarray(embeddings, dtype=np.float64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    y = np.asarray(labels)
+    n = x.shape[0]
+    if n * (n - 1) // 2 <= max_pairs:
+        first, second = np.triu_indices(n, k=1)
+    else:
+        rng = np.random.default_rng(seed)
+        first, second = rng.integers(0, n, max_pairs), rng.integers(0, n, max_pairs)
+        keep = first != second
+        first, second = first[keep], second[keep]
+    scores = np.einsum("pd,pd->p", x[first], x[second])
+    return scores, y[first] == y[second]
