@@ -19,7 +19,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for flag in ("model", "data_dir", "pairs"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
-    evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
+    from ..inference.source import describe_saved_run
+    from ..train import load_run, resolve_device
+    from ..train.run_state import read_saved_run
+
+    saved = read_saved_run(args.run_dir)  # read once: the model and its description
+    run = load_run(args.run_dir, device=resolve_device(args.device), saved=saved)
+    evaluation = evaluate_run(run, flip=args.flip)
     path = Path(args.run_dir) / EVALUATION_NAME
     kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
@@ -27,7 +33,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _echo(args, f"written to {path}")
-    described = _describe_evaluated(Path(args.run_dir), evaluation, flip=args.flip)
+    described = _describe_evaluated(
+        Path(args.run_dir), evaluation, describe_saved_run(saved), flip=args.flip
+    )
     if described is not None:
         _echo(args, f"description (threshold for `marginface verify`/`search`): {described}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
@@ -35,7 +43,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_evaluated(run_dir: Path, evaluation, *, flip: bool | None, far: float = 1e-3):
+def _describe_evaluated(run_dir: Path, evaluation, found, *, flip: bool | None, far: float = 1e-3):
     """``RUN/description.json``: the run's description with these results and the cosine
     threshold for FAR ``far`` on the test set's pairs (every pair, or a million drawn), which
     ``FaceModel``, ``verify`` and ``search`` then use; None when the test set has no genuine or
@@ -43,14 +51,13 @@ def _describe_evaluated(run_dir: Path, evaluation, *, flip: bool | None, far: fl
     import math
 
     from ..inference.calibration import labelled_pair_scores, threshold_at_far
-    from ..inference.source import describe_model, save_description
+    from ..inference.source import save_description
 
     scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
     if same.all() or not same.any():
         return None
     threshold = threshold_at_far(scores, same, far)
     results = {k: (v if math.isfinite(v) else None) for k, v in evaluation.metrics.items()}
-    found = describe_model(run_dir)
     description = found.replace(
         flip=found.flip if flip is None else flip,  # as these embeddings were made
         verification=results,
