@@ -99,3 +99,21 @@ def test_ijb_command_keeps_pairs_templates_and_the_mean_in_percent(
     for gallery in ("G1", "G2"):
         key = "tpir@fpir=1e-02"
         assert theirs[f"ijbc-igallery_{gallery}_{key}"] <= metrics[f"ijbc_{gallery}_{key}"]
+
+
+def test_ijb_on_a_described_file_needs_no_model_option(ijb_folder, tmp_path):
+    import torch
+
+    from marginface.export import export_state_dict
+    from marginface.models import create_model
+    from marginface.models.description import ModelDescription
+
+    root, _ = ijb_folder
+    torch.manual_seed(0)
+    model = create_model("mbf", embedding_dim=64, in_channels=3, image_size=112).eval()
+    description = ModelDescription(architecture="mbf", embedding_dim=64, image_size=112)
+    weights = export_state_dict(model, tmp_path / "mbf.pt", description=description)
+    argv = ["--quiet", "ijb", "--backbone", str(weights), "--data-dir", str(root)]
+    assert main([*argv, "--device", "cpu", "--out", str(tmp_path / "out")]) == 0
+    features = np.load(tmp_path / "out" / "ijbc_features.npz")
+    assert features["embeddings"].shape[1] == 64
