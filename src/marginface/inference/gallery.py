@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..evaluation.ijb import IdentificationMetrics
 from ..models.description import ModelDescription, marginface_version
 from .index import INDEX_KINDS, TemplateIndex
 
@@ -223,6 +224,50 @@ class Gallery:
             identity = best if accepted in (None, True) else None
             results.append(SearchResult(name, identity, score, accepted, matches))
         return results
+
+    def identification(
+        self,
+        probes: np.ndarray,
+        probe_identities: list[str],
+        *,
+        fpir_targets: tuple[float, ...] = (0.01, 0.1),
+    ) -> IdentificationMetrics:
+        """1:N metrics of labelled probes against the templates, scored by the IJB 1:N code
+        (:func:`~marginface.evaluation.ijb.ijb_identification`, open-set rule): rank-1/5/10
+        and TPIR at each FPIR; probes of identities not in the gallery are the non-mated ones.
+
+        Args:
+            probes: ``float32[Q, D]`` unit embeddings.
+            probe_identities: each probe's identity name.
+
+        Raises:
+            ValueError: an empty gallery, another embedding size, no mated probe.
+        """
+        from ..evaluation.ijb import ijb_identification
+
+        if len(self) == 0:
+            raise ValueError("the gallery is empty: add identities with `marginface gallery add`")
+        number = {name: i for i, name in enumerate(self.identities)}
+        unknown = len(number)  # non-mated probes: identities past the gallery's
+        extra: dict[str, int] = {}
+        probe_ids = []
+        for name in probe_identities:
+            if name not in number:
+                extra.setdefault(name, unknown + len(extra))
+            probe_ids.append(number.get(name, extra.get(name)))
+        probes = np.asarray(probes, np.float32)
+        if probes.ndim != 2 or probes.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"the gallery holds {self.embedding_dim}-D templates, the probes are "
+                f"{probes.shape[-1]}-D: search with the model the gallery was built with"
+            )
+        return ijb_identification(
+            probes,
+            np.asarray(probe_ids, np.int64),
+            self.templates,
+            np.arange(len(self), dtype=np.int64),
+            fpir_targets=fpir_targets,
+        )
 
     # ------------------------------------------------------------------ the folder
     def save(self, folder: str | os.PathLike[str]) -> Path:
