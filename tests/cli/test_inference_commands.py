@@ -85,7 +85,7 @@ def test_a_weights_file_without_description_names_the_options(faces, tmp_path, c
     # with the options, the file is read as insightface's (RGB): this grey one does not fit
     more = ["--arch", "seed-cnn", "--embedding-dim", "3", "--image-size", "8"]
     assert main(["--quiet", *args, *more]) == 2
-    assert "bare.pth does not fit seed-cnn" in _one_line_error(capsys)
+    assert "bare.pth takes 1-channel images" in _one_line_error(capsys)
 
 
 def test_verify_prints_one_line(digits_run, faces, capsys):

@@ -93,9 +93,7 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
         "--gallery-rule",
         choices=("open-set", "insightface-per-gallery"),
         default="open-set",
-        help="TPIR@FPIR of G1 and G2: ours (at most floor(n*FPIR) non-mated probes above the "
-        "threshold) or insightface's per-gallery script's (the max(int(n*FPIR), 1)-th best "
-        "non-mated score); docs/evaluation.md",
+        help="G1/G2 TPIR@FPIR rule",
     )
     parser.add_argument(
         "--out", type=Path, help="folder for the features, metrics and ROC (default RUN/ijb)"

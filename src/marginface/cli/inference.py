@@ -50,12 +50,22 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="flip test (default: as the model was evaluated)",
     )
-    flip.add_argument("--no-flip", dest="flip", action="store_false")
+    flip.add_argument(
+        "--no-flip",
+        dest="flip",
+        action="store_false",
+        default=None,
+        help="no flip test (default: as evaluated)",
+    )
     foreign = parser.add_argument_group("a weights file without marginface's description")
-    foreign.add_argument("--arch", help="its architecture (r18 ... r200, mbf, vit_t)")
+    foreign.add_argument(
+        "--arch", help="its architecture: r18 ... r200, mbf, vit_t (default: the description's)"
+    )
     foreign.add_argument("--embedding-dim", type=_positive, help="D (default 512)")
     foreign.add_argument("--image-size", type=_positive, help="input side (default 112)")
-    foreign.add_argument("--bgr", action="store_true", default=None, help="it expects BGR")
+    foreign.add_argument(
+        "--bgr", action="store_true", default=None, help="it expects BGR (default: RGB)"
+    )
 
 
 def _face_model(args: argparse.Namespace, source: Any) -> Any:
@@ -135,7 +145,9 @@ def add_embed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     embed.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
     embed.add_argument("folder", type=Path, help="the images (aligned crops)")
-    embed.add_argument("--out", type=Path, required=True, help="embeddings.npz or .parquet")
+    embed.add_argument(
+        "--out", type=Path, required=True, help="embeddings.npz or .parquet (required, no default)"
+    )
     embed.add_argument(
         "--workers",
         type=_non_negative,
@@ -177,7 +189,9 @@ def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     verify.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
     verify.add_argument("first", type=Path, help="an aligned crop")
     verify.add_argument("second", type=Path, help="another aligned crop")
-    verify.add_argument("--threshold", type=float, help="a cosine threshold instead")
+    verify.add_argument(
+        "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
+    )
     _add_model_options(verify)
     verify.set_defaults(func=cmd_verify)
 
@@ -372,9 +386,11 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the model (default: the one the gallery was built with)",
     )
     search.add_argument("--top-k", type=_positive, default=5, help="identities listed (5)")
-    search.add_argument("--threshold", type=float, help="a cosine threshold instead")
-    search.add_argument("--out", type=Path, help="results as .csv or .json")
-    search.add_argument("--html", type=Path, help="an HTML page with thumbnails")
+    search.add_argument(
+        "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
+    )
+    search.add_argument("--out", type=Path, help="results as .csv or .json (default: none)")
+    search.add_argument("--html", type=Path, help="an HTML page with thumbnails (default: none)")
     search.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
     _add_model_options(search)
     search.set_defaults(func=cmd_search)

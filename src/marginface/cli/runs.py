@@ -38,7 +38,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         Path(args.run_dir), evaluation, describe_saved_run(saved), flip=args.flip
     )
     if described is not None:
-        _final(args, f"description (threshold for `marginface verify`/`search`): {described}")
+        _echo(args, f"description (threshold for `marginface verify`/`search`): {described}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
@@ -306,7 +306,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         if args.format in ("torchscript", "both"):
             path = export_torchscript(model, example, out / "model.ts", description=description)
-            _final(args, f"TorchScript (verified): {path} (description: {path.name}.json)")
+            _final(args, f"TorchScript (verified): {path}")
+            _echo(args, f"its description: {path.name}.json beside it")
         if args.format in ("onnx", "both"):
             path = export_onnx(model, example, out / "model.onnx", description=description)
             _final(args, f"ONNX (verified): {path}")

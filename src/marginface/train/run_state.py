@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig, config_from_dict
 from ..head import reshardable_state_dict
+from ..models.description import describe_run
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .class_state import class_state_targets, local_optimizer_state
 from .history import read_history
@@ -465,17 +466,13 @@ def run_to_continue(
 def _plain_state(
     *, epoch: int, config: TrainConfig, meta: dict[str, Any], history: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """What every checkpoint holds besides the objects' state: the progress, the log and the
-    backbone's description (:func:`~marginface.models.description.describe_run`)."""
-    from ..models.description import describe_run
-
-    plain_config = config.to_dict()
+    """What every checkpoint holds besides the objects' state: progress, log, description."""
     return {
         "epoch": epoch,
-        "config": plain_config,
+        "config": config.to_dict(),
         "meta": meta,
         "history": [dict(row) for row in history],
-        "description": describe_run(plain_config, meta, history).to_dict(),
+        "description": describe_run(config.to_dict(), meta, history).to_dict(),
     }
 
 
