@@ -319,7 +319,8 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 # The library's defaults, restated so that building the parser imports no torch (`--help` is
-# quick): tests/cli/test_quick_help.py checks them against train/progress.py, train/state/preemption.py.
+# quick): tests/cli/test_quick_help.py checks them against train/progress.py and
+# train/state/preemption.py.
 DEFAULT_PROGRESS_SECONDS = 30.0
 PREEMPTED_EXIT_CODE = 143
 
@@ -441,10 +442,19 @@ def add_backbone_source_arguments(group: Any) -> None:
     source.add_argument(
         "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"
     )
-    group.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    group.add_argument(
+        "--model",
+        help="architecture of --backbone: r18 ... r200, mbf, vit_t (not needed for the files "
+        "marginface writes: they carry their description)",
+    )
     group.add_argument(
         "--bgr",
         action="store_true",
         help="the model expects BGR input (the images are RGB; reversed before the model)",
     )
-    group.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
+    group.add_argument(
+        "--embedding-dim",
+        type=int,
+        default=None,
+        help="D (default: the file's description, else 512)",
+    )
