@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr
 
 __version__ = "0.1.0"
 
+
 __all__ = [
     "AMSoftmaxLoss",
     "AdaCosLoss",
@@ -68,6 +69,7 @@ __all__ = [
     "CosFaceLoss",
     "CurricularFaceLoss",
     "ElasticFaceLoss",
+    "FaceModel",
     "LiArcFaceLoss",
     "MVAMSoftmaxLoss",
     "MVArcSoftmaxLoss",
@@ -100,9 +102,12 @@ _FROM_REGISTRY = frozenset({"create_loss", "get_loss_class", "list_losses", "reg
 
 
 def __getattr__(name: str) -> Any:
-    """Load a public name on first use (``marginface.ArcFaceLoss`` imports the core then)."""
+    """Load a public name on first use (``marginface.ArcFaceLoss`` imports the core then;
+    ``marginface.FaceModel`` the inference package, which pulls in the pipeline)."""
     if name in _SUBMODULES:
         module = importlib.import_module(f".{name}", __name__)
+    elif name == "FaceModel":
+        module = importlib.import_module(".inference", __name__).FaceModel
     elif name in __all__:
         importlib.import_module(".losses", __name__)  # every named loss, registered
         source = "losses"

@@ -11,8 +11,8 @@ __all__ = ["add_convert_arguments"]
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``marginface convert``'s arguments: ``SRC OUT [--pairs FILE] [--image-size N]
-    [--quality Q] [--crop N] [--workers N]``, or ``--reindex REC``; :func:`run_convert` runs
-    them."""
+    [--quality Q] [--crop N] [--workers N]``, or ``--reindex REC``;
+    :func:`marginface.convert.run_convert` runs them."""
     parser.description = (
         "Without --pairs: SRC/<identity>/<image> -> OUT/train.rec, train.idx, property "
         "(insightface's training-set layout). With --pairs: the pairs of an LFW-format pairs "

@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--image-size",
         type=int,
-        help="side the images are resized to (default: an --onnx model's input side, else 112)",
+        help="side the images are resized to (default: the file's description, an --onnx "
+        "model's input side, else 112)",
     )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
@@ -232,11 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run_dir", type=Path)
     export.add_argument(
         "--format",
-        choices=("torchscript", "onnx", "both", "safetensors"),
+        choices=("torchscript", "onnx", "both", "safetensors", "pt"),
         default="torchscript",
         help="both: TorchScript and ONNX; safetensors: the backbone's weights under "
         "insightface's names (backbone.safetensors, for evaluate --backbone and "
-        "train --init-from)",
+        "train --init-from); pt: the same as backbone.pt (torch.save). Every file carries "
+        "the model's description (architecture, input, normalisation, results)",
     )
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")
@@ -277,4 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_ijb_arguments(ijb)
     _add_progress_option(ijb)
     ijb.set_defaults(func="marginface.cli.runs:cmd_ijb")
+
+    from .inference import (
+        add_embed_parser,
+        add_gallery_parser,
+        add_search_parser,
+        add_verify_parser,
+    )
+
+    for add_inference_parser in (
+        add_embed_parser,
+        add_verify_parser,
+        add_gallery_parser,
+        add_search_parser,
+    ):
+        add_inference_parser(sub, common)  # a model in use (docs/inference.md)
     return show_defaults(parser)

@@ -173,6 +173,12 @@ class Margin(nn.Module):
     stateful: ClassVar[bool] = False
     """Whether the margin updates buffers in training mode (CurricularFace's t, AdaCos's s...)."""
 
+    feature_norm_is_quality: ClassVar[bool] = False
+    """Whether the embeddings' L2 norm ``‖x‖`` this margin trains is a quality score of the
+    sample (MagFace's magnitude-aware margin): the pipeline then reports the verification
+    accuracy as the lowest-quality pairs are rejected (the error-versus-reject curve,
+    ``erc_accuracy@reject=...``) and draws it. Read by the pipeline instead of the class."""
+
     objective: ClassVar[str] = "softmax"
     """How the executors reduce this margin's logits: ``"softmax"`` (softmax cross-entropy over
     the classes, a log-sum-exp) or ``"binary"`` (one-vs-all: a sum of per-class softplus terms;
