@@ -26,6 +26,22 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
     return dict(action.choices)
 
 
+def _leaf_commands(
+    parsers: dict[str, argparse.ArgumentParser] | None = None,
+) -> dict[str, argparse.ArgumentParser]:
+    """Every command line's parser that runs a function, nested ones included: ``"train"``,
+    ``"gallery add"``..."""
+    leaves: dict[str, argparse.ArgumentParser] = {}
+    for name, parser in (parsers if parsers is not None else _subcommands()).items():
+        nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            children = {f"{name} {child}": p for child, p in nested[0].choices.items()}
+            leaves.update(_leaf_commands(children))
+        else:
+            leaves[name] = parser
+    return leaves
+
+
 def _loaded_after(argv: list[str]) -> dict:
     """Run ``main(argv)`` in a fresh interpreter; its exit status, output and loaded modules."""
     script = (
@@ -70,9 +86,9 @@ def test_the_modules_help_reads_import_only_the_standard_library(module: str) ->
     assert set(loaded) <= {"marginface", module}, loaded
 
 
-@pytest.mark.parametrize("command", ["", *sorted(_subcommands())])
+@pytest.mark.parametrize("command", sorted({"", *_subcommands(), *_leaf_commands()}))
 def test_help_imports_no_torch(command: str) -> None:
-    argv = [command, "--help"] if command else ["--help"]
+    argv = [*command.split(), "--help"]
     result = _loaded_after(argv)
     assert result["status"] == 0
     assert f"usage: marginface {command}".rstrip() in result["output"]
@@ -92,9 +108,9 @@ def test_a_misspelled_option_imports_no_torch() -> None:
     assert not any(name.split(".")[0] == "torch" for name in result["modules"])
 
 
-@pytest.mark.parametrize("command", sorted(_subcommands()))
+@pytest.mark.parametrize("command", sorted(_leaf_commands()))
 def test_every_command_names_a_function_that_exists(command: str) -> None:
-    func = _subcommands()[command].get_default("func")
+    func = _leaf_commands()[command].get_default("func")
     assert isinstance(func, str) and ":" in func, f"{command}: func={func!r} is imported eagerly"
     assert callable(resolve_command(func))
 
