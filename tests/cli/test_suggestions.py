@@ -97,3 +97,9 @@ def test_a_parser_without_subcommands_suggests_its_own_options(capsys) -> None:
         parser.parse_args(["--treshold", "1"])
     assert capsys.readouterr().err == "tool: unknown option --treshold; did you mean --threshold?\n"
     assert parser.parse_args(["--threshold", "2"]) == argparse.Namespace(threshold=2.0)
+
+
+def test_a_nested_subcommand_s_options_are_suggested(capsys) -> None:
+    """``marginface gallery add``: the nearest option of ``add``, not of ``gallery``."""
+    line = _error(["gallery", "add", "x", "y", "--worker", "2"], capsys)
+    assert line == "marginface gallery add: unknown option --worker; did you mean --workers?"

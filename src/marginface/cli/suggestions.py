@@ -70,6 +70,18 @@ class SuggestingParser(argparse.ArgumentParser):
                 return dict(action.choices)
         return {}
 
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost parser the command line chose (``marginface gallery add``: add's)."""
+        parser: argparse.ArgumentParser = self
+        while True:
+            action = next(
+                (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+            )
+            chosen = None if action is None else getattr(parsed, action.dest, None)
+            if action is None or chosen not in action.choices:
+                return parser
+            parser = action.choices[chosen]
+
     def _check_command(self, argv: list[str]) -> int | None:
         """The index of the subcommand in ``argv`` (None: no subparsers, or none given); an
         unknown one exits with its nearest names."""
@@ -101,10 +113,9 @@ class SuggestingParser(argparse.ArgumentParser):
     ) -> NoReturn:
         word = next((extra for extra in extras if extra.startswith("-")), extras[0])
         parser: argparse.ArgumentParser = self
-        command = getattr(parsed, "command", None)
         position = argv.index(word) if word in argv else len(argv)
-        if command is not None and command_at is not None and position > command_at:
-            parser = self._subcommands().get(command, self)
+        if command_at is not None and position > command_at:
+            parser = self._chosen(parsed)
         if not word.startswith("-"):
             hint = f"(see {parser.prog} --help)"
             parser.exit(2, f"{parser.prog}: unexpected argument {word!r} {hint}\n")
