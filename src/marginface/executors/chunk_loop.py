@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ..margins.base import Context, Margin
-from ..margins.curricularface import curricular_negative
+from ..margins.rules import declared_rule
 from ._online_softmax import (
     add_shifted_slice,
     empty_statistics,
@@ -39,7 +39,6 @@ from ._online_softmax import (
 from .chunk_plan import nontarget_kernel_of, scale_in_gemm
 from .chunk_workspace import ChunkWorkspace, project_scattered_rows
 from .dense import NORMALIZE_EPS
-from .nontarget_rules import ELEMENTWISE_RULES
 from .triton_dispatch import kernel_rule, triton_gradient, triton_statistics
 
 __all__ = [
@@ -101,11 +100,13 @@ def _rows_of(value: Any, start: int, stop: int, n: int) -> Any:
 def chunk_rule_for_kernel(
     kind: str, parameters: dict[str, Tensor], *, rows: int, device: torch.device, triton: bool
 ) -> ChunkRule:
-    """The compiled rule ``kind`` (:data:`~marginface.margins.base.NONTARGET_KERNELS`) with its
-    ``parameters`` (``threshold`` ``Tensor[N]`` or ``[N, 1]`` and ``t`` for
-    ``"curricular"``), its derivative written out (no autograd needed)."""
+    """The compiled rule ``kind`` (declared in :data:`~marginface.margins.rules.NONTARGET_RULES`;
+    ``ValueError`` naming it and the known ones otherwise) with its ``parameters`` (the
+    per-row ``threshold`` ``Tensor[N]`` or ``[N, 1]``, ``t``), its derivative written out (no
+    autograd needed); ``triton``: with the Triton kernels' form of it too."""
+    declared = declared_rule(kind)
     kernel = kernel_rule(kind, parameters, rows, device) if triton else None
-    if kind == "identity":
+    if declared.slopes is None:
         return ChunkRule(identity=True, kernel=kernel)
 
     def for_rows(start: int, stop: int) -> ChunkRule:  # only the threshold is per row
@@ -115,25 +116,7 @@ def chunk_rule_for_kernel(
         }
         return chunk_rule_for_kernel(kind, sliced, rows=stop - start, device=device, triton=False)
 
-    if kind in ELEMENTWISE_RULES:
-        function, derivative = ELEMENTWISE_RULES[kind](parameters)
-        return ChunkRule(
-            identity=False,
-            function=function,
-            derivative=derivative,
-            kernel=kernel,
-            for_rows=None if triton else for_rows,
-        )
-    threshold = parameters["threshold"].reshape(-1, 1)  # (N, 1)
-    t = parameters["t"]
-
-    def function(cos: Tensor) -> Tensor:
-        return curricular_negative(cos, threshold.to(cos.dtype), t)
-
-    def derivative(cos: Tensor) -> Tensor:  # t + 2cos on hard negatives, 1 elsewhere
-        hard = cos > threshold.to(cos.dtype)  # (N, c)
-        return torch.where(hard, cos * 2.0 + t.to(cos.dtype), torch.ones_like(cos))
-
+    function, derivative = declared.slopes(parameters)
     return ChunkRule(
         identity=False,
         function=function,
@@ -250,7 +233,7 @@ def row_statistics(
     chunk at a time: ``Tensor[size, N]`` in the compute dtype, no gradient. ``terms``: a
     chunk's cosines ``Tensor[N, c]`` -> the ``size`` summands ``Tensor[N, c]`` (the margin's
     :meth:`~marginface.margins.base.Margin.row_statistics_terms` given the row's target, or a
-    compiled rule of :data:`~marginface.executors.nontarget_rules.ROW_STATISTICS_RULES`).
+    compiled one of :data:`~marginface.margins.rules.ROW_STATISTICS`).
     ``filter_threshold``: inter-class filtering's ``τ`` (0: off), applied to the cosines
     first. Sums over disjoint class slices add: a sharded head all-sums them."""
     n = chunks.x_hat.shape[0]

@@ -55,6 +55,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..margins.base import NONTARGET_KERNELS, ROW_STATISTICS_KERNELS, Margin
+from ..margins.rules import ROW_STATISTICS
 from .chunk_loop import (
     ChunkRule,
     add_target_gradient,
@@ -74,7 +75,6 @@ from .chunk_plan import (
     use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace
-from .nontarget_rules import ROW_STATISTICS_RULES
 from .triton_dispatch import triton_row_statistics
 
 __all__ = [
@@ -129,7 +129,7 @@ def row_statistics_rule(margin: Margin) -> int | None:
             f"margin {type(margin).__name__}'s row_statistics_kernel() must be one of "
             f"{ROW_STATISTICS_KERNELS} or None, got {kind!r}"
         )
-    size = ROW_STATISTICS_RULES[kind][0]
+    size = ROW_STATISTICS[kind].size
     if size != margin.row_statistics_size():
         raise ValueError(
             f"margin {type(margin).__name__}'s row_statistics_kernel() {kind!r} gives {size} "
@@ -169,9 +169,9 @@ def _row_statistics_impl(
     name = ROW_STATISTICS_KERNELS[kind]
     if kernels == "triton":
         return triton_row_statistics(chunks, name, threshold).to(chunks.inv_norms.dtype)
-    size, terms_of = ROW_STATISTICS_RULES[name]
-    terms = terms_of({"threshold": threshold.to(chunks.inv_norms.dtype)})
-    return row_statistics(chunks, terms, size)
+    declared = ROW_STATISTICS[name]
+    terms = declared.terms({"threshold": threshold.to(chunks.inv_norms.dtype)})
+    return row_statistics(chunks, terms, declared.size)
 
 
 _row_statistics_op = torch.library.custom_op(
@@ -191,7 +191,7 @@ def _row_statistics_fake(
     kernels: str,
     sample: Tensor | None,
 ) -> Tensor:
-    size = ROW_STATISTICS_RULES[ROW_STATISTICS_KERNELS[kind]][0]
+    size = ROW_STATISTICS[ROW_STATISTICS_KERNELS[kind]].size
     return x_hat.new_empty(size, x_hat.shape[0])
 
 

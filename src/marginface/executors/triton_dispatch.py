@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..margins.rules import declared_rule
 from ._online_softmax import empty_statistics, merge_statistics
 from .chunk_workspace import ChunkWorkspace
-from .kernel_options import RULES_WITH_THRESHOLD, NonTargetRule
+from .kernel_options import NonTargetRule
 
 __all__ = ["kernel_rule", "triton_gradient", "triton_row_statistics", "triton_statistics"]
 
@@ -25,34 +26,33 @@ __all__ = ["kernel_rule", "triton_gradient", "triton_row_statistics", "triton_st
 def kernel_rule(
     kind: str, parameters: dict[str, Tensor], rows: int, device: torch.device
 ) -> NonTargetRule:
-    """The rule ``kind`` (one of :data:`~marginface.margins.base.NONTARGET_KERNELS`) with the
-    margin's ``parameters`` (:meth:`~marginface.margins.base.Margin.nontarget_kernel_parameters`)
-    as the kernels' :class:`~marginface.executors.kernel_options.NonTargetRule`:
-
-    * ``"curricular"``: its ``threshold`` and ``t`` (scalars, ``[N]`` or ``[N, 1]``) as float32
-      ``[N]`` vectors;
-    * ``"mv"``, ``"gaussian"``: the per-row ``threshold`` as a float32 ``[N]`` vector and
-      ``t = [a, b]`` / ``[α, σ]`` as the rule's float32 ``constants``;
-    * ``"circle"``: ``t = [m]`` as ``constants = [m, 0]``;
-    * ``"divided_angle"``: ``t = [m, straight]`` as the ``constants``;
-    * ``"identity"``, ``"linear_angle"``: nothing.
+    """The rule ``kind`` with the margin's ``parameters``
+    (:meth:`~marginface.margins.base.Margin.nontarget_kernel_parameters`) as the kernels'
+    :class:`~marginface.executors.kernel_options.NonTargetRule`, as its declaration
+    (:data:`~marginface.margins.rules.NONTARGET_RULES`) says: a per-row ``threshold`` and a
+    per-row ``t`` (scalars, ``[N]`` or ``[N, 1]``) as float32 ``[N]`` vectors, the scalars of
+    ``t`` (``[a, b]``, ``[α, σ]``, ``[m]``, ``[m, straight]``) as the float32 ``constants``
+    (zero-padded to 2). ``ValueError`` naming an unknown ``kind`` and the known ones.
 
     No value is read back to the host (the constants stay tensors on ``device``).
     """
-    if kind in ("identity", "linear_angle"):
-        return NonTargetRule(kind=kind)
+    declared = declared_rule(kind)
 
     def per_row(name: str) -> Tensor:  # (N,) float32
         value = torch.as_tensor(parameters[name], dtype=torch.float32, device=device)
         return value.reshape(-1).expand(rows).contiguous()
 
-    if kind == "curricular":
-        return NonTargetRule(threshold=per_row("threshold"), t=per_row("t"), kind=kind)
-    t = torch.as_tensor(parameters["t"], dtype=torch.float32, device=device).reshape(-1)
-    constants = torch.zeros(2, dtype=torch.float32, device=device)
-    constants[: t.numel()] = t  # (2,): [a, b], [α, σ] or [m, 0]
-    threshold = per_row("threshold") if kind in RULES_WITH_THRESHOLD else None
-    return NonTargetRule(threshold=threshold, kind=kind, constants=constants)
+    constants = None
+    if declared.constants:
+        t = torch.as_tensor(parameters["t"], dtype=torch.float32, device=device).reshape(-1)
+        constants = torch.zeros(2, dtype=torch.float32, device=device)
+        constants[: t.numel()] = t  # (2,): [a, b], [α, σ], [m, 0] or [m, straight]
+    return NonTargetRule(
+        threshold=per_row("threshold") if declared.threshold else None,
+        t=per_row("t") if declared.row_t else None,
+        kind=kind,
+        constants=constants,
+    )
 
 
 def triton_statistics(
