@@ -50,6 +50,7 @@ SPHEREFACE_R_TYPES = ("v0", "v1", "v2")
 FEATURE_NORMS = ("hard", "none", "soft")
 """SphereFace-R's feature normalization: the authors' ``SphereFaceR_H``, ``_N``, ``_S``."""
 
+
 def _theta(cosine: Tensor) -> Tensor:
     return torch.acos(cosine.clamp(-1.0 + ANGLE_CLAMP, 1.0 - ANGLE_CLAMP))
 
