@@ -52,10 +52,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ..margins.base import NONTARGET_KERNELS, ROW_STATISTICS_KERNELS, Margin
 from ..margins.rules import ROW_STATISTICS
+from ._custom_op import wire
 from .chunk_loop import (
     ChunkRule,
     add_target_gradient,
@@ -342,12 +342,6 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
     ctx.options = (k, chunk_size, rule, kernels)
 
 
-def _backward(
-    ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
-) -> tuple[Tensor | None, ...]:
-    return _backward_through(_nontarget_lse_backward, ctx, grad_lse, grad_cos)
-
-
 def _backward_through(
     backward: Any, ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None
 ) -> tuple[Tensor | None, ...]:
@@ -399,34 +393,11 @@ def _backward_through(
     )
 
 
-_nontarget_lse.register_autograd(_backward, setup_context=_setup_context)
-
-
-class _EagerNontargetLse(torch.autograd.Function):
-    """The same forward and backward as the operators, called directly (outside
-    ``torch.compile``): a custom op's first call imports ``torch._dynamo`` (sympy included,
-    over a hundred MB resident), which an eager training loop should not pay."""
-
-    @staticmethod
-    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
-        output = _nontarget_lse_impl(*inputs)
-        _setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(output[2])
-        return output
-
-    @staticmethod
-    @once_differentiable
-    def backward(  # type: ignore[override]
-        ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        return _backward_through(_nontarget_lse_backward_impl, ctx, grad_lse, grad_cos)
-
-
-def _nontarget_lse_call(*inputs: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """The forward op under ``torch.compile``, its eager twin otherwise."""
-    if torch.compiler.is_compiling():
-        return _nontarget_lse(*inputs)
-    return _EagerNontargetLse.apply(*inputs)
+_nontarget_lse_call = wire(
+    _nontarget_lse, _nontarget_lse_impl, _nontarget_lse_backward, _nontarget_lse_backward_impl,
+    _setup_context, _backward_through,
+)  # fmt: skip
+"""The forward operator under ``torch.compile``, its eager twin otherwise."""
 
 
 def fused_margin_cross_entropy(
