@@ -29,6 +29,7 @@ from ._angles import cos_add
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
 from .cosface import additive_cosine_margin
+from .rules import mv_negative
 
 __all__ = [
     "MV_CONDITIONS",
@@ -64,26 +65,6 @@ def mv_weight(mode: str, t: float) -> tuple[float, float]:
     """
     mode = check_choice("mode", mode, MV_MODES)
     return (1.0, t - 1.0) if mode == "fixed" else (t + 1.0, t)
-
-
-def mv_negative(cosine: Tensor, threshold: Tensor, slope: float, shift: float) -> Tensor:
-    r"""MV-Softmax's non-target rule, elementwise.
-
-    .. math:: g(\cos\theta_j) = \begin{cases}
-        a\cos\theta_j + b & \cos\theta_j > f(m, \theta_y) \text{ (mis-classified)}\\
-        \cos\theta_j & \text{otherwise}\end{cases}
-
-    Args:
-        cosine: ``Tensor[N, c]`` of ``cos θ_j``.
-        threshold: ``Tensor[N, 1]``, ``f(m, θ_y)`` per row (no gradient).
-        slope: ``a`` (:func:`mv_weight`).
-        shift: ``b`` (:func:`mv_weight`).
-
-    Returns:
-        ``Tensor[N, c]``; derivative ``a`` on mis-classified classes, 1 elsewhere.
-    """
-    hard = cosine > threshold  # (N, c)
-    return torch.where(hard, cosine * slope + shift, cosine)
 
 
 def am_target(cos_target: Tensor, margin: float, conditional: bool | str) -> Tensor:
