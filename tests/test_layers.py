@@ -40,6 +40,7 @@ PIPELINE = (
     "export",
     "config",
     "models",
+    "inference",
 )
 
 

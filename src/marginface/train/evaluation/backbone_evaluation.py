@@ -61,6 +61,8 @@ def evaluate_backbone(
     device: torch.device | str = "cpu",
     batch_size: int = 256,
     flip: bool = True,
+    mean: float = 0.5,
+    std: float = 0.5,
 ) -> dict[str, float]:
     """Verification metrics of ``model`` (``Tensor[N, 3, s, s] -> Tensor[N, D]``, RGB input
     ``(x / 255 - 0.5) / 0.5``) by cosine similarity.
@@ -76,6 +78,8 @@ def evaluate_backbone(
         batch_size: images per forward pass. Default: 256.
         flip: embed the horizontally flipped images too (insightface's flip test). Default:
             True.
+        mean, std: a pixel ``x`` enters the model as ``(x / 255 - mean) / std``. Defaults:
+            0.5, 0.5 (insightface's; a marginface file's description says its own).
 
     Returns:
         ``{"<set>_accuracy", "<set>_accuracy_std", "<set>_threshold", "<set>_xnorm",
@@ -106,7 +110,7 @@ def evaluate_backbone(
             )
     metrics: dict[str, float] = {}
     for name, found in sets.items():
-        verification = VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
+        verification = VerificationSet(found.images, found.pairs(), mean=mean, std=std)
         if flip:
             as_is, flipped = as_is_and_flipped(
                 model, verification, batch_size=batch_size, device=device, name=name

@@ -135,6 +135,7 @@ def ijb_results(
     detector_score: bool = True,
     label: str = "the model",
     distributed: bool = False,
+    gallery_rule: str = "open-set",
 ) -> IjbResult | None:
     """Embed ``layout``'s images with ``model`` and evaluate IJB 1:1 and 1:N (module
     docstring): what ``marginface ijb`` and the trainer's IJB columns compute.
@@ -157,6 +158,8 @@ def ijb_results(
         flip, norm_score, detector_score: the protocol's switches (all on: insightface's).
         label: how errors name the model (a run folder, a file).
         distributed: share the embedding over the ranks (above); ``cache`` is then not used.
+        gallery_rule: the TPIR rule of G1 and G2: ``"open-set"`` (ours) or
+            ``"insightface-per-gallery"`` (:func:`~marginface.data.ijb.evaluate_ijb`).
 
     Raises:
         ValueError: the model cannot embed 112×112 RGB crops (one line naming ``label``), an
@@ -206,6 +209,7 @@ def ijb_results(
         flip=flip,
         norm_score=norm_score,
         detector_score=detector_score,
+        gallery_rule=gallery_rule,
     )
 
 

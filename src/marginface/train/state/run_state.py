@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ...config import TrainConfig, config_from_dict
 from ...head import reshardable_state_dict
+from ...models.description import describe_run
 from ..history import read_history
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .class_state import class_state_targets, local_optimizer_state
@@ -465,12 +466,13 @@ def run_to_continue(
 def _plain_state(
     *, epoch: int, config: TrainConfig, meta: dict[str, Any], history: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """What every checkpoint holds besides the objects' state: the progress and the log."""
+    """What every checkpoint holds besides the objects' state: progress, log, description."""
     return {
         "epoch": epoch,
         "config": config.to_dict(),
         "meta": meta,
         "history": [dict(row) for row in history],
+        "description": describe_run(config.to_dict(), meta, history).to_dict(),
     }
 
 
