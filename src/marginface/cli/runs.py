@@ -21,7 +21,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
     from ..inference.source import describe_saved_run
     from ..train import load_run, resolve_device
-    from ..train.run_state import read_saved_run
+    from ..train.state.run_state import read_saved_run
 
     saved = read_saved_run(args.run_dir)  # read once: the model and its description
     run = load_run(args.run_dir, device=resolve_device(args.device), saved=saved)
