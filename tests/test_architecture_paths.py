@@ -29,7 +29,7 @@ def _exists(path: str) -> bool:
         return True
     if "/" not in path.rstrip("/"):  # a bare file or folder name: somewhere in the package
         name = path.rstrip("/")
-        return any(p.name == name for p in PACKAGE.rglob(name))
+        return (ROOT / name).exists() or any(p.name == name for p in PACKAGE.rglob(name))
     return any((base / path).exists() for base in (PACKAGE, PACKAGE.parent, ROOT))
 
 

@@ -15,15 +15,11 @@ from torch import nn
 from ..models.description import ModelDescription, describe_run, description_of_state
 
 __all__ = [
-    "RUN_DESCRIPTION_NAME",
     "describe_model",
     "describe_saved_run",
     "open_model",
     "save_description",
 ]
-
-RUN_DESCRIPTION_NAME = "description.json"
-"""A run folder's description once calibrated or edited (wins over the checkpoint's)."""
 
 
 def describe_saved_run(saved: Any) -> ModelDescription:
@@ -31,7 +27,9 @@ def describe_saved_run(saved: Any) -> ModelDescription:
     :class:`~marginface.train.state.run_state.SavedRun`): ``RUN/description.json`` when present,
     else the checkpoint's own, else one made from its configuration (checkpoints written before
     descriptions)."""
-    sidecar = Path(saved.run_dir) / RUN_DESCRIPTION_NAME
+    from ..train.state.layout import DESCRIPTION_NAME
+
+    sidecar = Path(saved.run_dir) / DESCRIPTION_NAME
     if sidecar.is_file():
         text = sidecar.read_text(encoding="utf-8")
         return ModelDescription.from_json(text, source=str(sidecar))
@@ -105,9 +103,10 @@ def save_description(source: str | os.PathLike[str], description: ModelDescripti
     for a run folder, ``FILE.json`` beside a file. Returns the path written (atomically)."""
     from .._atomic import atomic_write_text
     from ..models.description import write_description_sidecar
+    from ..train.state.layout import DESCRIPTION_NAME
 
     path = Path(source)
     if path.is_dir():
         text = description.to_json() + "\n"
-        return atomic_write_text(path / RUN_DESCRIPTION_NAME, text)
+        return atomic_write_text(path / DESCRIPTION_NAME, text)
     return write_description_sidecar(path, description)

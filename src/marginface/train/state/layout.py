@@ -4,6 +4,8 @@
 
     RUN/
       config.toml              CONFIG_NAME: the resolved configuration (TOML)
+      description.json         DESCRIPTION_NAME: the model's description once calibrated or
+                               edited (wins over the checkpoint's)
       history.csv              HISTORY_NAME: one row per epoch
       verification.csv         VERIFICATION_NAME: the verification sets every verify_every steps
       checkpoint.pt            CHECKPOINT_NAME: the newest checkpoint, from one process
@@ -38,6 +40,7 @@ from __future__ import annotations
 __all__ = [
     "CHECKPOINT_NAME",
     "CONFIG_NAME",
+    "DESCRIPTION_NAME",
     "EMBEDDINGS_NAME",
     "ERC_NAME",
     "EVALUATION_NAME",
@@ -66,6 +69,7 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.toml"
+DESCRIPTION_NAME = "description.json"
 HISTORY_NAME = "history.csv"
 VERIFICATION_NAME = "verification.csv"
 CHECKPOINT_NAME = "checkpoint.pt"
