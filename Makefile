@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
 	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
+	$(PIP) install --quiet --no-deps facenet-pytorch==2.6.0
 	touch $(STAMP)
 
 test: $(STAMP)

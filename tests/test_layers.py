@@ -41,6 +41,7 @@ PIPELINE = (
     "export",
     "config",
     "models",
+    "detect",
 )
 
 

@@ -1,0 +1,21 @@
+"""The face front end: detectors that find faces and their five landmarks in photos.
+
+``MTCNN`` (:mod:`.mtcnn`, networks in :mod:`.mtcnn_nets`, weights in :mod:`.weights`) gives,
+per image, a :class:`Faces` (``boxes[K, 4]``, ``scores[K]``, ``landmarks[K, 5, 2]``, best score
+first); :mod:`.boxes` holds the shared types and NMS. The alignment of the landmarks onto the
+ArcFace template is :func:`marginface.data.align.norm_crop`.
+"""
+
+from .boxes import Faces, nms, square_boxes
+from .mtcnn import MTCNN
+from .weights import WeightsError, find_mtcnn_weights, read_mtcnn_weights
+
+__all__ = [
+    "MTCNN",
+    "Faces",
+    "WeightsError",
+    "find_mtcnn_weights",
+    "nms",
+    "read_mtcnn_weights",
+    "square_boxes",
+]
