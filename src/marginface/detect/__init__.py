@@ -7,14 +7,17 @@ ArcFace template is :func:`marginface.data.align.norm_crop`.
 """
 
 from .boxes import Faces, nms, square_boxes
+from .choice import Detector, load_detector
 from .mtcnn import MTCNN
 from .weights import WeightsError, find_mtcnn_weights, read_mtcnn_weights
 
 __all__ = [
     "MTCNN",
+    "Detector",
     "Faces",
     "WeightsError",
     "find_mtcnn_weights",
+    "load_detector",
     "nms",
     "read_mtcnn_weights",
     "square_boxes",
