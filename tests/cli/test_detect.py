@@ -86,7 +86,7 @@ _ALIGN = ["align", "{src}", "--out", "{tmp}/o", "--detector"]
         ),
         ([*_ALIGN, "{tmp}/nowhere"], ["detector must be 'mtcnn' or MTCNN's weights"]),
         ([*_ALIGN, "{tmp}"], ["no pnet.pt here", "pip install --no-deps facenet-pytorch==2.6.0"]),
-        ([*_ALIGN, "det_10g.onnx"], ["det_10g.onnx: ONNX face detectors"]),
+        ([*_ALIGN, "{tmp}/det_10g.onnx"], ["no ONNX detector at", "det_10g.onnx"]),
         (["detect", "{tmp}/absent", "--out", "{tmp}/f.jsonl"], ["no photo or folder at"]),
         (["detect", "{src}", "--out", "{tmp}"], ["is a folder"]),
     ],

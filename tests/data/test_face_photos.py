@@ -178,8 +178,8 @@ def test_bad_options_before_any_work(photo_folder, tmp_path):
         align_photos(src, tmp_path / "o", image_size=100)
     with pytest.raises(FileNotFoundError, match="no photo or folder"):
         align_photos(tmp_path / "absent", tmp_path / "o")
-    with pytest.raises(ValueError, match=r"\.onnx: ONNX face detectors"):
-        align_photos(src, tmp_path / "o", detector="det_10g.onnx")
+    with pytest.raises(FileNotFoundError, match=r"no ONNX detector at .*det_10g\.onnx"):
+        align_photos(src, tmp_path / "o", detector=tmp_path / "det_10g.onnx")
     assert not (tmp_path / "o").exists()
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no images"):

@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["add_detect_parser", "add_detector_options", "progress_bar", "run_detect"]
+__all__ = [
+    "add_detect_parser",
+    "add_detector_options",
+    "detector_from_args",
+    "progress_bar",
+    "run_detect",
+]
 
 
 def _nonnegative(text: str) -> int:
@@ -30,12 +36,35 @@ def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> 
         "--detector",
         required=required,
         help="mtcnn (facenet-pytorch 2.6.0's weights: pip install --no-deps "
-        "facenet-pytorch==2.6.0), or a folder/wheel holding MTCNN's pnet.pt, rnet.pt, onet.pt",
+        "facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's pnet.pt, rnet.pt, onet.pt, "
+        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)",
     )
     parser.add_argument(
-        "--min-face-size", type=float, default=20.0, help="smallest face, pixels (default 20)"
+        "--min-face-size", type=float, default=20.0, help="MTCNN: smallest face, px (default 20)"
     )
-    parser.add_argument("--device", default="cpu", help="where the detector runs (default cpu)")
+    parser.add_argument(
+        "--det-size",
+        type=int,
+        default=640,
+        help="ONNX detector: square input side when the file leaves it open (default 640)",
+    )
+    parser.add_argument(
+        "--score-threshold", type=float, default=0.5, help="ONNX detector: face score (0.5)"
+    )
+    parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
+
+
+def detector_from_args(args: argparse.Namespace) -> object:
+    """The detector the options name (:func:`marginface.detect.load_detector`)."""
+    from ..detect import load_detector
+
+    return load_detector(
+        args.detector,
+        device=args.device,
+        min_face_size=args.min_face_size,
+        input_size=(args.det_size, args.det_size),
+        score_threshold=args.score_threshold,
+    )
 
 
 def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -95,13 +124,7 @@ def run_detect(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {out} is a folder; give the JSON-lines file to write")
     report = args.report or out.with_name(out.name + ".report.tsv")
     lines, problems, faces_total = [], [], 0
-    results = detect_photos(
-        photos,
-        args.detector,
-        workers=args.workers,
-        device=args.device,
-        min_face_size=args.min_face_size,
-    )
+    results = detect_photos(photos, detector_from_args(args), workers=args.workers)
     with progress_bar(len(photos), "photo", getattr(args, "quiet", False)) as progress:
         for done, (name, _, found) in enumerate(results, start=1):
             if isinstance(found, PhotoError):

@@ -85,20 +85,19 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     landmarks, out = _align_paths(args)
     if landmarks is None:
         from ..data.face_photos import align_photos, list_photos
-        from .detect import progress_bar
+        from .detect import detector_from_args, progress_bar
 
+        detector = detector_from_args(args)
         with progress_bar(len(list_photos(args.src)), "photo", args.quiet) as progress:
             result = align_photos(
                 args.src,
                 out,
-                detector=args.detector,
+                detector=detector,
                 faces=args.faces,
                 image_size=args.size,
                 workers=args.workers,
-                device=args.device,
                 report=args.report,
                 progress=progress,
-                min_face_size=args.min_face_size,
             )
         listed = len(result.no_face) + len(result.several_faces) + len(result.unreadable)
         echo(

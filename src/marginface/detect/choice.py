@@ -1,4 +1,5 @@
-"""Choosing a detector by name or file: ``"mtcnn"`` (or a folder/wheel of MTCNN's weights)."""
+"""Choosing a detector by name or file: ``"mtcnn"`` (or a folder/wheel of MTCNN's weights), or an
+SCRFD/RetinaFace ``.onnx`` file."""
 
 from __future__ import annotations
 
@@ -25,14 +26,21 @@ def load_detector(
     *,
     device: object = None,
     min_face_size: float = 20.0,
+    input_size: tuple[int, int] = (640, 640),
+    score_threshold: float = 0.5,
 ) -> Detector:
     """A detector from ``spec``.
 
     Args:
         spec: ``"mtcnn"`` (MTCNN with facenet-pytorch's installed weights), a folder or wheel
-            holding MTCNN's weights, or an object with a ``detect`` method (returned as is).
-        device: where it runs. Default: CPU.
+            holding MTCNN's weights, an SCRFD/RetinaFace ``.onnx`` file (:class:`.SCRFD`), or
+            an object with a ``detect`` method (returned as is).
+        device: where MTCNN runs (the ONNX file runs on onnxruntime's CPU provider).
+            Default: CPU.
         min_face_size: MTCNN's smallest face, pixels. Default: 20.
+        input_size: the ONNX detector's ``(width, height)`` when the file leaves it open.
+            Default: ``(640, 640)``.
+        score_threshold: the ONNX detector's score threshold. Default: 0.5.
 
     Raises:
         ValueError: an unknown name or a file that is no detector (named).
@@ -47,10 +55,13 @@ def load_detector(
         raise TypeError(f"detector must be 'mtcnn', a path or a detector, got {spec!r}")
     path = Path(spec)
     if path.suffix.lower() == ".onnx":
-        raise ValueError(f"{path}: ONNX face detectors (SCRFD/RetinaFace) are not supported yet")
+        from .scrfd import SCRFD
+
+        return SCRFD(path, input_size=input_size, score_threshold=score_threshold)
     if path.suffix.lower() == ".whl" or path.is_dir():
         return MTCNN(path, device=device, min_face_size=min_face_size)  # type: ignore[arg-type]
     raise ValueError(
-        f"detector must be 'mtcnn' or MTCNN's weights (a folder or facenet-pytorch's wheel), "
+        f"detector must be 'mtcnn', MTCNN's weights (a folder or facenet-pytorch's wheel) "
+        f"or an SCRFD/RetinaFace .onnx file, "
         f"got {str(spec)!r}"
     )
