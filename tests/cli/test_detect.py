@@ -84,7 +84,7 @@ _ALIGN = ["align", "{src}", "--out", "{tmp}/o", "--detector"]
             ["align", "{src}", "--out", "{src}/o", "--detector", "mtcnn"],
             ["must be outside the photos"],
         ),
-        ([*_ALIGN, "{tmp}/nowhere"], ["detector must be 'mtcnn' or MTCNN's weights"]),
+        ([*_ALIGN, "{tmp}/nowhere"], ["detector must be 'mtcnn', MTCNN's weights"]),
         ([*_ALIGN, "{tmp}"], ["no pnet.pt here", "pip install --no-deps facenet-pytorch==2.6.0"]),
         ([*_ALIGN, "{tmp}/det_10g.onnx"], ["no ONNX detector at", "det_10g.onnx"]),
         (["detect", "{tmp}/absent", "--out", "{tmp}/f.jsonl"], ["no photo or folder at"]),
