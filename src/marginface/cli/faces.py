@@ -1,7 +1,8 @@
 """The ``marginface align`` and ``marginface ijb`` commands: arguments and what they run.
 
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
-``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
+``run_ijb``); the work is :func:`marginface.data.align.align_folder` (a landmarks file) or
+:func:`marginface.data.face_photos.align_photos` (``--detector``, options in ``cli/detect.py``) and
 :func:`marginface.train.ijb_evaluation.ijb_results` (the function behind a training run's IJB
 columns too).
 """
