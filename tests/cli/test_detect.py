@@ -96,3 +96,13 @@ def test_one_line_errors(photos, tmp_path, capsys, argv, needles):
     assert main(argv) == 2
     _one_line_error(capsys, *needles)
     assert not (tmp_path / "o").exists() and not (photos / "o").exists()
+
+
+def test_alignment_defaults_insightface_for_ijb_float64_for_align():
+    from marginface.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["ijb", "run", "--data-dir", "x"]).alignment == "insightface"
+    assert parser.parse_args(["align", "src", "marks", "out"]).alignment == "float64"
+    args = parser.parse_args(["align", "src", "--out", "o", "--alignment", "insightface"])
+    assert args.alignment == "insightface"

@@ -25,6 +25,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_alignment_option(parser: argparse.ArgumentParser, *, default: str) -> None:
+    parser.add_argument(
+        "--alignment",
+        choices=("insightface", "float64"),
+        default=default,
+        help="the similarity's arithmetic: insightface (its float32 template and estimate: "
+        "eval_ijbc.py's crops to the grey level) or float64 (within one grey level of it) "
+        f"(default {default})",
+    )
+
+
 def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     """``SRC LANDMARKS OUT`` (landmarks from your detector) or ``SRC --out OUT --detector
     mtcnn [--faces largest|central|all]`` (detected here); ``[--size S] [--workers N]``."""
@@ -47,6 +58,7 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
     )
+    _add_alignment_option(parser, default="float64")
     detection = parser.add_argument_group("detecting the faces here (no landmarks file)")
     add_detector_options(detection, required=False)
     detection.add_argument(
@@ -99,6 +111,7 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
                 workers=args.workers,
                 report=args.report,
                 progress=progress,
+                alignment=args.alignment,
             )
         listed = len(result.no_face) + len(result.several_faces) + len(result.unreadable)
         echo(
@@ -114,7 +127,14 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         return 0
     from ..data.align import align_folder
 
-    result = align_folder(args.src, landmarks, out, image_size=args.size, workers=args.workers)
+    result = align_folder(
+        args.src,
+        landmarks,
+        out,
+        image_size=args.size,
+        workers=args.workers,
+        alignment=args.alignment,
+    )
     echo(
         f"{result.written} aligned {args.size}x{args.size} crop(s) written to {result.out}"
         + (f"; {result.unlisted} image(s) without landmarks skipped" if result.unlisted else "")
@@ -158,6 +178,7 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, help="folder for the features, metrics and ROC (default RUN/ijb)"
     )
+    _add_alignment_option(parser, default="insightface")
 
 
 def _file_identity(path: Path) -> str:
@@ -249,6 +270,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         norm_score=not args.no_norm_score,
         detector_score=not args.no_detector_score,
         label=label,
+        alignment=args.alignment,
     )
     prefix = f"{name}{_ablation_suffix(args)}_"
     metrics = result.as_dict(prefix)

@@ -23,7 +23,7 @@ import numpy as np
 from .._atomic import atomic_write_bytes, atomic_write_text
 from .._validation import check_choice
 from ..detect import Faces, load_detector
-from .align import _cv2, arcface_template, norm_crop
+from .align import ALIGNMENTS, _cv2, arcface_template, norm_crop
 from .imaging import IMAGE_EXTENSIONS
 
 __all__ = [
@@ -202,6 +202,7 @@ def align_photos(
     report: str | os.PathLike[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     min_face_size: float = 20.0,
+    alignment: str = "float64",
 ) -> PhotoAlignment:
     """Detect and align every photo of ``src``: ``src/NAME`` → ``out/NAME`` (same relative path
     and format; with ``faces="all"``, ``out/STEM_K.EXT`` for the K-th face, best score first).
@@ -218,11 +219,14 @@ def align_photos(
             (``name<TAB>problem<TAB>detail``). Default: ``OUT_report.tsv`` beside ``out``.
         progress: called with ``(done, total)`` after each photo.
         min_face_size: MTCNN's smallest face, pixels. Default: 20.
+        alignment: ``"float64"`` or ``"insightface"``
+            (:func:`~marginface.data.align.norm_crop`). Default: ``"float64"``.
 
     Raises:
         ValueError: bad options or folders (named), a detector that cannot be loaded.
     """
     check_choice("faces", faces, FACE_CHOICES)
+    check_choice("alignment", alignment, ALIGNMENTS)
     arcface_template(image_size)  # checks image_size before any work
     cv2 = _cv2()
     src, out = Path(src), Path(out)
@@ -262,7 +266,7 @@ def align_photos(
                     lines.append(f"{name}\tseveral_faces\t{found.count} faces, kept {faces}")
                 chosen = select_faces(found, image.shape, faces)
                 for k in chosen:
-                    crop = norm_crop(image, found.landmarks[k], image_size)
+                    crop = norm_crop(image, found.landmarks[k], image_size, alignment=alignment)
                     target = name
                     if faces == "all":
                         stem = Path(name)
