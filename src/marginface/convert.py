@@ -68,6 +68,8 @@ class FolderConversion:
         num_classes: identities (``property``'s first field).
         image_size: side of the stored square images.
         class_names: the identity folder of each class, in label order.
+        report: with a detector, the report of photos with no face, several faces or
+            unreadable (None when there were none).
     """
 
     out: Path
@@ -75,6 +77,7 @@ class FolderConversion:
     num_classes: int
     image_size: int
     class_names: tuple[str, ...]
+    report: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,15 @@ class PairsConversion:
         num_pairs: pairs (the file holds twice as many images).
         num_same: genuine pairs among them.
         image_size: side of the stored square images.
+        report: with a detector, the report of images where no face was found (stored as the
+            centred ``crop`` instead); None when there were none.
     """
 
     out: Path
     num_pairs: int
     num_same: int
     image_size: int
+    report: Path | None = None
 
 
 def _check_side(image_size: object) -> int:
@@ -168,6 +174,9 @@ def convert_folder(
     quality: int = 95,
     crop: int | None = None,
     workers: int | None = None,
+    detector: object = None,
+    faces: str = "largest",
+    alignment: str = "float64",
 ) -> FolderConversion:
     """Write ``SRC/<identity>/<image>`` as an insightface dataset folder (module docstring).
 
@@ -180,6 +189,13 @@ def convert_folder(
         quality: JPEG quality, 1..100. Default: 95.
         crop: centred square crop, in source pixels, before resizing. Default: None.
         workers: decoding threads. Default: ``os.cpu_count()``.
+        detector: None (the images are already faces), or ``"mtcnn"``, MTCNN's weights, an
+            SCRFD ``.onnx`` or a detector object: each photo's face is then detected and
+            aligned to ``image_size`` first (:func:`~marginface.data.face_photos.align_photos`,
+            into a temporary folder, losslessly); photos with no face are left out and listed
+            with the others in ``OUT_report.tsv``.
+        faces, alignment: with a detector, which face and which arithmetic
+            (:func:`~marginface.data.face_photos.align_photos`).
 
     Returns:
         A :class:`FolderConversion`.
@@ -192,6 +208,10 @@ def convert_folder(
     quality = _check_quality(quality)
     crop = _check_crop(crop)
     workers = _check_workers(workers)
+    if detector is not None:
+        return _convert_detected_folder(
+            src, Path(out), size, quality, workers, detector, faces, alignment
+        )
     items = list_image_folder(src)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -223,6 +243,47 @@ def convert_folder(
             writer.write(key, pack_image_record(ranges[label], b"", id=key))
         property_file.write(f"{len(names)},{size},{size}".encode("ascii"))
     return FolderConversion(out, count, len(names), size, tuple(names))
+
+
+def _convert_detected_folder(
+    src: str | os.PathLike[str],
+    out: Path,
+    size: int,
+    quality: int,
+    workers: int,
+    detector: object,
+    faces: str,
+    alignment: str,
+) -> FolderConversion:
+    """Detect and align into a temporary folder beside ``out`` (PNG), then convert that."""
+    import dataclasses
+    import tempfile
+
+    from .data.face_photos import align_photos
+
+    if size % 112 and size % 128:
+        raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = out.with_name(out.name + "_report.tsv")
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-aligning-") as tmp:
+        aligned = align_photos(
+            src,
+            Path(tmp) / "faces",
+            detector=detector,
+            faces=faces,
+            image_size=size,
+            workers=workers,
+            report=report,
+            alignment=alignment,
+            suffix=".png",
+        )
+        if aligned.written == 0:
+            raise ValueError(f"{src}: no face found in any photo (see {report})")
+        result = convert_folder(
+            Path(tmp) / "faces", out, image_size=size, quality=quality, workers=workers
+        )
+    listed = aligned.no_face or aligned.several_faces or aligned.unreadable
+    return dataclasses.replace(result, report=report if listed else None)
 
 
 def _find_pair_images(
@@ -261,6 +322,9 @@ def convert_pairs(
     crop: int | None = 150,
     quality: int = 95,
     workers: int | None = None,
+    detector: object = None,
+    faces: str = "largest",
+    alignment: str = "float64",
 ) -> PairsConversion:
     """Write the pairs of an LFW-format pairs file as an insightface ``.bin`` verification set.
 
@@ -278,6 +342,11 @@ def convert_pairs(
             region of LFW's deep-funneled 250×250 images, as ``load_lfw``); None: whole image.
         quality: JPEG quality, 1..100. Default: 95.
         workers: decoding threads. Default: ``os.cpu_count()``.
+        detector: None, or ``"mtcnn"``, MTCNN's weights, an SCRFD ``.onnx`` or a detector
+            object: each image's face (``faces``: ``"largest"`` or ``"central"``) is detected
+            and aligned to ``image_size`` (``alignment``, as ``convert --detector`` aligns a
+            training folder); an image with no face is stored as its centred ``crop`` and
+            listed in ``OUT.report.tsv``.
 
     Returns:
         A :class:`PairsConversion`.
@@ -291,6 +360,7 @@ def convert_pairs(
     quality = _check_quality(quality)
     crop = _check_crop(crop)
     workers = _check_workers(workers)
+    work, missed = _pair_worker(detector, faces, alignment, size, crop, quality)
     pairs_file, images_root = Path(pairs_file), Path(images_root)
     if not images_root.exists():
         raise FileNotFoundError(f"LFW images {str(images_root)!r} not found")
@@ -309,15 +379,53 @@ def convert_pairs(
     order = sorted(found)
     sources = [(found[key], f"{images_root}: {key[0]}_{key[1]:04d}.jpg") for key in order]
 
-    def work(source: bytes | Path, name: str) -> bytes:
-        return _prepare(source, name, size, crop, quality)
-
     encoded = dict(zip(order, _in_batches(sources, work, workers), strict=True))
     bins = [encoded[key] for pair in pairs for key in (pair.first, pair.second)]
     same = [bool(pair.same) for pair in pairs]
     with atomic_write(out_bin) as stream:
         pickle.dump((bins, same), stream, protocol=2)
-    return PairsConversion(Path(out_bin), len(pairs), sum(same), size)
+    report = None
+    if missed:
+        from ._atomic import atomic_write_text
+
+        report = Path(out_bin).with_name(Path(out_bin).name + ".report.tsv")
+        rows = "".join(f"{name}\tno_face\tstored as the centred crop\n" for name in sorted(missed))
+        atomic_write_text(report, "name\tproblem\tdetail\n" + rows)
+    return PairsConversion(Path(out_bin), len(pairs), sum(same), size, report)
+
+
+def _pair_worker(
+    detector: object, faces: str, alignment: str, size: int, crop: int | None, quality: int
+) -> tuple[Callable[[bytes | Path, str], bytes], list[str]]:
+    """The function encoding one pair image (detected and aligned when ``detector`` is set)
+    and the list it appends the names of images without a face to."""
+    missed: list[str] = []
+    if detector is None:
+        return (lambda source, name: _prepare(source, name, size, crop, quality)), missed
+    from ._validation import check_choice
+    from .data.align import ALIGNMENTS, norm_crop
+    from .data.face_photos import PhotoError, read_photo, select_faces
+    from .detect import load_detector
+
+    check_choice("faces", faces, ("largest", "central"))
+    check_choice("alignment", alignment, ALIGNMENTS)
+    if size % 112 and size % 128:
+        raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
+    model = load_detector(detector)  # type: ignore[arg-type]
+
+    def work(source: bytes | Path, name: str) -> bytes:
+        try:
+            image = read_photo(io.BytesIO(source) if isinstance(source, bytes) else source)
+        except PhotoError as error:
+            raise ValueError(f"{name}: {str(error).split(': ', 1)[-1]}") from None
+        found = model.detect(image)[0]
+        if found.count == 0:
+            missed.append(name.rsplit(": ", 1)[-1])
+            return _prepare(source, name, size, crop, quality)
+        k = select_faces(found, image.shape, faces)[0]
+        return encode_jpeg(norm_crop(image, found.landmarks[k], size, alignment=alignment), quality)
+
+    return work, missed
 
 
 # ------------------------------------------------------------------ command line
@@ -347,6 +455,25 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         "the face region of LFW deep-funneled images; none otherwise; 0: none)",
     )
     parser.add_argument("--workers", type=int, metavar="N", help="decoding threads (all cores)")
+    parser.add_argument(
+        "--detector",
+        metavar="mtcnn|FILE",
+        help="detect and align each photo's face first (mtcnn, MTCNN's weights, or an SCRFD "
+        ".onnx; docs/detection.md), so the training set and the pairs are aligned the same "
+        "way; photos without a face are listed in OUT_report.tsv (OUT.report.tsv for pairs)",
+    )
+    parser.add_argument(
+        "--faces",
+        choices=("largest", "central", "all"),
+        default="largest",
+        help="with --detector: which face (all: every face, folders only) (largest)",
+    )
+    parser.add_argument(
+        "--alignment",
+        choices=("float64", "insightface"),
+        default="float64",
+        help="with --detector: the similarity's arithmetic (docs/evaluation.md) (float64)",
+    )
 
 
 def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
@@ -374,10 +501,12 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
             crop=150 if getattr(args, "crop", None) is None else crop,
             quality=args.quality,
             workers=workers,
+            **_detection(args),
         )
         say(
             f"{pairs.out}: {pairs.num_pairs} pairs ({pairs.num_same} same), "
             f"{pairs.image_size}x{pairs.image_size}"
+            + (f"; images with no face (centre crop kept): {pairs.report}" if pairs.report else "")
         )
         return 0
     folder = convert_folder(
@@ -387,9 +516,22 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
         quality=args.quality,
         crop=crop,
         workers=workers,
+        **_detection(args),
     )
     say(
         f"{folder.out}: {folder.num_images} images of {folder.num_classes} identities, "
         f"{folder.image_size}x{folder.image_size} (train.rec, train.idx, property)"
+        + (f"; photos left out or with several faces: {folder.report}" if folder.report else "")
     )
     return 0
+
+
+def _detection(args: argparse.Namespace) -> dict[str, object]:
+    """``convert``'s detector options as keyword arguments (none without ``--detector``)."""
+    if getattr(args, "detector", None) is None:
+        return {}
+    if getattr(args, "crop", None) and args.pairs is None:
+        raise ValueError(
+            "--crop and --detector exclude each other for a folder (the crop is the face)"
+        )
+    return {"detector": args.detector, "faces": args.faces, "alignment": args.alignment}

@@ -203,6 +203,7 @@ def align_photos(
     progress: Callable[[int, int], None] | None = None,
     min_face_size: float = 20.0,
     alignment: str = "float64",
+    suffix: str | None = None,
 ) -> PhotoAlignment:
     """Detect and align every photo of ``src``: ``src/NAME`` → ``out/NAME`` (same relative path
     and format; with ``faces="all"``, ``out/STEM_K.EXT`` for the K-th face, best score first).
@@ -221,6 +222,8 @@ def align_photos(
         min_face_size: MTCNN's smallest face, pixels. Default: 20.
         alignment: ``"float64"`` or ``"insightface"``
             (:func:`~marginface.data.align.norm_crop`). Default: ``"float64"``.
+        suffix: write every crop in this format (e.g. ``".png"``, lossless) instead of the
+            photo's own. Default: None (the photo's).
 
     Raises:
         ValueError: bad options or folders (named), a detector that cannot be loaded.
@@ -267,9 +270,9 @@ def align_photos(
                 chosen = select_faces(found, image.shape, faces)
                 for k in chosen:
                     crop = norm_crop(image, found.landmarks[k], image_size, alignment=alignment)
-                    target = name
+                    target = name if suffix is None else Path(name).with_suffix(suffix).as_posix()
                     if faces == "all":
-                        stem = Path(name)
+                        stem = Path(target)
                         target = stem.with_name(f"{stem.stem}_{k}{stem.suffix}").as_posix()
                     pending.append(pool.submit(write, target, crop))
                     while len(pending) > 4 * threads:  # bounded: crops are not all held
