@@ -106,3 +106,12 @@ def test_alignment_defaults_insightface_for_ijb_float64_for_align():
     assert parser.parse_args(["align", "src", "marks", "out"]).alignment == "float64"
     args = parser.parse_args(["align", "src", "--out", "o", "--alignment", "insightface"])
     assert args.alignment == "insightface"
+
+
+@pytest.mark.parametrize("command", ["detect", "align"])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: marginface {command}" in out and "--detector" in out
