@@ -55,7 +55,9 @@ def test_convert_folder_reads_back(orl_folder, tmp_path):
     count = IDENTITIES * PER_IDENTITY
     assert (summary.num_images, summary.num_classes, summary.image_size) == (count, 4, SIZE)
     assert summary.class_names == tuple(f"person_{k:02d}" for k in range(IDENTITIES))
-    assert sorted(p.name for p in out.iterdir()) == ["property", "train.idx", "train.rec"]
+    names = ["alignment.txt", "property", "train.idx", "train.rec"]
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert (out / "alignment.txt").read_text() == "as given\n"  # no detector, no crop
     assert (out / "property").read_text() == f"{IDENTITIES},{SIZE},{SIZE}"
 
     records = RecordReader(out / "train.rec")

@@ -88,3 +88,25 @@ def test_command_line(photos, tmp_path, capsys):
                  "--crop", "100"]) == 2  # fmt: skip
     assert "--crop and --detector" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists() and not (tmp_path / "p.bin").exists()
+
+
+def test_train_says_when_the_sets_are_framed_differently(photos, tmp_path, caplog):
+    from marginface.data.insightface import load_insightface, read_alignment_note
+
+    src, names = photos
+    out = tmp_path / "set"
+    convert_folder(src, out, detector="mtcnn")
+    assert read_alignment_note(out) == "detected by mtcnn, largest face, float64 alignment"
+    first = names[0].split("/")[0]
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(f"1\t1\n{first}\t1\t1\n{first}\t1\tNobody\t1\n")
+    convert_pairs(pairs, src, out / "lfw.bin", workers=1)  # centre crops
+    assert read_alignment_note(out / "lfw.bin") == "as given, centre crop 150 px"
+    with caplog.at_level("WARNING", logger="marginface"):
+        load_insightface(out)
+    assert "framed as 'detected by mtcnn" in caplog.text and "lfw.bin as 'as given" in caplog.text
+    caplog.clear()
+    convert_pairs(pairs, src, out / "lfw.bin", detector="mtcnn", workers=1)
+    with caplog.at_level("WARNING", logger="marginface"):
+        load_insightface(out)
+    assert "framed as" not in caplog.text  # aligned the same way: nothing to say

@@ -242,7 +242,24 @@ def convert_folder(
             key = first_identity + label
             writer.write(key, pack_image_record(ranges[label], b"", id=key))
         property_file.write(f"{len(names)},{size},{size}".encode("ascii"))
+    _note(out, "as given" + (f", centre crop {crop} px" if crop else ""))
     return FolderConversion(out, count, len(names), size, tuple(names))
+
+
+def _note(path: Path, framing: str) -> None:
+    """Note how the set's faces were framed (read back by ``load_insightface``, which warns
+    when a training set and its verification sets differ)."""
+    from ._atomic import atomic_write_text
+    from .data.insightface import alignment_note_path
+
+    atomic_write_text(alignment_note_path(path), framing + "\n")
+
+
+def _detected_framing(detector: object, faces: str, alignment: str) -> str:
+    name = detector if isinstance(detector, str) else Path(str(detector)).name
+    if not isinstance(detector, (str, os.PathLike)):
+        name = type(detector).__name__
+    return f"detected by {name}, {faces} face, {alignment} alignment"
 
 
 def _convert_detected_folder(
@@ -283,6 +300,7 @@ def _convert_detected_folder(
             Path(tmp) / "faces", out, image_size=size, quality=quality, workers=workers
         )
     listed = aligned.no_face or aligned.several_faces or aligned.unreadable
+    _note(out, _detected_framing(detector, faces, alignment))
     return dataclasses.replace(result, report=report if listed else None)
 
 
@@ -391,6 +409,10 @@ def convert_pairs(
         report = Path(out_bin).with_name(Path(out_bin).name + ".report.tsv")
         rows = "".join(f"{name}\tno_face\tstored as the centred crop\n" for name in sorted(missed))
         atomic_write_text(report, "name\tproblem\tdetail\n" + rows)
+    framing = "as given" + (f", centre crop {crop} px" if crop else "")
+    if detector is not None:
+        framing = _detected_framing(detector, faces, alignment)
+    _note(Path(out_bin), framing)
     return PairsConversion(Path(out_bin), len(pairs), sum(same), size, report)
 
 

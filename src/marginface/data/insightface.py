@@ -357,6 +357,38 @@ def load_verification_sets(
     return sets
 
 
+def alignment_note_path(path: str | os.PathLike[str]) -> Path:
+    """Where ``marginface convert`` notes how a set's faces were framed: ``DIR/alignment.txt``
+    for a dataset folder, ``NAME.bin.alignment.txt`` beside a ``.bin``."""
+    path = Path(path)
+    return (
+        path.with_name(path.name + ".alignment.txt")
+        if path.suffix == ".bin"
+        else (path / "alignment.txt")
+    )
+
+
+def read_alignment_note(path: str | os.PathLike[str]) -> str | None:
+    """The note of :func:`alignment_note_path` (one line), or None when there is none."""
+    note = alignment_note_path(path)
+    return note.read_text(encoding="utf-8").strip() if note.is_file() else None
+
+
+def _warn_if_framed_differently(root: Path, names: Sequence[str]) -> None:
+    """A warning when the training set and a verification set were converted with different
+    framing (one detected and aligned, the other centre-cropped, ...): their accuracy then
+    measures the framing as much as the model."""
+    train_note = read_alignment_note(root)
+    for name in names:
+        note = read_alignment_note(root / f"{name}.bin")
+        if train_note is not None and note is not None and note != train_note:
+            logger.warning(
+                "the training set %s was framed as '%s' but the verification set %s.bin as "
+                "'%s' (marginface convert --detector aligns both the same way)",
+                root, train_note, name, note,
+            )  # fmt: skip
+
+
 def load_insightface(
     data_dir: str | os.PathLike[str] | None = None,
     *,
@@ -401,4 +433,5 @@ def load_insightface(
         name: VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
         for name, found in load_verification_sets(root, names=verification).items()
     }
+    _warn_if_framed_differently(root, list(sets))
     return DatasetBundle("insightface", train, test, open_set=True, verification=sets)
