@@ -29,6 +29,11 @@ baseline holds only the inputs, so its figure includes its ``N×C`` products.
 alone at each C and reports the peak beyond weights, gradients and optimizer state: the
 C = 10M check (10M×512 bf16 weights are 10 GB; gradient and momentum as much again each).
 
+``--smoke`` runs the same logic on tiny shapes, on the CPU where there is no CUDA (the
+Triton-only methods left out with one line each): ``make test`` dry-runs the GPU kit this way
+(tests/test_gpu_kit.py). Results are rewritten to ``--json`` after each C, so a run stopped by
+its time limit keeps what it finished; ``--deadline-s`` starts no C past that many seconds.
+
 Commands (docs/benchmarks.md, docs/gpu.md)::
 
     PYTHONPATH=src python3 benchmarks/bench_gpu.py --classes 100000 1000000 --json $OUT/race.json
@@ -45,6 +50,7 @@ import math
 import os
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -167,9 +173,17 @@ def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
 
+def _synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def step_memory(step: Step) -> float:
-    """Peak bytes of one step beyond inputs, weights and the gradients it leaves, MB."""
+    """Peak bytes of one step beyond inputs, weights and the gradients it leaves, MB (NaN off
+    CUDA: the figure is CUDA's allocator's)."""
     step()  # warm-up (and the gradients' first allocation)
+    if DEVICE != "cuda":
+        return math.nan
     held = sum(t.numel() * t.element_size() for t in step.holds)
     for tensor in step.holds:
         tensor.grad = None
@@ -179,6 +193,20 @@ def step_memory(step: Step) -> float:
     step.run()
     torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated() - before - held) / MB
+
+
+def timed_ms(step: Callable[[], None]) -> float:
+    """One call of ``step`` in milliseconds: CUDA events on CUDA, the wall clock elsewhere."""
+    if DEVICE != "cuda":
+        began = time.perf_counter()
+        step()
+        return 1000.0 * (time.perf_counter() - began)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    step()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop)
 
 
 def race(
@@ -196,19 +224,15 @@ def race(
                 "error": f"{type(error).__name__}: {str(error)[:200]}".replace("\n", " ")
             }
             steps.pop(method, None)
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
     for _ in range(warmup):
         for step in steps.values():
             step()
     samples: dict[str, list[float]] = {m: [] for m in steps}
     for _ in range(repeats):
         for method, step in steps.items():
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            stop.record()
-            torch.cuda.synchronize()
-            samples[method].append(start.elapsed_time(stop))
+            samples[method].append(timed_ms(step))
     for method, values in samples.items():
         results[method]["ms"] = statistics.median(values)
     return results
@@ -222,26 +246,29 @@ def train_steps(n: int, d: int, c: int, dtype: torch.dtype, steps: int) -> dict:
     generator = torch.Generator(device=device).manual_seed(0)
     weight_bytes = head.weight.numel() * head.weight.element_size()
     losses, times = [], []
-    torch.cuda.synchronize()
-    resident = torch.cuda.memory_allocated()  # weights (+ the inputs' few MB below)
-    torch.cuda.reset_peak_memory_stats()
+    cuda = DEVICE == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()  # weights (+ the inputs' few MB below)
+        torch.cuda.reset_peak_memory_stats()
     for _ in range(steps):
         x = torch.randn(n, d, generator=generator, device=device).to(dtype).requires_grad_(True)
         labels = torch.randint(0, c, (n,), generator=generator, device=device)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        optimizer.zero_grad(set_to_none=True)
-        with kernels_from_environment("triton"):
-            loss = head(x, labels)
-            loss.backward()
-        optimizer.step()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-        losses.append(float(loss.detach()))
-    peak = torch.cuda.max_memory_allocated()
+        holder: list[torch.Tensor] = []
+
+        def one_step(x=x, labels=labels, holder=holder) -> None:
+            optimizer.zero_grad(set_to_none=True)
+            with kernels_from_environment("triton" if cuda else "torch"):
+                loss = head(x, labels)
+                loss.backward()
+            optimizer.step()
+            holder.append(loss.detach())
+
+        times.append(timed_ms(one_step))
+        losses.append(float(holder[0]))
     # weights + gradient + momentum = 3 weight-sized tensors (resident holds the first)
-    workspace = peak - resident - 2 * weight_bytes
+    peak = torch.cuda.max_memory_allocated() if cuda else math.nan
+    workspace = peak - resident - 2 * weight_bytes if cuda else math.nan
     return {
         "C": c,
         "dtype": str(dtype).removeprefix("torch."),
@@ -254,7 +281,20 @@ def train_steps(n: int, d: int, c: int, dtype: torch.dtype, steps: int) -> dict:
     }
 
 
+CUDA_ONLY = {"fused", "fused_compiled", "liger", "cce"}
+"""Methods that run Triton kernels: timed on CUDA only (a ``--device cpu`` smoke run leaves
+them out with one line each)."""
+
+
+def _write_json(path: str | None, rows: list[dict]) -> None:
+    """Rewrite ``path`` with every row so far (a run killed later keeps them)."""
+    if path:
+        with open(path, "w") as handle:
+            json.dump(rows, handle, indent=2)
+
+
 def main(argv: list[str] | None = None) -> None:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--dim", type=int, default=512)
@@ -265,45 +305,71 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=0, metavar="K")
     parser.add_argument("--json", default=None, help="write the results to this file")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="start no further C after this many seconds (the results so far are written)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the script's logic on tiny shapes (N = D = 16, 1 repeat), on the CPU if there "
+        "is no CUDA: the Triton-only methods are left out there with one line each",
+    )
     args = parser.parse_args(argv)
+    began = time.monotonic()
     if not torch.cuda.is_available():
-        sys.exit("bench_gpu.py needs CUDA (benchmarks/bench_fused.py is the CPU race)")
+        if not args.smoke:
+            sys.exit("bench_gpu.py needs CUDA (benchmarks/bench_fused.py is the CPU race)")
+        DEVICE = "cpu"
+    if args.smoke:
+        args.batch, args.dim, args.repeats, args.warmup = 16, 16, 1, 1
+        args.classes = list(dict.fromkeys(min(c, 64) for c in args.classes))
     dtype = DTYPES[args.dtype]
     n, d = args.batch, args.dim
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, N={n}, D={d}")
+    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU (smoke)"
+    print(f"# {name}, torch {torch.__version__}, N={n}, D={d}", flush=True)
     rows: list[dict] = []
-    if args.train_steps:
-        for c in args.classes:
+    for c in args.classes:
+        if args.deadline_s is not None and time.monotonic() - began > args.deadline_s:
+            print(f"# deadline of {args.deadline_s:.0f} s reached: C = {c} not started", flush=True)
+            break
+        if args.train_steps:
             row = train_steps(n, d, c, dtype, args.train_steps)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    else:
+            _write_json(args.json, rows)
+            continue
         methods = [
             m for m in args.methods if m not in OPTIONAL or importlib.util.find_spec(OPTIONAL[m])
         ]
         missing = sorted(set(args.methods) - set(methods))
-        if missing:
+        if missing and c == args.classes[0]:
             print(f"# not installed, left out: {', '.join(missing)}")
-        print("| C | dtype | method | median ms | / gemm4 | workspace MB |")
-        print("|---:|---|---|---:|---:|---:|")
-        for c in args.classes:
-            results = race(methods, n, d, c, dtype, args.repeats, args.warmup)
-            floor = results.get("gemm4", {}).get("ms")
-            for method, result in results.items():
-                rows.append({"C": c, "dtype": args.dtype, "method": method, **result})
-                if "error" in result:
-                    print(f"| {c} | {args.dtype} | {method} | failed: {result['error']} | | |")
-                    continue
-                ratio = f"{result['ms'] / floor:.2f}" if floor else "-"
-                print(
-                    f"| {c} | {args.dtype} | {method} | {result['ms']:.3f} | {ratio} "
-                    f"| {result['workspace_mb']:.0f} |",
-                    flush=True,
-                )
+        if DEVICE != "cuda":
+            for method in sorted(CUDA_ONLY & set(methods)) if c == args.classes[0] else []:
+                print(f"# {method}: skipped, needs CUDA (Triton kernels)")
+            methods = [m for m in methods if m not in CUDA_ONLY]
+        if c == args.classes[0]:
+            print("| C | dtype | method | median ms | / gemm4 | workspace MB |")
+            print("|---:|---|---|---:|---:|---:|")
+        results = race(methods, n, d, c, dtype, args.repeats, args.warmup)
+        floor = results.get("gemm4", {}).get("ms")
+        for method, result in results.items():
+            rows.append({"C": c, "dtype": args.dtype, "method": method, **result})
+            if "error" in result:
+                print(f"| {c} | {args.dtype} | {method} | failed: {result['error']} | | |")
+                continue
+            ratio = f"{result['ms'] / floor:.2f}" if floor else "-"
+            print(
+                f"| {c} | {args.dtype} | {method} | {result['ms']:.3f} | {ratio} "
+                f"| {result['workspace_mb']:.0f} |",
+                flush=True,
+            )
+        _write_json(args.json, rows)
+        if DEVICE == "cuda":
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=2)
 
 
 if __name__ == "__main__":

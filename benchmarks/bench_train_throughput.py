@@ -59,7 +59,8 @@ def run_epoch(data: Path, run: Path, world: int, batch: int, threads: int) -> fl
     """One epoch; returns its images_per_second."""
     shutil.rmtree(run, ignore_errors=True)
     options = [
-        "train", "--dataset", "insightface", "--data-dir", str(data), "--model", "iresnet18",
+        "train", "--dataset", "insightface", "--recipe", "sphere", "--data-dir", str(data),
+        "--model", "iresnet18",
         "--embedding-dim", "512", "--loss", "arcface", "--batch-size", str(batch),
         "--epochs", "1", "--device", "cpu", "--threads", str(threads), "--out", str(run),
         "--quiet",

@@ -123,8 +123,10 @@ def test_a_full_disk_at_epoch_2_keeps_epoch_1_and_resume_finishes_once_space_is_
     tmpfs, trained, capsys
 ):
     checkpoint_pages = -(-(trained / CHECKPOINT_NAME).stat().st_size // PAGE)
-    # one checkpoint, config.toml, history.csv and its temporary fit; a second checkpoint not
-    disk = tmpfs(f"size={(checkpoint_pages + 3) * PAGE}")
+    kept_pages = -(-(trained / "embeddings" / "test.npz").stat().st_size // PAGE)
+    # one checkpoint, config.toml, history.csv and its temporary, the evaluation embeddings
+    # kept after the checkpoint fit; a second checkpoint not
+    disk = tmpfs(f"size={(checkpoint_pages + 3 + kept_pages) * PAGE}")
     run = disk / "run"
     err = one_line_error(capsys, main(train_args(run)), 2, "disk full", str(run / CHECKPOINT_NAME))
     assert "the checkpoint of epoch 1 is kept" in err and "--resume" in err

@@ -58,7 +58,11 @@ def test_training_into_a_pipe_writes_lines_not_bar_redraws(tmp_path):
 def test_quiet_silences_progress_and_chatter_verbose_adds_debug(tmp_path, capsys):
     assert main(["--quiet", "train", *TINY, "--out", str(tmp_path / "quiet")]) == 0
     captured = capsys.readouterr()
-    assert captured.err == "" and captured.out == ""
+    assert captured.err == ""
+    assert (
+        captured.out
+        == f"run written to {tmp_path / 'quiet'} (config.toml, history.csv, checkpoint)\n"
+    )
     assert main(["train", *TINY, "--out", str(tmp_path / "verbose"), "--verbose"]) == 0
     captured = capsys.readouterr()
     assert LINE.findall(captured.err) == [("1", "4"), ("2", "4")]  # default: once per epoch

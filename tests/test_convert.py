@@ -55,9 +55,12 @@ def test_convert_folder_reads_back(orl_folder, tmp_path):
     count = IDENTITIES * PER_IDENTITY
     assert (summary.num_images, summary.num_classes, summary.image_size) == (count, 4, SIZE)
     assert summary.class_names == tuple(f"person_{k:02d}" for k in range(IDENTITIES))
-    names = ["alignment.txt", "property", "train.idx", "train.rec"]
-    assert sorted(p.name for p in out.iterdir()) == names
-    assert (out / "alignment.txt").read_text() == "as given\n"  # no detector, no crop
+    assert sorted(p.name for p in out.iterdir()) == [
+        "property",
+        "train.convert.json",
+        "train.idx",
+        "train.rec",
+    ]
     assert (out / "property").read_text() == f"{IDENTITIES},{SIZE},{SIZE}"
 
     records = RecordReader(out / "train.rec")
@@ -245,3 +248,27 @@ def test_run_convert_both_modes(orl_folder, tiny_lfw, tmp_path):
     args.crop, args.image_size = 0, 16  # --crop 0: the whole image
     run_convert(args)
     assert load_verification_bin(tmp_path / "b.bin").images.shape == (16, 3, 16, 16)
+
+
+def _photos(tmp_path, orl_folder):
+    source = tmp_path / "src"
+    for path in sorted(orl_folder.glob("*/*"))[:4]:
+        (source / path.parent.name).mkdir(parents=True, exist_ok=True)
+        (source / path.parent.name / path.name).write_bytes(path.read_bytes())
+    return source
+
+
+@pytest.mark.parametrize("where", ["same", "inside"])
+def test_convert_refuses_an_output_inside_the_photos(orl_folder, tmp_path, where):
+    source = _photos(tmp_path, orl_folder)
+    before = sorted(p.relative_to(source) for p in source.rglob("*"))
+    out = source if where == "same" else source / "records"
+    with pytest.raises(ValueError, match="is the image folder or inside it"):
+        convert_folder(source, out, image_size=SIZE)
+    assert sorted(p.relative_to(source) for p in source.rglob("*")) == before
+
+
+def test_convert_into_a_folder_holding_the_photos(orl_folder, tmp_path):
+    source = _photos(tmp_path, orl_folder)
+    assert convert_folder(source, tmp_path, image_size=SIZE).num_images == 4
+    assert (tmp_path / "train.rec").is_file()

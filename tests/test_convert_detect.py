@@ -91,22 +91,25 @@ def test_command_line(photos, tmp_path, capsys):
 
 
 def test_train_says_when_the_sets_are_framed_differently(photos, tmp_path, caplog):
-    from marginface.data.insightface import load_insightface, read_alignment_note
+    from marginface.data.framing import read_framing
+    from marginface.data.insightface import load_insightface
 
     src, names = photos
     out = tmp_path / "set"
     convert_folder(src, out, detector="mtcnn")
-    assert read_alignment_note(out) == "detected by mtcnn, largest face, float64 alignment"
+    record = read_framing(out / "train.rec")
+    assert record["detector"] == "mtcnn, largest face, float64 alignment"
+    assert record["crop"] is None
     first = names[0].split("/")[0]
     pairs = tmp_path / "pairs.txt"
     pairs.write_text(f"1\t1\n{first}\t1\t1\n{first}\t1\tNobody\t1\n")
     convert_pairs(pairs, src, out / "lfw.bin", workers=1)  # centre crops
-    assert read_alignment_note(out / "lfw.bin") == "as given, centre crop 150 px"
+    assert "detector" not in read_framing(out / "lfw.bin")
     with caplog.at_level("WARNING", logger="marginface"):
         load_insightface(out)
-    assert "framed as 'detected by mtcnn" in caplog.text and "lfw.bin as 'as given" in caplog.text
+    assert "lfw.bin was converted with --crop 150, train.rec with --detector (mtcnn" in caplog.text
     caplog.clear()
     convert_pairs(pairs, src, out / "lfw.bin", detector="mtcnn", workers=1)
     with caplog.at_level("WARNING", logger="marginface"):
         load_insightface(out)
-    assert "framed as" not in caplog.text  # aligned the same way: nothing to say
+    assert "converted with" not in caplog.text  # aligned the same way: nothing to say

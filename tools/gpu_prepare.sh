@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
 # Prepare, on the development machine, what a GPU session carries to the device machine
-# (docs/gpu.md): the Python wheels its image lacks, in .whl/, and the small test datasets, in
-# .gpu-data/ (both ignored by git; together well under the 64 MiB a call may carry).
+# (docs/gpu.md), in folders ignored by git:
 #
-#   bash tools/gpu_prepare.sh [DATA_DIR]     # DATA_DIR: default ../shared/data
+#   bash tools/gpu_prepare.sh                 # .whl/: the race's peers (1.1 MB): for `all`
+#   bash tools/gpu_prepare.sh --stages [DATA] # also the single stages' extras (suite, face):
+#                                             # more wheels, .gpu-data/, LFW in two halves
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stages=0
+if [ "${1:-}" = "--stages" ]; then
+    stages=1
+    shift
+fi
 data="${1:-../shared/data}"
 
 # The device image (docs/gpu.md) has torch, triton, numpy, scipy, scikit-learn, matplotlib,
-# pillow, tqdm, pytest(-xdist), hypothesis, onnx(runtime/script); it lacks these. Versions as in
-# the development venv (plotly < 7: pyproject's bound).
+# pillow, tqdm, pytest(-xdist), hypothesis, onnx(runtime/script). The race's margin-free peers
+# are not there; their wheels are pure Python (their dependencies are in the image).
+peers=(pytorch-metric-learning==2.9.0 liger-kernel==0.8.5 cut-cross-entropy==25.1.1)
+extras=()
+if [ "$stages" = 1 ]; then  # what the whole suite also imports (plotly < 7: pyproject's bound)
+    extras=(plotly==6.9.0 keras==3.15.1 namex==0.1.0 optree==0.20.0)
+fi
 rm -rf .whl && mkdir -p .whl
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d .whl \
-    plotly==6.9.0 keras==3.15.1 namex==0.1.0 optree==0.20.0 \
-    pytorch-metric-learning==2.9.0 liger-kernel==0.8.5 cut-cross-entropy==25.1.1
+    --platform manylinux2014_x86_64 -d .whl "${peers[@]}" "${extras[@]}"
+if [ "$stages" = 0 ]; then
+    du -sh .whl
+    exit 0
+fi
 
 # Small datasets the tests read from ../shared/data (LFW, 104 MB, and Extended Yale B, 55 MB, do
 # not fit in a call's 64 MiB: their tests skip there).

@@ -12,6 +12,7 @@ import inspect
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,15 +24,23 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "AMP_MODES",
+    "BY_RECIPE",
+    "FACE_DATASETS",
     "OPTIMIZERS",
     "PIPELINE_SCALE",
+    "RECIPES",
+    "RECIPE_KEYS",
+    "RECIPE_NAMES",
     "SCHEDULES",
     "ConfigValueError",
     "TrainConfig",
     "config_from_dict",
+    "dataset_recipe",
     "default_loss_options",
+    "describe_recipe",
     "dump_toml",
     "load_config",
+    "recipe_defaults",
     "resolve_loss_options",
     "save_config",
 ]
@@ -52,18 +61,116 @@ AMP_MODES = ("none", "bf16", "fp16")
 
 PIPELINE_SCALE = 30.0
 """The scale ``s`` the training pipeline (``marginface train``, ``compare``, ``demo``, the
-:class:`~marginface.train.Trainer`) gives every loss whose constructor takes ``scale`` unless
-``loss_options`` sets one. Deliberately not the library's default (64, the papers' value for
-512-D face embeddings): the pipeline's default embeddings are 3-D, where ``s = 30`` (the MNIST
-recipe's, ``examples/mnist_seed.toml``) trains well and 64 saturates the softmax. Losses without
-a ``scale`` argument (AdaCos, which chooses its own) get nothing."""
+:class:`~marginface.train.Trainer`) gives, under the sphere recipe (:data:`RECIPES`), every loss
+whose constructor takes ``scale`` unless ``loss_options`` sets one. Deliberately not the
+library's default (64, the papers' value for 512-D face embeddings, which the face recipe
+keeps): the sphere recipe's embeddings are 3-D, where ``s = 30`` (the MNIST recipe's,
+``examples/mnist_seed.toml``) trains well and 64 saturates the softmax. Losses without a
+``scale`` argument (AdaCos, which chooses its own) get nothing."""
 
 
-def default_loss_options(loss: str) -> dict[str, Any]:
-    """The pipeline's default keyword arguments of the registered loss ``loss``.
+RECIPE_NAMES = ("auto", "face", "sphere")
+"""Values of ``TrainConfig.recipe``: ``auto`` (the dataset chooses, :func:`dataset_recipe`),
+``face`` or ``sphere``."""
 
-    ``{"scale": PIPELINE_SCALE}`` when the loss class's constructor takes ``scale``
-    (ArcFace, CosFace, SphereFace's normalized variant...), else ``{}`` (AdaCos).
+RECIPES: dict[str, dict[str, Any]] = {
+    "sphere": {
+        "model": "seed-cnn",
+        "embedding_dim": 3,
+        "loss": "curricularface",
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "weight_decay": 0.0,
+        "schedule": "constant",
+        "image_size": None,
+        "dataset_options": {},
+    },
+    "face": {
+        "model": "r50",
+        "embedding_dim": 512,
+        "loss": "arcface",
+        "optimizer": "sgd",
+        "lr": 0.1,
+        "weight_decay": 5e-4,
+        "schedule": "polynomial",
+        "image_size": 112,
+        "dataset_options": {},
+    },
+}
+"""The two recipes' values of the keys they choose (:data:`RECIPE_KEYS`).
+
+* ``sphere``: the MNIST recipe (``examples/mnist_seed.toml``): the seeds' small CNN, a 3-D
+  embedding that makes the sphere pictures, CurricularFace at ``s = 30``
+  (:data:`PIPELINE_SCALE`), Adam at 1e-3, constant schedule, the dataset's own image size.
+* ``face``: insightface's arcface_torch recipes: IResNet-50, 512-D, ArcFace ``m = 0.5`` at
+  ``s = 64`` (the library's, the paper's), SGD (momentum 0.9) at lr 0.1 with weight decay 5e-4
+  and the polynomial decay (power 1), 112×112 input. Per dataset (:data:`FACE_DATASETS`): the
+  small photo sets (LFW, ORL, Extended Yale B) take IResNet-18, insightface records keep
+  their own size (112 in insightface's sets), image folders are read in RGB.
+"""
+
+RECIPE_KEYS = tuple(RECIPES["face"])
+"""The configuration keys a recipe chooses when they are not set explicitly."""
+
+FACE_DATASETS: dict[str, dict[str, Any]] = {
+    "insightface": {"image_size": None},
+    "folder": {"dataset_options": {"rgb": True}},
+    "lfw": {"model": "r18"},
+    "orl": {"model": "r18"},
+    "yaleb": {"model": "r18"},
+}
+"""The photo datasets, which ``recipe = "auto"`` trains with the face recipe, and their
+departures from it. Every other dataset (``digits``, ``mnist``, ``fashion-mnist``,
+``omniglot``: small grey pictures; a dataset registered by the user) takes the sphere recipe."""
+
+
+class _ByRecipe:
+    """The default of a :data:`RECIPE_KEYS` field: "the recipe's value" (filled in
+    :meth:`TrainConfig.__post_init__`)."""
+
+    def __repr__(self) -> str:
+        return "<by recipe>"
+
+
+BY_RECIPE: Any = _ByRecipe()
+"""The dataclass default of the keys a recipe chooses; never left in a built configuration."""
+
+
+def _dataset_key(dataset: str) -> str:
+    return dataset.strip().lower().replace("_", "-")
+
+
+def dataset_recipe(dataset: str) -> str:
+    """The recipe ``recipe = "auto"`` takes for ``dataset``: ``"face"`` for the photo sets
+    (``insightface``, ``folder``, ``lfw``, ``orl``, ``yaleb``), ``"sphere"`` for the others."""
+    return "face" if _dataset_key(dataset) in FACE_DATASETS else "sphere"
+
+
+def recipe_defaults(recipe: str, dataset: str) -> dict[str, Any]:
+    """The values of :data:`RECIPE_KEYS` that ``recipe`` (``auto``, ``face`` or ``sphere``)
+    gives a run on ``dataset`` (a new dict, tables copied).
+
+    Raises:
+        ValueError: ``recipe`` is not one of :data:`RECIPE_NAMES`.
+    """
+    if recipe not in RECIPE_NAMES:
+        raise ValueError(f"recipe must be one of {', '.join(RECIPE_NAMES)}, got {recipe!r}")
+    if recipe == "auto":
+        recipe = dataset_recipe(dataset)
+    values = dict(RECIPES[recipe])
+    if recipe == "face":
+        values.update(FACE_DATASETS.get(_dataset_key(dataset), {}))
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def default_loss_options(loss: str, recipe: str = "sphere") -> dict[str, Any]:
+    """The pipeline's default keyword arguments of the registered loss ``loss`` under
+    ``recipe``.
+
+    Sphere recipe: ``{"scale": PIPELINE_SCALE}`` when the loss class's constructor takes
+    ``scale`` (ArcFace, CosFace, SphereFace's normalized variant...), else ``{}`` (AdaCos).
+    Face recipe: the loss's own default scale (64 for ArcFace, the papers' value for 512-D
+    faces), written out so that the run's ``config.toml`` records it.
 
     Raises:
         ValueError: ``loss`` is not a registered name (the message lists the valid ones).
@@ -71,49 +178,70 @@ def default_loss_options(loss: str) -> dict[str, Any]:
     from .registry import get_loss_class
 
     parameters = inspect.signature(get_loss_class(loss)).parameters
-    return {"scale": PIPELINE_SCALE} if "scale" in parameters else {}
+    if "scale" not in parameters:
+        return {}
+    if recipe == "face":
+        default = parameters["scale"].default
+        return {"scale": float(default)} if isinstance(default, (int, float)) else {}
+    return {"scale": PIPELINE_SCALE}
 
 
-def resolve_loss_options(loss: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The options a run actually passes to its loss: :func:`default_loss_options` ``(loss)``
-    overridden key by key by ``options`` (a new dict; ``options`` is not modified)."""
-    return {**default_loss_options(loss), **options}
+def resolve_loss_options(
+    loss: str, options: dict[str, Any], recipe: str = "sphere"
+) -> dict[str, Any]:
+    """The options a run actually passes to its loss: :func:`default_loss_options`
+    ``(loss, recipe)`` overridden key by key by ``options`` (a new dict; ``options`` is not
+    modified)."""
+    return {**default_loss_options(loss, recipe), **options}
 
 
 @dataclass
 class TrainConfig:
-    """Everything a training run depends on. Defaults: the MNIST recipe
-    (``examples/mnist_seed.toml``) scaled to digits.
+    """Everything a training run depends on. The keys of :data:`RECIPE_KEYS` (model,
+    embedding_dim, loss, optimizer, lr, weight_decay, schedule, image_size, dataset_options)
+    default to the values of the run's recipe (:data:`RECIPES`): ``recipe = "auto"`` takes the
+    face recipe on the photo datasets (insightface, folder, lfw, orl, yaleb) and the sphere
+    recipe (the MNIST recipe, ``examples/mnist_seed.toml``) on the others; a key given
+    explicitly wins over the recipe. ``recipe`` is stored resolved (``face`` or ``sphere``).
 
+    Recipe:
+        recipe: ``auto`` (default: by dataset), ``face`` or ``sphere``.
     Data:
         dataset: a registered dataset name (``marginface.data.list_datasets()``). Default: digits.
         data_dir: where the dataset's files are (else ``MARGINFACE_DATA``, else the cache).
         image_size: resize images to this side in pixels (None: the dataset's own size).
+            Default: by recipe: face 112 (insightface records: their own size), sphere None.
         limit: cap on the number of training images (quick runs), or None.
         exclude: positions in the training set (after ``limit``) left out of training, e.g.
             the likely label noise ``marginface outliers`` flags (Sub-center ArcFace's
             clean-up; ``train --drop-non-dominant RUN --drop-outliers``). Default: none.
         dataset_options: extra keyword arguments of the loader (``fold`` for LFW, ...).
+            Default: by recipe: ``{rgb = true}`` for ``folder`` under the face recipe, else
+            ``{}``. Set explicitly, the table replaces the recipe's.
     Model:
-        model: a registered backbone (``marginface.models.list_models()``). Default: seed-cnn.
-        embedding_dim: ``D``; 2 or 3 to plot. Default: 3.
+        model: a registered backbone (``marginface.models.list_models()``). Default: by
+            recipe: face r50 (r18 on lfw, orl, yaleb), sphere seed-cnn.
+        embedding_dim: ``D``; 2 or 3 to plot. Default: by recipe: face 512, sphere 3.
         model_options: extra keyword arguments of the backbone (``dropout``, ``widths``...).
     Loss:
-        loss: a registered loss (``marginface.list_losses()``). Default: curricularface.
+        loss: a registered loss (``marginface.list_losses()``). Default: by recipe: face
+            arcface, sphere curricularface.
         loss_options: its keyword arguments (``scale``, ``margin``...). Default: ``{}``, to
-            which the pipeline adds ``scale = 30`` (:data:`PIPELINE_SCALE`) for every loss that
-            takes a scale, unless set here (:meth:`resolved`). Not the library's 64: see
-            :data:`PIPELINE_SCALE`. The saved ``config.toml`` holds the resolved options.
+            which the pipeline adds the recipe's scale for every loss that takes one, unless
+            set here (:meth:`resolved`): sphere ``scale = 30`` (:data:`PIPELINE_SCALE`), face
+            the loss's own (64 for ArcFace). The saved ``config.toml`` holds the resolved
+            options.
     Optimization:
         epochs, batch_size: Defaults 20, 128.
-        optimizer: ``adam``, ``adamw`` or ``sgd``. Default: adam (the MNIST recipe's).
-        lr: peak learning rate. Default: 1e-3 (Keras Adam's default).
-        weight_decay: decoupled for adamw, L2 for adam/sgd. Default: 0.
+        optimizer: ``adam``, ``adamw`` or ``sgd``. Default: by recipe: face sgd, sphere adam.
+        lr: peak learning rate. Default: by recipe: face 0.1, sphere 1e-3 (Keras Adam's).
+        weight_decay: decoupled for adamw, L2 for adam/sgd. Default: by recipe: face 5e-4,
+            sphere 0.
         momentum: SGD momentum (Nesterov off). Default: 0.9.
         schedule: ``constant``, ``cosine`` (to 0 at the end), ``step`` (× ``gamma`` every
             ``step_epochs``) or ``polynomial`` (insightface's: ``(1 - p) ** poly_power``, ``p``
             the progress after the warm-up; :mod:`marginface.train.schedule`), applied per
-            step. Default: constant (the MNIST recipe's).
+            step. Default: by recipe: face polynomial, sphere constant.
         warmup_epochs: linear warm-up from 0, in epochs (may be fractional). Default: 0.
         step_epochs, gamma: the step schedule. Defaults: 10, 0.1.
         poly_power: the polynomial schedule's power. Default: 1.0 (insightface's).
@@ -158,23 +286,24 @@ class TrainConfig:
     """
 
     dataset: str = "digits"
+    recipe: str = "auto"
     data_dir: str | None = None
-    image_size: int | None = None
+    image_size: int | None = BY_RECIPE
     limit: int | None = None
     exclude: list[int] = field(default_factory=list)
-    dataset_options: dict[str, Any] = field(default_factory=dict)
-    model: str = "seed-cnn"
-    embedding_dim: int = 3
+    dataset_options: dict[str, Any] = BY_RECIPE
+    model: str = BY_RECIPE
+    embedding_dim: int = BY_RECIPE
     model_options: dict[str, Any] = field(default_factory=dict)
-    loss: str = "curricularface"
+    loss: str = BY_RECIPE
     loss_options: dict[str, Any] = field(default_factory=dict)
     epochs: int = 20
     batch_size: int = 128
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    optimizer: str = BY_RECIPE
+    lr: float = BY_RECIPE
+    weight_decay: float = BY_RECIPE
     momentum: float = 0.9
-    schedule: str = "constant"
+    schedule: str = BY_RECIPE
     warmup_epochs: float = 0.0
     step_epochs: int = 10
     gamma: float = 0.1
@@ -200,6 +329,19 @@ class TrainConfig:
     ijb_every: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.dataset, str):
+            raise TypeError(f"config key 'dataset' must be str, got {self.dataset!r}")
+        if not isinstance(self.recipe, str) or self.recipe not in RECIPE_NAMES:
+            raise ConfigValueError(
+                "recipe", f"recipe must be one of {', '.join(RECIPE_NAMES)}, got {self.recipe!r}"
+            )
+        chosen = recipe_defaults(self.recipe, self.dataset)
+        filled = tuple(key for key in RECIPE_KEYS if getattr(self, key) is BY_RECIPE)
+        for key in filled:
+            setattr(self, key, chosen[key])
+        if self.recipe == "auto":
+            self.recipe = dataset_recipe(self.dataset)
+        self._recipe_filled = filled  # not a field: neither saved nor compared
         _check_types(self)
         bad = [v for v in self.exclude if isinstance(v, bool) or not isinstance(v, int) or v < 0]
         if bad:
@@ -280,8 +422,57 @@ class TrainConfig:
         Raises:
             ValueError: ``loss`` is not a registered loss name.
         """
-        options = resolve_loss_options(self.loss, self.loss_options)
+        options = resolve_loss_options(self.loss, self.loss_options, self.recipe)
         return dataclasses.replace(self, loss_options=options)
+
+    @property
+    def recipe_filled(self) -> tuple[str, ...]:
+        """The :data:`RECIPE_KEYS` this configuration took from its recipe (not given
+        explicitly when it was built); empty for a copy (``dataclasses.replace``), whose
+        values are all explicit."""
+        return getattr(self, "_recipe_filled", ())
+
+
+def _recipe_summary(config: TrainConfig) -> str:
+    size = config.image_size
+    if size is None:
+        own = _dataset_key(config.dataset) == "insightface"
+        size_text = "the records' own size" if own else "the dataset's own size"
+    else:
+        size_text = f"{size}x{size}"
+    rgb = config.dataset_options.get("rgb")
+    channels = " RGB" if rgb is True else (" grey" if rgb is False else "")
+    options = resolve_loss_options(config.loss, config.loss_options, config.recipe)
+    loss = config.loss + "".join(f" {k}={v:g}" for k, v in options.items() if k == "scale")
+    schedule = {"polynomial": "poly"}.get(config.schedule, config.schedule)
+    return (
+        f"{config.model}, {config.embedding_dim}-D, {loss}, {config.optimizer} lr {config.lr:g}"
+        f" {schedule}, {size_text}{channels}"
+    )
+
+
+def describe_recipe(config: TrainConfig, spell: Callable[[str], str] | None = None) -> str | None:
+    """One line naming the recipe ``config`` took and how to override it, e.g. ``recipe: face
+    (dataset lfw): r18, 512-D, arcface scale=64, sgd lr 0.1 poly, 112x112; override with
+    --model/--embedding-dim/... or --recipe sphere``; None when no key came from the recipe
+    (every one was set explicitly, or the recipe only left the image size and the loader's
+    options unset). ``spell(key)`` names a key's option (default:
+    ``--key-name``; the command line passes its own spelling).
+
+    Raises:
+        ValueError: ``config.loss`` is not a registered loss.
+    """
+    # the keys the recipe chose, but not its no-op values (no resize, no loader options)
+    shown = [key for key in config.recipe_filled if getattr(config, key) not in (None, {})]
+    if not shown:
+        return None
+    other = "sphere" if config.recipe == "face" else "face"
+    spell = spell or (lambda key: "--" + key.replace("_", "-"))
+    flags = "/".join(spell(key) for key in shown)
+    return (
+        f"recipe: {config.recipe} (dataset {config.dataset}): {_recipe_summary(config)}; "
+        f"override with {flags} or --recipe {other}"
+    )
 
 
 def _field_names() -> list[str]:

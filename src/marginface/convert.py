@@ -11,6 +11,11 @@
   names → a verification ``.bin``: the pickle (protocol 2, as insightface's) of
   ``(list of 2·P JPEG bytes, list of P bools)``, pair ``p`` being images ``2p``, ``2p + 1``.
 
+Each writes its framing beside its output (``train.convert.json``, ``<stem>.convert.json``:
+the crop and the side, :mod:`marginface.data.framing`), which ``train`` compares: a training
+set and a verification set converted with different crops are framed differently, and the
+``insightface`` dataset warns, naming the ``--crop`` that frames them alike.
+
 Images are decoded with Pillow (RGB), centre-cropped to a square (and, with ``crop``, to that
 many pixels first), resized to ``image_size`` and encoded as JPEG with ``quality``. Every file is
 written atomically: after a failure (an unreadable image, a full disk, Ctrl-C) no output file
@@ -37,7 +42,9 @@ from pathlib import Path
 import numpy as np
 
 from ._atomic import atomic_write
+from ._progress import track
 from .data.folder import list_image_folder
+from .data.framing import write_framing
 from .data.imaging import check_image_size, decode_image
 from .data.lfw import read_lfw_pairs
 from .data.recordio import RecordWriter, pack_image_record
@@ -68,6 +75,8 @@ class FolderConversion:
         num_classes: identities (``property``'s first field).
         image_size: side of the stored square images.
         class_names: the identity folder of each class, in label order.
+        crop: the centred square crop in source pixels before resizing, or None (recorded in
+            ``OUT/train.convert.json``, :mod:`marginface.data.framing`).
         report: with a detector, the report of photos with no face, several faces or
             unreadable (None when there were none).
     """
@@ -77,6 +86,7 @@ class FolderConversion:
     num_classes: int
     image_size: int
     class_names: tuple[str, ...]
+    crop: int | None = None
     report: Path | None = None
 
 
@@ -89,6 +99,8 @@ class PairsConversion:
         num_pairs: pairs (the file holds twice as many images).
         num_same: genuine pairs among them.
         image_size: side of the stored square images.
+        crop: the centred square crop in source pixels before resizing, or None (recorded in
+            ``<stem>.convert.json`` beside the ``.bin``, :mod:`marginface.data.framing`).
         report: with a detector, the report of images where no face was found (stored as the
             centred ``crop`` instead); None when there were none.
     """
@@ -97,6 +109,7 @@ class PairsConversion:
     num_pairs: int
     num_same: int
     image_size: int
+    crop: int | None = None
     report: Path | None = None
 
 
@@ -189,6 +202,7 @@ def convert_folder(
         quality: JPEG quality, 1..100. Default: 95.
         crop: centred square crop, in source pixels, before resizing. Default: None.
         workers: decoding threads. Default: ``os.cpu_count()``.
+
         detector: None (the images are already faces), or ``"mtcnn"``, MTCNN's weights, an
             SCRFD ``.onnx`` or a detector object: each photo's face is then detected and
             aligned to ``image_size`` first (:func:`~marginface.data.face_photos.align_photos`,
@@ -209,13 +223,21 @@ def convert_folder(
     crop = _check_crop(crop)
     workers = _check_workers(workers)
     if detector is not None:
-        return _convert_detected_folder(
-            src, Path(out), size, quality, workers, detector, faces, alignment
+        from ._convert_detect import convert_detected_folder
+
+        return convert_detected_folder(
+            src, Path(out), size, quality, workers, detector, faces, alignment, convert_folder
         )
     items = list_image_folder(src)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {str(out)!r} exists and is not a folder")
+    source = Path(src).resolve()
+    if out.resolve() == source or source in out.resolve().parents:
+        raise ValueError(
+            f"the output folder {str(out)!r} is the image folder or inside it: train.rec would "
+            "sit among the identities (and be read as one by the next convert); choose another OUT"
+        )
     names = sorted({identity for identity, _ in items})
     label_of = {name: label for label, name in enumerate(names)}
     count = len(items)
@@ -232,76 +254,19 @@ def convert_folder(
         writer.write(0, pack_image_record([first_identity, first_identity + len(names)], b""))
         ranges: dict[int, list[int]] = {}
         sources = [(path, str(path)) for _, path in items]
-        for key, encoded in enumerate(_in_batches(sources, work, workers), start=1):
+        encoded_images = track(
+            _in_batches(sources, work, workers), "converting", total=count, unit="images"
+        )
+        for key, encoded in enumerate(encoded_images, start=1):
             label = label_of[items[key - 1][0]]
             writer.write(key, pack_image_record(float(label), encoded, id=key))
             ranges.setdefault(label, [key, key + 1])[1] = key + 1
-            if key % 10000 == 0:
-                logger.info("%d / %d images", key, count)
         for label in range(len(names)):
             key = first_identity + label
             writer.write(key, pack_image_record(ranges[label], b"", id=key))
         property_file.write(f"{len(names)},{size},{size}".encode("ascii"))
-    _note(out, "as given" + (f", centre crop {crop} px" if crop else ""))
-    return FolderConversion(out, count, len(names), size, tuple(names))
-
-
-def _note(path: Path, framing: str) -> None:
-    """Note how the set's faces were framed (read back by ``load_insightface``, which warns
-    when a training set and its verification sets differ)."""
-    from ._atomic import atomic_write_text
-    from .data.insightface import alignment_note_path
-
-    atomic_write_text(alignment_note_path(path), framing + "\n")
-
-
-def _detected_framing(detector: object, faces: str, alignment: str) -> str:
-    name = detector if isinstance(detector, str) else Path(str(detector)).name
-    if not isinstance(detector, (str, os.PathLike)):
-        name = type(detector).__name__
-    return f"detected by {name}, {faces} face, {alignment} alignment"
-
-
-def _convert_detected_folder(
-    src: str | os.PathLike[str],
-    out: Path,
-    size: int,
-    quality: int,
-    workers: int,
-    detector: object,
-    faces: str,
-    alignment: str,
-) -> FolderConversion:
-    """Detect and align into a temporary folder beside ``out`` (PNG), then convert that."""
-    import dataclasses
-    import tempfile
-
-    from .data.face_photos import align_photos
-
-    if size % 112 and size % 128:
-        raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    report = out.with_name(out.name + "_report.tsv")
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-aligning-") as tmp:
-        aligned = align_photos(
-            src,
-            Path(tmp) / "faces",
-            detector=detector,
-            faces=faces,
-            image_size=size,
-            workers=workers,
-            report=report,
-            alignment=alignment,
-            suffix=".png",
-        )
-        if aligned.written == 0:
-            raise ValueError(f"{src}: no face found in any photo (see {report})")
-        result = convert_folder(
-            Path(tmp) / "faces", out, image_size=size, quality=quality, workers=workers
-        )
-    listed = aligned.no_face or aligned.several_faces or aligned.unreadable
-    _note(out, _detected_framing(detector, faces, alignment))
-    return dataclasses.replace(result, report=report if listed else None)
+    write_framing(out / "train.rec", crop=crop, image_size=size, source=str(src))
+    return FolderConversion(out, count, len(names), size, tuple(names), crop)
 
 
 def _find_pair_images(
@@ -360,6 +325,7 @@ def convert_pairs(
             region of LFW's deep-funneled 250×250 images, as ``load_lfw``); None: whole image.
         quality: JPEG quality, 1..100. Default: 95.
         workers: decoding threads. Default: ``os.cpu_count()``.
+
         detector: None, or ``"mtcnn"``, MTCNN's weights, an SCRFD ``.onnx`` or a detector
             object: each image's face (``faces``: ``"largest"`` or ``"central"``) is detected
             and aligned to ``image_size`` (``alignment``, as ``convert --detector`` aligns a
@@ -378,7 +344,11 @@ def convert_pairs(
     quality = _check_quality(quality)
     crop = _check_crop(crop)
     workers = _check_workers(workers)
-    work, missed = _pair_worker(detector, faces, alignment, size, crop, quality)
+    from ._convert_detect import detected_framing, pair_worker
+
+    work, missed = pair_worker(
+        detector, faces, alignment, size, crop, quality, prepare=_prepare, encode_jpeg=encode_jpeg
+    )
     pairs_file, images_root = Path(pairs_file), Path(images_root)
     if not images_root.exists():
         raise FileNotFoundError(f"LFW images {str(images_root)!r} not found")
@@ -386,7 +356,14 @@ def convert_pairs(
     if not pairs:
         raise ValueError(f"{pairs_file}: no pairs")
     wanted = {key for pair in pairs for key in (pair.first, pair.second)}
-    found = dict(_find_pair_images(images_root, wanted))
+    found = dict(
+        track(
+            _find_pair_images(images_root, wanted),
+            f"finding the pairs' images in {images_root.name}",
+            total=len(wanted),
+            unit="images",
+        )
+    )
     for line, pair in enumerate(pairs, start=2):
         for name, number in (pair.first, pair.second):
             if (name, number) not in found:
@@ -397,7 +374,10 @@ def convert_pairs(
     order = sorted(found)
     sources = [(found[key], f"{images_root}: {key[0]}_{key[1]:04d}.jpg") for key in order]
 
-    encoded = dict(zip(order, _in_batches(sources, work, workers), strict=True))
+    encoding = track(
+        _in_batches(sources, work, workers), "converting", total=len(order), unit="images"
+    )
+    encoded = dict(zip(order, encoding, strict=True))
     bins = [encoded[key] for pair in pairs for key in (pair.first, pair.second)]
     same = [bool(pair.same) for pair in pairs]
     with atomic_write(out_bin) as stream:
@@ -409,74 +389,58 @@ def convert_pairs(
         report = Path(out_bin).with_name(Path(out_bin).name + ".report.tsv")
         rows = "".join(f"{name}\tno_face\tstored as the centred crop\n" for name in sorted(missed))
         atomic_write_text(report, "name\tproblem\tdetail\n" + rows)
-    framing = "as given" + (f", centre crop {crop} px" if crop else "")
-    if detector is not None:
-        framing = _detected_framing(detector, faces, alignment)
-    _note(Path(out_bin), framing)
-    return PairsConversion(Path(out_bin), len(pairs), sum(same), size, report)
-
-
-def _pair_worker(
-    detector: object, faces: str, alignment: str, size: int, crop: int | None, quality: int
-) -> tuple[Callable[[bytes | Path, str], bytes], list[str]]:
-    """The function encoding one pair image (detected and aligned when ``detector`` is set)
-    and the list it appends the names of images without a face to."""
-    missed: list[str] = []
-    if detector is None:
-        return (lambda source, name: _prepare(source, name, size, crop, quality)), missed
-    from ._validation import check_choice
-    from .data.align import ALIGNMENTS, norm_crop
-    from .data.face_photos import PhotoError, read_photo, select_faces
-    from .detect import load_detector
-
-    check_choice("faces", faces, ("largest", "central"))
-    check_choice("alignment", alignment, ALIGNMENTS)
-    if size % 112 and size % 128:
-        raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
-    model = load_detector(detector)  # type: ignore[arg-type]
-
-    def work(source: bytes | Path, name: str) -> bytes:
-        try:
-            image = read_photo(io.BytesIO(source) if isinstance(source, bytes) else source)
-        except PhotoError as error:
-            raise ValueError(f"{name}: {str(error).split(': ', 1)[-1]}") from None
-        found = model.detect(image)[0]
-        if found.count == 0:
-            missed.append(name.rsplit(": ", 1)[-1])
-            return _prepare(source, name, size, crop, quality)
-        k = select_faces(found, image.shape, faces)[0]
-        return encode_jpeg(norm_crop(image, found.landmarks[k], size, alignment=alignment), quality)
-
-    return work, missed
+    write_framing(
+        out_bin,
+        crop=None if detector is not None else crop,
+        image_size=size,
+        source=str(images_root),
+        detector=None if detector is None else detected_framing(detector, faces, alignment),
+    )
+    return PairsConversion(Path(out_bin), len(pairs), sum(same), size, crop, report)
 
 
 # ------------------------------------------------------------------ command line
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``marginface convert``'s arguments: ``SRC OUT [--pairs FILE] [--image-size N]
-    [--quality Q] [--crop N] [--workers N]``; :func:`run_convert` runs them."""
+    [--quality Q] [--crop N] [--workers N]``, or ``--reindex REC``; :func:`run_convert` runs
+    them."""
     parser.description = (
         "Without --pairs: SRC/<identity>/<image> -> OUT/train.rec, train.idx, property "
         "(insightface's training-set layout). With --pairs: the pairs of an LFW-format pairs "
         "file, images from SRC (the lfw-deepfunneled folder or archive) -> the verification "
         "set OUT (a .bin)."
     )
-    parser.add_argument("src", type=Path, metavar="SRC", help="image folder (or LFW archive)")
-    parser.add_argument("out", type=Path, metavar="OUT", help="dataset folder (or .bin file)")
+    parser.add_argument(
+        "src", type=Path, nargs="?", metavar="SRC", help="image folder (or LFW archive)"
+    )
+    parser.add_argument(
+        "out", type=Path, nargs="?", metavar="OUT", help="dataset folder (or .bin file)"
+    )
+    parser.add_argument(
+        "--reindex",
+        type=Path,
+        metavar="REC",
+        help="rebuild a missing or damaged .idx from its .rec (REC: the .rec file, or a "
+        "folder holding train.rec); no SRC or OUT",
+    )
     parser.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs file: write a .bin"
     )
-    parser.add_argument(
-        "--image-size", type=int, default=112, metavar="N", help="side in pixels (112)"
-    )
-    parser.add_argument("--quality", type=int, default=95, metavar="Q", help="JPEG quality (95)")
+    parser.add_argument("--image-size", type=int, default=112, metavar="N", help="side in pixels")
+    parser.add_argument("--quality", type=int, default=95, metavar="Q", help="JPEG quality")
     parser.add_argument(
         "--crop",
         type=int,
         metavar="N",
-        help="centred square crop in source pixels before resizing (default: 150 with --pairs, "
-        "the face region of LFW deep-funneled images; none otherwise; 0: none)",
+        help="centred square crop in source pixels before resizing, for a training folder as "
+        "for --pairs; recorded in OUT's .convert.json, and train warns when the training set "
+        "and a .bin were cropped differently: convert both with the same --crop (default: "
+        "150 with --pairs, the face region of LFW deep-funneled images; none otherwise; "
+        "0: none)",
     )
-    parser.add_argument("--workers", type=int, metavar="N", help="decoding threads (all cores)")
+    parser.add_argument(
+        "--workers", type=int, metavar="N", help="decoding threads (default: all cores)"
+    )
     parser.add_argument(
         "--detector",
         metavar="mtcnn|FILE",
@@ -498,6 +462,21 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _reindex(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """``convert --reindex REC``: :func:`~marginface.data.recordio.rebuild_index` of REC (a
+    ``.rec``, or a folder's ``train.rec``)."""
+    from .data.recordio import rebuild_index
+
+    if args.src is not None or args.out is not None or args.pairs is not None:
+        raise ValueError("--reindex REC rebuilds REC's .idx: leave SRC, OUT and --pairs out")
+    rec = args.reindex / "train.rec" if args.reindex.is_dir() else args.reindex
+    if rec.suffix != ".rec" or not rec.is_file():
+        raise ValueError(f"--reindex {str(args.reindex)!r}: no .rec file there")
+    count = rebuild_index(rec)
+    say(f"{rec.with_suffix('.idx')}: {count} records indexed from {rec}")
+    return 0
+
+
 def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
     """Run ``marginface convert`` (arguments of :func:`add_convert_arguments`).
 
@@ -509,6 +488,10 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
         0. Errors are raised (``ValueError``/``TypeError``/``OSError``) for the CLI to report.
     """
     say = echo or logger.info
+    if getattr(args, "reindex", None) is not None:
+        return _reindex(args, say)
+    if args.src is None or args.out is None:
+        raise ValueError("convert needs SRC and OUT (or --reindex REC to rebuild a .idx)")
     crop = getattr(args, "crop", None)
     crop = None if crop == 0 else crop
     workers = getattr(args, "workers", None)
@@ -527,7 +510,8 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
         )
         say(
             f"{pairs.out}: {pairs.num_pairs} pairs ({pairs.num_same} same), "
-            f"{pairs.image_size}x{pairs.image_size}"
+            f"{pairs.image_size}x{pairs.image_size}, "
+            f"{'crop ' + str(pairs.crop) if pairs.crop else 'no crop'}"
             + (f"; images with no face (centre crop kept): {pairs.report}" if pairs.report else "")
         )
         return 0
@@ -542,7 +526,9 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
     )
     say(
         f"{folder.out}: {folder.num_images} images of {folder.num_classes} identities, "
-        f"{folder.image_size}x{folder.image_size} (train.rec, train.idx, property)"
+        f"{folder.image_size}x{folder.image_size}, "
+        f"{'crop ' + str(folder.crop) if folder.crop else 'no crop'} "
+        "(train.rec, train.idx, property, train.convert.json)"
         + (f"; photos left out or with several faces: {folder.report}" if folder.report else "")
     )
     return 0

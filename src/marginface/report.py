@@ -107,13 +107,18 @@ class Table:
 @dataclass(frozen=True)
 class Text:
     """Plain text (HTML-escaped), e.g. the command and the configuration; ``preformatted``
-    keeps line breaks and uses a monospace font, long lines wrap either way."""
+    keeps line breaks and uses a monospace font, long lines wrap either way; ``note``: a
+    highlighted paragraph (``<p class="note">``), for what the reader must not miss (e.g. a
+    number that measures the protocol rather than the model)."""
 
     text: str
     preformatted: bool = True
+    note: bool = False
 
     def to_html(self) -> str:
         """The block's HTML."""
+        if self.note:
+            return f'<p class="note">{html.escape(self.text)}</p>'
         if self.preformatted:
             return f"<pre>{html.escape(self.text)}</pre>"
         return f"<p>{html.escape(self.text)}</p>"

@@ -82,7 +82,7 @@ _ALIGN = ["align", "{src}", "--out", "{tmp}/o", "--detector"]
         (["align", "{src}", "{tmp}/o"], ["expected align SRC LANDMARKS OUT"]),
         (
             ["align", "{src}", "--out", "{src}/o", "--detector", "mtcnn"],
-            ["must be outside the photos"],
+            ["must not be, or contain, each other"],
         ),
         ([*_ALIGN, "{tmp}/nowhere"], ["detector must be 'mtcnn', MTCNN's weights"]),
         ([*_ALIGN, "{tmp}"], ["no pnet.pt here", "pip install --no-deps facenet-pytorch==2.6.0"]),

@@ -165,7 +165,7 @@ def test_all_faces_and_the_central_one(photo_folder, detector, tmp_path):
 def test_output_inside_the_photos_is_refused(photo_folder, tmp_path, where):
     src, _ = photo_folder
     out = {"same": src, "inside": src / "aligned", "around": tmp_path}[where]
-    with pytest.raises(ValueError, match="must be outside the photos"):
+    with pytest.raises(ValueError, match="must not be, or contain, each other"):
         align_photos(src, out, detector="mtcnn")
     assert not (src / "aligned").exists()
 

@@ -208,3 +208,27 @@ def test_full_lfw_fold_sizes(shared_file, shared_data, tmp_path):
     assert len(bundle.pairs) == 6000
     assert len(bundle.train) + len(bundle.test) <= 13233
     assert bundle.pairs.same.sum() == 3000
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_npz", "foreign", "wrong_shape"])
+def test_a_damaged_cache_is_decoded_again(tiny_lfw, tmp_path, caplog, damage):
+    root, _, _ = tiny_lfw
+    first = _load(root, tmp_path)
+    cached = tmp_path / "lfw" / "lfw-deepfunneled_32px_crop150_rgb.npz"
+    whole = cached.read_bytes()
+    if damage == "truncated":
+        cached.write_bytes(whole[: len(whole) // 2])
+    elif damage == "not_npz":
+        cached.write_text("not an archive")
+    elif damage == "foreign":
+        np.savez(cached, something=np.zeros(2))
+    else:
+        with np.load(cached) as stored:
+            parts = dict(stored)
+        parts["images"] = parts["images"][:, :, :16]
+        np.savez(cached, **parts)
+    caplog.set_level("WARNING", logger="marginface")
+    again = _load(root, tmp_path)
+    assert "damaged LFW cache" in caplog.text
+    np.testing.assert_array_equal(again.test.images, first.test.images)
+    assert cached.read_bytes() != b"not an archive" and cached.stat().st_size > 1000

@@ -23,7 +23,7 @@ pytest.importorskip("cv2")
 
 
 def _train(rank: int, world: int, faces: str, ijb: str, run: str) -> None:
-    argv = ["--quiet", "train", "--dataset", "folder", "--data-dir", faces]
+    argv = ["--quiet", "train", "--dataset", "folder", "--recipe", "sphere", "--data-dir", faces]
     argv += ["--set", "dataset_options={rgb = true, test_fraction = 0.4}", "--image-size", "112"]
     argv += ["--model", "seed-cnn", "--embedding-dim", "16", "--loss", "arcface"]
     argv += ["--batch-size", "8", "--threads", "1", "--device", "cpu", "--epochs", "1"]

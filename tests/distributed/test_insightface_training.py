@@ -52,7 +52,8 @@ def dataset(tmp_path_factory, shared_file) -> Path:
 
 def _args(data: Path, run: Path, epochs: int) -> list[str]:
     return [
-        "--quiet", "train", "--dataset", "insightface", "--data-dir", str(data),
+        "--quiet", "train", "--dataset", "insightface", "--recipe", "sphere",
+        "--data-dir", str(data),
         "--model", "seed-cnn-bn", "--embedding-dim", "16", "--loss", "cosface",
         "--batch-size", "16", "--epochs", str(epochs), "--threads", "1", "--device", "cpu",
         "--set", "model_options={widths=[4,8,8]}", "--out", str(run),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import logging
 import math
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from marginface.train.ijb_evaluation import (
     IjbSet,
     ijb_history_keys,
     ijb_history_metrics,
-    ijb_progress_logger,
     ijb_set_for,
 )
 from tests.evaluation._ijb_folder import write_training_folder
@@ -36,7 +34,8 @@ HISTORY_KEYS += [
 
 def _data_argv(faces: Path) -> list[str]:
     """The options of a short run on the ORL training folder that can embed IJB's crops."""
-    argv = ["--dataset", "folder", "--data-dir", str(faces), "--image-size", "112"]
+    argv = ["--dataset", "folder", "--recipe", "sphere", "--data-dir", str(faces)]
+    argv += ["--image-size", "112"]
     argv += ["--set", "dataset_options={rgb = true, test_fraction = 0.4}"]
     argv += ["--model", "seed-cnn", "--embedding-dim", "16", "--batch-size", "8"]
     return [*argv, "--device", "cpu", "--set", "eval_batch_size=16"]
@@ -162,12 +161,3 @@ def test_resume_may_add_the_ijb_columns(ijb_folder, faces, tmp_path):
     assert all(math.isnan(first.get(key, math.nan)) for key in HISTORY_KEYS)
     assert all(0.0 <= second[key] <= 1.0 for key in HISTORY_KEYS)
     assert f"ijb_dir = {json.dumps(str(root))}" in (run / "config.toml").read_text()
-
-
-def test_ijb_progress_is_logged_each_tenth(caplog):
-    progress = ijb_progress_logger("IJBC")
-    with caplog.at_level(logging.INFO, logger="marginface.train.ijb_evaluation"):
-        for done in range(0, 101, 5):
-            progress(done, 100)
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines[0] == "[IJBC] embedded 10/100 images (flipped too)" and len(lines) == 10

@@ -76,7 +76,8 @@ def digits_rec(tmp_path_factory) -> tuple[Path, np.ndarray, np.ndarray]:
 
 def _train_args(data: Path, out: Path) -> list[str]:
     return [
-        "--quiet", "train", "--dataset", "insightface", "--data-dir", str(data),
+        "--quiet", "train", "--dataset", "insightface", "--recipe", "sphere",
+        "--data-dir", str(data),
         "--loss", "subcenter-arcface", "--loss-option", f"sub_centers={K}",
         "--embedding-dim", "8", "--limit", str(LIMIT), "--epochs", "1", "--batch-size", "50",
         "--lr", "1e-4", "--threads", "1", "--device", "cpu", "--set", "eval_batch_size=64",

@@ -18,7 +18,8 @@ def test_compare_runs_the_new_losses_beside_arcface(tmp_path, capsys):
     argv = ["--quiet", "compare", "--losses", ",".join(FAMILY), "--limit", "200"]
     argv += ["--epochs", "1", "--batch-size", "64", "--threads", "1", "--out", str(out)]
     assert main(argv) == 0
-    table = capsys.readouterr().out.splitlines()
+    *table, written = capsys.readouterr().out.splitlines()
+    assert written.startswith(f"report: {out / 'report.html'}")  # --quiet still says where
     rows = {line.split()[0]: line.split() for line in table[2:]}
     assert tuple(rows) == FAMILY
     for name in FAMILY:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from .options import option_name
-from .output import setup_logging
+from .output import command_progress, setup_logging
 from .parser import build_parser
 from .training import DEMO_LOSSES, demo_config
 
@@ -33,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(quiet=args.quiet, verbose=args.verbose)
     prefix = f"marginface {args.command}"
     try:
-        status = int(args.func(args))
+        with command_progress(args):
+            status = int(args.func(args))
         from ..train.distributed import leave_process_group
 
         leave_process_group()  # a torchrun group this command created: gone before exit

@@ -209,6 +209,21 @@ def _ablation_suffix(args: argparse.Namespace) -> str:
     return "-" + "-".join(parts) if parts else ""
 
 
+def _check_ijb_input(model: object, onnx: Path | None) -> None:
+    """IJB's images are aligned to 112×112 (insightface's crops, which ``ijb`` makes); an ONNX
+    graph of another fixed input side cannot embed them (``ijb`` has no size option)."""
+    inner = getattr(model, "model", model)  # ReversedChannels (--bgr) wraps the graph
+    sides = getattr(inner, "input_size", None)
+    if onnx is None or sides is None:
+        return
+    if any(side is not None and side != 112 for side in sides):
+        height, width = (side if side is not None else "N" for side in sides)
+        raise ValueError(
+            f"{onnx} takes {height}x{width} images; ijb embeds IJB's faces aligned to 112x112 "
+            "(insightface's crops), so it needs a model of 112x112 input"
+        )
+
+
 def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     """Embed (or read the cached features), evaluate 1:1 and 1:N, write the metrics (JSON,
     and into the run's ``evaluation.json``), the ROC picture and an HTML report of both; print
@@ -221,6 +236,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..report import format_table
     from ..train import EVALUATION_NAME, load_run, resolve_device
     from ..train.ijb_evaluation import ijb_results
+    from ..train.progress import progress_callback
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -245,17 +261,15 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
             onnx=args.onnx,
             model=args.model,
             embedding_dim=args.embedding_dim,
+            image_size=None if args.onnx is not None else 112,
             bgr=args.bgr,
             device=device,
         )
+        _check_ijb_input(model, args.onnx)
         label, cache_key = str(source), _file_identity(Path(source))
     else:
         model = load_run(args.run_dir, device=device).model
         label, cache_key = str(args.run_dir), _checkpoint_identity(Path(args.run_dir))
-
-    def progress(done: int, total: int) -> None:
-        if done == total or done % (20 * args.batch_size) == 0:
-            echo(f"embedded {done}/{total} images")
 
     result = ijb_results(
         model,
@@ -265,7 +279,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         workers=args.workers,
         cache=out / f"{name}_features.npz",
         cache_key=cache_key,
-        progress=progress,
+        progress=progress_callback(f"{args.target} images (flipped too)", unit="images"),
         flip=not args.no_flip,
         norm_score=not args.no_norm_score,
         detector_score=not args.no_detector_score,

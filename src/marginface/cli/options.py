@@ -16,6 +16,15 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 # Flags that map one-to-one onto TrainConfig keys: (flag, key, type, help).
 _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--dataset", "dataset", str, "registered dataset (digits, mnist, lfw, insightface, ...)"),
+    (
+        "--recipe",
+        "recipe",
+        str,
+        "auto (by dataset: face on insightface, folder, lfw, orl, yaleb; sphere on the "
+        "others), face (512-D ArcFace s=64, iresnet, SGD lr 0.1 poly, 112x112) or sphere "
+        "(3-D CurricularFace s=30, seed-cnn, Adam 1e-3): the defaults of the options marked "
+        "'by dataset' (the face recipe also reads a folder dataset in RGB)",
+    ),
     ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
     ("--image-size", "image_size", int, "resize images to this side"),
     ("--limit", "limit", int, "use at most this many training images"),
@@ -37,7 +46,7 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
     ("--grad-accumulation", "grad_accumulation", int, "micro-batches per batch (memory / k)"),
     ("--amp", "amp", str, "none, bf16 (CPU/CUDA) or fp16 (CUDA)"),
     ("--device", "device", str, "auto (CUDA when present), cpu, cuda, cuda:N"),
-    ("--threads", "threads", int, "CPU threads for torch"),
+    ("--threads", "threads", int, "CPU threads for torch (none: torch's choice)"),
     ("--seed", "seed", int, "random seed"),
     ("--sample-rate", "sample_rate", float, "Partial FC: share of the classes per step (0, 1]"),
     ("--workers", "workers", int, "DataLoader workers for streamed datasets"),
@@ -49,8 +58,8 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
         str,
         "IJB-B/C folder (loose_crop/, meta/): TAR@FAR and 1:N columns in history.csv",
     ),
-    ("--ijb-target", "ijb_target", str, "IJBC (default) or IJBB"),
-    ("--ijb-every", "ijb_every", int, "evaluate IJB every K epochs and at the last (default 1)"),
+    ("--ijb-target", "ijb_target", str, "IJBC or IJBB"),
+    ("--ijb-every", "ijb_every", int, "evaluate IJB every K epochs and at the last"),
 ]
 
 
@@ -72,41 +81,103 @@ def _key_values(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
     return result
 
 
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_shown(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def config_default_text(key: str) -> str:
+    """``--help``'s default of configuration key ``key``: ``default: X`` (the
+    :class:`~marginface.config.TrainConfig` field's), or for a key the recipe chooses
+    ``default: by dataset: face recipe X / sphere recipe Y`` (with the datasets whose face
+    recipe departs from X)."""
+    import dataclasses
+
+    from ..config import FACE_DATASETS, RECIPE_KEYS, RECIPES, TrainConfig
+
+    if key in RECIPE_KEYS:
+        face = _shown(RECIPES["face"][key])
+        departures: dict[str, list[str]] = {}
+        for dataset, values in FACE_DATASETS.items():
+            if key in values:
+                departures.setdefault(_shown(values[key]), []).append(dataset)
+        if departures:
+            face += " (" + "; ".join(f"{v} on {', '.join(d)}" for v, d in departures.items()) + ")"
+        sphere = RECIPES["sphere"][key]
+        sphere_text = "the dataset's own" if key == "image_size" and sphere is None else sphere
+        return f"default: by dataset: face recipe {face} / sphere recipe {_shown(sphere_text)}"
+    for item in dataclasses.fields(TrainConfig):
+        if item.name == key:
+            if item.default_factory is not dataclasses.MISSING:
+                return f"default: {_shown(item.default_factory())}"
+            return f"default: {_shown(item.default)}"
+    raise ValueError(f"unknown configuration key {key!r}")
+
+
 def _add_train_options(parser: argparse.ArgumentParser, *, with_loss: bool = True) -> None:
-    group = parser.add_argument_group("training configuration")
+    group = parser.add_argument_group(
+        "training configuration (explicit options, --set and --config win over the recipe)"
+    )
     group.add_argument("--config", type=Path, help="TOML file with configuration keys")
     if with_loss:
         group.add_argument(
             "--loss",
-            help="registered loss (normface, arcface, adacos, ...; default curricularface)",
+            help="registered loss (normface, arcface, adacos, ...); " + config_default_text("loss"),
         )
     for flag, key, kind, text in _TRAIN_FLAGS:
-        group.add_argument(flag, dest=key, type=kind, help=text)
+        group.add_argument(flag, dest=key, type=kind, help=f"{text} ({config_default_text(key)})")
     group.add_argument(
         "--loss-option",
         action="append",
         metavar="KEY=VALUE",
-        help="keyword argument of the loss, e.g. margin=0.5 scale=64 (repeatable). Default: "
-        "scale=30 for every loss that takes a scale (not the library's 64, the papers' value "
-        "for 512-D faces: 30 suits the small embeddings trained here); AdaCos chooses its own. "
-        "The run's config.toml records the options used",
+        help="keyword argument of the loss, e.g. margin=0.5 scale=64 (repeatable). Default: by "
+        "dataset: face recipe the loss's own scale (64 for ArcFace, the papers' value for 512-D "
+        "faces) / sphere recipe scale=30 for every loss that takes a scale (64 saturates the "
+        "softmax of 3-D embeddings); AdaCos chooses its own. The run's config.toml records "
+        "the options used",
+    )
+    group.add_argument(
+        "--resize-records",
+        action="store_true",
+        default=None,
+        help="insightface records at another size than --image-size: resize them (and the "
+        ".bin sets) on the fly to --image-size (dataset option resize = true; default: off, "
+        "the records are used at their own size)",
     )
     group.add_argument(
         "--augment",
         action="append",
         metavar="KEY=VALUE",
         help="training augmentation: translate=PIXELS rotate=DEGREES scale=FRACTION "
-        "hflip=PROBABILITY (repeatable)",
+        "hflip=PROBABILITY (repeatable; default: none)",
     )
     group.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="any configuration key (repeatable)"
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any configuration key (repeatable; default: none)",
     )
-    group.add_argument("--flip", action="store_true", default=None, help="flip-averaged eval")
     group.add_argument(
-        "--tensorboard", action="store_true", default=None, help="also log to TensorBoard"
+        "--flip", action="store_true", default=None, help="flip-averaged eval (default: off)"
     )
     group.add_argument(
-        "--compile", action="store_true", default=None, help="train through torch.compile"
+        "--tensorboard",
+        action="store_true",
+        default=None,
+        help="also log to TensorBoard (default: off)",
+    )
+    group.add_argument(
+        "--compile",
+        action="store_true",
+        default=None,
+        help="train through torch.compile (default: off)",
     )
 
 
@@ -145,6 +216,14 @@ def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
     augment = _key_values(getattr(args, "augment", None), "--augment")
     if augment:
         values["augment"] = {**values.get("augment", {}), **augment}
+    if getattr(args, "resize_records", None):
+        if str(values.get("dataset", "")).strip().lower() != "insightface":
+            raise ValueError(
+                "--resize-records resizes insightface records (--dataset insightface); the "
+                f"other datasets, here {values.get('dataset', 'digits')!r}, are resized to "
+                "--image-size already"
+            )
+        values["dataset_options"] = {**values.get("dataset_options", {}), "resize": True}
     return values
 
 
@@ -195,6 +274,49 @@ def _resumed_config(args: argparse.Namespace, run_dir: Path):
 
 
 # ------------------------------------------------------------------ parser
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` with every option's default: ``(default: X)`` is appended to the help of an
+    option that has a default (not None) and does not state one already (flags: ``off``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or "default" in text.lower()
+        ):
+            return text
+        return f"{text} (default: {_default_shown(default)})"
+
+
+def _default_shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default).replace("%", "%%")
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make ``parser`` and every subcommand's parser (recursively) print each option's default
+    in ``--help`` (:class:`DefaultsHelpFormatter`); an option with a default and no help gets
+    one. Returns ``parser``."""
+    parser.formatter_class = DefaultsHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                show_defaults(child)
+        elif (
+            action.option_strings
+            and action.help is None
+            and action.default not in (None, argparse.SUPPRESS)
+        ):
+            action.help = f"default: {_default_shown(action.default)}"
+    return parser
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not (value >= 0 and value != float("inf")):
@@ -203,16 +325,25 @@ def _seconds(text: str) -> float:
 
 
 def _add_progress_option(parser: argparse.ArgumentParser) -> None:
-    from ..train.progress import DEFAULT_PROGRESS_SECONDS
+    """``--progress MODE`` and ``--progress-seconds S``: how the command shows the progress of
+    its long steps (training, embedding, converting); ``--quiet`` means ``--progress none``."""
+    from .._progress import DEFAULT_PROGRESS_SECONDS, PROGRESS_MODES
 
+    parser.add_argument(
+        "--progress",
+        choices=PROGRESS_MODES,
+        default="auto",
+        help="auto (default): a bar when stderr is a terminal, else a log line every "
+        "--progress-seconds; bar; lines; none (also with --quiet)",
+    )
     parser.add_argument(
         "--progress-seconds",
         type=_seconds,
         default=DEFAULT_PROGRESS_SECONDS,
         metavar="S",
         help="when stderr is not a terminal (a log file, CI), a progress line (step, loss, "
-        f"img/s, ETA) every S seconds and at every epoch's end instead of a bar (default "
-        f"{DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
+        f"img/s, ETA; or images done of a long step) every S seconds and at every epoch's end "
+        f"instead of a bar (default {DEFAULT_PROGRESS_SECONDS:g}; 0: every step)",
     )
 
 
@@ -256,13 +387,15 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
         type=_at_least_one,
         metavar="N",
         help="also checkpoint inside an epoch every N steps, with the position in the epoch "
-        "(a resume continues at the next batch); the end of every epoch checkpoints anyway",
+        "(a resume continues at the next batch); the end of every epoch checkpoints anyway "
+        "(default: at epoch ends only)",
     )
     group.add_argument(
         "--checkpoint-every-minutes",
         type=_minutes,
         metavar="M",
-        help="also checkpoint inside an epoch when M minutes passed since the last checkpoint",
+        help="also checkpoint inside an epoch when M minutes passed since the last checkpoint "
+        "(default: at epoch ends only)",
     )
     group.add_argument(
         "--keep",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from contextlib import AbstractContextManager
 from typing import Any
 
 
@@ -51,9 +52,31 @@ def setup_logging(*, quiet: bool = False, verbose: bool = False) -> None:
         package.setLevel(logging.WARNING if quiet else logging.INFO)
 
 
+def command_progress(args: argparse.Namespace) -> AbstractContextManager[Any]:
+    """The block a command runs in: the progress of its long steps
+    (:func:`~marginface._progress.track`) shown as ``--progress`` and ``--progress-seconds``
+    say (defaults: ``auto``, every 30 s), none with ``--quiet``."""
+    from .._progress import DEFAULT_PROGRESS_SECONDS, progress_output
+
+    seconds = getattr(args, "progress_seconds", DEFAULT_PROGRESS_SECONDS)
+    return progress_output(progress_mode(args), seconds)
+
+
+def progress_mode(args: argparse.Namespace) -> str:
+    """The progress mode a command's trainer gets: ``--progress``, ``"none"`` with
+    ``--quiet``."""
+    return "none" if args.quiet else getattr(args, "progress", "auto")
+
+
 def _echo(args: argparse.Namespace, text: str) -> None:
     if not args.quiet:
         print(text, flush=True)
+
+
+def _final(args: argparse.Namespace, text: str) -> None:
+    """Print a command's last line, the one naming what it wrote (the run folder, the
+    report): shown with ``--quiet`` too, so a script learns where its output went."""
+    print(text, flush=True)
 
 
 def _epoch_printer(args: argparse.Namespace, label: str = ""):

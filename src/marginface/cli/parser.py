@@ -10,6 +10,7 @@ from .options import (
     _add_train_options,
     add_backbone_source_arguments,
     add_checkpoint_options,
+    show_defaults,
 )
 from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
 from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
@@ -28,8 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     # the same two flags after the subcommand (``marginface train ... --quiet``); SUPPRESS keeps
     # a flag given before the subcommand from being reset by the subcommand's default
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS)
-    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS)
+    common.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress output or chatter, warnings only (default: off)",
+    )
+    common.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging (default: off)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser(
@@ -40,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with a 3-D embedding; write runs/demo/report.html and print the metrics table.",
     )
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder")
-    demo.add_argument("--epochs", type=int, help="override the demo's epochs (30)")
+    demo.add_argument("--epochs", type=int, help="override the demo's epochs (default: 30)")
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
     _add_progress_option(demo)
     demo.set_defaults(func=cmd_demo)
@@ -105,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("run_dir", type=Path, nargs="?", help="a run folder (or --backbone)")
     evaluate.add_argument("--device", default="auto")
-    evaluate.add_argument("--flip", action="store_true", default=None, help="flip-averaged")
+    evaluate.add_argument(
+        "--flip", action="store_true", default=None, help="flip-averaged (default: the run's)"
+    )
     pretrained = evaluate.add_argument_group(
         "a pretrained backbone, no run folder (docs/backbones.md)"
     )
@@ -119,9 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--pairs", type=Path, metavar="FILE", help="LFW-format pairs over --data-dir's images"
     )
-    pretrained.add_argument("--image-size", type=int, default=112, help="side (default 112)")
+    pretrained.add_argument(
+        "--image-size",
+        type=int,
+        help="side the images are resized to (default: an --onnx model's input side, else 112)",
+    )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
+    _add_progress_option(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 
     outliers = sub.add_parser(
@@ -146,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
     )
+    _add_progress_option(outliers)
     outliers.set_defaults(func=cmd_outliers)
 
     compare = sub.add_parser(
@@ -177,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="folder for the PNGs and report (default RUN_DIR/plots)"
     )
     plot.add_argument("--device", default="auto")
+    _add_progress_option(plot)
     plot.set_defaults(func=cmd_plot)
 
     export = sub.add_parser(
@@ -210,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "of SRC's images -> the verification set OUT (a .bin).",
     )
     add_convert_arguments(convert)
+    _add_progress_option(convert)
     convert.set_defaults(func=cmd_convert)
 
     from .faces import add_align_arguments
@@ -238,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
         "eval_ijbc.py and ijb_1n.py; features cached in OUT.",
     )
     add_ijb_arguments(ijb)
+    _add_progress_option(ijb)
     ijb.set_defaults(func=cmd_ijb)
     from .detect import add_detect_parser
 
     add_detect_parser(sub, common)
-    return parser
+    return show_defaults(parser)

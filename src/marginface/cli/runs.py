@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .output import _echo
+from .output import _echo, _final
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -19,17 +19,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for flag in ("model", "data_dir", "pairs"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
-    evaluation = evaluate_run(args.run_dir, device=args.device, flip=args.flip)
+    evaluation = evaluate_run(
+        args.run_dir, device=args.device, flip=args.flip, reuse_embeddings=True
+    )
     path = Path(args.run_dir) / EVALUATION_NAME
     kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     path = write_evaluation(evaluation, path)
     rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
-    _echo(args, f"written to {path}")
+    _print_grid_notes(evaluation.metrics)
+    _final(args, f"written to {path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
-        _echo(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
+        _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _print_grid_notes(metrics: dict[str, float]) -> None:
+    """After the table: one sentence per .bin set whose 0.01 threshold grid was too coarse
+    (:func:`~marginface.evaluation.grid_notes`), so a 0.5000 is not read as the model's."""
+    from ..evaluation import grid_notes
+
+    for note in grid_notes(metrics):
+        print(f"note: {note}")
 
 
 def _ijb_results(path: Path) -> dict[str, float]:
@@ -53,6 +65,15 @@ def _ijb_results(path: Path) -> dict[str, float]:
     }
 
 
+def _check_output_file(path: Path, option: str) -> None:
+    """Refuse ``path`` as a file to write before any work: a folder, or a file in a folder
+    that does not exist, is a ``ValueError`` naming ``option`` and ``path``."""
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; name the file to write, e.g. {path}/x.json")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {path}: the folder {path.parent} does not exist")
+
+
 def _evaluate_backbone(args: argparse.Namespace) -> int:
     """``evaluate --backbone FILE --model NAME --data-dir DIR`` (or ``--onnx FILE``): a
     pretrained backbone on DIR's ``.bin`` verification sets, or on DIR's image folder and the
@@ -66,26 +87,30 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         raise ValueError("--backbone/--onnx evaluate a file, not RUN_DIR: leave RUN_DIR out")
     if args.data_dir is None:
         raise ValueError("--backbone/--onnx need --data-dir DIR (.bin sets, or images + --pairs)")
+    if args.out is not None:
+        _check_output_file(args.out, "--out")
     device = resolve_device(args.device)
     model = load_backbone(
         args.backbone,
         onnx=args.onnx,
         model=args.model,
         embedding_dim=args.embedding_dim,
-        image_size=args.image_size,
+        image_size=None if args.onnx is not None else args.image_size,  # checked below
         bgr=args.bgr,
         device=device,
     )
+    image_size = _backbone_image_size(args, model)
     metrics = evaluate_backbone(
         model,
         args.data_dir,
         pairs=args.pairs,
-        image_size=args.image_size,
+        image_size=image_size,
         device=device,
         batch_size=args.batch_size,
         flip=True,  # insightface's protocol
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
+    _print_grid_notes(metrics)
     if args.out is not None:
         import json
 
@@ -93,8 +118,56 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
 
         clean = {k: (v if v == v else None) for k, v in metrics.items()}  # NaN → null
         path = atomic_write_text(args.out, json.dumps(clean, indent=2, sort_keys=True) + "\n")
-        _echo(args, f"written to {path}")
+        _final(args, f"written to {path}")
     return 0
+
+
+def _backbone_image_size(args: argparse.Namespace, model) -> int:
+    """The side the data is resized to for ``evaluate --backbone/--onnx``: ``--image-size``
+    when given, else the ONNX graph's input side, else 112 (insightface's). An ONNX model whose
+    input is another size than ``--image-size`` is an error naming both sizes, the data's own
+    size and where each comes from."""
+    from ..models.pretrained import OnnxBackbone, ReversedChannels
+
+    inner = model.model if isinstance(model, ReversedChannels) else model
+    if not isinstance(inner, OnnxBackbone):
+        return 112 if args.image_size is None else args.image_size
+    height, width = inner.input_size
+    sides = {side for side in (height, width) if side is not None}
+    if args.image_size is None and len(sides) <= 1:
+        return sides.pop() if sides else 112
+    if sides <= {args.image_size}:
+        return args.image_size
+    model_size = f"{height or 'any'}x{width or 'any'}"
+    if args.image_size is None:
+        wanted = "the data is resized to a square (--image-size, default: the model's side)"
+    else:
+        wanted = (
+            f"--image-size {args.image_size} (given on the command line) resizes the data to "
+            f"{args.image_size}x{args.image_size}"
+        )
+    raise ValueError(
+        f"{args.onnx} takes {model_size} images (its ONNX input); {wanted}; {_data_size(args)}. "
+        + (
+            f"Leave --image-size out to use the model's {height}, or pass --image-size {height}"
+            if height == width
+            else "Export the model with a square input"
+        )
+    )
+
+
+def _data_size(args: argparse.Namespace) -> str:
+    """The data's own image size for a message: each ``.bin``'s (read from its first image),
+    or what ``--pairs`` images become."""
+    from ..train.backbone_evaluation import bin_image_sizes
+
+    if args.pairs is not None:
+        return f"the images of {args.data_dir} are resized to --image-size"
+    sizes = bin_image_sizes(args.data_dir)
+    if not sizes:
+        return f"no .bin in {args.data_dir}"
+    held = (f"{name}.bin holds {h}x{w} images" for name, (h, w) in sizes.items())
+    return "the data: " + ", ".join(held)
 
 
 def _write_quality_report(run_dir: Path, evaluation) -> Path:
@@ -126,7 +199,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
     history = run.history  # the checkpoint's own: complete even if history.csv lags
-    evaluation = evaluate_run(run)
+    evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
     kept = _ijb_results(run_dir / EVALUATION_NAME)
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     out = args.out or run_dir / "plots"
@@ -139,15 +212,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
         f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
         for path in sorted((run_dir / "ijb").glob("*_roc.png"))
     }
-    report = write_report(
-        out / "report.html",
-        title=f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})",
-        rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
-        columns=("metric", "value"),
-        sections=report_sections(pictured, images, rocs),
-    )
-    _echo(args, f"report: {report}")
+    title = f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})"
+    sections = report_sections(pictured, images, rocs)
+    if evaluation.pairs:  # judged by verification pairs (faces): the face report
+        from ..train.verification_report import draw_verification_pictures, verification_sections
+
+        steps = _verification_steps(run_dir)
+        drawn = draw_verification_pictures(evaluation, history, steps, out)
+        for caption, path in drawn.items():
+            _echo(args, f"{caption}: {path}")
+        first, last = verification_sections(evaluation, drawn)
+        page = [*first, *sections, *([last] if last is not None else [])]
+        report = write_report(out / "report.html", title=title, sections=page)
+    else:
+        report = write_report(
+            out / "report.html",
+            title=title,
+            rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
+            columns=("metric", "value"),
+            sections=sections,
+        )
+    _final(args, f"report: {report}")
     return 0
+
+
+def _verification_steps(run_dir: Path) -> list[dict]:
+    """The rows of the run's ``verification.csv`` (every ``verify_every`` steps), or ``[]``."""
+    from ..train import read_history
+    from ..train.run_log import VERIFICATION_NAME
+
+    path = run_dir / VERIFICATION_NAME
+    return read_history(path) if path.is_file() else []
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -168,13 +263,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         if args.format in ("torchscript", "both"):
             path = export_torchscript(model, example, out / "model.ts")
-            _echo(args, f"TorchScript (verified): {path}")
+            _final(args, f"TorchScript (verified): {path}")
         if args.format in ("onnx", "both"):
             path = export_onnx(model, example, out / "model.onnx")
-            _echo(args, f"ONNX (verified): {path}")
+            _final(args, f"ONNX (verified): {path}")
         if args.format == "safetensors":
             path = export_safetensors(model, out / "backbone.safetensors")
-            _echo(args, f"safetensors (the backbone's state_dict, verified): {path}")
+            _final(args, f"safetensors (the backbone's state_dict, verified): {path}")
     except BaseException:
         for folder in created:  # deepest first: a failed export leaves no empty folder behind
             if not folder.is_dir() or any(folder.iterdir()):
@@ -187,16 +282,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from ..convert import run_convert
 
-    return run_convert(args, echo=lambda text: _echo(args, text))
+    return run_convert(args, echo=lambda text: _final(args, text))
 
 
 def cmd_align(args: argparse.Namespace) -> int:
     from .faces import run_align
 
-    return run_align(args, echo=lambda text: _echo(args, text))
+    return run_align(args, echo=lambda text: _final(args, text))
 
 
 def cmd_ijb(args: argparse.Namespace) -> int:
     from .faces import run_ijb
 
-    return run_ijb(args, echo=lambda text: _echo(args, text))
+    return run_ijb(args, echo=lambda text: _final(args, text))

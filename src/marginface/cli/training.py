@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .options import _config_from_args, _explicit_values, _named_option_errors, _resumed_config
-from .output import _echo, _epoch_printer, _verification_printer
+from .options import (
+    _config_from_args,
+    _explicit_values,
+    _named_option_errors,
+    _resumed_config,
+    option_name,
+)
+from .output import _echo, _epoch_printer, _final, _verification_printer, progress_mode
+
+logger = logging.getLogger(__name__)
 
 DEMO_LOSSES = ("normface", "cosface", "arcface", "curricularface")
 
@@ -67,6 +76,7 @@ def _fit(
     """Train ``config`` into ``out`` with the command line's progress, printers and
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
     (:class:`~marginface.train.run_state.SavedRun`), or False."""
+    from ..config import describe_recipe
     from ..train import Trainer
     from ..train.checkpoint_writer import CheckpointPolicy
     from ..train.preemption import TrainingPreemptedError
@@ -74,8 +84,10 @@ def _fit(
     trainer = Trainer(
         config,
         out,
-        progress=not args.quiet,
+        progress=progress_mode(args),
         progress_seconds=args.progress_seconds,
+        # which defaults the dataset chose and how to override them, once the run starts
+        start_message=describe_recipe(config, spell=option_name),
         callbacks=[_epoch_printer(args)],
         initial_state=initial_state,
         checkpointing=CheckpointPolicy(
@@ -94,7 +106,7 @@ def _fit(
             print(f"marginface train: {stopped}", file=sys.stderr)
         return args.preempted_exit_code
     if trainer.is_main:
-        _echo(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
+        _final(args, f"run written to {out} (config.toml, history.csv, checkpoint)")
     return 0
 
 
@@ -102,21 +114,20 @@ def _train_from_backbone(args: argparse.Namespace) -> int:
     """``train --init-from FILE``: a new run whose backbone starts from FILE's weights (a
     backbone state_dict: fine-tuning); the class centers, optimizer and schedule start
     afresh."""
-    from ..models.pretrained import load_backbone
+    from ..models.pretrained import read_backbone_state
 
     if args.resume:
         raise ValueError("--init-from starts a new run from FILE's weights; it cannot --resume")
     config = _config_from_args(args)
     out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
-    backbone = load_backbone(
-        args.init_from,
-        model=config.model,
-        embedding_dim=config.embedding_dim,
-        image_size=config.image_size or 112,
-        **config.model_options,
-    )
-    _echo(args, f"backbone {config.model} initialized from {args.init_from}")
-    return _fit(args, config, out, initial_state={"model": backbone.state_dict()})
+    # read now (an unreadable file is named before anything is built); loaded into the model
+    # the run builds for its data (its channels and size), which names the file if it does
+    # not fit (train/build.py, load_initial_state)
+    state, _ = read_backbone_state(args.init_from, config.model)
+    initial_state = {"model": state, "source": str(args.init_from)}
+    result = _fit(args, config, out, initial_state=initial_state)
+    _echo(args, f"backbone {config.model} was initialized from {args.init_from}")
+    return result
 
 
 def _train_with_dominant_centers(args: argparse.Namespace) -> int:
@@ -164,7 +175,7 @@ def cmd_outliers(args: argparse.Namespace) -> int:
         f"{flagged} of {total} training samples ({100.0 * flagged / total:.2f}%) are farther "
         f"than {outliers.threshold_degrees:g} degrees from their class's dominant sub-center"
     )
-    _echo(args, f"written to {path}")
+    _final(args, f"written to {path}")
     return 0
 
 
@@ -190,14 +201,14 @@ def _run_compare(
         out,
         overwrite=args.overwrite,
         replace_own=demo,
-        progress=not args.quiet,
+        progress=progress_mode(args),
         progress_seconds=args.progress_seconds,
         on_row=on_row,
         title=title,
         notes=[f"command: {command}", "configuration: " + repr(config)],
     )
     print(format_table(result.rows, TABLE_COLUMNS))
-    _echo(args, f"report: {result.report}  ({time.perf_counter() - started:.1f} s in all)")
+    _final(args, f"report: {result.report}  ({time.perf_counter() - started:.1f} s in all)")
     return 0
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_write_bytes
 from .._validation import check_choice
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "FolderAlignment",
     "align_folder",
     "arcface_template",
+    "check_output_folder",
     "insightface_similarity",
     "norm_crop",
     "read_landmarks",
@@ -237,11 +239,17 @@ def read_landmarks(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         ``{name: float64[5, 2]}`` in file order; ``name`` is a path relative to the image folder.
 
     Raises:
-        FileNotFoundError: no file; ValueError: a malformed line (named with its number) or a
-        name listed twice.
+        FileNotFoundError: no file; ValueError: text that is not UTF-8, a malformed line (named
+        with its number) or a name listed twice.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save the landmarks "
+            "file as UTF-8"
+        ) from None
     comma = path.suffix.lower() == ".csv" or "," in text.split("\n", 1)[0]
     rows = csv.reader(text.splitlines()) if comma else (line.split() for line in text.splitlines())
     landmarks: dict[str, np.ndarray] = {}
@@ -261,6 +269,66 @@ def read_landmarks(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     if not landmarks:
         raise ValueError(f"{path}: no landmarks (expected lines 'name x1 y1 ... x5 y5 [score]')")
     return landmarks
+
+
+def check_output_folder(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """Refuse an output folder that is, or is inside, the input folder, or holds it: writing
+    there could replace the user's photos with their crops.
+
+    Raises:
+        ValueError: naming both folders.
+    """
+    source, target = Path(src).resolve(), Path(out).resolve()
+    if target == source or source in target.parents or target in source.parents:
+        raise ValueError(
+            f"the output folder {out} and the image folder {src} must not be, or contain, "
+            "each other: the crops would be written among the photos; choose another OUT"
+        )
+
+
+def _relative_name(src: Path, name: str) -> str:
+    """``name`` as a path relative to ``src``: an absolute path inside ``src`` is made relative;
+    an absolute path elsewhere, or a name climbing out with ``..``, is a ``ValueError`` (its
+    crop would be written outside the output folder)."""
+    path = Path(name)
+    if path.is_absolute():
+        try:
+            path = path.resolve().relative_to(src.resolve())
+        except ValueError:
+            raise ValueError(
+                f"the landmarks name {name}, outside the image folder {src}; name images by "
+                "their path relative to it"
+            ) from None
+    if ".." in path.parts:
+        raise ValueError(
+            f"the landmarks name {name}, which climbs out of the image folder with '..'; name "
+            "images by their path inside it"
+        )
+    return str(path)
+
+
+def _check_inside(path: Path, points: np.ndarray) -> None:
+    """The landmarks' centre lies inside the image and no point lies farther outside than
+    the image's own side (a face half out of frame is fine; a crop of nothing is refused).
+    Reads only the image's header (Pillow)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except (OSError, UnidentifiedImageError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable image ({error})") from None
+    centre = points.mean(axis=0)
+    inside = 0 <= centre[0] <= width and 0 <= centre[1] <= height
+    side = max(width, height)
+    near = (points >= -side).all() and (points[:, 0] <= width + side).all()
+    near = near and (points[:, 1] <= height + side).all()
+    if not (inside and near):
+        raise ValueError(
+            f"{path}: the landmarks {np.round(points, 1).tolist()} lie outside the "
+            f"{width}x{height} image; its crop would hold no face (are they for another image, "
+            "or in another scale?)"
+        )
 
 
 @dataclass(frozen=True)
@@ -297,22 +365,27 @@ def align_folder(
     Args:
         src: the image folder.
         landmarks: a landmarks file (:func:`read_landmarks`) or ``{name: [5, 2]}``.
-        out: the output folder (created; existing files of the same names are replaced).
+        out: the output folder (created; existing files of the same names are replaced); it
+            must not be, be inside, or hold ``src`` (:func:`check_output_folder`).
         image_size: crop side, a multiple of 112 or 128. Default: 112.
         workers: threads decoding, warping and encoding (0: one per CPU, at most 8).
         progress: called with ``(done, total)`` after each image.
         alignment: ``"float64"`` or ``"insightface"`` (:func:`norm_crop`). Default: float64.
 
     Raises:
-        ValueError: a listed image is missing, or its landmarks are malformed or degenerate
-            (checked for every image before anything is written; the message names the
-            image), or an image cannot be decoded (crops written before it stay).
+        ValueError: ``out`` and ``src`` nest; a name outside ``src`` (absolute elsewhere, or
+            with ``..``); a listed image is missing, unreadable, or its landmarks are malformed,
+            degenerate or outside it (all checked for every image before anything is written;
+            the message names the image); or an image's pixels cannot be decoded (crops
+            written before it stay, each whole).
     """
     cv2 = _cv2()
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise FileNotFoundError(f"no image folder at {src}")
-    table = read_landmarks(landmarks) if not isinstance(landmarks, dict) else landmarks
+    check_output_folder(src, out)
+    given = read_landmarks(landmarks) if not isinstance(landmarks, dict) else landmarks
+    table = {_relative_name(src, name): points for name, points in given.items()}
     arcface_template(image_size)  # checks image_size before any work
     check_choice("alignment", alignment, ALIGNMENTS)
     missing = [name for name in table if not (src / name).is_file()]
@@ -325,6 +398,8 @@ def align_folder(
             _check_landmarks("landmarks", points)
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
+    for name, points in table.items():  # every image's size, from its header, before writing
+        _check_inside(src / name, points)
     listed = {str(Path(name)) for name in table}
     unlisted = sum(
         1
@@ -338,9 +413,11 @@ def align_folder(
             raise ValueError(f"{src / name}: not a readable image")
         crop = norm_crop(image, table[name], image_size, alignment=alignment)
         target = out / name
+        encoded, data = cv2.imencode(target.suffix or ".png", crop)
+        if not encoded:
+            raise ValueError(f"{target}: OpenCV cannot write the format {target.suffix!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        if not cv2.imwrite(str(target), crop):
-            raise OSError(f"cannot write {target}")
+        atomic_write_bytes(target, data.tobytes())  # never a half-written crop
 
     names = list(table)
     threads = workers if workers > 0 else min(8, os.cpu_count() or 1)

@@ -23,7 +23,7 @@ import numpy as np
 from .._atomic import atomic_write_bytes, atomic_write_text
 from .._validation import check_choice
 from ..detect import Faces, load_detector
-from .align import ALIGNMENTS, _cv2, arcface_template, norm_crop
+from .align import ALIGNMENTS, _cv2, arcface_template, check_output_folder, norm_crop
 from .imaging import IMAGE_EXTENSIONS
 
 __all__ = [
@@ -182,14 +182,6 @@ class PhotoAlignment:
     unreadable: list[str] = field(default_factory=list)
 
 
-def _check_folders(src: Path, out: Path) -> None:
-    a, b = src.resolve(), out.resolve()
-    if a == b or a in b.parents or b in a.parents:
-        raise ValueError(
-            f"the output folder {out} must be outside the photos {src} (and not hold them)"
-        )
-
-
 def align_photos(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -234,7 +226,7 @@ def align_photos(
     cv2 = _cv2()
     src, out = Path(src), Path(out)
     photos = list_photos(src)
-    _check_folders(src, out)
+    check_output_folder(src, out)
     report_path = Path(report) if report is not None else out.with_name(out.name + "_report.tsv")
     root = out.resolve()
     no_face, several, unreadable, lines = [], [], [], []

@@ -23,6 +23,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import warnings
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,20 +86,38 @@ class IjbLayout:
     probes: tuple[np.ndarray, np.ndarray] | None = None
 
 
+def _text(path: Path) -> str:
+    """``path``'s text as UTF-8; a file in another encoding is a ``ValueError`` naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); the IJB meta files "
+            "are plain text, as insightface's release has them"
+        ) from None
+
+
 def _table(path: Path, columns: int, what: str) -> list[list[str]]:
+    """``path``'s non-empty lines split on whitespace; each row ends with its line number (a
+    string, the last field; :func:`_line` reads it)."""
     if not path.is_file():
         raise FileNotFoundError(f"missing {what}: {path}")
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_text(path).splitlines(), start=1):
         fields = line.split()
         if not fields:
             continue
         if len(fields) < columns:
             raise ValueError(f"{path}: line {number}: expected {columns} fields, got {len(fields)}")
-        rows.append(fields)
+        rows.append([*fields, str(number)])
     if not rows:
         raise ValueError(f"{path}: empty")
     return rows
+
+
+def _line(row: list[str]) -> int:
+    """The line number :func:`_table` appended to ``row``."""
+    return int(row[-1])
 
 
 def _integers(path: Path, rows: list[list[str]], column: int) -> np.ndarray:
@@ -107,19 +127,34 @@ def _integers(path: Path, rows: list[list[str]], column: int) -> np.ndarray:
         raise ValueError(f"{path}: column {column + 1} must hold integers ({error})") from None
 
 
-def _subject_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``TEMPLATE_ID,SUBJECT_ID,...`` (a header, one row per image) → distinct templates and
-    the subject of each (its first row's)."""
-    with path.open(encoding="utf-8", newline="") as stream:
-        rows = [row for row in csv.reader(stream) if row]
+def _subject_csv(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``TEMPLATE_ID,SUBJECT_ID,...`` (a header, one row per image) → distinct templates, the
+    subject of each (its first row's) and that row's line number in ``path``."""
+    if not path.is_file():
+        raise FileNotFoundError(f"missing 1:N list: {path}")
+    lines = _text(path).splitlines()
+    numbered = [(n, row) for n, row in enumerate(csv.reader(lines), start=1) if row]
     try:
-        values = np.array([[int(r[0]), int(r[1])] for r in rows[1:]], dtype=np.int64)
+        values = np.array([[int(r[0]), int(r[1]), n] for n, r in numbered[1:]], dtype=np.int64)
     except (ValueError, IndexError) as error:
         raise ValueError(f"{path}: expected TEMPLATE_ID,SUBJECT_ID rows ({error})") from None
     if values.shape[0] == 0:
         raise ValueError(f"{path}: no rows")
     templates, first = np.unique(values[:, 0], return_index=True)
-    return templates, values[first, 1]
+    return templates, values[first, 1], values[first, 2]
+
+
+def _check_templates_known(
+    path: Path, templates: np.ndarray, lines: np.ndarray, known: np.ndarray
+) -> None:
+    """Every template ``path`` names (``templates``, read from ``lines``) has an image."""
+    missing = ~np.isin(templates, known)
+    if missing.any():
+        first = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{path}: line {int(lines[first])}: template {int(templates[first])} has no image "
+            f"in the template/media file ({int(missing.sum())} such templates)"
+        )
 
 
 def read_ijb_layout(data_dir: str | os.PathLike[str], target: str = "IJBC") -> IjbLayout:
@@ -140,6 +175,10 @@ def read_ijb_layout(data_dir: str | os.PathLike[str], target: str = "IJBC") -> I
         values = np.array([[float(v) for v in row[1:12]] for row in marks], dtype=np.float32)
     except ValueError as error:
         raise ValueError(f"{marks_path}: landmarks and scores must be numbers ({error})") from None
+    bad = ~np.isfinite(values).all(axis=1)
+    if bad.any():
+        row = marks[int(np.flatnonzero(bad)[0])]
+        raise ValueError(f"{marks_path}: line {_line(row)}: landmarks and score must be finite")
     tid_path = meta / f"{t}_face_tid_mid.txt"
     tid = _table(tid_path, 3, "template/media file")
     names = [row[0] for row in marks]
@@ -148,26 +187,50 @@ def read_ijb_layout(data_dir: str | os.PathLike[str], target: str = "IJBC") -> I
             f"{tid_path} and {marks_path} must list the same images in the same order "
             f"({len(tid)} and {len(names)} lines)"
         )
+    templates = _integers(tid_path, tid, 1)
     pair_path = meta / f"{t}_template_pair_label.txt"
     pairs = _table(pair_path, 3, "template pair file")
+    pair_lines = np.array([_line(row) for row in pairs], dtype=np.int64)
+    pair_first, pair_second = _integers(pair_path, pairs, 0), _integers(pair_path, pairs, 1)
+    labels = _integers(pair_path, pairs, 2)
+    bad_label = ~np.isin(labels, (0, 1))
+    if bad_label.any():
+        first = int(np.flatnonzero(bad_label)[0])
+        raise ValueError(
+            f"{pair_path}: line {int(pair_lines[first])}: label must be 0 or 1, "
+            f"got {int(labels[first])}"
+        )
+    if labels.min() == labels.max():
+        kind = "genuine (1)" if labels[0] == 1 else "impostor (0)"
+        raise ValueError(
+            f"{pair_path}: every pair is {kind}; TAR@FAR needs genuine and impostor pairs"
+        )
+    known = np.unique(templates)
+    _check_templates_known(pair_path, pair_first, pair_lines, known)
+    _check_templates_known(pair_path, pair_second, pair_lines, known)
     galleries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     probes = None
     gallery_names = ("G1", "G2") if target == "IJBC" else ("S1", "S2")
     probe_path = meta / f"{t}_1N_probe_mixed.csv"
     if probe_path.is_file():
-        probes = _subject_csv(probe_path)
+        probe_ids, probe_subjects, lines = _subject_csv(probe_path)
+        _check_templates_known(probe_path, probe_ids, lines, known)
+        probes = (probe_ids, probe_subjects)
         for name in gallery_names:
-            galleries[name] = _subject_csv(meta / f"{t}_1N_gallery_{name}.csv")
+            path = meta / f"{t}_1N_gallery_{name}.csv"
+            ids, subjects, lines = _subject_csv(path)
+            _check_templates_known(path, ids, lines, known)
+            galleries[name] = (ids, subjects)
     return IjbLayout(
         image_dir=root / "loose_crop",
         names=names,
         landmarks=values[:, :10].reshape(-1, 5, 2),
         face_scores=values[:, 10],
-        templates=_integers(tid_path, tid, 1),
+        templates=templates,
         medias=_integers(tid_path, tid, 2),
-        pair_first=_integers(pair_path, pairs, 0),
-        pair_second=_integers(pair_path, pairs, 1),
-        pair_label=_integers(pair_path, pairs, 2) == 1,
+        pair_first=pair_first,
+        pair_second=pair_second,
+        pair_label=labels == 1,
         galleries=galleries,
         probes=probes,
     )
@@ -205,6 +268,37 @@ class _AlignedImages(torch.utils.data.Dataset):
 
 def _names_digest(names: list[str], key: str) -> str:
     return hashlib.sha256("\n".join([key, *names]).encode("utf-8")).hexdigest()
+
+
+def _read_cache(path: Path, digest: str, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The embeddings cached in ``path`` when they belong to these images and this model
+    (``digest``) and are whole: ``count`` finite rows each. A cache of other images or another
+    model is ``None`` silently (it is rewritten); a damaged or foreign file (truncated, not a
+    ``.npz``, missing arrays, wrong shapes) is ``None`` with a warning naming it."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if str(stored["names_digest"]) != digest:
+                return None
+            embeddings, flipped = stored["embeddings"], stored["flipped"]
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        warnings.warn(f"{path}: damaged embedding cache ({reason}); embedding again", stacklevel=3)
+        return None
+    whole = (
+        embeddings.ndim == 2
+        and embeddings.shape[0] == count
+        and flipped.shape == embeddings.shape
+        and np.isfinite(embeddings).all()
+        and np.isfinite(flipped).all()
+    )
+    if not whole:
+        warnings.warn(
+            f"{path}: damaged embedding cache (shapes {embeddings.shape} and {flipped.shape} "
+            f"for {count} images, or non-finite values); embedding again",
+            stacklevel=3,
+        )
+        return None
+    return embeddings, flipped
 
 
 def embed_ijb_images(
@@ -245,9 +339,9 @@ def embed_ijb_images(
         layout.names, cache_key if alignment == "float64" else f"{cache_key}|align={alignment}"
     )
     if cache is not None and Path(cache).is_file():
-        with np.load(cache, allow_pickle=False) as stored:
-            if str(stored["names_digest"]) == digest:
-                return stored["embeddings"], stored["flipped"]
+        cached = _read_cache(Path(cache), digest, len(layout.names))
+        if cached is not None:
+            return cached
     loader = torch.utils.data.DataLoader(
         _AlignedImages(layout, alignment), batch_size=batch_size, num_workers=workers, shuffle=False
     )

@@ -35,6 +35,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .base import DatasetBundle, ImageSet, StreamedImageSet, VerificationSet
+from .framing import warn_framing
 from .insightface_bin import VerificationBin, load_verification_bin
 from .recordio import RecordFormatError, RecordReader, unpack_image_record
 
@@ -157,15 +158,19 @@ class InsightFaceDataset(Dataset):
         decoder: ``"auto"`` (default: ``simplejpeg`` when installed, else Pillow),
             ``"pillow"`` or ``"simplejpeg"``.
         rec_name: the record file's stem. Default: ``"train"``.
+        output_size: resize every image to ``output_size × output_size`` on the fly (Pillow's
+            area-averaging ``BOX`` filter when shrinking, bilinear when enlarging, as
+            :func:`~marginface.data.imaging.decode_image`). None (default): the records' size.
 
     Attributes:
         num_classes: from ``property``.
         image_size: ``(height, width)`` from ``property``; every image must have it.
+        output_size: ``(height, width)`` of the items (``image_size`` unless resized).
         keys: ``int64[N]`` record keys of the images, item ``i`` being record ``keys[i]``.
         decoder: the decoder in use.
 
-    ``dataset[i]`` is ``(image, label)``: ``float32[3, H, W]`` in ``[-1, 1]`` and an ``int64``
-    scalar tensor in ``[0, num_classes)``.
+    ``dataset[i]`` is ``(image, label)``: ``float32[3, H, W]`` (``output_size``) in ``[-1, 1]``
+    and an ``int64`` scalar tensor in ``[0, num_classes)``.
 
     Raises:
         FileNotFoundError: a file is missing (named).
@@ -181,6 +186,7 @@ class InsightFaceDataset(Dataset):
         seed: int | None = 0,
         decoder: str = "auto",
         rec_name: str = "train",
+        output_size: int | None = None,
     ) -> None:
         self.root = Path(root)
         if isinstance(flip, bool):
@@ -196,6 +202,11 @@ class InsightFaceDataset(Dataset):
         self.property_path = self.root / "property"
         self.num_classes, height, width = read_property(self.property_path)
         self.image_size = (height, width)
+        if output_size is not None and (
+            isinstance(output_size, bool) or not isinstance(output_size, int) or output_size < 1
+        ):
+            raise ValueError(f"output_size must be an int >= 1 or None, got {output_size!r}")
+        self.output_size = self.image_size if output_size is None else (output_size, output_size)
         self.records = RecordReader(self.root / f"{rec_name}.rec", self.root / f"{rec_name}.idx")
         self.keys = self._image_keys()
 
@@ -240,7 +251,8 @@ class InsightFaceDataset(Dataset):
         return plain
 
     def read_item(self, index: int) -> tuple[np.ndarray, int]:
-        """Item ``index`` decoded but not normalised: ``uint8[H, W, 3]`` and its class.
+        """Item ``index`` decoded (resized to ``output_size``) but not normalised:
+        ``uint8[H, W, 3]`` and its class.
 
         Raises:
             IndexError: ``index`` outside ``[-len, len)``.
@@ -267,6 +279,8 @@ class InsightFaceDataset(Dataset):
                 f"{where}: image is {image.shape[0]}x{image.shape[1]}, {self.property_path} "
                 f"says {self.image_size[0]}x{self.image_size[1]}"
             )
+        if self.output_size != self.image_size:
+            image = _resized(image, self.output_size)
         return image, int(label)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,9 +322,22 @@ class InsightFaceDataset(Dataset):
     def __repr__(self) -> str:
         return (
             f"InsightFaceDataset({str(self.root)!r}, images={len(self)}, "
-            f"classes={self.num_classes}, size={self.image_size}, flip={self.flip}, "
+            f"classes={self.num_classes}, size={self.output_size}, flip={self.flip}, "
             f"decoder={self.decoder!r})"
         )
+
+
+def _resized(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``uint8[H, W, 3]`` → ``uint8[size[0], size[1], 3]``: Pillow's ``BOX`` filter when
+    shrinking, bilinear when enlarging (the rule of
+    :func:`~marginface.data.imaging.decode_image`)."""
+    from PIL import Image
+
+    height, width = size
+    shrinking = height <= image.shape[0] and width <= image.shape[1]
+    resample = Image.Resampling.BOX if shrinking else Image.Resampling.BILINEAR
+    resized = Image.fromarray(np.ascontiguousarray(image)).resize((width, height), resample)
+    return np.asarray(resized, dtype=np.uint8)
 
 
 def load_verification_sets(
@@ -357,38 +384,6 @@ def load_verification_sets(
     return sets
 
 
-def alignment_note_path(path: str | os.PathLike[str]) -> Path:
-    """Where ``marginface convert`` notes how a set's faces were framed: ``DIR/alignment.txt``
-    for a dataset folder, ``NAME.bin.alignment.txt`` beside a ``.bin``."""
-    path = Path(path)
-    return (
-        path.with_name(path.name + ".alignment.txt")
-        if path.suffix == ".bin"
-        else (path / "alignment.txt")
-    )
-
-
-def read_alignment_note(path: str | os.PathLike[str]) -> str | None:
-    """The note of :func:`alignment_note_path` (one line), or None when there is none."""
-    note = alignment_note_path(path)
-    return note.read_text(encoding="utf-8").strip() if note.is_file() else None
-
-
-def _warn_if_framed_differently(root: Path, names: Sequence[str]) -> None:
-    """A warning when the training set and a verification set were converted with different
-    framing (one detected and aligned, the other centre-cropped, ...): their accuracy then
-    measures the framing as much as the model."""
-    train_note = read_alignment_note(root)
-    for name in names:
-        note = read_alignment_note(root / f"{name}.bin")
-        if train_note is not None and note is not None and note != train_note:
-            logger.warning(
-                "the training set %s was framed as '%s' but the verification set %s.bin as "
-                "'%s' (marginface convert --detector aligns both the same way)",
-                root, train_note, name, note,
-            )  # fmt: skip
-
-
 def load_insightface(
     data_dir: str | os.PathLike[str] | None = None,
     *,
@@ -396,6 +391,7 @@ def load_insightface(
     image_size: int | None = None,
     decoder: str = "auto",
     verification: Sequence[str] | None = None,
+    resize: bool = False,
 ) -> DatasetBundle:
     """The ``insightface`` dataset of the pipeline: ``train.rec`` streamed for training
     (random horizontal flip, [-1, 1]) and every ``*.bin`` beside it as verification sets.
@@ -404,9 +400,12 @@ def load_insightface(
         data_dir: the folder holding ``train.rec``, ``train.idx`` and ``property`` (or a folder
             whose ``insightface/`` sub-folder does). Required.
         seed: seeds the flips.
-        image_size: must equal ``property``'s side if given (the records are not resized).
+        image_size: the side of the images. None: the records' own (``property``'s). Without
+            ``resize`` it must equal ``property``'s side.
         decoder: see :class:`InsightFaceDataset`.
         verification: only these ``.bin`` sets (stems). None: all.
+        resize: resize the records and the ``.bin`` sets to ``image_size`` on the fly
+            (``train --resize-records``, dataset option ``resize = true``). Default: False.
 
     Returns:
         A bundle whose ``train`` is a :class:`~marginface.data.base.StreamedImageSet`, whose
@@ -420,18 +419,29 @@ def load_insightface(
         root = root / "insightface"
     if not (root / "train.rec").is_file():
         raise FileNotFoundError(f"dataset 'insightface': no train.rec in {root}")
-    dataset = InsightFaceDataset(root, flip=True, seed=seed, decoder=decoder)
+    if not isinstance(resize, bool):
+        raise TypeError(f"resize must be a bool, got {resize!r}")
+    if resize and image_size is None:
+        raise ValueError("resize = true needs image_size (--image-size N): the side to resize to")
+    dataset = InsightFaceDataset(
+        root, flip=True, seed=seed, decoder=decoder, output_size=image_size if resize else None
+    )
     height, width = dataset.image_size
-    if image_size is not None and (image_size, image_size) != (height, width):
+    if not resize and image_size is not None and (image_size, image_size) != (height, width):
         raise ValueError(
             f"image_size = {image_size} differs from {root / 'property'} ({height}x{width}); "
-            "the records are used at their own size"
+            "the records are used at their own size: leave --image-size unset, or pass "
+            "--resize-records (dataset option resize = true) to resize them on the fly"
         )
+    height, width = dataset.output_size
     train = StreamedImageSet(dataset, dataset.labels(), (), (3, height, width), dataset.num_classes)
     test = ImageSet(np.zeros((0, 3, height, width), np.float32), np.zeros(0, np.int64))
+    found_sets = load_verification_sets(
+        root, names=verification, image_size=image_size if resize else None
+    )
+    warn_framing(root, found_sets)
     sets = {
         name: VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
-        for name, found in load_verification_sets(root, names=verification).items()
+        for name, found in found_sets.items()
     }
-    _warn_if_framed_differently(root, list(sets))
     return DatasetBundle("insightface", train, test, open_set=True, verification=sets)

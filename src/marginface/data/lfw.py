@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import tarfile
+import zipfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -193,9 +194,15 @@ def load_lfw_images(
                 if str(stored["fingerprint"]) == fingerprint:
                     names, numbers = stored["names"], stored["numbers"]
                     keys = [(str(n), int(i)) for n, i in zip(names, numbers, strict=True)]
-                    return stored["images"], keys
-        except (OSError, ValueError, KeyError) as error:
-            logger.warning("ignoring unreadable LFW cache %s (%s)", cache_file, error)
+                    images = stored["images"]
+                    side = image_size if image_size else images.shape[-1]
+                    expected = (len(keys), 3 if rgb else 1, side, side)
+                    if images.dtype == np.uint8 and images.shape == expected:
+                        return images, keys
+                    raise ValueError(f"images {images.dtype}{list(images.shape)}")
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
+            reason = f"{type(error).__name__}: {error}".splitlines()[0]
+            logger.warning("ignoring damaged LFW cache %s (%s); decoding again", cache_file, reason)
     logger.info("decoding LFW images from %s (cached afterwards in %s)", source, cache_file)
 
     def decode(item: tuple[str, int, bytes]) -> tuple[str, int, np.ndarray]:

@@ -51,6 +51,7 @@ __all__ = [
     "iter_records",
     "pack_image_record",
     "read_index",
+    "rebuild_index",
     "unpack_image_record",
 ]
 
@@ -75,7 +76,8 @@ class RecordReader:
     each process; a reader pickles without its descriptor.
 
     Raises:
-        FileNotFoundError: either file is missing.
+        FileNotFoundError: either file is missing (a missing index: the message gives the
+            command that rebuilds it, :func:`rebuild_index`).
         RecordFormatError: see :func:`read_index`.
     """
 
@@ -87,6 +89,11 @@ class RecordReader:
             Path(index_path) if index_path is not None else self.path.with_suffix(".idx")
         )
         self.size = self.path.stat().st_size
+        if not self.index_path.is_file():
+            raise FileNotFoundError(
+                f"{self.index_path}: missing (the index of {self.path}); rebuild it from the "
+                f".rec with: marginface convert --reindex {self.path}"
+            )
         keys, offsets = read_index(
             self.index_path, record_file_size=self.size, record_file=self.path
         )
@@ -300,3 +307,46 @@ class RecordWriter:
         self._position += len(framed)
         self.count += 1
         return offset
+
+
+def rebuild_index(
+    path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None
+) -> int:
+    """Write the ``.idx`` of a ``.rec`` from the records themselves (``marginface convert
+    --reindex``): one line ``key<TAB>offset`` per record, in file order, the key being the
+    record's image-header ``id`` (what insightface's ``face2rec2.py`` and MXNet's ``im2rec``
+    index it by). Written atomically; the ``.rec`` is read once, sequentially.
+
+    Args:
+        path: the ``.rec`` file.
+        index_path: the index to write. Default: ``path`` with the suffix ``.idx``.
+
+    Returns:
+        The number of records indexed.
+
+    Raises:
+        FileNotFoundError: no ``.rec`` at ``path``.
+        RecordFormatError: a record is malformed or shorter than an image header, or two
+            records carry the same ``id`` (no index can tell them apart); named.
+    """
+    path = Path(path)
+    target = Path(index_path) if index_path is not None else path.with_suffix(".idx")
+    seen: dict[int, int] = {}
+    lines = []
+    for number, (offset, payload) in enumerate(iter_records(path)):
+        if len(payload) < _HEADER.size:
+            raise RecordFormatError(
+                f"{path}: record #{number} at byte {offset}: {len(payload)} bytes, not an image "
+                f"record (its {_HEADER.size}-byte header holds the key)"
+            )
+        key = int(_HEADER.unpack_from(payload)[2])
+        if key in seen:
+            raise RecordFormatError(
+                f"{path}: records #{seen[key]} and #{number} both have id {key}; the index "
+                "cannot be rebuilt from the ids"
+            )
+        seen[key] = number
+        lines.append(f"{key}\t{offset}\n")
+    with atomic_write(target) as stream:
+        stream.write("".join(lines).encode("ascii"))
+    return len(lines)

@@ -27,6 +27,8 @@ from .bin_verification import (
     BinVerificationMetrics,
     bin_set_metrics,
     bin_verification_metrics,
+    grid_note,
+    grid_notes,
     kfold_folds,
     threshold_at_far,
 )
@@ -75,6 +77,8 @@ __all__ = [
     "cosine_to_centers",
     "equal_error_rate",
     "error_versus_reject",
+    "grid_note",
+    "grid_notes",
     "ijb_identification",
     "ijb_image_features",
     "ijb_verification",

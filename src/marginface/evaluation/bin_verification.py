@@ -30,12 +30,21 @@ marginface's own search (:func:`~marginface.evaluation.verification.verification
 thresholds at the midpoints between consecutive cosine scores, accepted when ``score >= t``) is
 finer than the 0.01 grid and can print a slightly higher accuracy; it stays available and is
 labelled ``midpoint`` in reports.
+
+**When the grid is too coarse.** Embeddings whose pairs all lie within one grid step of each
+other (every squared distance below 0.01: an untrained or collapsed model, a tiny embedding)
+leave the grid no threshold between them: every ``t`` accepts all pairs or none, and the rule
+prints 0.5000 ± 0.0000 at threshold 0 however well the pairs are ordered.
+:attr:`BinVerificationMetrics.coarse_folds` counts the folds where the best grid threshold does
+no better than one answer for every training pair although a threshold between two of their
+distances does better; :func:`grid_note` turns it into the sentence ``marginface evaluate`` and
+the report print beside the midpoint search's accuracy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -44,7 +53,12 @@ import numpy as np
 from .._validation import check_real
 from .arrays import ArrayLike, as_bool_vector, as_embeddings
 from .pairs import pair_scores
-from .verification import DEFAULT_FAR_TARGETS, VerificationMetrics, verification_metrics
+from .verification import (
+    DEFAULT_FAR_TARGETS,
+    VerificationMetrics,
+    best_threshold,
+    verification_metrics,
+)
 
 __all__ = [
     "ACCURACY_THRESHOLDS",
@@ -53,6 +67,8 @@ __all__ = [
     "bin_set_metrics",
     "bin_verification_metrics",
     "grid_accuracy",
+    "grid_note",
+    "grid_notes",
     "kfold_folds",
     "threshold_at_far",
     "validation_rate",
@@ -182,6 +198,10 @@ class BinVerificationMetrics:
         fold_accuracies: ``float64[K]``.
         fold_thresholds: ``float64[K]``, each fold's best squared-L2 threshold.
         distances: ``float64[P]`` squared-L2 distances of the pairs.
+        coarse_folds: the folds (0 .. ``K``) where the 0.01 grid is too coarse: its best
+            threshold is no more accurate on the fold's training pairs than one answer for all
+            of them (all "same" or all "different"), while a threshold between two of their
+            distances is (e.g. every distance below 0.01). 0: the grid was fine.
     """
 
     accuracy: float
@@ -195,10 +215,17 @@ class BinVerificationMetrics:
     fold_accuracies: np.ndarray
     fold_thresholds: np.ndarray
     distances: np.ndarray
+    coarse_folds: int = 0
+
+    @property
+    def grid_too_coarse(self) -> bool:
+        """True when the grid was too coarse in at least one fold (:attr:`coarse_folds`)."""
+        return self.coarse_folds > 0
 
     def as_dict(self) -> dict[str, float]:
         """The scalars: ``accuracy``, ``accuracy_std``, ``threshold``, ``xnorm``,
-        ``val@far=1e-03`` (the target as formatted), ``val_std``, ``far``."""
+        ``val@far=1e-03`` (the target as formatted), ``val_std``, ``far``,
+        ``grid_too_coarse_folds`` (:attr:`coarse_folds`, 0 when the grid was fine)."""
         return {
             "accuracy": self.accuracy,
             "accuracy_std": self.accuracy_std,
@@ -207,6 +234,7 @@ class BinVerificationMetrics:
             f"val@far={self.far_target:.0e}": self.val,
             "val_std": self.val_std,
             "far": self.far,
+            "grid_too_coarse_folds": float(self.coarse_folds),
         }
 
 
@@ -271,10 +299,13 @@ def _protocol(
     thresholds = np.empty(fold_ids.shape[0])
     vals = np.empty(fold_ids.shape[0])
     fars = np.empty(fold_ids.shape[0])
+    coarse = 0
     for i, fold in enumerate(fold_ids):
         test = folds == fold
         train = ~test
-        best = int(np.argmax(grid_accuracy(distances[train], same[train])))  # first best
+        on_grid = grid_accuracy(distances[train], same[train])  # (400,)
+        best = int(np.argmax(on_grid))  # first best
+        coarse += _grid_too_coarse(distances[train], same[train], on_grid[best])
         thresholds[i] = ACCURACY_THRESHOLDS[best]
         accuracies[i] = grid_accuracy(
             distances[test], same[test], ACCURACY_THRESHOLDS[best : best + 1]
@@ -296,6 +327,52 @@ def _protocol(
         fold_accuracies=accuracies,
         fold_thresholds=thresholds,
         distances=distances,
+        coarse_folds=coarse,
+    )
+
+
+def _grid_too_coarse(distances: np.ndarray, same: np.ndarray, grid_best: float) -> bool:
+    """Whether the grid's best accuracy ``grid_best`` on these pairs is no better than one
+    answer for all of them while a threshold between two of their distances is better
+    (:func:`~marginface.evaluation.verification.best_threshold` on ``-distances``: every
+    distinct decision)."""
+    genuine = int(same.sum())
+    constant = max(genuine, same.shape[0] - genuine) / same.shape[0]  # all "same" or all "not"
+    _, finest = best_threshold(-distances, same)
+    return bool(grid_best <= constant < finest)
+
+
+def grid_note(name: str, values: Mapping[str, float], *, num_folds: int = 10) -> str | None:
+    """The sentence ``marginface evaluate`` and the report print when insightface's 0.01 grid
+    was too coarse for set ``name``, or None when it was not.
+
+    Args:
+        name: the set (``lfw``...), as it prefixes the keys of ``values``.
+        values: the set's scalars without the prefix, as :func:`bin_set_metrics` returns them
+            (``grid_too_coarse_folds``, ``accuracy``, ``accuracy_std``, ``accuracy_midpoint``,
+            ``accuracy_midpoint_std``); a missing ``grid_too_coarse_folds`` means no note.
+        num_folds: the folds of the protocol (insightface: 10).
+
+    Returns:
+        e.g. ``"lfw: insightface's threshold grid (steps of 0.01 in squared L2 distance) is too
+        coarse for these embeddings: in 10 of 10 folds no grid threshold beats one answer for
+        every pair, so its accuracy 50.00% ± 0.00 measures the grid, not the model. The finer
+        midpoint search gives 97.50% ± 1.20 (lfw_accuracy_midpoint)."``
+    """
+    folds = values.get("grid_too_coarse_folds", 0.0)
+    if not folds or not math.isfinite(folds):
+        return None
+
+    def percent(key: str) -> str:
+        mean, std = values.get(key, math.nan), values.get(f"{key}_std", math.nan)
+        return f"{100 * mean:.2f}% ± {100 * std:.2f}"
+
+    return (
+        f"{name}: insightface's threshold grid (steps of 0.01 in squared L2 distance) is too "
+        f"coarse for these embeddings: in {int(folds)} of {num_folds} folds no grid threshold "
+        f"beats one answer for every pair, so its accuracy {percent('accuracy')} measures the "
+        f"grid, not the model. The finer midpoint search gives {percent('accuracy_midpoint')} "
+        f"({name}_accuracy_midpoint)."
     )
 
 
@@ -362,3 +439,22 @@ def bin_set_metrics(
     for far, tar in roc.tar_at_far.items():
         values[f"tar@far={far:.0e}"] = math.nan if tar is None else float(tar)
     return values, roc
+
+
+GRID_FLAG = "_grid_too_coarse_folds"
+"""The suffix of a set's coarse-grid flag among prefixed metrics (``lfw_grid_too_coarse_folds``)."""
+
+
+def grid_notes(metrics: Mapping[str, float]) -> list[str]:
+    """:func:`grid_note` for every set of ``metrics`` (keys ``<set>_accuracy``... as
+    ``marginface evaluate`` writes them; the sets are the prefixes of
+    ``<set>_grid_too_coarse_folds``), in the order of the keys; ``[]`` when no set needs one."""
+    notes = []
+    for key in metrics:
+        if key.endswith(GRID_FLAG):
+            name = key[: -len(GRID_FLAG)]
+            values = {k[len(name) + 1 :]: v for k, v in metrics.items() if k.startswith(f"{name}_")}
+            note = grid_note(name, values)
+            if note is not None:
+                notes.append(note)
+    return notes

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .._validation import check_int, check_real
+from ._sides import check_image_side
 
 __all__ = [
     "IRESNET_LAYERS",
@@ -113,10 +114,13 @@ class IResNet(nn.Module):
             raise ValueError(f"depth must be one of {valid}, got {depth!r}")
         self.embedding_dim = check_int("embedding_dim", embedding_dim, minimum=1)
         check_int("in_channels", in_channels, minimum=1)
-        check_int("image_size", image_size, minimum=16)
+        check_image_side(
+            f"IResNet-{depth} (r{depth})",
+            image_size,
+            multiple=16,
+            why="four stride-2 stages: the last map is image_size / 16",
+        )
         check_real("dropout", dropout, nonnegative=True, below=1.0)
-        if image_size % 16:
-            raise ValueError(f"image_size must be a multiple of 16, got {image_size!r}")
         if not isinstance(activation_checkpointing, bool):
             raise TypeError(
                 f"activation_checkpointing must be a bool, got {activation_checkpointing!r}"

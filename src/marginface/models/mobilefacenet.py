@@ -37,6 +37,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .._validation import check_int
+from ._sides import check_image_side
 
 __all__ = ["MobileFaceNet", "mbf", "mbf_large"]
 
@@ -171,9 +172,12 @@ class MobileFaceNet(nn.Module):
         check_int("embedding_dim", embedding_dim, minimum=1)
         check_int("scale", scale, minimum=1)
         check_int("in_channels", in_channels, minimum=1)
-        check_int("image_size", image_size, minimum=16)
-        if image_size % 16:
-            raise ValueError(f"image_size must be a multiple of 16, got {image_size!r}")
+        check_image_side(
+            "MobileFaceNet (mbf)",
+            image_size,
+            multiple=16,
+            why="four stride-2 stages: the GDC kernel is image_size / 16",
+        )
         if (
             not isinstance(blocks, tuple | list)
             or len(blocks) != 4

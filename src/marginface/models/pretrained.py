@@ -112,8 +112,10 @@ def load_backbone_weights(
     model: nn.Module, state: Mapping[str, Tensor], *, source: str, name: str = "the model"
 ) -> None:
     """``model.load_state_dict(state, strict=True)``, with one line naming ``source`` when the
-    file does not fit: how many keys are missing and unexpected (with examples), which tensors
-    have other shapes, or the first convolution's channel count.
+    file does not fit: how many keys are missing and unexpected (with examples), integer or
+    quantized tensors where the model's are floating point (never cast silently: int8 weights
+    cast to float are other weights), which tensors have other shapes, or the first
+    convolution's channel count.
 
     Raises:
         ValueError: as above.
@@ -130,19 +132,26 @@ def load_backbone_weights(
             f"missing from the file ({_examples(missing) or 'none'}) and {len(unexpected)} in "
             f"the file are unexpected ({_examples(unexpected) or 'none'}); is --model right?"
         )
+    retyped = [
+        k for k in expected if expected[k].is_floating_point() and not state[k].is_floating_point()
+    ]
+    if retyped:
+        first = retyped[0]
+        raise ValueError(
+            f"{source} holds {state[first].dtype} tensors where {name} has floating-point "
+            f"weights ({len(retyped)} tensors, e.g. {first}): quantized or integer weights "
+            "are not cast silently; dequantize them to float first"
+        )
     if reshaped:
         first = reshaped[0]
         theirs, ours = tuple(state[first].shape), tuple(expected[first].shape)
-        first_conv = first in (
-            "conv1.weight",
-            "patch_embed.proj.weight",
-            "layers.0.layers.0.weight",
-        )
+        # the model's first 4-D weight is its first convolution (conv1, a patch embedding)
+        first_conv = first == next((k for k, v in expected.items() if v.ndim == 4), None)
         if first_conv and len(theirs) == 4 and theirs[1] != ours[1] and theirs[0] == ours[0]:
             raise ValueError(
                 f"{source} takes {theirs[1]}-channel images (its first convolution), "
-                f"{name} was built for {ours[1]}: check the channel order and count "
-                "(insightface: 3, RGB)"
+                f"{name} was built for {ours[1]}-channel images: check the channel order "
+                "and count (insightface: 3, RGB)"
             )
         raise ValueError(
             f"{source} does not fit {name}: {len(reshaped)} tensors have other shapes "
@@ -172,7 +181,12 @@ class OnnxBackbone(nn.Module):
         path: the ``.onnx`` file (e.g. insightface's ``w600k_r50.onnx``: input ``(N, 3, 112,
             112)``, RGB, ``(x / 255 - 0.5) / 0.5``).
         in_channels, image_size: what the data has; checked against the graph's input.
+            ``image_size`` None: not checked (the graph's side is :attr:`input_size`).
         providers: ONNX Runtime execution providers. Default: the CPU's.
+
+    Attributes:
+        input_size: ``(height, width)`` of the graph's input, each None where the graph leaves
+            it dynamic.
 
     Raises:
         ImportError: onnxruntime is missing (``marginface[onnx]``).
@@ -185,7 +199,7 @@ class OnnxBackbone(nn.Module):
         path: str | os.PathLike[str],
         *,
         in_channels: int = 3,
-        image_size: int = 112,
+        image_size: int | None = 112,
         providers: list[str] | None = None,
     ) -> None:
         super().__init__()
@@ -223,18 +237,61 @@ class OnnxBackbone(nn.Module):
                 f"{path} takes {channels}-channel images, the data has {in_channels}: check the "
                 "channel order and count"
             )
-        for side in (height, width):
-            if isinstance(side, int) and side != image_size:
+        self.input_size: tuple[int | None, int | None] = (
+            height if isinstance(height, int) else None,
+            width if isinstance(width, int) else None,
+        )
+        for side in self.input_size:
+            if image_size is not None and side is not None and side != image_size:
                 raise ValueError(
-                    f"{path} takes {height}x{width} images, the data is "
-                    f"{image_size}x{image_size}: pass --image-size {side}"
+                    f"{path} takes {height}x{width} images (its ONNX input {shape}), but the "
+                    f"images are resized to {image_size}x{image_size} (image_size = "
+                    f"{image_size}): pass --image-size {side}, or image_size=None to use the "
+                    "model's side"
                 )
         self.path = path
+        # a graph exported with a fixed batch (often 1) is fed that many images at a time
+        batch = shape[0]
+        self.fixed_batch = batch if isinstance(batch, int) and batch > 0 else None
 
     def forward(self, images: Tensor) -> Tensor:
-        feed = {self.input_name: images.detach().to("cpu", torch.float32).contiguous().numpy()}
-        (out, *_) = self.session.run(None, feed)
-        return torch.from_numpy(out).float().to(images.device)  # (N, D)
+        """``Tensor[N, C, H, W] -> Tensor[N, D]`` float32 on ``images``' device; a graph of
+        fixed batch ``B`` is run on slices of ``B`` images (the last one zero-padded)."""
+        x = images.detach().to("cpu", torch.float32).contiguous()
+        size = self.fixed_batch
+        if size is None or x.shape[0] == size:
+            (out, *_) = self.session.run(None, {self.input_name: x.numpy()})
+            return torch.from_numpy(out).float().to(images.device)  # (N, D)
+        parts = []
+        for start in range(0, x.shape[0], size):
+            part = x[start : start + size]
+            count = part.shape[0]
+            if count < size:  # (size, C, H, W): the rest of the slice is zeros
+                part = torch.cat([part, part.new_zeros(size - count, *part.shape[1:])])
+            (out, *_) = self.session.run(None, {self.input_name: part.numpy()})
+            parts.append(torch.from_numpy(out[:count]).float())
+        return torch.cat(parts).to(images.device)  # (N, D)
+
+
+def read_backbone_state(
+    path: str | os.PathLike[str], model: str | None = None
+) -> tuple[dict[str, Tensor], str]:
+    """``path``'s backbone weights (:func:`read_state_dict`) and the architecture they are for:
+    ``model``, or the IResNet depth of an AdaFace checkpoint (mapped onto IResNet's names).
+
+    Raises:
+        ValueError: an unreadable file (named), or no ``model`` for a file that does not say.
+    """
+    source = str(path)
+    state = read_state_dict(path)
+    if is_adaface_state_dict(state):
+        state, depth = adaface_to_iresnet(state, source=source)
+        model = model or f"r{depth}"
+    if model is None:
+        raise ValueError(
+            f"which architecture is {source}? pass model= (--model): {', '.join(list_models())}"
+        )
+    return state, model
 
 
 def load_backbone(
@@ -244,7 +301,7 @@ def load_backbone(
     model: str | None = None,
     embedding_dim: int = 512,
     in_channels: int = 3,
-    image_size: int = 112,
+    image_size: int | None = 112,
     bgr: bool = False,
     device: torch.device | str = "cpu",
     **options: Any,
@@ -259,7 +316,9 @@ def load_backbone(
         onnx: an ONNX file instead (:class:`OnnxBackbone`).
         model: the registered architecture of ``path`` (``r100``, ``mbf``, ``vit_t``...).
         embedding_dim, in_channels, image_size: the architecture's ``D``, ``C`` and side.
-            Defaults: 512, 3, 112 (insightface's).
+            Defaults: 512, 3, 112 (insightface's). For ``onnx``, ``image_size`` is checked
+            against the graph's input; None: not checked (a state_dict needs a side: None
+            there means 112).
         bgr: the model expects BGR: the images (RGB) are reversed on the channel axis first.
         device: where the model is put. Default: the CPU.
         **options: further options of the architecture (e.g. ``dropout``).
@@ -281,19 +340,12 @@ def load_backbone(
         backbone: nn.Module = OnnxBackbone(onnx, in_channels=in_channels, image_size=image_size)
     else:
         source = str(path)
-        state = read_state_dict(path)  # type: ignore[arg-type]
-        if is_adaface_state_dict(state):
-            state, depth = adaface_to_iresnet(state, source=source)
-            model = model or f"r{depth}"
-        if model is None:
-            raise ValueError(
-                f"which architecture is {source}? pass model= (--model): {', '.join(list_models())}"
-            )
+        state, model = read_backbone_state(path, model)  # type: ignore[arg-type]
         backbone = create_model(
             model,
             embedding_dim=embedding_dim,
             in_channels=in_channels,
-            image_size=image_size,
+            image_size=112 if image_size is None else image_size,
             **options,
         )
         load_backbone_weights(backbone, state, source=source, name=model)

@@ -11,6 +11,7 @@ import numpy as np
 from ._figure import new_figure
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["history_column", "plot_state_curve", "plot_training_curves"]
@@ -55,20 +56,33 @@ def _keys(history: Sequence[Mapping[str, object]]) -> list[str]:
     return sorted({str(k) for row in history for k in row})
 
 
+def _set_accuracy_keys(history: Sequence[Mapping[str, object]]) -> list[str]:
+    """The verification sets' ``<set>_accuracy`` columns (those with a ``<set>_accuracy_std``
+    beside them: ``lfw_accuracy``...), the test pairs' ``verification_accuracy`` excepted."""
+    keys = list(dict.fromkeys(str(k) for row in history for k in row))
+    return [
+        k
+        for k in keys
+        if k.endswith("_accuracy") and f"{k}_std" in keys and k != "verification_accuracy"
+    ]
+
+
 def plot_training_curves(history: Sequence[Mapping[str, object]]) -> Figure:
     """Loss and validation loss (left panel) and accuracy (right panel) per epoch.
 
     Args:
         history: the trainer's per-epoch rows (e.g. ``csv.DictReader`` output; strings are
             converted): ``"epoch"`` and any of ``"loss"``, ``"val_loss"``, ``"accuracy"``
-            (closed-set) and ``"verification_accuracy"`` (open-set runs: test pairs).
-            Missing or empty cells are skipped.
+            (closed-set), ``"verification_accuracy"`` (open-set runs: test pairs) and the
+            verification sets' ``"<set>_accuracy"`` (``lfw_accuracy``... beside their
+            ``_std``). Missing or empty cells are skipped.
 
     Returns:
-        The figure: one line per column present (at least one must be).
+        The figure: one line per column present (at least one must be); the accuracy panel
+        only when an accuracy column has a value.
     """
     _check_history(history)
-    keys = ("loss", "val_loss", "accuracy", "verification_accuracy")
+    keys = ("loss", "val_loss", "accuracy", "verification_accuracy", *_set_accuracy_keys(history))
     columns = {key: history_column(history, key) for key in keys}
     present = {key: value for key, value in columns.items() if value[1].size}
     if not present:
@@ -76,13 +90,15 @@ def plot_training_curves(history: Sequence[Mapping[str, object]]) -> Figure:
             f"history has none of the columns {', '.join(keys)}; "
             f"its columns are: {', '.join(_keys(history))}"
         )
+    accuracies = [key for key in keys[2:] if key in present]
+    if not accuracies:  # nothing to draw on the right: the loss alone
+        figure = new_figure(6.0, 4.0)
+        loss_ax = figure.add_subplot()
+        _draw_losses(loss_ax, present)
+        return figure
     figure = new_figure(11.0, 4.0)
     loss_ax, accuracy_ax = figure.subplots(1, 2)
-    for key, label in (("loss", "training loss"), ("val_loss", "validation loss")):
-        if key in present:
-            loss_ax.plot(*present[key], marker=".", label=label)
-    loss_ax.set_title("Loss")
-    loss_ax.set_ylabel("loss")
+    _draw_losses(loss_ax, present)
     if "accuracy" in present:
         accuracy_ax.plot(*present["accuracy"], marker=".", color="tab:green", label="accuracy")
     if "verification_accuracy" in present:
@@ -92,14 +108,29 @@ def plot_training_curves(history: Sequence[Mapping[str, object]]) -> Figure:
             color="tab:purple",
             label="verification accuracy (test pairs)",
         )
+    for key in accuracies:
+        if key not in ("accuracy", "verification_accuracy"):
+            name = key[: -len("_accuracy")]
+            accuracy_ax.plot(*present[key], marker=".", label=f"{name} (verification set)")
     accuracy_ax.set_title("Accuracy")
     accuracy_ax.set_ylabel("accuracy")
-    for ax in (loss_ax, accuracy_ax):
-        ax.set_xlabel("epoch")
-        ax.grid(True, alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize="small")
+    accuracy_ax.set_xlabel("epoch")
+    accuracy_ax.grid(True, alpha=0.3)
+    accuracy_ax.legend(fontsize="small")
     return figure
+
+
+def _draw_losses(ax: Axes, present: Mapping[str, tuple[np.ndarray, ...]]) -> None:
+    """The training and validation losses present, on ``ax``."""
+    for key, label in (("loss", "training loss"), ("val_loss", "validation loss")):
+        if key in present:
+            ax.plot(*present[key], marker=".", label=label)
+    ax.set_title("Loss")
+    ax.set_ylabel("loss")
+    ax.set_xlabel("epoch")
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small")
 
 
 def plot_state_curve(history: Sequence[Mapping[str, object]], key: str) -> Figure:

@@ -19,7 +19,37 @@ from ..evaluation import bin_set_metrics
 from .embeddings import extract_embeddings
 from .evaluate import as_is_and_flipped
 
-__all__ = ["evaluate_backbone"]
+__all__ = ["bin_image_sizes", "evaluate_backbone"]
+
+
+def bin_image_sizes(data_dir: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
+    """The side of the images stored in each ``*.bin`` of ``data_dir``, read from its first
+    image (a ``.bin``'s images share one size): ``{"lfw": (height, width), ...}`` sorted by
+    name; ``{}`` for a folder without ``.bin`` (or not a folder). For messages: the data's own
+    size, before any resize.
+
+    Raises:
+        UnsafePickleError: a ``.bin`` is not the plain pickle of ``(bins, issame_list)``.
+        ValueError: its first image cannot be decoded.
+    """
+    from ..data.imaging import decode_image
+    from ..data.safe_pickle import UnsafePickleError, restricted_load
+
+    sizes: dict[str, tuple[int, int]] = {}
+    root = Path(data_dir)
+    if not root.is_dir():
+        return sizes
+    for path in sorted(root.glob("*.bin")):
+        content = restricted_load(path)
+        try:
+            first = content[0][0]
+            data = bytes(first) if isinstance(first, (bytes, bytearray)) else first.tobytes()
+        except (TypeError, IndexError, KeyError, AttributeError):
+            message = f"{path}: expected a pickled (bins, issame_list) pair"
+            raise UnsafePickleError(message) from None
+        height, width = decode_image(data, rgb=True).shape[:2]
+        sizes[path.stem] = (int(height), int(width))
+    return sizes
 
 
 def evaluate_backbone(
@@ -79,7 +109,7 @@ def evaluate_backbone(
         verification = VerificationSet(found.images, found.pairs(), mean=0.5, std=0.5)
         if flip:
             as_is, flipped = as_is_and_flipped(
-                model, verification, batch_size=batch_size, device=device
+                model, verification, batch_size=batch_size, device=device, name=name
             )
         else:
             as_is = extract_embeddings(
@@ -88,6 +118,7 @@ def evaluate_backbone(
                 batch_size=batch_size,
                 device=device,
                 transform=verification.model_input,
+                desc=name,
             ).numpy()
             flipped = None
         values, _ = bin_set_metrics(as_is, flipped, verification.pairs)

@@ -179,15 +179,24 @@ def configure_process(threads: int | None) -> None:
     torch.set_flush_denormal(True)
 
 
-def load_initial_state(
-    model: nn.Module, head: nn.Module, state: dict[str, dict[str, Any]] | None
-) -> None:
+def load_initial_state(model: nn.Module, head: nn.Module, state: dict[str, Any] | None) -> None:
     """Load ``state`` into a fresh run's ``model`` and ``head`` before its first step:
     ``{"model": state_dict, "loss": state_dict}``, ``"loss"`` optional (a pretrained backbone
-    with new class centers); None: nothing (``Trainer(initial_state=...)``)."""
+    with new class centers), ``"source"`` optional (the file the backbone's weights came from:
+    ``train --init-from``); None: nothing (``Trainer(initial_state=...)``).
+
+    Raises:
+        ValueError: weights that do not fit the model built for this run's data (other keys,
+            shapes, channels or integer tensors), in one line naming ``"source"``.
+    """
     if state is None:
         return
-    model.load_state_dict(state["model"])
+    if "source" in state:
+        from ..models.pretrained import load_backbone_weights
+
+        load_backbone_weights(model, state["model"], source=str(state["source"]))
+    else:
+        model.load_state_dict(state["model"])
     if "loss" in state:
         head.load_state_dict(state["loss"])
 

@@ -69,7 +69,7 @@ def training_embeddings(
     batch_size = run.config.eval_batch_size
     if isinstance(train, ImageSet):
         embeddings = extract_embeddings(
-            run.model, train.images, batch_size=batch_size, device=device
+            run.model, train.images, batch_size=batch_size, device=device, desc="training set"
         )
     elif isinstance(train, StreamedImageSet):
         workers = run.config.workers if workers is None else workers
@@ -86,6 +86,7 @@ def training_embeddings(
             device=device,
             workers=workers,
             labels=train.labels,
+            desc="training set",
         )
     else:
         raise TypeError(

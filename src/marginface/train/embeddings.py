@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .progress import Progress, track
+
 __all__ = ["extract_dataset_embeddings", "extract_embeddings"]
 
 
@@ -24,6 +26,7 @@ def extract_embeddings(
     channels_last: bool = False,
     amp_dtype: torch.dtype | None = None,
     transform: Callable[[Tensor], Tensor] | None = None,
+    desc: str = "embedding",
 ) -> Tensor:
     """Embeddings ``Tensor[N, D]`` (float32, on CPU, not normalized) of ``images[N, C, H, W]``.
 
@@ -31,7 +34,9 @@ def extract_embeddings(
     ``flip=True`` returns ``(f(x) + f(flip_w(x))) / 2``, the usual test-time augmentation of
     face verification. ``transform`` maps each batch (on ``device``) to model input, e.g.
     ``uint8`` images to normalized floats
-    (:meth:`~marginface.data.base.VerificationSet.model_input`).
+    (:meth:`~marginface.data.base.VerificationSet.model_input`). ``desc`` names the loop's
+    progress (:func:`~marginface.train.progress.track`, shown under a
+    :func:`~marginface.train.progress.progress_output` block: the command line, a training run).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -42,7 +47,8 @@ def extract_embeddings(
     device = torch.device(device)
     outputs: list[Tensor] = []
     try:
-        for start in range(0, images.shape[0], batch_size):
+        starts = range(0, images.shape[0], batch_size)
+        for start in track(starts, desc, unit="batches"):
             batch = torch.as_tensor(images[start : start + batch_size]).to(device)
             if transform is not None:
                 batch = transform(batch)
@@ -71,6 +77,7 @@ def extract_dataset_embeddings(
     labels: np.ndarray | Tensor | None = None,
     channels_last: bool = False,
     amp_dtype: torch.dtype | None = None,
+    desc: str = "embedding",
 ) -> Tensor:
     """Embeddings ``Tensor[N, D]`` (float32, on CPU, not normalized) of a map-style dataset
     read in order, ``batch_size`` items at a time, by a ``DataLoader`` with ``workers`` worker
@@ -81,7 +88,8 @@ def extract_dataset_embeddings(
     The model is put in eval mode (and restored afterwards). ``labels`` (``int64[N]``, e.g.
     the labels read from the record headers): each batch's labels must equal them, so a
     position in the result is the dataset's position. An error raised by the dataset in a
-    worker (a corrupt record) is re-raised as one line naming the file and record.
+    worker (a corrupt record) is re-raised as one line naming the file and record. ``desc``
+    names the loop's progress (:func:`~marginface.train.progress.Progress`, in images).
 
     Raises:
         ValueError: ``batch_size < 1``, ``workers < 0``, an empty dataset, a label different
@@ -115,6 +123,7 @@ def extract_dataset_embeddings(
     model.eval()
     out: Tensor | None = None
     start = 0
+    progress = Progress(desc, total, unit="images")
     try:
         while start < total:
             try:
@@ -143,7 +152,9 @@ def extract_dataset_embeddings(
                 out = torch.empty(total, embedded.shape[1], dtype=torch.float32)
             out[start:stop] = embedded.cpu()
             start = stop
+            progress.set(stop)
     finally:
+        progress.close()
         model.train(was_training)
         loader = None  # workers stop now, not when a traceback holding this frame is freed
     if out is None:  # pragma: no cover - total > 0 runs the loop at least once

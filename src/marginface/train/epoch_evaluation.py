@@ -5,6 +5,7 @@ verification sets' accuracy. The measurements themselves are :mod:`marginface.tr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 from ..config import TrainConfig
 from ..data import DatasetBundle, PairSet
 from .distributed import is_distributed
+from .embedding_store import EmbeddingStore
 from .evaluate import (
     evaluate_model,
     verification_pairs,
@@ -36,6 +38,9 @@ class EpochEvaluator:
             ``flip`` and ``channels_last``).
         device: where the model and head live.
         amp_dtype: autocast dtype of the forward passes (None: full precision).
+        run_dir: where :meth:`epoch_row` keeps the embeddings it computed
+            (``RUN/embeddings``, :mod:`~marginface.train.embedding_store`: ``plot`` reads them
+            instead of embedding again); None (other ranks): not kept.
 
     The test pairs of an open-set dataset (:func:`verification_pairs`) are drawn once, at the
     first evaluation. With ``config.ijb_dir`` the IJB folder is read here, before the first
@@ -50,8 +55,11 @@ class EpochEvaluator:
         *,
         device: torch.device,
         amp_dtype: torch.dtype | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.bundle = bundle
+        self.run_dir = run_dir
+        self.kept: EmbeddingStore | None = None
         self.config = config
         self.device = device
         self.amp_dtype = amp_dtype
@@ -67,16 +75,30 @@ class EpochEvaluator:
             distributed=is_distributed(),
         )
 
+    def evaluation_images(self) -> tuple[int, int]:
+        """``(after an epoch, every verify_every steps)``: the images each evaluation embeds,
+        flipped copies counted (the test set, flipped when :meth:`test_metrics` flips it, and
+        every verification set twice; IJB not counted): the ETA's guess of their time
+        before the first is measured (:class:`~marginface.train.progress.ProgressReporter`)."""
+        bundle = self.bundle
+        flip = self.config.flip and bundle.open_set
+        verification = sum(2 * len(found.images) for found in bundle.verification.values())
+        return len(bundle.test) * (2 if flip else 1) + verification, verification
+
     def test_metrics(
-        self, model: nn.Module, head: nn.Module, epoch: int | None = None
+        self,
+        model: nn.Module,
+        head: nn.Module,
+        epoch: int | None = None,
+        store: EmbeddingStore | None = None,
     ) -> dict[str, float]:
         """The test metrics after ``epoch`` completed epochs (:func:`evaluate_model`'s
         summary): closed-set ``val_loss`` and ``accuracy`` on unflipped embeddings, or the
         open-set test pairs' ``verification_accuracy`` and ``auc`` with the run's ``flip`` (the
         figures ``marginface evaluate`` gives for this checkpoint); with ``ijb_dir`` the IJB
         columns (values when ``epoch`` is due, :meth:`IjbSet.due`, or ``epoch`` is None; NaN
-        otherwise; every rank embeds its share of the IJB images, rank 0 gets the values).
-        Every rank calls it."""
+        otherwise; every rank embeds its share of the IJB images, rank 0 gets the values);
+        ``store``: where the test embeddings are kept. Every rank calls it."""
         bundle = self.bundle
         if bundle.open_set and self._pairs is None and len(bundle.test):
             self._pairs = verification_pairs(bundle)
@@ -94,13 +116,16 @@ class EpochEvaluator:
             ijb=self.ijb,
             ijb_due=epoch is None
             or (self.ijb is not None and self.ijb.due(epoch, self.config.epochs)),
+            store=store,
         )
         return evaluation.metrics
 
-    def verification_sets(self, model: nn.Module) -> dict[str, float]:
+    def verification_sets(
+        self, model: nn.Module, store: EmbeddingStore | None = None
+    ) -> dict[str, float]:
         """Accuracy ± std (10 folds, flip-summed embeddings, insightface's protocol) of every
         verification set of the dataset (:func:`verification_set_metrics`); ``{}`` when it has
-        none."""
+        none. ``store``: where their embeddings are kept."""
         results = verification_set_results(
             model,
             self.bundle,
@@ -108,6 +133,7 @@ class EpochEvaluator:
             device=self.device,
             amp_dtype=self.amp_dtype,
             channels_last=self.config.channels_last,
+            store=store,
         )
         return verification_set_metrics(results)
 
@@ -123,6 +149,13 @@ class EpochEvaluator:
         model.train()
         return row
 
+    def keep_embeddings(self) -> None:
+        """Write the embeddings of the last :meth:`epoch_row` into ``run_dir/embeddings``
+        (the weights' fingerprint beside them): called once their checkpoint is saved."""
+        if self.kept is not None:
+            self.kept.flush()
+            self.kept = None
+
     def epoch_row(
         self,
         model: nn.Module,
@@ -137,12 +170,19 @@ class EpochEvaluator:
         """The row of ``history.csv`` for ``epoch`` (counted from 1): ``epoch``, the training
         ``loss`` (mean over the epoch's samples), :meth:`test_metrics`,
         :meth:`verification_sets`, ``lr``, ``seconds`` of training, ``images_per_second``
-        (``images / seconds``) and the margin's scalar buffers (:func:`.margin_state`)."""
+        (``images / seconds``) and the margin's scalar buffers (:func:`.margin_state`). The
+        embeddings are held for :meth:`keep_embeddings`."""
+        store = None
+        if self.run_dir is not None:  # written, never read: the weights just changed
+            store = EmbeddingStore.for_model(
+                self.run_dir, model, epoch=epoch, read=False, defer=True
+            )
+        self.kept = store
         return {
             "epoch": epoch,
             "loss": loss,
-            **self.test_metrics(model, head, epoch),
-            **self.verification_sets(model),
+            **self.test_metrics(model, head, epoch, store),
+            **self.verification_sets(model, store),
             "lr": lr,
             "seconds": seconds,
             "images_per_second": images / seconds,

@@ -32,19 +32,21 @@ from ..evaluation import (
     verification_metrics,
 )
 from .distributed import rank_slice
+from .embedding_store import EmbeddingStore, stored_embeddings
 from .embeddings import extract_embeddings
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
-    ijb_progress_logger,
     ijb_results,
 )
+from .progress import progress_callback
 from .run import LoadedRun, load_bundle, load_run, resolve_device
 
 __all__ = [
     "ERC_REPORTED_FRACTIONS",
     "EVALUATION_NAME",
     "Evaluation",
+    "ScoredPairs",
     "as_is_and_flipped",
     "closed_set_predictions",
     "evaluate_model",
@@ -66,6 +68,29 @@ ERC_REPORTED_FRACTIONS = (0.1, 0.2, 0.3, 0.5)
 ...); the whole curve is :attr:`Evaluation.erc`."""
 
 
+@dataclass(frozen=True)
+class ScoredPairs:
+    """The pairs of one verification set with their cosine scores, for the report's
+    genuine/impostor histograms and 2-D projection.
+
+    Attributes:
+        scores: ``float64[P]`` cosine similarity of each pair (flip-summed embeddings for a
+            ``.bin`` set: ``cos = 1 - d / 2`` of insightface's squared distance ``d``).
+        same: ``bool[P]``, True for genuine pairs.
+        thresholds: ``{rule: cosine threshold}``, the mean of the folds' thresholds of each
+            rule measured: a ``.bin`` set's ``"insightface grid"`` (``1 - t / 2`` of its mean
+            squared-L2 grid threshold ``t``) and ``"midpoint"`` (marginface's search); test
+            pairs' ``"midpoint"``.
+        index: ``int64[P, 2]`` rows of :attr:`Evaluation.embeddings` of each pair, or None
+            when those embeddings are not this set's.
+    """
+
+    scores: np.ndarray
+    same: np.ndarray
+    thresholds: dict[str, float]
+    index: np.ndarray | None = None
+
+
 @dataclass
 class Evaluation:
     """What :func:`evaluate_run` measured.
@@ -79,6 +104,8 @@ class Evaluation:
         fpr, tpr: the ROC curve of the pairs.
         erc: for a MagFace run, the error-versus-reject curve of the pairs with the feature
             magnitude as quality (:func:`magnitude_quality_curve`); None otherwise.
+        pairs: ``{set: ScoredPairs}``: the verification pairs scored (``"test pairs"`` for
+            open-set test data, each ``.bin`` set by name); empty for closed-set runs.
     """
 
     metrics: dict[str, float]
@@ -87,6 +114,7 @@ class Evaluation:
     fpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tpr: np.ndarray = field(default_factory=lambda: np.zeros(0))
     erc: ErrorVersusReject | None = None
+    pairs: dict[str, ScoredPairs] = field(default_factory=dict)
 
 
 def verification_pairs(bundle: DatasetBundle, *, num_pairs: int = 6000, seed: int = 0) -> PairSet:
@@ -181,26 +209,40 @@ def as_is_and_flipped(
     device: torch.device | str,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    name: str = "verification set",
+    store: EmbeddingStore | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The embeddings ``float32[2P, D]`` of a verification set's images as they are and
     mirrored left-right (insightface's flip test keeps both: its XNorm and its Accuracy-Flip
-    read them separately)."""
-    as_is, flipped = (
-        extract_embeddings(
-            model,
-            verification.images,
-            batch_size=batch_size,
-            device=device,
-            amp_dtype=amp_dtype,
-            channels_last=channels_last,
-            transform=transform,
-        ).numpy()
-        for transform in (
-            verification.model_input,
-            lambda batch, v=verification: torch.flip(v.model_input(batch), dims=(3,)),
-        )
-    )
-    return as_is, flipped
+    read them separately); ``name`` labels the progress (``"lfw (flipped)"``) and, with a
+    ``store``, the kept embeddings (``RUN/embeddings/bin_<name>.npz``, reused when they are
+    these weights', :mod:`~marginface.train.embedding_store`)."""
+
+    def compute() -> dict[str, np.ndarray]:
+        flipped_input = lambda batch: torch.flip(verification.model_input(batch), dims=(3,))  # noqa: E731
+        return {
+            key: extract_embeddings(
+                model,
+                verification.images,
+                batch_size=batch_size,
+                device=device,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
+                transform=transform,
+                desc=f"{name} ({how})",
+            ).numpy()
+            for key, how, transform in (
+                ("as_is", "as is", verification.model_input),
+                ("flipped", "flipped", flipped_input),
+            )
+        }
+
+    pairs = verification.pairs
+    arrays = stored_embeddings(
+        store, f"bin_{name}", compute, flip=True, amp_dtype=amp_dtype,
+        data=(verification.images, pairs.index, pairs.same),
+    )  # fmt: skip
+    return arrays["as_is"], arrays["flipped"]
 
 
 def verification_set_results(
@@ -211,11 +253,15 @@ def verification_set_results(
     device: torch.device | str,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    store: EmbeddingStore | None = None,
 ) -> dict[str, tuple[np.ndarray, BinVerificationMetrics]]:
     """Each verification set of ``bundle`` (insightface's ``.bin``): its flip-averaged
     embeddings ``float32[2P, D]`` and insightface's numbers
     (:func:`~marginface.evaluation.bin_verification_metrics`: Accuracy-Flip on the squared-L2
-    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set."""
+    grid, 10 folds), by set name: the numbers ``marginface evaluate`` reports for the set. A set
+    whose grid was too coarse (``coarse_folds``) logs one INFO line saying so (the run prints
+    it beside the set's accuracy). ``store``: keep (or reuse) the embeddings
+    (:func:`as_is_and_flipped`)."""
     results: dict[str, tuple[np.ndarray, BinVerificationMetrics]] = {}
     for name, verification in bundle.verification.items():
         as_is, flipped = as_is_and_flipped(
@@ -225,12 +271,26 @@ def verification_set_results(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            name=name,
+            store=store,
         )
         order = np.asarray(verification.pairs.index).reshape(-1)  # (2P,) a_0, b_0, a_1, ...
         metrics = bin_verification_metrics(
             as_is[order], verification.pairs.same, flipped=flipped[order]
         )
         logger.debug("[%s] accuracy-flip: %.5f+-%.5f", name, metrics.accuracy, metrics.accuracy_std)
+        if metrics.grid_too_coarse:  # the number printed beside it measures the grid
+            logger.info(
+                "[%s] insightface's 0.01 threshold grid is too coarse for these embeddings "
+                "(%d of %d folds: no grid threshold beats one answer for every pair): its "
+                "accuracy %.5f measures the grid, not the model; marginface evaluate gives the "
+                "finer midpoint search's (%s_accuracy_midpoint)",
+                name,
+                metrics.coarse_folds,
+                metrics.fold_accuracies.shape[0],
+                metrics.accuracy,
+                name,
+            )
         results[name] = ((as_is + flipped) / 2, metrics)
     return results
 
@@ -263,6 +323,7 @@ def evaluate_model(
     summary: bool = False,
     ijb: IjbSet | None = None,
     ijb_due: bool = True,
+    store: EmbeddingStore | None = None,
 ) -> Evaluation:
     """Evaluate a backbone and its head on ``bundle``'s test set: the one evaluation behind
     the trainer's per-epoch row and ``marginface evaluate``.
@@ -306,6 +367,9 @@ def evaluate_model(
             embeds its share, rank 0 alone gets the values). None (default): no IJB.
         ijb_due: evaluate ``ijb`` now; False: its columns are NaN (an epoch between two IJB
             evaluations keeps the columns of the log in place). Default: True.
+        store: keep the embeddings of the test set and of the verification sets in the run
+            folder, and reuse the ones kept for these weights
+            (:class:`~marginface.train.embedding_store.EmbeddingStore`). Default: None.
 
     Returns:
         The :class:`Evaluation` (metrics, embeddings ``float32[N, D]``, labels, ROC, ERC).
@@ -323,6 +387,7 @@ def evaluate_model(
         num_pairs=num_pairs,
         seed=seed,
         summary=summary,
+        store=store,
     )
     if ijb is not None:
         result = None
@@ -333,7 +398,7 @@ def evaluate_model(
                 device=device,
                 batch_size=batch_size,
                 workers=ijb.workers,
-                progress=ijb_progress_logger(ijb.target),
+                progress=progress_callback(f"{ijb.target} (flipped too)", unit="images"),
                 distributed=ijb.distributed,
             )  # None on the ranks other than 0
         evaluation.metrics.update(ijb_history_metrics(result, ijb))
@@ -354,6 +419,7 @@ def _test_set_evaluation(
     num_pairs: int,
     seed: int,
     summary: bool,
+    store: EmbeddingStore | None,
 ) -> Evaluation:
     """:func:`evaluate_model` without the IJB columns."""
     test = bundle.test
@@ -367,17 +433,27 @@ def _test_set_evaluation(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            store=store,
         )
-    embedded = extract_embeddings(
-        model,
-        test.images,
-        batch_size=batch_size,
-        device=device,
-        channels_last=channels_last,
-        amp_dtype=amp_dtype,
-        flip=flip,
-    )  # (N, D) on the CPU
-    embeddings, labels = embedded.numpy(), np.asarray(test.labels)
+    labels = np.asarray(test.labels)
+
+    def compute() -> dict[str, np.ndarray]:
+        embedded = extract_embeddings(
+            model,
+            test.images,
+            batch_size=batch_size,
+            device=device,
+            channels_last=channels_last,
+            amp_dtype=amp_dtype,
+            flip=flip,
+            desc="test set (flip-averaged)" if flip else "test set",
+        )  # (N, D) on the CPU
+        return {"embeddings": embedded.numpy()}
+
+    embeddings = stored_embeddings(
+        store, "test", compute, flip=flip, amp_dtype=amp_dtype, data=(test.images, labels)
+    )["embeddings"]
+    embedded = torch.from_numpy(embeddings)
     metrics: dict[str, float] = {"val_loss": math.nan} if summary else {}
     metrics["accuracy"] = math.nan
     if not bundle.open_set:
@@ -406,7 +482,15 @@ def _test_set_evaluation(
         for fraction in ERC_REPORTED_FRACTIONS:
             key = f"erc_accuracy@reject={fraction:.2f}"
             metrics[key] = curve[key]
-    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc)
+    scored = {}
+    if bundle.open_set:
+        scored["test pairs"] = ScoredPairs(
+            pair_scores(embeddings, pairs.index),
+            np.asarray(pairs.same, dtype=bool),
+            {"midpoint": float(verification.threshold)},
+            np.asarray(pairs.index, dtype=np.int64),
+        )
+    return Evaluation(metrics, embeddings, labels, verification.fpr, verification.tpr, erc, scored)
 
 
 def _bin_sets_evaluation(
@@ -417,6 +501,7 @@ def _bin_sets_evaluation(
     device: torch.device | str,
     amp_dtype: torch.dtype | None,
     channels_last: bool,
+    store: EmbeddingStore | None,
 ) -> Evaluation:
     """Datasets judged by verification sets only (insightface's ``.bin``): each set's metrics
     by :func:`~marginface.evaluation.bin_set_metrics` (insightface's rule, plus marginface's
@@ -424,6 +509,7 @@ def _bin_sets_evaluation(
     mirrored; the curves and the flip-averaged embeddings of the first set."""
     metrics: dict[str, float] = {}
     first: tuple[np.ndarray, Any] | None = None
+    scored: dict[str, ScoredPairs] = {}
     for name, verification in bundle.verification.items():
         as_is, flipped = as_is_and_flipped(
             model,
@@ -432,15 +518,27 @@ def _bin_sets_evaluation(
             device=device,
             amp_dtype=amp_dtype,
             channels_last=channels_last,
+            name=name,
+            store=store,
         )
         values, roc = bin_set_metrics(as_is, flipped, verification.pairs)
         metrics.update({f"{name}_{key}": value for key, value in values.items()})
+        index = np.asarray(verification.pairs.index, dtype=np.int64)
+        scored[name] = ScoredPairs(
+            pair_scores(as_is + flipped, index),  # the flip-summed features' cosines
+            np.asarray(verification.pairs.same, dtype=bool),
+            {  # insightface's squared-L2 grid threshold t as a cosine: 1 - t / 2
+                "insightface grid": 1.0 - values["threshold"] / 2.0,
+                "midpoint": float(roc.threshold),
+            },
+            index if first is None else None,
+        )
         if first is None:
             first = ((as_is + flipped) / 2, roc)  # flip-averaged
     embeddings, roc = first
     labels = np.zeros(embeddings.shape[0], dtype=np.int64)
     metrics["accuracy"] = math.nan
-    return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr)
+    return Evaluation(metrics, embeddings, labels, roc.fpr, roc.tpr, pairs=scored)
 
 
 def _no_embeddings() -> tuple[np.ndarray, np.ndarray]:
@@ -455,6 +553,7 @@ def evaluate_run(
     bundle: DatasetBundle | None = None,
     num_pairs: int = 6000,
     seed: int = 0,
+    reuse_embeddings: bool = False,
 ) -> Evaluation:
     """Evaluate the checkpoint of a run on its dataset's test set (:func:`evaluate_model`:
     closed-set accuracy, verification of the pairs, retrieval; the verification sets when
@@ -468,6 +567,10 @@ def evaluate_run(
         bundle: the dataset if already loaded (else reloaded from the run's configuration).
         num_pairs: pairs sampled (balanced, 10 folds) when the dataset brings none. Default: 6000.
         seed: seed of that sampling.
+        reuse_embeddings: read the embeddings kept in ``RUN/embeddings`` when they are the
+            checkpoint's (the run's last evaluation wrote them; the weights' fingerprint
+            decides), embed what is missing, stale or damaged and keep it there
+            (:mod:`~marginface.train.embedding_store`). Default: False.
     """
     run = (
         run_dir
@@ -486,6 +589,9 @@ def evaluate_run(
         device=next(run.model.parameters()).device,
         num_pairs=num_pairs,
         seed=seed,
+        store=EmbeddingStore.for_model(run.run_dir, run.model, epoch=run.epoch)
+        if reuse_embeddings
+        else None,
     )
 
 

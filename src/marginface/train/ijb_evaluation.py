@@ -13,7 +13,6 @@ writes for the same weights.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 from collections.abc import Callable
@@ -36,12 +35,9 @@ __all__ = [
     "IjbSet",
     "ijb_history_keys",
     "ijb_history_metrics",
-    "ijb_progress_logger",
     "ijb_results",
     "ijb_set_for",
 ]
-
-logger = logging.getLogger(__name__)
 
 IJB_INPUT = (3, 112, 112)
 """What the backbone receives: RGB ArcFace crops ``float32[B, 3, 112, 112]`` in [-1, 1]."""
@@ -234,20 +230,6 @@ def _gather_to_rank_zero(
     both = torch.cat([b[:n] for b, n in zip(blocks, counts, strict=True)]).cpu().numpy()
     dim = embeddings.shape[1]
     return both[:, :dim], both[:, dim:]
-
-
-def ijb_progress_logger(target: str) -> Callable[[int, int], None]:
-    """A ``progress`` callback for :func:`ijb_results` that logs (INFO, this module's logger)
-    each tenth of the images embedded."""
-    logged = [0]
-
-    def progress(done: int, total: int) -> None:
-        tenth = 10 * done // total
-        if tenth > logged[0]:
-            logged[0] = tenth
-            logger.info("[%s] embedded %d/%d images (flipped too)", target, done, total)
-
-    return progress
 
 
 def ijb_history_keys(ijb: IjbSet) -> list[str]:

@@ -96,7 +96,7 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     )
     curves = {name: (ev.fpr, ev.tpr) for name, (_, ev, _) in runs.items() if len(ev.fpr)}
     if curves:
-        images["ROC of test pairs"] = save_figure(plot_roc(curves), out_dir / "roc.png")
+        images[_roc_caption(runs)] = save_figure(plot_roc(curves), out_dir / "roc.png")
     quality = {name: ev.erc for name, (_, ev, _) in runs.items() if ev.erc is not None}
     if quality:  # MagFace runs: the feature magnitude as a quality score
         images["Error versus reject (feature magnitude as quality)"] = save_figure(
@@ -116,6 +116,15 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
                 plot_ijb_history(history, prefix), out_dir / f"{prefix}{name}.png"
             )
     return images
+
+
+def _roc_caption(runs: RunPictures) -> str:
+    """``"ROC of test pairs"``, or, when every run is judged by ``.bin`` sets (whose first set
+    the curve is), ``"ROC of <set>'s pairs (the first verification set)"``."""
+    firsts = {next(iter(ev.pairs), "test pairs") for _, ev, _ in runs.values()}
+    if len(firsts) == 1 and firsts != {"test pairs"}:
+        return f"ROC of {firsts.pop()}'s pairs (the first verification set)"
+    return "ROC of test pairs"
 
 
 def ijb_curve_caption(name: str, prefix: str) -> str:

@@ -1,4 +1,8 @@
-"""Training progress: a tqdm bar on a terminal, periodic log lines anywhere else.
+"""Training progress: a tqdm bar on a terminal, periodic log lines anywhere else, and the ETA.
+
+The other long loops (evaluation, conversion, IJB) show theirs with :func:`track` and
+:class:`Progress` (:mod:`marginface._progress`, re-exported here), in the same modes and at
+the same interval.
 
 A progress bar redraws itself with carriage returns; in a file (CI, ``nohup``, a cluster
 job's log) every redraw stays, thousands per run. So when stderr is not a terminal the
@@ -8,83 +12,70 @@ trainer logs one line instead (logger ``marginface.train.progress``, level INFO)
     epoch 3/30  step 12/28  loss 1.2345  2345 img/s  eta 0:00:05 (run 0:02:10)
 
 ``loss`` is the epoch's running mean over samples, ``img/s`` the epoch's training throughput,
-``eta`` the rest of the epoch and, in brackets, of the run (from the wall time per step so far
-in this process, evaluation included).
+``eta`` the rest of the epoch and, in brackets, of the run, evaluations included
+(:class:`ProgressReporter`: the training seconds per step so far in this process times the
+steps left, plus each evaluation left at the time of the last one of its kind).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
-from typing import Any, Literal, TextIO
+from collections.abc import Callable
+from typing import Any, Literal
+
+from .._progress import (
+    BAR_DELAY_SECONDS,
+    DEFAULT_PROGRESS_SECONDS,
+    PROGRESS_MODES,
+    Mode,
+    Progress,
+    ProgressSettings,
+    check_progress_seconds,
+    format_duration,
+    progress_callback,
+    progress_output,
+    progress_settings,
+    resolve_progress_mode,
+    track,
+)
 
 __all__ = [
+    "BAR_DELAY_SECONDS",
     "DEFAULT_PROGRESS_SECONDS",
+    "FORWARD_ONLY_SPEEDUP",
     "PROGRESS_MODES",
     "EpochProgress",
+    "Progress",
     "ProgressReporter",
+    "ProgressSettings",
     "check_progress_seconds",
     "format_duration",
+    "progress_callback",
+    "progress_output",
+    "progress_settings",
     "resolve_progress_mode",
+    "track",
 ]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PROGRESS_SECONDS = 30.0
-"""Seconds between two progress lines when stderr is not a terminal (plus one per epoch)."""
 
-PROGRESS_MODES = ("auto", "bar", "lines", "none")
-"""``auto``: ``bar`` on a terminal, ``lines`` otherwise; ``none``: no progress output."""
-
-Mode = Literal["bar", "lines", "none"]
-
-
-def resolve_progress_mode(progress: bool | str, stream: TextIO | None = None) -> Mode:
-    """The progress output to use: ``True``/``"auto"`` → ``"bar"`` when ``stream`` (default:
-    ``sys.stderr``) is a terminal, else ``"lines"``; ``False`` → ``"none"``; ``"bar"``,
-    ``"lines"`` and ``"none"`` as given."""
-    if progress is True or progress == "auto":
-        stream = sys.stderr if stream is None else stream
-        isatty = getattr(stream, "isatty", None)
-        try:
-            return "bar" if callable(isatty) and isatty() else "lines"
-        except (OSError, ValueError):  # a closed or detached stream
-            return "lines"
-    if progress is False:
-        return "none"
-    if isinstance(progress, str) and progress in PROGRESS_MODES:
-        return progress  # type: ignore[return-value]
-    raise ValueError(f"progress must be a bool or one of {PROGRESS_MODES}, got {progress!r}")
-
-
-def check_progress_seconds(progress_seconds: Any) -> float:
-    """``progress_seconds`` (seconds between two progress lines) as a float.
-
-    Raises:
-        ValueError: naming ``progress_seconds`` unless it is a finite number >= 0 (a bool is
-            not a number of seconds).
-    """
-    if isinstance(progress_seconds, bool) or not (
-        isinstance(progress_seconds, int | float)
-        and math.isfinite(progress_seconds)
-        and progress_seconds >= 0
-    ):
-        raise ValueError(f"progress_seconds must be a finite number >= 0, got {progress_seconds!r}")
-    return float(progress_seconds)
-
-
-def format_duration(seconds: float) -> str:
-    """``H:MM:SS`` (``?`` for an unknown or infinite duration)."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    whole = round(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+FORWARD_ONLY_SPEEDUP = 3.0
+"""How much faster the evaluation embeds an image than a training step trains on one (a
+forward pass against a forward and a backward pass, about twice as long): the ETA's guess of
+an evaluation's time before the first one is measured."""
 
 
 class ProgressReporter:
-    """The progress of one :meth:`~marginface.train.Trainer.fit`.
+    """The progress of one :meth:`~marginface.train.Trainer.fit`, and its ETA.
+
+    The ETA of the run is the training steps left times the training seconds per step so far
+    (in this process, evaluation excluded) plus the evaluations left: one after every epoch
+    and one every ``verify_every`` steps, each taking as long as the last one of its kind
+    (:meth:`evaluated`), or, before the first, ``evaluation_images`` (``verification_images``)
+    embedded at :data:`FORWARD_ONLY_SPEEDUP` times the epoch's training throughput.
 
     Args:
         mode: ``"bar"``, ``"lines"`` or ``"none"`` (see :func:`resolve_progress_mode`).
@@ -93,6 +84,12 @@ class ProgressReporter:
         start_epoch: the first epoch this process trains (0-based; > 0 when resuming).
         interval: seconds between two lines in ``"lines"`` mode (>= 0; 0: every step).
             Default: :data:`DEFAULT_PROGRESS_SECONDS`.
+        evaluation_images: images the evaluation after an epoch embeds (flipped copies
+            counted). Default: 0 (no guess before the first is measured).
+        verify_every: steps between two verifications of the ``.bin`` sets (None: none).
+        verification_images: images one of those verifications embeds.
+        label: shown before every line and in the bar (``compare``/``demo``: the loss).
+        clock: seconds, monotonic (tests pass a fake). Default: ``time.perf_counter``.
     """
 
     def __init__(
@@ -103,6 +100,11 @@ class ProgressReporter:
         steps_per_epoch: int,
         start_epoch: int = 0,
         interval: float = DEFAULT_PROGRESS_SECONDS,
+        evaluation_images: int = 0,
+        verify_every: int | None = None,
+        verification_images: int = 0,
+        label: str = "",
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if not (isinstance(interval, int | float) and interval >= 0 and math.isfinite(interval)):
             raise ValueError(f"interval must be a finite number of seconds >= 0, got {interval!r}")
@@ -110,12 +112,77 @@ class ProgressReporter:
         self.epochs = epochs
         self.steps_per_epoch = steps_per_epoch
         self.interval = float(interval)
-        self.started = time.perf_counter()
+        self.clock = clock
+        self.started = clock()
         self.steps_at_start = start_epoch * steps_per_epoch
+        self.stepped = False  # a step was reported
+        self.images = {"epoch": evaluation_images, "step": verification_images}
+        self.verify_every = verify_every or None
+        self.label = label
+        self.evaluation_seconds = 0.0  # evaluation time of this process so far
+        self.last_evaluation: dict[str, float | None] = {"epoch": None, "step": None}
 
     def epoch(self, epoch: int) -> EpochProgress:
         """The progress of epoch ``epoch`` (0-based)."""
         return EpochProgress(self, epoch)
+
+    def evaluated(self, kind: Literal["epoch", "step"], seconds: float) -> None:
+        """An evaluation took ``seconds``: ``"epoch"``, the one after an epoch; ``"step"``, a
+        verification every ``verify_every`` steps. The ETA counts the next ones as long."""
+        self.evaluation_seconds += seconds
+        self.last_evaluation[kind] = seconds
+
+    def evaluation_estimate(
+        self, kind: Literal["epoch", "step"], images_per_second: float
+    ) -> float:
+        """Seconds the next evaluation of ``kind`` should take: the last one measured, else
+        its images at :data:`FORWARD_ONLY_SPEEDUP` × ``images_per_second`` (training)."""
+        measured = self.last_evaluation[kind]
+        if measured is not None:
+            return measured
+        if not self.images[kind] or not images_per_second > 0:
+            return 0.0
+        return self.images[kind] / (FORWARD_ONLY_SPEEDUP * images_per_second)
+
+    def verifications_between(self, first_step: int, last_step: int) -> int:
+        """Verifications due after step ``first_step`` up to step ``last_step`` (global
+        steps counted from 1)."""
+        if self.verify_every is None:
+            return 0
+        return last_step // self.verify_every - first_step // self.verify_every
+
+    def remaining(
+        self,
+        epoch: int,
+        done: int,
+        *,
+        epoch_train_seconds: float,
+        images: int,
+        done_before: int = 0,
+    ) -> tuple[float, float]:
+        """``(epoch_eta, run_eta)`` in seconds after ``done`` steps of epoch ``epoch``
+        (0-based), of which this process trained ``done - done_before`` (a step checkpoint
+        resumed after ``done_before``) in ``epoch_train_seconds`` for ``images`` images: the
+        steps left at the training seconds per step (the epoch's, and the process's for the
+        run) plus the evaluations left (the epoch's own included)."""
+        spe = self.steps_per_epoch
+        rate = images / epoch_train_seconds if epoch_train_seconds > 0 else 0.0
+        epoch_eval = self.evaluation_estimate("epoch", rate)
+        step_eval = self.evaluation_estimate("step", rate)
+        now_step = epoch * spe + done  # global steps done
+        epoch_eta = (
+            epoch_train_seconds / max(done - done_before, 1) * (spe - done)
+            + epoch_eval
+            + self.verifications_between(now_step, (epoch + 1) * spe) * step_eval
+        )
+        run_done = now_step - self.steps_at_start
+        train_seconds = self.clock() - self.started - self.evaluation_seconds
+        run_eta = (
+            max(train_seconds, 0.0) / max(run_done, 1) * (self.epochs * spe - now_step)
+            + (self.epochs - epoch) * epoch_eval
+            + self.verifications_between(now_step, self.epochs * spe) * step_eval
+        )
+        return epoch_eta, run_eta
 
 
 class EpochProgress:
@@ -125,15 +192,18 @@ class EpochProgress:
     def __init__(self, reporter: ProgressReporter, epoch: int) -> None:
         self.reporter = reporter
         self.epoch = epoch
-        self.began = time.perf_counter()
+        self.began = reporter.clock()
+        self.evaluation_at_start = reporter.evaluation_seconds
+        self.done_before: int | None = None  # steps of the epoch trained before a resume
         self.last_line = self.began
         self.bar: Any = None
         if reporter.mode == "bar":
             from tqdm.auto import tqdm
 
+            label = f"{reporter.label} " if reporter.label else ""
             self.bar = tqdm(
                 total=reporter.steps_per_epoch,
-                desc=f"epoch {epoch + 1}/{reporter.epochs}",
+                desc=f"{label}epoch {epoch + 1}/{reporter.epochs}",
                 leave=False,
             )
 
@@ -148,10 +218,22 @@ class EpochProgress:
         reporter = self.reporter
         if reporter.mode == "none":
             return
-        now = time.perf_counter()
-        elapsed = now - self.began
+        now = reporter.clock()
+        # the epoch's training time: verifications inside the epoch left out
+        elapsed = now - self.began - (reporter.evaluation_seconds - self.evaluation_at_start)
         done = step + 1
-        epoch_eta = elapsed / done * (reporter.steps_per_epoch - done)
+        if self.done_before is None:  # the first step this process trains in the epoch
+            self.done_before = step
+            if not reporter.stepped:  # the process's first: the run's steps count from it
+                reporter.stepped = True
+                reporter.steps_at_start = self.epoch * reporter.steps_per_epoch + step
+        epoch_eta, run_eta = reporter.remaining(
+            self.epoch,
+            done,
+            epoch_train_seconds=elapsed,
+            images=images,
+            done_before=self.done_before,
+        )
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(
@@ -165,11 +247,9 @@ class EpochProgress:
         if not last and now - self.last_line < reporter.interval:
             return
         self.last_line = now
-        run_done = self.epoch * reporter.steps_per_epoch + done - reporter.steps_at_start
-        run_left = reporter.epochs * reporter.steps_per_epoch - run_done - reporter.steps_at_start
-        run_eta = (now - reporter.started) / max(run_done, 1) * run_left
         logger.info(
-            "epoch %d/%d  step %d/%d  loss %.4f  %.0f img/s  eta %s (run %s)",
+            "%sepoch %d/%d  step %d/%d  loss %.4f  %.0f img/s  eta %s (run %s)",
+            f"[{reporter.label}] " if reporter.label else "",
             self.epoch + 1,
             reporter.epochs,
             done,

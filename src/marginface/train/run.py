@@ -9,6 +9,7 @@ several processes; :mod:`marginface.train.run_state` writes and reads both) and,
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ __all__ = [
     "load_bundle",
     "load_run",
     "prepare_run_dir",
+    "remove_if_empty",
     "resolve_device",
 ]
 
@@ -98,6 +100,14 @@ def prepare_run_dir(
         kinds = {"OutputExistsError": OutputExistsError, "CheckpointError": CheckpointError}
         raise kinds.get(failure[0], ValueError)(failure[1])
     return run_dir
+
+
+def remove_if_empty(run_dir: str | Path) -> None:
+    """Remove ``run_dir`` if it is an empty folder (a run that failed before writing anything,
+    in a folder it created); anything else, or a folder another process filled meanwhile, is
+    left as it is."""
+    with contextlib.suppress(OSError):
+        Path(run_dir).rmdir()  # refuses a non-empty folder
 
 
 def _prepare(run_dir: Path, *, resume: bool, overwrite: bool) -> None:

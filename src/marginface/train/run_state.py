@@ -167,7 +167,7 @@ class SavedRun:
     def train_config(self) -> TrainConfig:
         """The saved configuration as a :class:`~marginface.config.TrainConfig` (keys added
         since it was written take their defaults)."""
-        return config_from_dict(dict(self.config), source=str(self.source))
+        return config_from_dict(saved_config_values(self.config), source=str(self.source))
 
     def load_weights(self, model: nn.Module, head: nn.Module) -> None:
         """Load the backbone's and the head's weights into an unsharded ``model`` and ``head``
@@ -404,7 +404,8 @@ def resumed_config(
             f"--resume: {allowed}. To train with other settings, use another --out or "
             "--overwrite."
         )
-    values = {**saved.config, **{k: v for k, v in explicit.items() if k in RESUMABLE_KEYS}}
+    values = {**saved_config_values(saved.config)}
+    values.update({k: v for k, v in explicit.items() if k in RESUMABLE_KEYS})
     return config_from_dict(values, source=str(saved.source))
 
 
@@ -424,6 +425,16 @@ def check_resumable(saved: SavedRun, config: TrainConfig) -> None:
             f"checkpoint {saved.source} is from another configuration ({details}); "
             "use --overwrite to start afresh"
         )
+
+
+def saved_config_values(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved configuration's values, with ``recipe = "sphere"`` where the run predates
+    recipes: every run before them trained with the sphere recipe's defaults, so a key it did
+    not save (``image_size`` None is not written to TOML) keeps that meaning instead of taking
+    the face recipe's value on a photo dataset."""
+    values = dict(config)
+    values.setdefault("recipe", "sphere")
+    return values
 
 
 def run_to_continue(

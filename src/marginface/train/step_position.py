@@ -20,7 +20,9 @@ A run resumed from a step checkpoint therefore trains the next batch and ends wi
 of an uninterrupted run, bit for bit on the same world size and device (docs/training.md).
 
 :func:`host_rng_state` / :func:`restore_host_rng_state` carry the Python and NumPy generators
-(marginface's training draws from neither; a user's augmentation or callback may).
+(marginface's training draws from neither; a user's augmentation or callback may);
+:func:`seed_host_generators` seeds both from the run's seed and the rank when a run starts, so
+two runs of one command draw the same host numbers, as they draw the same torch numbers.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "host_rng_state",
     "position_label",
     "restore_host_rng_state",
+    "seed_host_generators",
 ]
 
 
@@ -243,6 +246,31 @@ def host_rng_state() -> dict[str, Tensor]:
         ]
     )
     return state
+
+
+def host_seed(seed: int, rank: int) -> int:
+    """The host generators' seed of rank ``rank`` in a run seeded ``seed``:
+    ``seed · 1_000_003 + rank`` reduced to 32 bits (NumPy's legacy seeding takes
+    ``0 <= seed < 2**32``); distinct ranks of one run get distinct streams."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+    return (seed * 1_000_003 + rank) % 2**32
+
+
+def seed_host_generators(seed: int, rank: int = 0) -> None:
+    """Seed Python's ``random`` and NumPy's global generator with :func:`host_seed`
+    (``seed``, ``rank``): a run's host draws (a user's augmentation or callback) repeat from one
+    launch of a command to the next and differ between ranks. A resumed run then puts back the
+    checkpoint's states (:func:`restore_host_rng_state`), so it continues the same streams."""
+    value = host_seed(seed, rank)
+    random.seed(value)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
+        return
+    np.random.seed(value)
 
 
 def restore_host_rng_state(state: dict[str, Tensor]) -> None:

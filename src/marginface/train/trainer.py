@@ -41,13 +41,14 @@ from .progress import (
     DEFAULT_PROGRESS_SECONDS,
     ProgressReporter,
     check_progress_seconds,
+    progress_output,
     resolve_progress_mode,
 )
-from .run import load_bundle, prepare_run_dir, resolve_device
+from .run import load_bundle, prepare_run_dir, remove_if_empty, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
 from .run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .schedule import micro_batches
-from .step_position import EpochTally, StepPosition
+from .step_position import EpochTally, StepPosition, seed_host_generators
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -77,9 +78,14 @@ class Trainer:
             when stderr is a terminal, else a log line (logger ``marginface.train.progress``,
             INFO) every ``progress_seconds`` and at the end of every epoch, with step, loss,
             img/s and ETA (:mod:`marginface.train.progress`); ``"bar"``, ``"lines"``;
-            ``False`` or ``"none"``: nothing. Default: False.
+            ``False`` or ``"none"``: nothing. The evaluations show their progress the same
+            way (:func:`~marginface.train.progress.track`). Default: False.
         progress_seconds: seconds between two progress lines (>= 0). Default:
             :data:`~marginface.train.progress.DEFAULT_PROGRESS_SECONDS` (30).
+        progress_label: shown before every progress line (``compare``: the loss's name).
+        start_message: logged (INFO, the main rank) once the run's data, model and state are
+            built, just before the first step (``train``: the recipe it took), so a run that
+            cannot start shows only its error.
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
             (not resumed) run before its first step, e.g. a sub-center run cut to one center
@@ -100,8 +106,10 @@ class Trainer:
         bundle: DatasetBundle | None = None,
         progress: bool | str = False,
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
+        progress_label: str = "",
+        start_message: str | None = None,
         callbacks: list[EpochCallback] | None = None,
-        initial_state: dict[str, dict[str, Any]] | None = None,
+        initial_state: dict[str, Any] | None = None,
         checkpointing: CheckpointPolicy | None = None,
     ) -> None:
         self.config = config.resolved()  # ValueError for an unknown loss, before any output
@@ -113,6 +121,8 @@ class Trainer:
         self.bundle = bundle
         self.progress = resolve_progress_mode(progress)
         self.progress_seconds = check_progress_seconds(progress_seconds)
+        self.progress_label = progress_label
+        self.start_message = start_message
         self._reporter = ProgressReporter("none", epochs=1, steps_per_epoch=1)
         self.run_log = RunLog(self.run_dir, callbacks=callbacks)
         self.model: nn.Module | None = None
@@ -157,6 +167,7 @@ class Trainer:
         if self.bundle is None:
             self.bundle = load_bundle(config)
         torch.manual_seed(config.seed)
+        seed_host_generators(config.seed, self.rank)  # a checkpoint's states replace these
         built = build_training(
             config,
             self.bundle,
@@ -170,7 +181,11 @@ class Trainer:
         self.forward_model, self.meta = built.forward_model, built.meta
         self.steps_per_epoch, self.amp_dtype = built.steps_per_epoch, built.amp_dtype
         self.evaluator = EpochEvaluator(
-            self.bundle, config, device=self.device, amp_dtype=self.amp_dtype
+            self.bundle,
+            config,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+            run_dir=self.run_dir if self.is_main else None,
         )
         self.batches = BatchSource(
             self.bundle.train,
@@ -269,8 +284,10 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
+        began = self._reporter.clock()
         row = self.evaluator.step_verification(self.model, epoch * self.steps_per_epoch + step + 1)
         if row is not None:  # every verify_every steps
+            self._reporter.evaluated("step", self._reporter.clock() - began)
             self.run_log.add_step_verification(row)
         return value, len(index)
 
@@ -338,21 +355,29 @@ class Trainer:
 
     def _fit(self, *, resume: bool | SavedRun, overwrite: bool) -> list[dict[str, Any]]:
         self._init_distributed()
+        created = not Path(self.run_dir).exists()
         run_dir = prepare_run_dir(
             self.run_dir,
             resume=bool(resume),
             overwrite=overwrite,
             distributed=self.distributed,
         )
-        saved = run_to_continue(run_dir, resume, self.config)  # before building anything
-        self._setup()
-        self.checkpoints.last_time = time.monotonic()
-        start, history = 0, []
-        if saved is not None:
-            start, history = self._restore(saved), self.history
-            del saved  # the checkpoint's tensors are in the run's objects now
-        else:
-            load_initial_state(self.model, self.head, self.initial_state)
+        try:
+            saved = run_to_continue(run_dir, resume, self.config)  # before building anything
+            self._setup()
+            self.checkpoints.last_time = time.monotonic()
+            start, history = 0, []
+            if saved is not None:
+                start, history = self._restore(saved), self.history
+                del saved  # the checkpoint's tensors are in the run's objects now
+            else:
+                load_initial_state(self.model, self.head, self.initial_state)
+        except BaseException:
+            if created and self.is_main:
+                remove_if_empty(run_dir)  # a run that could not start leaves no empty folder
+            raise
+        if self.start_message and self.is_main:
+            logger.info(self.start_message)
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
         resumed = self._resume_at  # a step checkpoint: verification rows up to its step
@@ -362,30 +387,39 @@ class Trainer:
             writes=self.is_main,
             tensorboard=self.config.tensorboard,
         )
+        mode = self.progress if self.is_main else "none"
+        epoch_images, verification_images = self.evaluator.evaluation_images()
         self._reporter = ProgressReporter(
-            self.progress if self.is_main else "none",
+            mode,
             epochs=self.config.epochs,
             steps_per_epoch=self.steps_per_epoch,
             start_epoch=start,
             interval=self.progress_seconds,
+            evaluation_images=epoch_images,
+            verify_every=self.config.verify_every if self.bundle.verification else None,
+            verification_images=verification_images,
+            label=self.progress_label,
         )
         failures = training_failures(  # Ctrl-C, a failed collective: one line, what is kept
             distributed=self.distributed, rank=self.rank, timeout_s=self.config.dist_timeout,
             way_forward=self.checkpoints.way_forward,
         )  # fmt: skip
         try:
-            with failures:
+            with failures, progress_output(mode, self.progress_seconds):
                 for epoch in range(start, self.config.epochs):
                     began = time.perf_counter()
                     train_loss = self._train_epoch(epoch)
                     seconds = self._resumed_seconds + time.perf_counter() - began
                     if first_non_finite(self.model, self.head) is not None:
                         raise self._diverged("", epoch, None)
+                    evaluating = self._reporter.clock()
                     row = self.evaluator.epoch_row(
                         self.model, self.head, epoch=epoch + 1, loss=train_loss, seconds=seconds,
                         lr=self.optimizer.param_groups[0]["lr"], images=self.images_per_epoch,
                     )  # fmt: skip
+                    self._reporter.evaluated("epoch", self._reporter.clock() - evaluating)
                     self.run_log.add_epoch(row, checkpoint=lambda done=epoch + 1: self._save(done))
+                    self.evaluator.keep_embeddings()  # after their checkpoint
                     if self.is_main:
                         logger.debug("epoch %d: %s", epoch + 1, row)
                 self.checkpoints.finish()  # a background write: complete before returning
