@@ -139,7 +139,8 @@ def test_convert_shows_progress_and_quiet_keeps_its_summary(tmp_path, capsys) ->
     found = re.findall(r"^converting: (\d)/6 images", captured.err, re.M)
     assert found == ["1", "2", "3", "4", "5", "6", "6"]  # a line per image, then "done"
     summary = (
-        f"{tmp_path / 'rec'}: 6 images of 2 identities, 16x16 (train.rec, train.idx, property)"
+        f"{tmp_path / 'rec'}: 6 images of 2 identities, 16x16, no crop "
+        "(train.rec, train.idx, property, train.convert.json)"
     )
     assert captured.out == summary + "\n"
     assert main(["--quiet", *args]) == 0

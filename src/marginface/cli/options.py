@@ -333,8 +333,8 @@ def _add_progress_option(parser: argparse.ArgumentParser) -> None:
         "--progress",
         choices=PROGRESS_MODES,
         default="auto",
-        help="auto (default): a bar when stderr is a terminal, else a log line every "
-        "--progress-seconds; bar; lines; none (also with --quiet)",
+        help="auto: a bar when stderr is a terminal, else a log line every "
+        "--progress-seconds; bar; lines; none (also with --quiet) (default: auto)",
     )
     parser.add_argument(
         "--progress-seconds",
