@@ -446,7 +446,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="mtcnn|FILE",
         help="detect and align each photo's face first (mtcnn, MTCNN's weights, or an SCRFD "
         ".onnx; docs/detection.md), so the training set and the pairs are aligned the same "
-        "way; photos without a face are listed in OUT_report.tsv (OUT.report.tsv for pairs)",
+        "way; photos without a face are listed in OUT_report.tsv (OUT.report.tsv for pairs) "
+        "(default: none, centre crops)",
     )
     parser.add_argument(
         "--faces",

@@ -37,7 +37,8 @@ def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> 
         required=required,
         help="mtcnn (facenet-pytorch 2.6.0's weights: pip install --no-deps "
         "facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's pnet.pt, rnet.pt, onet.pt, "
-        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)",
+        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)"
+        + ("" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"),
     )
     parser.add_argument(
         "--min-face-size", type=float, default=20.0, help="MTCNN: smallest face, px (default 20)"
@@ -81,7 +82,9 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument("photos", type=Path, nargs="+", help="photo files or folders")
     parser.add_argument("--out", type=Path, required=True, help="the JSON-lines file written")
     parser.add_argument(
-        "--report", type=Path, help="TSV of photos with no face / unreadable (OUT.report.tsv)"
+        "--report",
+        type=Path,
+        help="TSV of photos with no face / unreadable (default: OUT.report.tsv beside OUT)",
     )
     parser.add_argument(
         "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"

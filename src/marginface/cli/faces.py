@@ -71,7 +71,8 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     detection.add_argument(
         "--report",
         type=Path,
-        help="TSV of the photos with no face, several faces or unreadable (OUT_report.tsv)",
+        help="TSV of the photos with no face, several faces or unreadable "
+        "(default: OUT_report.tsv beside OUT)",
     )
 
 
