@@ -27,6 +27,7 @@ $(CLI_STAMP): $(TORCH_STAMP) pyproject.toml constraints.txt
 
 $(STAMP): $(TORCH_STAMP) pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
+	$(PIP) install --quiet --no-deps facenet-pytorch==2.6.0
 	touch $@
 
 test: $(STAMP)

@@ -41,6 +41,7 @@ PIPELINE = (
     "config",
     "models",
     "inference",
+    "detect",
 )
 
 

@@ -77,6 +77,8 @@ class FolderConversion:
         class_names: the identity folder of each class, in label order.
         crop: the centred square crop in source pixels before resizing, or None (recorded in
             ``OUT/train.convert.json``, :mod:`marginface.data.framing`).
+        report: with a detector, the report of photos with no face, several faces or
+            unreadable (None when there were none).
     """
 
     out: Path
@@ -85,6 +87,7 @@ class FolderConversion:
     image_size: int
     class_names: tuple[str, ...]
     crop: int | None = None
+    report: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class PairsConversion:
         image_size: side of the stored square images.
         crop: the centred square crop in source pixels before resizing, or None (recorded in
             ``<stem>.convert.json`` beside the ``.bin``, :mod:`marginface.data.framing`).
+        report: with a detector, the report of images where no face was found (stored as the
+            centred ``crop`` instead); None when there were none.
     """
 
     out: Path
@@ -105,6 +110,7 @@ class PairsConversion:
     num_same: int
     image_size: int
     crop: int | None = None
+    report: Path | None = None
 
 
 def _check_side(image_size: object) -> int:
@@ -181,6 +187,9 @@ def convert_folder(
     quality: int = 95,
     crop: int | None = None,
     workers: int | None = None,
+    detector: object = None,
+    faces: str = "largest",
+    alignment: str = "float64",
 ) -> FolderConversion:
     """Write ``SRC/<identity>/<image>`` as an insightface dataset folder (module docstring).
 
@@ -194,6 +203,14 @@ def convert_folder(
         crop: centred square crop, in source pixels, before resizing. Default: None.
         workers: decoding threads. Default: ``os.cpu_count()``.
 
+        detector: None (the images are already faces), or ``"mtcnn"``, MTCNN's weights, an
+            SCRFD ``.onnx`` or a detector object: each photo's face is then detected and
+            aligned to ``image_size`` first (:func:`~marginface.data.face_photos.align_photos`,
+            into a temporary folder, losslessly); photos with no face are left out and listed
+            with the others in ``OUT_report.tsv``.
+        faces, alignment: with a detector, which face and which arithmetic
+            (:func:`~marginface.data.face_photos.align_photos`).
+
     Returns:
         A :class:`FolderConversion`.
 
@@ -205,6 +222,12 @@ def convert_folder(
     quality = _check_quality(quality)
     crop = _check_crop(crop)
     workers = _check_workers(workers)
+    if detector is not None:
+        from ._convert_detect import convert_detected_folder
+
+        return convert_detected_folder(
+            src, Path(out), size, quality, workers, detector, faces, alignment, convert_folder
+        )
     items = list_image_folder(src)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -282,6 +305,9 @@ def convert_pairs(
     crop: int | None = 150,
     quality: int = 95,
     workers: int | None = None,
+    detector: object = None,
+    faces: str = "largest",
+    alignment: str = "float64",
 ) -> PairsConversion:
     """Write the pairs of an LFW-format pairs file as an insightface ``.bin`` verification set.
 
@@ -300,6 +326,12 @@ def convert_pairs(
         quality: JPEG quality, 1..100. Default: 95.
         workers: decoding threads. Default: ``os.cpu_count()``.
 
+        detector: None, or ``"mtcnn"``, MTCNN's weights, an SCRFD ``.onnx`` or a detector
+            object: each image's face (``faces``: ``"largest"`` or ``"central"``) is detected
+            and aligned to ``image_size`` (``alignment``, as ``convert --detector`` aligns a
+            training folder); an image with no face is stored as its centred ``crop`` and
+            listed in ``OUT.report.tsv``.
+
     Returns:
         A :class:`PairsConversion`.
 
@@ -312,6 +344,11 @@ def convert_pairs(
     quality = _check_quality(quality)
     crop = _check_crop(crop)
     workers = _check_workers(workers)
+    from ._convert_detect import detected_framing, pair_worker
+
+    work, missed = pair_worker(
+        detector, faces, alignment, size, crop, quality, prepare=_prepare, encode_jpeg=encode_jpeg
+    )
     pairs_file, images_root = Path(pairs_file), Path(images_root)
     if not images_root.exists():
         raise FileNotFoundError(f"LFW images {str(images_root)!r} not found")
@@ -337,9 +374,6 @@ def convert_pairs(
     order = sorted(found)
     sources = [(found[key], f"{images_root}: {key[0]}_{key[1]:04d}.jpg") for key in order]
 
-    def work(source: bytes | Path, name: str) -> bytes:
-        return _prepare(source, name, size, crop, quality)
-
     encoding = track(
         _in_batches(sources, work, workers), "converting", total=len(order), unit="images"
     )
@@ -348,8 +382,21 @@ def convert_pairs(
     same = [bool(pair.same) for pair in pairs]
     with atomic_write(out_bin) as stream:
         pickle.dump((bins, same), stream, protocol=2)
-    write_framing(out_bin, crop=crop, image_size=size, source=str(images_root))
-    return PairsConversion(Path(out_bin), len(pairs), sum(same), size, crop)
+    report = None
+    if missed:
+        from ._atomic import atomic_write_text
+
+        report = Path(out_bin).with_name(Path(out_bin).name + ".report.tsv")
+        rows = "".join(f"{name}\tno_face\tstored as the centred crop\n" for name in sorted(missed))
+        atomic_write_text(report, "name\tproblem\tdetail\n" + rows)
+    write_framing(
+        out_bin,
+        crop=None if detector is not None else crop,
+        image_size=size,
+        source=str(images_root),
+        detector=None if detector is None else detected_framing(detector, faces, alignment),
+    )
+    return PairsConversion(Path(out_bin), len(pairs), sum(same), size, crop, report)
 
 
 # ------------------------------------------------------------------ command line
@@ -398,11 +445,13 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
             crop=150 if getattr(args, "crop", None) is None else crop,
             quality=args.quality,
             workers=workers,
+            **_detection(args),
         )
         say(
             f"{pairs.out}: {pairs.num_pairs} pairs ({pairs.num_same} same), "
             f"{pairs.image_size}x{pairs.image_size}, "
             f"{'crop ' + str(pairs.crop) if pairs.crop else 'no crop'}"
+            + (f"; images with no face (centre crop kept): {pairs.report}" if pairs.report else "")
         )
         return 0
     folder = convert_folder(
@@ -412,11 +461,24 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
         quality=args.quality,
         crop=crop,
         workers=workers,
+        **_detection(args),
     )
     say(
         f"{folder.out}: {folder.num_images} images of {folder.num_classes} identities, "
         f"{folder.image_size}x{folder.image_size}, "
         f"{'crop ' + str(folder.crop) if folder.crop else 'no crop'} "
         "(train.rec, train.idx, property, train.convert.json)"
+        + (f"; photos left out or with several faces: {folder.report}" if folder.report else "")
     )
     return 0
+
+
+def _detection(args: argparse.Namespace) -> dict[str, object]:
+    """``convert``'s detector options as keyword arguments (none without ``--detector``)."""
+    if getattr(args, "detector", None) is None:
+        return {}
+    if getattr(args, "crop", None) and args.pairs is None:
+        raise ValueError(
+            "--crop and --detector exclude each other for a folder (the crop is the face)"
+        )
+    return {"detector": args.detector, "faces": args.faces, "alignment": args.alignment}

@@ -121,7 +121,7 @@ NO_DEFAULT = {
     ("evaluate", "--backbone"), ("evaluate", "--onnx"), ("evaluate", "--model"),
     ("evaluate", "--data-dir"), ("evaluate", "--pairs"), ("evaluate", "--out"),
     ("convert", "--pairs"), ("ijb", "--backbone"), ("ijb", "--onnx"), ("ijb", "--model"),
-    ("ijb", "--data-dir"), ("convert", "--reindex"),
+    ("ijb", "--data-dir"), ("convert", "--reindex"), ("align", "--out"), ("detect", "--out"),
 }  # fmt: skip
 """Options that name an input or output the user supplies, with nothing in its absence."""
 

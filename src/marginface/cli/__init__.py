@@ -1,4 +1,5 @@
-"""The ``marginface`` command: demo, train, evaluate, compare, plot, export, convert, align, ijb.
+"""The ``marginface`` command: demo, train, evaluate, compare, plot, export, convert, align, ijb,
+detect.
 
 Every subcommand has ``--help``. Training options come from defaults, then ``--config
 FILE.toml``, then the command line (``--set key=value`` reaches any configuration key).

@@ -50,3 +50,23 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, metavar="N", help="decoding threads (default: all cores)"
     )
+    parser.add_argument(
+        "--detector",
+        metavar="mtcnn|FILE",
+        help="detect and align each photo's face first (mtcnn, MTCNN's weights, or an SCRFD "
+        ".onnx; docs/detection.md), so the training set and the pairs are aligned the same "
+        "way; photos without a face are listed in OUT_report.tsv (OUT.report.tsv for pairs) "
+        "(default: none, centre crops)",
+    )
+    parser.add_argument(
+        "--faces",
+        choices=("largest", "central", "all"),
+        default="largest",
+        help="with --detector: which face (all: every face, folders only) (largest)",
+    )
+    parser.add_argument(
+        "--alignment",
+        choices=("float64", "insightface"),
+        default="float64",
+        help="with --detector: the similarity's arithmetic (docs/evaluation.md) (float64)",
+    )

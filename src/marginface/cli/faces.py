@@ -1,10 +1,10 @@
 """The ``marginface align`` and ``marginface ijb`` commands: arguments and what they run.
 
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
-``run_ijb``); the work is :func:`marginface.data.align.align_folder` and
+``run_ijb``); the work is :func:`marginface.data.align.align_folder` (a landmarks file) or
+:func:`marginface.data.face_photos.align_photos` (``--detector``, options in ``cli/detect.py``) and
 :func:`marginface.train.evaluation.ijb_evaluation.ijb_results` (the function behind a training
-run's IJB
-columns too).
+run's IJB columns too).
 """
 
 from __future__ import annotations
@@ -25,30 +25,116 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_alignment_option(parser: argparse.ArgumentParser, *, default: str) -> None:
+    parser.add_argument(
+        "--alignment",
+        choices=("insightface", "float64"),
+        default=default,
+        help="the similarity's arithmetic: insightface (its float32 template and estimate: "
+        "eval_ijbc.py's crops to the grey level) or float64 (within one grey level of it) "
+        f"(default {default})",
+    )
+
+
 def add_align_arguments(parser: argparse.ArgumentParser) -> None:
-    """``SRC LANDMARKS OUT [--size S] [--workers N]``."""
+    """``SRC LANDMARKS OUT`` (landmarks from your detector) or ``SRC --out OUT --detector
+    mtcnn [--faces largest|central|all]`` (detected here); ``[--size S] [--workers N]``."""
+    from .detect import add_detector_options
+
     parser.add_argument("src", type=Path, help="image folder (e.g. SRC/<identity>/<image>)")
     parser.add_argument(
-        "landmarks",
+        "paths",
         type=Path,
-        help="five landmarks per image: insightface's *_name_5pts_score.txt layout "
-        "('name x1 y1 ... x5 y5 score', paths relative to SRC) or the same columns as a CSV",
+        nargs="*",
+        metavar="[LANDMARKS] OUT",
+        help="without --detector: five landmarks per image, insightface's "
+        "*_name_5pts_score.txt layout ('name x1 y1 ... x5 y5 score', paths relative to SRC) "
+        "or the same columns as a CSV; then the output folder (same relative paths; or --out)",
     )
-    parser.add_argument("out", type=Path, help="output folder (same relative paths)")
+    parser.add_argument("--out", type=Path, help="output folder (instead of the positional OUT)")
     parser.add_argument(
         "--size", type=int, default=112, help="crop side, a multiple of 112 or 128 (default 112)"
     )
     parser.add_argument(
         "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
     )
+    _add_alignment_option(parser, default="float64")
+    detection = parser.add_argument_group("detecting the faces here (no landmarks file)")
+    add_detector_options(detection, required=False)
+    detection.add_argument(
+        "--faces",
+        choices=("largest", "central", "all"),
+        default="largest",
+        help="which face of a photo to align: the largest box, the most central, or all "
+        "(OUT/STEM_K.EXT) (default largest)",
+    )
+    detection.add_argument(
+        "--report",
+        type=Path,
+        help="TSV of the photos with no face, several faces or unreadable "
+        "(default: OUT_report.tsv beside OUT)",
+    )
+
+
+def _align_paths(args: argparse.Namespace) -> tuple[Path | None, Path]:
+    """``(landmarks, out)`` from the positionals and ``--out``; ValueError when they do not fit
+    the mode (``--detector`` takes no landmarks file)."""
+    paths = list(args.paths)
+    if args.out is not None:
+        paths.append(args.out)
+    wanted = 1 if args.detector else 2
+    if len(paths) != wanted:
+        usage = (
+            "align SRC --out OUT --detector mtcnn"
+            if args.detector
+            else "align SRC LANDMARKS OUT (or --detector mtcnn to find the faces here)"
+        )
+        raise ValueError(f"expected {usage}, got {len(paths)} path(s) after SRC")
+    return (None, paths[0]) if args.detector else (paths[0], paths[1])
 
 
 def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
-    """Align the folder; print what was written."""
+    """Align the folder (on its landmarks file or on the faces detected here); print what was
+    written and, with a detector, what the report lists."""
+    landmarks, out = _align_paths(args)
+    if landmarks is None:
+        from ..data.face_photos import align_photos, list_photos
+        from .detect import detector_from_args, progress_bar
+
+        detector = detector_from_args(args)
+        with progress_bar(len(list_photos(args.src)), "photo", args.quiet) as progress:
+            result = align_photos(
+                args.src,
+                out,
+                detector=detector,
+                faces=args.faces,
+                image_size=args.size,
+                workers=args.workers,
+                report=args.report,
+                progress=progress,
+                alignment=args.alignment,
+            )
+        listed = len(result.no_face) + len(result.several_faces) + len(result.unreadable)
+        echo(
+            f"{result.written} aligned {args.size}x{args.size} crop(s) from {result.photos} "
+            f"photo(s) written to {result.out}"
+            + (
+                f"; {len(result.no_face)} with no face, {len(result.several_faces)} with "
+                f"several, {len(result.unreadable)} unreadable: listed in {result.report}"
+                if listed
+                else ""
+            )
+        )
+        return 0
     from ..data.align import align_folder
 
     result = align_folder(
-        args.src, args.landmarks, args.out, image_size=args.size, workers=args.workers
+        args.src,
+        landmarks,
+        out,
+        image_size=args.size,
+        workers=args.workers,
+        alignment=args.alignment,
     )
     echo(
         f"{result.written} aligned {args.size}x{args.size} crop(s) written to {result.out}"
@@ -99,6 +185,7 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, help="folder for the features, metrics and ROC (default RUN/ijb)"
     )
+    _add_alignment_option(parser, default="insightface")
 
 
 def _file_identity(path: Path) -> str:
@@ -206,6 +293,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         detector_score=not args.no_detector_score,
         label=label,
         gallery_rule=args.gallery_rule,
+        alignment=args.alignment,
     )
     prefix = f"{name}{_ablation_suffix(args)}_"
     if args.gallery_rule != "open-set":

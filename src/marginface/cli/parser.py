@@ -259,10 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     align = sub.add_parser(
         parents=[common],
         name="align",
-        help="five landmarks per image -> 112x112 ArcFace crops (no face detector)",
+        help="photos -> 112x112 ArcFace crops (five landmarks from a file or --detector mtcnn)",
         description="SRC/NAME -> OUT/NAME: the similarity transform of each image's five "
-        "landmarks (from your face detector) onto the ArcFace template, as insightface's "
-        "face_align.norm_crop (needs OpenCV: pip install 'marginface[align]').",
+        "landmarks (from a landmarks file, or found here with --detector mtcnn) onto the "
+        "ArcFace template, as insightface's face_align.norm_crop (needs OpenCV: pip install "
+        "'marginface[align]').",
     )
     add_align_arguments(align)
     align.set_defaults(func="marginface.cli.runs:cmd_align")
@@ -294,4 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_search_parser,
     ):
         add_inference_parser(sub, common)  # a model in use (docs/inference.md)
+
+    from .detect import add_detect_parser
+
+    add_detect_parser(sub, common)
     return show_defaults(parser)

@@ -8,9 +8,10 @@ borders. The transform is Umeyama's closed form (S. Umeyama, "Least-squares esti
 transformation parameters between two point patterns", IEEE TPAMI 13(4), 1991), the estimate
 scikit-image's ``SimilarityTransform.estimate`` computes.
 
-There is no face detector here: the landmarks come from the user's detector (RetinaFace, SCRFD,
-MTCNN ...), in insightface's ``*_name_5pts_score.txt`` layout (``name x1 y1 ... x5 y5 score``,
-space-separated) or a CSV (``name,x1,y1,...,x5,y5[,score]``, with or without a header).
+The landmarks come from a detector: :mod:`marginface.detect` (MTCNN, SCRFD ONNX, through
+:mod:`marginface.data.face_photos`) or the user's own, in insightface's
+``*_name_5pts_score.txt`` layout (``name x1 y1 ... x5 y5 score``, space-separated) or a CSV
+(``name,x1,y1,...,x5,y5[,score]``, with or without a header).
 :func:`align_folder` turns a folder of images plus such a file into a folder of crops (same
 relative paths), ready for ``marginface convert``.
 
@@ -31,17 +32,25 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_bytes
+from .._validation import check_choice
 
 __all__ = [
+    "ALIGNMENTS",
     "ARCFACE_TEMPLATE",
     "FolderAlignment",
     "align_folder",
     "arcface_template",
     "check_output_folder",
+    "insightface_similarity",
     "norm_crop",
     "read_landmarks",
     "similarity_transform",
 ]
+
+ALIGNMENTS = ("float64", "insightface")
+"""How the similarity is computed: ``"float64"`` (:func:`similarity_transform`, the default of
+:func:`norm_crop`) or ``"insightface"`` (:func:`insightface_similarity`: the float32 template and
+estimate of insightface's ``face_align.estimate_norm``, to the grey level of its crops)."""
 
 ARCFACE_TEMPLATE = np.array(
     [
@@ -133,21 +142,78 @@ def similarity_transform(landmarks: object, template: object) -> np.ndarray:
     return np.hstack([scale * rotation, translation[:, None]])
 
 
-def norm_crop(image: np.ndarray, landmarks: object, image_size: int = 112) -> np.ndarray:
+def insightface_similarity(landmarks: object, image_size: int = 112) -> np.ndarray:
+    """The matrix insightface's ``face_align.estimate_norm`` computes, in its arithmetic.
+
+    insightface builds the template in float32 (``arcface_dst · ratio``, then ``+ 8·ratio`` in
+    x for multiples of 128) and hands float32 landmarks to scikit-image's
+    ``SimilarityTransform.estimate`` (Umeyama), which then computes the means, the centred
+    points, the covariance ``A = dstᶜᵀ srcᶜ / 5``, its determinant, SVD and rank in float32, and
+    the rotation ``U diag(d) Vᵀ`` (``d`` float64; ``U Vᵀ`` in float32 when ``A`` has rank 1),
+    the scale ``(S·d) / Σ var(srcᶜ)`` and the translation ``dst̄ - scale·R src̄`` in float64. The
+    result differs from :func:`similarity_transform` (float64 throughout) by ~1e-6, which moves
+    a pixel of the crop by one grey level in most images.
+
+    Returns:
+        ``float64[2, 3]`` for ``cv2.warpAffine``.
+
+    Raises:
+        ValueError: malformed or degenerate landmarks (as :func:`similarity_transform`).
+    """
+    _check_landmarks("landmarks", landmarks)
+    arcface_template(image_size)  # checks image_size
+    src = np.asarray(landmarks, dtype=np.float32)  # (5, 2)
+    if image_size % 112 == 0:
+        ratio, shift = float(image_size) / 112.0, 0.0
+    else:
+        ratio = float(image_size) / 128.0
+        shift = 8.0 * ratio
+    dst = ARCFACE_TEMPLATE * np.float32(ratio)  # float32 (5, 2)
+    dst[:, 0] += np.float32(shift)
+    src_mean, dst_mean = src.mean(axis=0), dst.mean(axis=0)  # float32 (2,)
+    src_c, dst_c = src - src_mean, dst - dst_mean
+    covariance = dst_c.T @ src_c / np.float32(src.shape[0])  # float32 (2, 2)
+    d = np.ones(2, dtype=np.float64)
+    if np.linalg.det(covariance) < 0:
+        d[1] = -1.0
+    u, sigma, vt = np.linalg.svd(covariance)  # float32
+    rank = np.linalg.matrix_rank(covariance)
+    if rank == 0:
+        raise ValueError(f"landmarks are degenerate: {src.tolist()}")
+    if rank == 1:
+        flip = np.linalg.det(u) * np.linalg.det(vt) <= 0
+        rotation = (u @ np.diag([1.0, -1.0]) @ vt) if flip else (u @ vt).astype(np.float64)
+    else:
+        rotation = u @ np.diag(d) @ vt  # float64
+    scale = 1.0 / src_c.var(axis=0).sum() * (sigma @ d)
+    translation = dst_mean - scale * (rotation @ src_mean)
+    return np.hstack([rotation * scale, translation[:, None]]).astype(np.float64)
+
+
+def norm_crop(
+    image: np.ndarray, landmarks: object, image_size: int = 112, *, alignment: str = "float64"
+) -> np.ndarray:
     """The aligned crop of a face, as insightface's ``face_align.norm_crop``.
 
     Args:
         image: ``uint8[H, W, C]`` or ``uint8[H, W]`` (any channel order: it is kept).
         landmarks: ``[5, 2]`` (x, y) pixels: eyes, nose tip, mouth corners (image left first).
         image_size: side of the crop, a multiple of 112 or 128. Default: 112.
+        alignment: ``"float64"`` (:func:`similarity_transform`) or ``"insightface"``
+            (:func:`insightface_similarity`: insightface's crops to the grey level).
+            Default: ``"float64"``.
 
     Returns:
         ``uint8[image_size, image_size(, C)]``: bilinear, black outside the image.
     """
+    check_choice("alignment", alignment, ALIGNMENTS)
     if not isinstance(image, np.ndarray) or image.ndim not in (2, 3) or image.size == 0:
         shape = getattr(image, "shape", type(image).__name__)
         raise ValueError(f"image must be a non-empty (H, W) or (H, W, C) array, got {shape}")
-    matrix = similarity_transform(landmarks, arcface_template(image_size))
+    if alignment == "insightface":
+        matrix = insightface_similarity(landmarks, image_size)
+    else:
+        matrix = similarity_transform(landmarks, arcface_template(image_size))
     return _cv2().warpAffine(image, matrix, (image_size, image_size), borderValue=0.0)
 
 
@@ -291,6 +357,7 @@ def align_folder(
     image_size: int = 112,
     workers: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    alignment: str = "float64",
 ) -> FolderAlignment:
     """Align every image the landmarks name: ``src/NAME`` → ``out/NAME`` (same relative path
     and format, so ``src/<identity>/<image>`` stays ready for ``marginface convert``).
@@ -303,6 +370,7 @@ def align_folder(
         image_size: crop side, a multiple of 112 or 128. Default: 112.
         workers: threads decoding, warping and encoding (0: one per CPU, at most 8).
         progress: called with ``(done, total)`` after each image.
+        alignment: ``"float64"`` or ``"insightface"`` (:func:`norm_crop`). Default: float64.
 
     Raises:
         ValueError: ``out`` and ``src`` nest; a name outside ``src`` (absolute elsewhere, or
@@ -319,6 +387,7 @@ def align_folder(
     given = read_landmarks(landmarks) if not isinstance(landmarks, dict) else landmarks
     table = {_relative_name(src, name): points for name, points in given.items()}
     arcface_template(image_size)  # checks image_size before any work
+    check_choice("alignment", alignment, ALIGNMENTS)
     missing = [name for name in table if not (src / name).is_file()]
     if missing:
         raise ValueError(
@@ -342,7 +411,7 @@ def align_folder(
         image = cv2.imread(str(src / name), cv2.IMREAD_UNCHANGED)
         if image is None:
             raise ValueError(f"{src / name}: not a readable image")
-        crop = norm_crop(image, table[name], image_size)
+        crop = norm_crop(image, table[name], image_size, alignment=alignment)
         target = out / name
         encoded, data = cv2.imencode(target.suffix or ".png", crop)
         if not encoded:

@@ -46,7 +46,12 @@ def framing_path(path: str | os.PathLike[str]) -> Path:
 
 
 def write_framing(
-    path: str | os.PathLike[str], *, crop: int | None, image_size: int, source: str
+    path: str | os.PathLike[str],
+    *,
+    crop: int | None,
+    image_size: int,
+    source: str,
+    detector: str | None = None,
 ) -> Path:
     """Write the framing record of the converted file ``path`` atomically.
 
@@ -55,13 +60,17 @@ def write_framing(
         crop: centred square crop in source pixels before resizing, or None (whole image).
         image_size: side of the stored images in pixels.
         source: where the images came from (a folder or archive), for the reader.
+        detector: how faces were detected and aligned (``convert --detector``, e.g. ``"mtcnn,
+            largest face, float64 alignment"``), or None (centre crops); recorded only when set.
 
     Returns:
         The record's path (:func:`framing_path`).
     """
     from .._atomic import atomic_write_text
 
-    record = {"crop": crop, "image_size": image_size, "source": source}
+    record: dict[str, Any] = {"crop": crop, "image_size": image_size, "source": source}
+    if detector is not None:
+        record["detector"] = detector
     return atomic_write_text(framing_path(path), json.dumps(record, indent=2) + "\n")
 
 
@@ -82,7 +91,9 @@ def read_framing(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return record
 
 
-def _crop_text(crop: Any) -> str:
+def _crop_text(crop: Any, detector: Any = None) -> str:
+    if detector is not None:
+        return f"--detector ({detector})"
     return "no crop (the whole image)" if crop is None else f"--crop {crop}"
 
 
@@ -97,10 +108,11 @@ def framing_mismatches(root: str | os.PathLike[str], set_names: Iterable[str]) -
     found = []
     for name in set_names:
         record = read_framing(root / f"{name}.bin")
-        if record is not None and record["crop"] != train["crop"]:
+        framed = (record.get("detector"), record["crop"]) if record is not None else None
+        if framed is not None and framed != (train.get("detector"), train["crop"]):
             found.append(
-                f"{name}.bin was converted with {_crop_text(record['crop'])}, train.rec with "
-                f"{_crop_text(train['crop'])}"
+                f"{name}.bin was converted with {_crop_text(record['crop'], framed[0])}, "
+                f"train.rec with {_crop_text(train['crop'], train.get('detector'))}"
             )
     return found
 

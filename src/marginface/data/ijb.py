@@ -241,10 +241,11 @@ class _AlignedImages(torch.utils.data.Dataset):
     or ``(zeros, message)`` when it cannot be read or aligned (the message reaches the main
     process as one line, not as a worker's traceback)."""
 
-    def __init__(self, layout: IjbLayout) -> None:
+    def __init__(self, layout: IjbLayout, alignment: str = "insightface") -> None:
         self.image_dir = layout.image_dir
         self.names = layout.names
         self.landmarks = layout.landmarks
+        self.alignment = alignment
 
     def __len__(self) -> int:
         return len(self.names)
@@ -259,7 +260,7 @@ class _AlignedImages(torch.utils.data.Dataset):
         if image is None:
             return torch.zeros(3, 112, 112, dtype=torch.uint8), f"{path}: missing or unreadable"
         try:
-            crop = norm_crop(image, self.landmarks[i])[:, :, ::-1]  # RGB, (112, 112, 3)
+            crop = norm_crop(image, self.landmarks[i], alignment=self.alignment)[:, :, ::-1]
         except ValueError as error:
             return torch.zeros(3, 112, 112, dtype=torch.uint8), f"{path}: {error}"
         return torch.from_numpy(np.ascontiguousarray(crop.transpose(2, 0, 1))), ""
@@ -309,6 +310,7 @@ def embed_ijb_images(
     cache: str | os.PathLike[str] | None = None,
     cache_key: str = "",
     progress: Callable[[int, int], None] | None = None,
+    alignment: str = "insightface",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Embeddings of every image, as it is and flipped: ``(float32[N, D], float32[N, D])``.
 
@@ -321,18 +323,27 @@ def embed_ijb_images(
             ``cache_key``, else (re)written.
         cache_key: what identifies the model (e.g. its checkpoint's path, size and time).
         progress: called with ``(images done, total)`` after each batch.
+        alignment: ``"insightface"`` (its float32 estimate: its crops to the grey level) or
+            ``"float64"`` (:func:`~marginface.data.align.norm_crop`). Default: insightface.
     """
+    from .._validation import check_choice
+    from .align import ALIGNMENTS
+
+    check_choice("alignment", alignment, ALIGNMENTS)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    digest = _names_digest(layout.names, cache_key)
+    # features cached before the insightface arithmetic existed were float64 crops: same key
+    digest = _names_digest(
+        layout.names, cache_key if alignment == "float64" else f"{cache_key}|align={alignment}"
+    )
     if cache is not None and Path(cache).is_file():
         cached = _read_cache(Path(cache), digest, len(layout.names))
         if cached is not None:
             return cached
     loader = torch.utils.data.DataLoader(
-        _AlignedImages(layout), batch_size=batch_size, num_workers=workers, shuffle=False
+        _AlignedImages(layout, alignment), batch_size=batch_size, num_workers=workers, shuffle=False
     )
     as_is: list[np.ndarray] = []
     flipped: list[np.ndarray] = []

@@ -136,6 +136,7 @@ def ijb_results(
     label: str = "the model",
     distributed: bool = False,
     gallery_rule: str = "open-set",
+    alignment: str = "insightface",
 ) -> IjbResult | None:
     """Embed ``layout``'s images with ``model`` and evaluate IJB 1:1 and 1:N (module
     docstring): what ``marginface ijb`` and the trainer's IJB columns compute.
@@ -160,6 +161,8 @@ def ijb_results(
         distributed: share the embedding over the ranks (above); ``cache`` is then not used.
         gallery_rule: the TPIR rule of G1 and G2: ``"open-set"`` (ours) or
             ``"insightface-per-gallery"`` (:func:`~marginface.data.ijb.evaluate_ijb`).
+        alignment: the crops' arithmetic, ``"insightface"`` (default: its crops to the grey
+            level) or ``"float64"`` (:func:`~marginface.data.align.norm_crop`).
 
     Raises:
         ValueError: the model cannot embed 112×112 RGB crops (one line naming ``label``), an
@@ -194,6 +197,7 @@ def ijb_results(
             cache=cache if world == 1 else None,
             cache_key=cache_key,
             progress=progress,
+            alignment=alignment,
         )
     finally:
         model.train(was_training)

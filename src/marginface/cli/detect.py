@@ -1,0 +1,156 @@
+"""The ``marginface detect`` command and ``align``'s detector options.
+
+``detect PHOTOS... --out faces.jsonl``: one JSON line per face (file, box, score, landmarks)
+from :func:`marginface.data.face_photos.detect_photos`; ``align SRC --out OUT --detector
+mtcnn``: :func:`marginface.data.face_photos.align_photos`. Heavy modules are imported inside
+the command functions, so ``--help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = [
+    "add_detect_parser",
+    "add_detector_options",
+    "detector_from_args",
+    "progress_bar",
+    "run_detect",
+]
+
+
+def _nonnegative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """``--detector mtcnn|WEIGHTS`` (required or not), ``--min-face-size``, ``--device``."""
+    parser.add_argument(
+        "--detector",
+        required=required,
+        help="mtcnn (facenet-pytorch 2.6.0's weights: pip install --no-deps "
+        "facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's pnet.pt, rnet.pt, onet.pt, "
+        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)"
+        + ("" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"),
+    )
+    parser.add_argument(
+        "--min-face-size", type=float, default=20.0, help="MTCNN: smallest face, px (default 20)"
+    )
+    parser.add_argument(
+        "--det-size",
+        type=int,
+        default=640,
+        help="ONNX detector: square input side when the file leaves it open (default 640)",
+    )
+    parser.add_argument(
+        "--score-threshold", type=float, default=0.5, help="ONNX detector: face score (0.5)"
+    )
+    parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
+
+
+def detector_from_args(args: argparse.Namespace) -> object:
+    """The detector the options name (:func:`marginface.detect.load_detector`)."""
+    from ..detect import load_detector
+
+    return load_detector(
+        args.detector,
+        device=args.device,
+        min_face_size=args.min_face_size,
+        input_size=(args.det_size, args.det_size),
+        score_threshold=args.score_threshold,
+    )
+
+
+def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Register ``marginface detect PHOTOS... --out FILE.jsonl [--detector mtcnn]``."""
+    parser = sub.add_parser(
+        "detect",
+        parents=[common],
+        help="find faces and five landmarks in photos -> one JSON line per face",
+        description="Detect the faces of each photo (files or folders) with MTCNN; write one "
+        'JSON line per face: {"file", "box": [x1, y1, x2, y2], "score", "landmarks": '
+        "[[x, y] x 5]} (eyes, nose tip, mouth corners, pixels). Photos with no face or that "
+        "cannot be read are listed in --report.",
+    )
+    parser.add_argument("photos", type=Path, nargs="+", help="photo files or folders")
+    parser.add_argument("--out", type=Path, required=True, help="the JSON-lines file written")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        help="TSV of photos with no face / unreadable (default: OUT.report.tsv beside OUT)",
+    )
+    parser.add_argument(
+        "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"
+    )
+    add_detector_options(parser, required=False)
+    parser.set_defaults(func="marginface.cli.detect:run_detect", detector="mtcnn")
+
+
+@contextmanager
+def progress_bar(total: int, what: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
+    """A ``(done, total)`` callback: a tqdm bar on a terminal, nothing when quiet or piped."""
+    if quiet or not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, unit=what, file=sys.stderr, dynamic_ncols=True) as bar:
+
+        def update(done: int, total: int) -> None:
+            bar.update(done - bar.n)
+
+        yield update
+
+
+def run_detect(args: argparse.Namespace) -> int:
+    """Detect, write the JSON lines and the report atomically; print a summary."""
+    import json
+
+    from .._atomic import atomic_write_text
+    from ..data.face_photos import PhotoError, detect_photos, list_photos
+
+    photos = []
+    for source in args.photos:
+        listed = list_photos(source)
+        if source.is_dir():
+            listed = [(path, path.as_posix()) for path, _ in listed]
+        photos += listed
+    out = Path(args.out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the JSON-lines file to write")
+    report = args.report or out.with_name(out.name + ".report.tsv")
+    lines, problems, faces_total = [], [], 0
+    results = detect_photos(photos, detector_from_args(args), workers=args.workers)
+    with progress_bar(len(photos), "photo", getattr(args, "quiet", False)) as progress:
+        for done, (name, _, found) in enumerate(results, start=1):
+            if isinstance(found, PhotoError):
+                problems.append(f"{name}\tunreadable\t{found}")
+            elif found.count == 0:
+                problems.append(f"{name}\tno_face\t")
+            for k in range(0 if isinstance(found, PhotoError) else found.count):
+                record = {
+                    "file": name,
+                    "box": [round(float(v), 3) for v in found.boxes[k]],
+                    "score": round(float(found.scores[k]), 6),
+                    "landmarks": [[round(float(v), 3) for v in p] for p in found.landmarks[k]],
+                }
+                lines.append(json.dumps(record))
+                faces_total += 1
+            progress(done, len(photos))
+    atomic_write_text(out, "".join(line + "\n" for line in lines))
+    if problems:
+        atomic_write_text(report, "name\tproblem\tdetail\n" + "\n".join(problems) + "\n")
+    summary = f"{faces_total} face(s) in {len(photos)} photo(s) written to {out}"
+    if problems:
+        summary += f"; {len(problems)} photo(s) with no face or unreadable listed in {report}"
+    from .output import _echo
+
+    _echo(args, summary)
+    return 0

@@ -1,0 +1,117 @@
+"""``marginface detect`` and ``marginface align --detector``: files written, the report, and
+one-line errors (never a traceback) for a problem in the user's files or options."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from marginface.cli import main
+from marginface.data.face_photos import read_photo
+from marginface.detect import MTCNN
+from tests._face_fixtures import lfw_jpegs, mtcnn_weights
+
+__all__ = ["lfw_jpegs", "mtcnn_weights"]  # fixtures
+
+
+@pytest.fixture
+def photos(lfw_jpegs, mtcnn_weights, tmp_path):
+    src = tmp_path / "photos"
+    for name in list(lfw_jpegs)[:3]:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(lfw_jpegs[name])
+    (src / "junk").mkdir()
+    (src / "junk" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really")
+    return src
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_detect_writes_one_json_line_per_face(photos, tmp_path, capsys):
+    out = tmp_path / "faces.jsonl"
+    assert main(["detect", str(photos), "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    detector = MTCNN()
+    expected = 0
+    for path in sorted(photos.rglob("*.jpg")):
+        if path.parent.name == "junk":
+            continue
+        faces = detector.detect(read_photo(path))[0]
+        mine = [r for r in records if r["file"] == path.as_posix()]
+        assert len(mine) == faces.count
+        expected += faces.count
+        np.testing.assert_allclose([r["box"] for r in mine], faces.boxes, atol=1e-3)
+        np.testing.assert_allclose([r["landmarks"] for r in mine], faces.landmarks, atol=1e-3)
+        np.testing.assert_allclose([r["score"] for r in mine], faces.scores, atol=1e-6)
+    assert len(records) == expected >= 3
+    assert f"{expected} face(s) in 4 photo(s)" in capsys.readouterr().out
+    report = (tmp_path / "faces.jsonl.report.tsv").read_text()
+    assert "junk/broken.jpg\tunreadable\t" in report
+
+
+def test_align_with_the_detector(photos, tmp_path, capsys):
+    out = tmp_path / "aligned"
+    assert main(["align", str(photos), "--out", str(out), "--detector", "mtcnn"]) == 0
+    text = capsys.readouterr().out
+    assert "3 aligned 112x112 crop(s) from 4 photo(s)" in text and "1 unreadable" in text
+    assert len(list(out.rglob("*.jpg"))) == 3
+    assert read_photo(next(out.rglob("*.jpg"))).shape == (112, 112, 3)
+    # the positional OUT works too, and --faces all names each face
+    assert main(["align", str(photos), str(tmp_path / "all"), "--detector", "mtcnn",
+                 "--faces", "all", "-q"]) == 0  # fmt: skip
+    assert len(list((tmp_path / "all").rglob("*_0.jpg"))) == 3
+
+
+_ALIGN = ["align", "{src}", "--out", "{tmp}/o", "--detector"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (
+            ["align", "{src}", "marks.txt", "{tmp}/o", "--detector", "mtcnn"],
+            ["expected align SRC --out OUT --detector"],
+        ),
+        (["align", "{src}", "{tmp}/o"], ["expected align SRC LANDMARKS OUT"]),
+        (
+            ["align", "{src}", "--out", "{src}/o", "--detector", "mtcnn"],
+            ["must not be, or contain, each other"],
+        ),
+        ([*_ALIGN, "{tmp}/nowhere"], ["detector must be 'mtcnn', MTCNN's weights"]),
+        ([*_ALIGN, "{tmp}"], ["no pnet.pt here", "pip install --no-deps facenet-pytorch==2.6.0"]),
+        ([*_ALIGN, "{tmp}/det_10g.onnx"], ["no ONNX detector at", "det_10g.onnx"]),
+        (["detect", "{tmp}/absent", "--out", "{tmp}/f.jsonl"], ["no photo or folder at"]),
+        (["detect", "{src}", "--out", "{tmp}"], ["is a folder"]),
+    ],
+)
+def test_one_line_errors(photos, tmp_path, capsys, argv, needles):
+    argv = [a.format(src=photos, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    _one_line_error(capsys, *needles)
+    assert not (tmp_path / "o").exists() and not (photos / "o").exists()
+
+
+def test_alignment_defaults_insightface_for_ijb_float64_for_align():
+    from marginface.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["ijb", "run", "--data-dir", "x"]).alignment == "insightface"
+    assert parser.parse_args(["align", "src", "marks", "out"]).alignment == "float64"
+    args = parser.parse_args(["align", "src", "--out", "o", "--alignment", "insightface"])
+    assert args.alignment == "insightface"
+
+
+@pytest.mark.parametrize("command", ["detect", "align"])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: marginface {command}" in out and "--detector" in out
