@@ -198,7 +198,7 @@ def _backbone_image_size(args: argparse.Namespace, model) -> int:
 def _data_size(args: argparse.Namespace) -> str:
     """The data's own image size for a message: each ``.bin``'s (read from its first image),
     or what ``--pairs`` images become."""
-    from ..train.backbone_evaluation import bin_image_sizes
+    from ..train.evaluation.backbone_evaluation import bin_image_sizes
 
     if args.pairs is not None:
         return f"the images of {args.data_dir} are resized to --image-size"
