@@ -3,19 +3,32 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
+# Three stamps, each newer than what it was installed from: torch in a fresh .venv; the `cli`
+# extra on top (all `make demo` needs); the `dev` extra on top (`make test`: tests, linters,
+# ONNX, Triton, Keras...). A .venv made by `make demo` is completed by `make test`, and
+# `make demo` after `make test` only checks that the `cli` extra is there (it is: dev has it).
+TORCH_STAMP := $(VENV)/.installed-torch
+CLI_STAMP := $(VENV)/.installed-cli
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean venv mutate test-keras-jax test-keras-tensorflow
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(TORCH_STAMP): constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	touch $@
+
+$(CLI_STAMP): $(TORCH_STAMP) pyproject.toml constraints.txt
+	$(PIP) install --quiet -c constraints.txt -e ".[cli]"
+	touch $@
+
+$(STAMP): $(TORCH_STAMP) pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
 	$(PIP) install --quiet --no-deps facenet-pytorch==2.6.0
-	touch $(STAMP)
+	touch $@
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
@@ -33,7 +46,7 @@ test-keras-tensorflow: $(STAMP)
 	test -d $(TF_SITE) || $(PIP) install --quiet --target $(TF_SITE) -c constraints.txt tensorflow-cpu
 	KERAS_BACKEND=tensorflow PYTHONPATH=$(TF_SITE) $(BIN)/python -m pytest tests/keras -q
 
-demo: $(STAMP)
+demo: $(CLI_STAMP)
 	$(BIN)/marginface demo
 
 lint: $(STAMP)

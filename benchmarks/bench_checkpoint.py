@@ -6,7 +6,8 @@ Each rank builds ``marginface.create_loss(loss, C, D, process_group=WORLD)`` (ra
 the checkpoint holds the centers and their momentum: ``2·C·D`` floats over the group) and its
 rows of a seeded global batch of ``N`` embeddings. It runs ``--steps`` optimizer steps and,
 every ``--every`` steps, writes a step checkpoint into its run folder through the trainer's own
-:class:`~marginface.train.checkpoint_writer.CheckpointWriter` (``torch.distributed.checkpoint``:
+:class:`~marginface.train.state.checkpoint_writer.CheckpointWriter`
+(``torch.distributed.checkpoint``:
 every rank its share, a sidecar, the folder swap), the last background write finished before
 the clock stops. Every step starts after a barrier; a step's time is the slowest rank's.
 
@@ -44,9 +45,9 @@ import torch.distributed as dist
 
 import marginface
 from marginface.config import TrainConfig
-from marginface.train.checkpoint_writer import CheckpointPolicy, CheckpointWriter
-from marginface.train.run_state import RunObjects
-from marginface.train.step_position import StepPosition
+from marginface.train.state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
+from marginface.train.state.run_state import RunObjects
+from marginface.train.state.step_position import StepPosition
 
 MODES = ("none", "sync", "async")
 

@@ -23,7 +23,6 @@ CORE = (
     "head",
     "class_parameters",
     "weight_regularizers",
-    "head_state",
     "losses",
     "functional",
     "evaluation",
@@ -41,6 +40,7 @@ PIPELINE = (
     "export",
     "config",
     "models",
+    "inference",
     "detect",
 )
 

@@ -81,8 +81,10 @@ def test_adacos_median_to_mean_is_in_the_catalogue(mutate):
 
 
 def test_resume_mutants_stay_inside_the_restore_functions(mutate):
-    found = mutate.all_mutants("train/run_state.py")["src/marginface/train/run_state.py"]
-    source = (REPO / "src/marginface/train/run_state.py").read_text().splitlines()
+    found = mutate.all_mutants("train/state/run_state.py")[
+        "src/marginface/train/state/run_state.py"
+    ]
+    source = (REPO / "src/marginface/train/state/run_state.py").read_text().splitlines()
     spans = []
     for name in ("def read_saved_run(", "def _restore_file("):
         start = next(i for i, line in enumerate(source, 1) if name in line)

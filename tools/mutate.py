@@ -9,8 +9,8 @@ tests that cover that file (``pytest -x -q -p no:cacheprovider``, with a timeout
 
 Scope: the margins, the executors (the softmax chunk loop; the one-vs-all reduction,
 ``executors/binary*.py`` and ``triton_binary.py``, as its own area with its own tests),
-verification (``evaluation/verification.py``) and the resume path (``train/run_state.py``'s
-reading and single-file restoring, ``train/checkpoint.py``).
+verification (``evaluation/verification.py``) and the resume path (``train/state/run_state.py``'s
+reading and single-file restoring, ``train/state/checkpoint.py``).
 Mutants are sampled with a fixed seed, a share per file, so a run is repeatable.
 
 Safety: the mutants are written into a copy of ``src/`` and ``tests/`` in a temporary folder
@@ -72,9 +72,10 @@ compiled (the operators' registered autograd and fake implementations)."""
 BASELINE_TIMEOUT_S = 1800
 """Seconds the unmutated tests of one area may take (tests/executors, one process, is the
 longest); each mutant's own limit is a multiple of its area's measured time."""
-RESUME_TESTS = ("tests/train/test_trainer.py", "tests/train/test_run_state.py")
+RESUME_TESTS = ("tests/train/test_trainer.py", "tests/train/state/test_run_state.py")
 RESUME_FUNCTIONS = frozenset({"read_saved_run", "_restore_file"})
-"""The resume path in ``train/run_state.py``: reading a checkpoint once and restoring it into a
+"""The resume path in ``train/state/run_state.py``: reading a checkpoint once and restoring it into
+a
 run of one process (the sharded path needs several processes, too slow per mutant)."""
 
 
@@ -103,8 +104,8 @@ TARGETS = (
     Target("binary", "src/marginface/executors/binary*.py", BINARY_TESTS),
     Target("binary", "src/marginface/executors/triton_binary.py", BINARY_TESTS),
     Target("verification", "src/marginface/evaluation/verification.py", VERIFICATION_TESTS),
-    Target("resume", "src/marginface/train/run_state.py", RESUME_TESTS, RESUME_FUNCTIONS),
-    Target("resume", "src/marginface/train/checkpoint.py", RESUME_TESTS),
+    Target("resume", "src/marginface/train/state/run_state.py", RESUME_TESTS, RESUME_FUNCTIONS),
+    Target("resume", "src/marginface/train/state/checkpoint.py", RESUME_TESTS),
 )
 
 AREA_SHARES = {

@@ -21,7 +21,8 @@ many pixels first), resized to ``image_size`` and encoded as JPEG with ``quality
 written atomically: after a failure (an unreadable image, a full disk, Ctrl-C) no output file
 has changed and no temporary is left.
 
-:func:`add_convert_arguments` and :func:`run_convert` are the ``marginface convert`` command.
+:func:`run_convert` runs the ``marginface convert`` command (its arguments:
+:func:`marginface.cli.convert_options.add_convert_arguments`, which imports nothing heavy).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from .data.recordio import RecordWriter, pack_image_record
 __all__ = [
     "FolderConversion",
     "PairsConversion",
-    "add_convert_arguments",
     "convert_folder",
     "convert_pairs",
     "encode_jpeg",
@@ -400,69 +400,6 @@ def convert_pairs(
 
 
 # ------------------------------------------------------------------ command line
-def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``marginface convert``'s arguments: ``SRC OUT [--pairs FILE] [--image-size N]
-    [--quality Q] [--crop N] [--workers N]``, or ``--reindex REC``; :func:`run_convert` runs
-    them."""
-    parser.description = (
-        "Without --pairs: SRC/<identity>/<image> -> OUT/train.rec, train.idx, property "
-        "(insightface's training-set layout). With --pairs: the pairs of an LFW-format pairs "
-        "file, images from SRC (the lfw-deepfunneled folder or archive) -> the verification "
-        "set OUT (a .bin)."
-    )
-    parser.add_argument(
-        "src", type=Path, nargs="?", metavar="SRC", help="image folder (or LFW archive)"
-    )
-    parser.add_argument(
-        "out", type=Path, nargs="?", metavar="OUT", help="dataset folder (or .bin file)"
-    )
-    parser.add_argument(
-        "--reindex",
-        type=Path,
-        metavar="REC",
-        help="rebuild a missing or damaged .idx from its .rec (REC: the .rec file, or a "
-        "folder holding train.rec); no SRC or OUT",
-    )
-    parser.add_argument(
-        "--pairs", type=Path, metavar="FILE", help="LFW-format pairs file: write a .bin"
-    )
-    parser.add_argument("--image-size", type=int, default=112, metavar="N", help="side in pixels")
-    parser.add_argument("--quality", type=int, default=95, metavar="Q", help="JPEG quality")
-    parser.add_argument(
-        "--crop",
-        type=int,
-        metavar="N",
-        help="centred square crop in source pixels before resizing, for a training folder as "
-        "for --pairs; recorded in OUT's .convert.json, and train warns when the training set "
-        "and a .bin were cropped differently: convert both with the same --crop (default: "
-        "150 with --pairs, the face region of LFW deep-funneled images; none otherwise; "
-        "0: none)",
-    )
-    parser.add_argument(
-        "--workers", type=int, metavar="N", help="decoding threads (default: all cores)"
-    )
-    parser.add_argument(
-        "--detector",
-        metavar="mtcnn|FILE",
-        help="detect and align each photo's face first (mtcnn, MTCNN's weights, or an SCRFD "
-        ".onnx; docs/detection.md), so the training set and the pairs are aligned the same "
-        "way; photos without a face are listed in OUT_report.tsv (OUT.report.tsv for pairs) "
-        "(default: none, centre crops)",
-    )
-    parser.add_argument(
-        "--faces",
-        choices=("largest", "central", "all"),
-        default="largest",
-        help="with --detector: which face (all: every face, folders only) (largest)",
-    )
-    parser.add_argument(
-        "--alignment",
-        choices=("float64", "insightface"),
-        default="float64",
-        help="with --detector: the similarity's arithmetic (docs/evaluation.md) (float64)",
-    )
-
-
 def _reindex(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     """``convert --reindex REC``: :func:`~marginface.data.recordio.rebuild_index` of REC (a
     ``.rec``, or a folder's ``train.rec``)."""
@@ -479,7 +416,8 @@ def _reindex(args: argparse.Namespace, say: Callable[[str], None]) -> int:
 
 
 def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
-    """Run ``marginface convert`` (arguments of :func:`add_convert_arguments`).
+    """Run ``marginface convert`` (arguments of
+    :func:`marginface.cli.convert_options.add_convert_arguments`).
 
     Args:
         args: the parsed arguments.

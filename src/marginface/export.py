@@ -34,8 +34,20 @@ from torch import Tensor, nn
 
 from ._atomic import atomic_write_with
 from ._validation import check_choice, check_real
+from .models.description import (
+    DESCRIPTION_KEY,
+    ModelDescription,
+    sidecar_path,
+    write_description_sidecar,
+)
 
-__all__ = ["TORCHSCRIPT_METHODS", "export_onnx", "export_safetensors", "export_torchscript"]
+__all__ = [
+    "TORCHSCRIPT_METHODS",
+    "export_onnx",
+    "export_safetensors",
+    "export_state_dict",
+    "export_torchscript",
+]
 
 TORCHSCRIPT_METHODS = ("trace", "script")
 
@@ -134,6 +146,7 @@ def export_torchscript(
     *,
     atol: float = 1e-5,
     method: str = "trace",
+    description: ModelDescription | None = None,
 ) -> Path:
     """Save ``model`` as TorchScript (loadable with ``torch.jit.load`` without marginface).
 
@@ -148,6 +161,9 @@ def export_torchscript(
             data-dependent Python control flow is frozen, which the verification on a second
             batch can catch) or ``"script"`` (compiles the Python source; fails on code
             TorchScript does not support).
+        description: the model's description, written as JSON beside the file
+            (``path`` + ``.json``, :func:`~marginface.models.description.sidecar_path`), after
+            the model. Default: None (no description; an existing sidecar is removed).
 
     Returns:
         The absolute path written.
@@ -184,7 +200,25 @@ def export_torchscript(
                 actual = [o.detach().cpu().double().numpy() for o in outputs]
                 _compare(reference, actual, atol, "the TorchScript model", batch.shape[0])
 
-        return _write_atomically(target, write, verify)
+        written = _write_atomically(target, write, verify)
+    _write_sidecar(written, description)
+    return written
+
+
+def _write_sidecar(path: Path, description: ModelDescription | None) -> None:
+    """The description beside ``path``, or no stale one when there is none."""
+    if description is None:
+        sidecar_path(path).unlink(missing_ok=True)
+    else:
+        _check_description(description)
+        write_description_sidecar(path, description)
+
+
+def _check_description(description: object) -> None:
+    if description is not None and not isinstance(description, ModelDescription):
+        raise TypeError(
+            f"description must be a ModelDescription or None, got {type(description).__name__}"
+        )
 
 
 def _import_onnx() -> tuple[object, object]:
@@ -215,6 +249,7 @@ def export_onnx(
     *,
     atol: float = 1e-4,
     dynamo: bool | None = None,
+    description: ModelDescription | None = None,
 ) -> Path:
     """Save ``model`` as an ONNX graph with a dynamic batch dimension, checked with
     ``onnx.checker`` and verified with ONNX Runtime on the CPU.
@@ -231,6 +266,8 @@ def export_onnx(
         dynamo: PyTorch's exporter: True for the ``torch.export``-based one (needs onnxscript),
             False for the legacy TorchScript-based one; None (default) picks the first when
             onnxscript is installed.
+        description: the model's description, stored in the graph's ``metadata_props`` under
+            :data:`~marginface.models.description.DESCRIPTION_KEY`. Default: None.
 
     Returns:
         The absolute path written.
@@ -241,6 +278,7 @@ def export_onnx(
     """
     target = _check_arguments(model, example_input, path)
     atol = check_real("atol", atol, nonnegative=True)
+    _check_description(description)
     onnx, onnxruntime = _import_onnx()
     if dynamo is None:
         dynamo = _has_onnxscript()
@@ -268,6 +306,11 @@ def export_onnx(
                     torch.onnx.export(
                         model, (example_input,), str(file), dynamo=dynamo, verbose=False, **options
                     )
+                if description is not None:
+                    graph = onnx.load(str(file))  # type: ignore[attr-defined]
+                    prop = graph.metadata_props.add()
+                    prop.key, prop.value = DESCRIPTION_KEY, description.to_json()
+                    onnx.save(graph, str(file))  # type: ignore[attr-defined]
                 onnx.checker.check_model(str(file))  # type: ignore[attr-defined]
             except Exception as error:
                 raise RuntimeError(
@@ -293,13 +336,20 @@ def export_onnx(
         return _write_atomically(target, write, verify)
 
 
-def export_safetensors(model: nn.Module, path: str | os.PathLike[str]) -> Path:
+def export_safetensors(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    description: ModelDescription | None = None,
+) -> Path:
     """Save ``model.state_dict()`` (parameters and buffers, on the CPU) as a ``.safetensors``
     file, verified by reading it back (same names, dtypes, shapes and values).
 
     Args:
         model: any module (the backbone: keys such as ``conv1.weight``, ``layer1.0.bn1.bias``).
         path: the destination file (conventionally ``.safetensors``).
+        description: the model's description, stored in the file's metadata under
+            :data:`~marginface.models.description.DESCRIPTION_KEY` (JSON text). Default: None.
 
     Returns:
         The absolute path written.
@@ -321,10 +371,12 @@ def export_safetensors(model: nn.Module, path: str | os.PathLike[str]) -> Path:
             "export_safetensors needs the optional package safetensors: "
             "pip install 'marginface[safetensors]'"
         ) from error
+    _check_description(description)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    metadata = None if description is None else {DESCRIPTION_KEY: description.to_json()}
 
     def write(file: Path) -> None:
-        safetensors_torch.save_file(tensors, str(file))
+        safetensors_torch.save_file(tensors, str(file), metadata=metadata)
 
     def verify(file: Path) -> None:
         loaded = safetensors_torch.load_file(str(file), device="cpu")
@@ -333,5 +385,43 @@ def export_safetensors(model: nn.Module, path: str | os.PathLike[str]) -> Path:
         for key, value in tensors.items():
             if loaded[key].dtype != value.dtype or not torch.equal(loaded[key], value):
                 raise RuntimeError(f"{file}: {key} differs after reading it back")
+
+    return _write_atomically(target, write, verify)
+
+
+def export_state_dict(
+    model: nn.Module, path: str | os.PathLike[str], *, description: ModelDescription
+) -> Path:
+    """Save ``{"model": model.state_dict(), "description": description.to_dict()}`` with
+    ``torch.save`` (plain types only: readable with ``torch.load(weights_only=True)``),
+    written atomically and verified by reading it back.
+
+    Args:
+        model: the backbone.
+        path: the destination file (conventionally ``backbone.pt``).
+        description: the model's description (required: this format exists to carry it).
+
+    Returns:
+        The absolute path written.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(description, ModelDescription):
+        raise TypeError(f"description must be a ModelDescription, got {type(description).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    target = Path(path).expanduser().absolute()
+    if target.is_dir():
+        raise ValueError(f"path must be a file path, got the directory {str(target)!r}")
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    payload = {"model": tensors, "description": description.to_dict()}
+
+    def write(file: Path) -> None:
+        torch.save(payload, file)
+
+    def verify(file: Path) -> None:
+        loaded = torch.load(file, map_location="cpu", weights_only=True)
+        if set(loaded["model"]) != set(tensors) or loaded["description"] != payload["description"]:
+            raise RuntimeError(f"{file}: the saved weights or description differ on reading")
 
     return _write_atomically(target, write, verify)

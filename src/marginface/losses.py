@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from ._loss_table import register_builtin_loss as register_loss
 from ._registry import describe_unknown
 from .head import MarginSoftmaxLoss
 from .margins import (
@@ -61,7 +62,6 @@ from .margins import (
     UniFaceMargin,
 )
 from .margins.base import Margin
-from .registry import register_loss
 from .weight_regularizers import MinimumHypersphericalEnergy
 
 __all__ = [

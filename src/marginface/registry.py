@@ -13,7 +13,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._registry import Registry, describe_unknown
+from . import losses as _builtin_losses  # noqa: F401  (its declarations fill LOSSES)
+from ._loss_table import LOSSES
+from ._registry import describe_unknown
 
 __all__ = [
     "LOSSES",
@@ -23,9 +25,6 @@ __all__ = [
     "list_losses",
     "register_loss",
 ]
-
-LOSSES: Registry[type] = Registry("loss")
-"""Registered loss name → loss class (a :class:`~marginface.head.MarginSoftmaxLoss` subclass)."""
 
 T = TypeVar("T", bound=type)
 

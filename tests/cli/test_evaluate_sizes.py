@@ -15,7 +15,7 @@ import torch
 
 from marginface.cli import main
 from marginface.models import IResNet
-from marginface.train.backbone_evaluation import bin_image_sizes
+from marginface.train.evaluation.backbone_evaluation import bin_image_sizes
 
 needs_onnx = pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,

@@ -15,8 +15,8 @@ import pytest
 
 from marginface import _progress
 from marginface.cli import main
-from marginface.train import evaluate as evaluate_module
-from marginface.train.embedding_store import EMBEDDINGS_DIR
+from marginface.train.evaluation import evaluate as evaluate_module
+from marginface.train.state.layout import EMBEDDINGS_NAME
 
 TINY = ["--limit", "200", "--epochs", "1", "--batch-size", "64", "--threads", "1"]
 LINES = ["--progress", "lines", "--progress-seconds", "0"]
@@ -45,7 +45,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 def forget_embeddings(run_dir: Path) -> None:
     """The test set embedded again by the next evaluation."""
-    (run_dir / EMBEDDINGS_DIR / "test.npz").unlink(missing_ok=True)
+    (run_dir / EMBEDDINGS_NAME / "test.npz").unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_plot_reads_the_runs_embeddings_and_embeds_again_when_damaged(
     for _ in range(2):
         assert main(["plot", str(run_dir), "--out", str(tmp_path / "plots")]) == 0
     assert embedding_calls == []  # the run's own, twice
-    kept = run_dir / EMBEDDINGS_DIR / "test.npz"
+    kept = run_dir / EMBEDDINGS_NAME / "test.npz"
     kept.write_bytes(kept.read_bytes()[:100])  # damaged
     assert main(["plot", str(run_dir), "--out", str(tmp_path / "plots")]) == 0
     assert embedding_calls == [1]

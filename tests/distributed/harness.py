@@ -8,15 +8,22 @@ a forked child does: a spawned child otherwise runs the interpreter's finalizati
 gloo's C++ threads may still be torn down and abort the process (SIGABRT, "terminate called
 without an active exception", seen once in a CI run under load) after every
 check of the test had passed. ``faulthandler`` prints every thread's stack if a rank aborts.
+
+No rank leaves before every rank has destroyed its group (a multiprocessing barrier, not a
+collective): rank 0 hosts the TCPStore, and under load a rank 0 that exited first closed the
+store, and its gloo pairs, under a rank still tearing its group down ("Connection closed by
+peer"). A failing rank aborts the barrier, so the others do not wait for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -43,6 +50,7 @@ def _entry(
     args: tuple,
     errors: Any,
     timeout_s: float = COLLECTIVE_TIMEOUT_S,
+    finished: Any = None,
 ) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -61,7 +69,13 @@ def _entry(
             dist.destroy_process_group()
     except BaseException:
         errors.put((rank, traceback.format_exc()))
+        if finished is not None:
+            finished.abort()
         raise
+    if finished is not None:
+        # every rank has destroyed its group; broken: another rank failed (and reported it)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            finished.wait(timeout_s)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -78,11 +92,12 @@ def run_distributed(
     traceback, or if the group does not finish within ``deadline_s``."""
     context = mp.get_context("spawn")
     errors = context.SimpleQueue()
+    finished = context.Barrier(world)
     port = free_port()
     processes = [
         context.Process(
             target=_entry,
-            args=(rank, world, port, fn, args, errors, collective_timeout_s),
+            args=(rank, world, port, fn, args, errors, collective_timeout_s, finished),
             daemon=True,
         )
         for rank in range(world)

@@ -23,8 +23,8 @@ import torch
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import Trainer
-from marginface.train.run_state import SavedRun, read_saved_run, save_run_state
-from marginface.train.sharded_checkpoint import read_sidecar
+from marginface.train.state.run_state import SavedRun, read_saved_run, save_run_state
+from marginface.train.state.sharded_checkpoint import read_sidecar
 
 from .harness import run_distributed
 
@@ -73,7 +73,7 @@ def _held_state(model, head, optimizer) -> dict[str, torch.Tensor]:
 def _dump_saves(dumps: Path, rank: int) -> None:
     """Every checkpoint this rank writes, its held state first dumped to
     ``dumps/<epoch>-<step>-<rank>.pt``."""
-    from marginface.train import run_state
+    from marginface.train.state import run_state
 
     original = run_state.save_sharded_checkpoint
 
@@ -240,7 +240,7 @@ def test_single_file_checkpoint_restored_at_two_ranks_cuts_the_margins_state(cra
 def _save_in_the_old_layout(rank: int, world: int, run: str, optimizer: str) -> None:
     """Restore the run at 2 ranks and write it back as checkpoints did before the margins'
     optimizer state was sharded by class: each rank's block as a plain (replicated) tensor."""
-    from marginface.train import sharded_checkpoint
+    from marginface.train.state import sharded_checkpoint
 
     trainer, saved = _restored_trainer(Path(run), optimizer)
     sharded = sharded_checkpoint.class_state_view
@@ -258,7 +258,7 @@ def _restore_logging_warnings(rank: int, world: int, run: str, out: str, optimiz
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("marginface.train.run_state").addHandler(handler)
+    logging.getLogger("marginface.train.state.run_state").addHandler(handler)
     restored = _restored(Path(run), optimizer)
     torch.save({**restored, "warnings": records}, Path(out) / f"restored-{world}-{rank}.pt")
 

@@ -11,9 +11,10 @@ import torch.distributed as dist
 
 from marginface.cli import main
 from marginface.config import TrainConfig
-from marginface.train import Trainer, load_checkpoint, load_run, read_history, run_state
-from marginface.train.run_state import read_saved_run
-from marginface.train.sharded_checkpoint import (
+from marginface.train import Trainer, load_checkpoint, load_run, read_history
+from marginface.train.state import run_state
+from marginface.train.state.run_state import read_saved_run
+from marginface.train.state.sharded_checkpoint import (
     INDEX_NAME,
     SHARDED_CHECKPOINT_NAME,
     center_state_position,

@@ -14,7 +14,7 @@ from PIL import Image
 
 from marginface.cli import main
 from marginface.train import load_run, read_history
-from marginface.train.sharded_checkpoint import read_sidecar
+from marginface.train.state.sharded_checkpoint import read_sidecar
 
 from .harness import run_distributed
 

@@ -19,9 +19,9 @@ import torch
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import Trainer, read_history
-from marginface.train.preemption import PREEMPTED_EXIT_CODE
-from marginface.train.run_state import read_saved_run
-from marginface.train.sharded_checkpoint import read_sidecar
+from marginface.train.state.preemption import PREEMPTED_EXIT_CODE
+from marginface.train.state.run_state import read_saved_run
+from marginface.train.state.sharded_checkpoint import read_sidecar
 
 from .harness import free_port, run_distributed
 
@@ -371,7 +371,7 @@ def _crash_keeping(rank: int, world: int, run: str, logs: str) -> None:
 
 
 def test_keep_with_sharded_checkpoints_falls_back_past_a_damaged_newest(straight, tmp_path):
-    from marginface.train.kept_checkpoints import kept_checkpoints
+    from marginface.train.state.kept_checkpoints import kept_checkpoints
 
     run = tmp_path / "run"
     run_distributed(_crash_keeping, 2, str(run), str(tmp_path), deadline_s=240)

@@ -15,7 +15,7 @@ import pytest
 from marginface.cli import main
 from marginface.config import TrainConfig
 from marginface.train import read_history
-from marginface.train.ijb_evaluation import (
+from marginface.train.evaluation.ijb_evaluation import (
     IjbSet,
     ijb_history_keys,
     ijb_history_metrics,

@@ -62,6 +62,7 @@ CASES: list[tuple[str, dict]] = [
     ("adaface", {"cosine_clamp": 0.3}),
     ("mv-am-softmax", {}),
     ("mv-am-softmax", {"mode": "fixed", "conditional": False, "margin": 0.2}),
+    ("mv-am-softmax", {"conditional": "easy", "margin": 0.3}),
     ("mv-arc-softmax", {}),
     ("mv-arc-softmax", {"mode": "fixed", "t": 1.3, "policy": "linear", "margin": 0.5}),
     ("li-arcface", {}),

@@ -11,7 +11,7 @@ import pytest
 
 from marginface.plots import ijb_prefixes, plot_ijb_history
 from marginface.report import Image, Table, write_report
-from marginface.train.evaluate import Evaluation
+from marginface.train.evaluation.evaluate import Evaluation
 from marginface.train.pictures import ijb_curve_caption, ijb_section, report_sections
 
 NAN = math.nan

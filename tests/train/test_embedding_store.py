@@ -14,14 +14,14 @@ from tests.train.test_verification_sets import _bundle_with_sets
 from marginface.config import TrainConfig
 from marginface.data.base import DatasetBundle
 from marginface.train import Trainer, evaluate_model, evaluate_run
-from marginface.train import evaluate as evaluate_module
 from marginface.train.embedding_store import (
-    EMBEDDINGS_DIR,
     EmbeddingStore,
     data_fingerprint,
     stored_embeddings,
     weights_fingerprint,
 )
+from marginface.train.evaluation import evaluate as evaluate_module
+from marginface.train.state.layout import EMBEDDINGS_NAME
 
 
 def small_model() -> torch.nn.Module:
@@ -120,7 +120,7 @@ def test_a_damaged_file_is_embedded_again_and_rewritten(tmp_path, damage, caplog
 def test_a_store_that_cannot_write_warns_and_goes_on(tmp_path, caplog) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a file where the folder should be")
-    store = EmbeddingStore(blocker / EMBEDDINGS_DIR, "a" * 32)
+    store = EmbeddingStore(blocker / EMBEDDINGS_NAME, "a" * 32)
     computed = store.get_or_compute("test", {}, lambda: {"x": np.ones(2)})
     assert np.array_equal(computed["x"], np.ones(2))
     assert "could not keep the embeddings in" in caplog.text
@@ -145,7 +145,7 @@ def test_a_training_run_keeps_what_evaluate_and_plot_read(tmp_path, spy) -> None
     bundle, _ = _bundle_with_sets()
     config = TrainConfig(dataset="digits", epochs=1, batch_size=40, threads=1, device="cpu")
     Trainer(config, tmp_path / "run", bundle=bundle).fit()
-    kept = sorted(p.name for p in (tmp_path / "run" / EMBEDDINGS_DIR).iterdir())
+    kept = sorted(p.name for p in (tmp_path / "run" / EMBEDDINGS_NAME).iterdir())
     assert kept == ["bin_digits_pairs.npz", "test.npz"]
     spy.clear()
     fresh = evaluate_run(tmp_path / "run", bundle=bundle)

@@ -43,9 +43,9 @@ from marginface.train import (
     read_history,
     train,
 )
-from marginface.train.checkpoint import CHECKPOINT_VERSION, state_digest
 from marginface.train.history import format_history
-from marginface.train.run import CHECKPOINT_NAME, HISTORY_NAME
+from marginface.train.state.checkpoint import CHECKPOINT_VERSION, state_digest
+from marginface.train.state.layout import CHECKPOINT_NAME, HISTORY_NAME
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TINY_FLAGS = [

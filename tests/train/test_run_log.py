@@ -9,8 +9,8 @@ import pytest
 
 from marginface.train.failures import TrainingDivergedError, diverged, first_non_finite
 from marginface.train.history import read_history
-from marginface.train.run_log import VERIFICATION_NAME, RunLog
-from marginface.train.run_state import HISTORY_NAME
+from marginface.train.run_log import RunLog
+from marginface.train.state.layout import HISTORY_NAME, VERIFICATION_NAME
 
 
 def test_an_epoch_is_written_after_its_checkpoint_and_passed_to_the_callbacks(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from marginface.report import write_report
-from marginface.train.evaluate import Evaluation, ScoredPairs
+from marginface.train.evaluation.evaluate import Evaluation, ScoredPairs
 from marginface.train.verification_report import (
     other_metrics,
     verification_sections,
@@ -142,7 +142,7 @@ class _NearlyConstant(torch.nn.Module):
 def test_training_logs_a_coarse_grid_beside_the_accuracy(caplog):
     from marginface.data import load_dataset
     from marginface.data.base import DatasetBundle, PairSet, VerificationSet
-    from marginface.train.evaluate import verification_set_results
+    from marginface.train.evaluation.evaluate import verification_set_results
 
     digits = load_dataset("digits", seed=0)
     test = digits.test

@@ -11,7 +11,7 @@ from marginface.data import load_dataset
 from marginface.data.base import DatasetBundle, PairSet, VerificationSet
 from marginface.evaluation import bin_verification_metrics
 from marginface.train import Trainer, extract_embeddings, read_history
-from marginface.train.epoch_evaluation import EpochEvaluator
+from marginface.train.evaluation.epoch_evaluation import EpochEvaluator
 
 
 def _bundle_with_sets() -> tuple[DatasetBundle, VerificationSet]:

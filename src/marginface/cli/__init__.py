@@ -3,6 +3,9 @@ detect.
 
 Every subcommand has ``--help``. Training options come from defaults, then ``--config
 FILE.toml``, then the command line (``--set key=value`` reaches any configuration key).
+Importing this package and parsing a command line import neither torch nor the marginface core:
+a subcommand's function is imported after parsing (``parser.resolve_command``), so ``--help``
+and a misspelled option answer at once.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Sequence
 
 from .options import option_name
 from .output import command_progress, setup_logging
-from .parser import build_parser
+from .parser import build_parser, resolve_command
 from .training import DEMO_LOSSES, demo_config
 
 __all__ = [
@@ -34,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prefix = f"marginface {args.command}"
     try:
         with command_progress(args):
-            status = int(args.func(args))
+            status = int(resolve_command(args.func)(args))
         from ..train.distributed import leave_process_group
 
         leave_process_group()  # a torchrun group this command created: gone before exit

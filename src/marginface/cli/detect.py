@@ -90,7 +90,7 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
         "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"
     )
     add_detector_options(parser, required=False)
-    parser.set_defaults(func=run_detect, detector="mtcnn")
+    parser.set_defaults(func="marginface.cli.detect:run_detect", detector="mtcnn")
 
 
 @contextmanager

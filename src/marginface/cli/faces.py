@@ -3,8 +3,8 @@
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` (a landmarks file) or
 :func:`marginface.data.face_photos.align_photos` (``--detector``, options in ``cli/detect.py``) and
-:func:`marginface.train.ijb_evaluation.ijb_results` (the function behind a training run's IJB
-columns too).
+:func:`marginface.train.evaluation.ijb_evaluation.ijb_results` (the function behind a training
+run's IJB columns too).
 """
 
 from __future__ import annotations
@@ -177,6 +177,12 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="auto")
     parser.add_argument(
+        "--gallery-rule",
+        choices=("open-set", "insightface-per-gallery"),
+        default="open-set",
+        help="G1/G2 TPIR@FPIR rule",
+    )
+    parser.add_argument(
         "--out", type=Path, help="folder for the features, metrics and ROC (default RUN/ijb)"
     )
     _add_alignment_option(parser, default="insightface")
@@ -236,8 +242,9 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
     from ..train import EVALUATION_NAME, load_run, resolve_device
-    from ..train.ijb_evaluation import ijb_results
+    from ..train.evaluation.ijb_evaluation import ijb_results
     from ..train.progress import progress_callback
+    from ..train.state.layout import IJB_NAME, REPORT_NAME
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -251,19 +258,19 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     if source is not None and args.out is None:
         raise ValueError("--backbone/--onnx need --out DIR (there is no run folder to write to)")
     layout = read_ijb_layout(args.data_dir, args.target)
-    out = args.out or Path(args.run_dir) / "ijb"
+    out = args.out or Path(args.run_dir) / IJB_NAME
     device = resolve_device(args.device)
     name = args.target.lower()
     if source is not None:
         from ..models.pretrained import load_backbone
 
-        model = load_backbone(
+        model = load_backbone(  # a marginface file carries its description: no other option
             args.backbone,
             onnx=args.onnx,
             model=args.model,
             embedding_dim=args.embedding_dim,
             image_size=None if args.onnx is not None else 112,
-            bgr=args.bgr,
+            bgr=args.bgr or None,
             device=device,
         )
         _check_ijb_input(model, args.onnx)
@@ -285,15 +292,18 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         norm_score=not args.no_norm_score,
         detector_score=not args.no_detector_score,
         label=label,
+        gallery_rule=args.gallery_rule,
         alignment=args.alignment,
     )
     prefix = f"{name}{_ablation_suffix(args)}_"
+    if args.gallery_rule != "open-set":
+        prefix = f"{prefix[:-1]}-igallery_"
     metrics = result.as_dict(prefix)
     clean = {k: (None if not math.isfinite(v) else v) for k, v in metrics.items()}
     path = atomic_write_text(
         out / f"{prefix}metrics.json", json.dumps(clean, indent=2, sort_keys=True) + "\n"
     )
-    written = [path]
+    written = [path, *_write_reusable(out, prefix, result, layout)]
     if source is None:  # a run: its evaluation.json holds the IJB numbers too
         evaluation_path = Path(args.run_dir) / EVALUATION_NAME
         merged = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
@@ -309,11 +319,60 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from ..report import write_evaluation_report
 
     report = write_evaluation_report(
-        out / f"{prefix}report.html",
+        out / f"{prefix}{REPORT_NAME}",
         title=f"marginface {args.target}: {Path(label).name}",
         metrics=metrics,
         images={f"{args.target} 1:1 ROC (FAR on a log axis)": picture},
     )
-    print(format_table([{"metric": k, "value": value} for k, value in metrics.items()]))
+    print(format_table(_percent_rows(metrics)))
     echo(f"written to {', '.join(str(w) for w in [*written, picture])} and {report}")
     return 0
+
+
+_RATE_WORDS = ("tar@far", "rank", "tpir@fpir", "auc", "eer")
+
+
+def _percent_rows(metrics: dict[str, float]) -> list[dict[str, object]]:
+    """The table as papers print it: rates (TAR, rank-k, TPIR, AUC, EER) in percent, counts
+    as they are; the JSON keeps fractions."""
+    rows: list[dict[str, object]] = []
+    for key, value in metrics.items():
+        rate = any(word in key for word in _RATE_WORDS)
+        shown = round(100.0 * value, 2) if rate and value == value else value
+        rows.append({"metric": key + (" (%)" if rate else ""), "value": shown})
+    return rows
+
+
+def _write_reusable(out: Path, prefix: str, result, layout) -> list[Path]:
+    """What people reuse (insightface's script saves the first): ``PREFIXpairs.npz`` (the
+    1:1 pair scores, labels and templates, to overlay several models' ROCs) and
+    ``PREFIXtemplates.npz`` (each template's id and normalised feature)."""
+    import io
+
+    import numpy as np
+
+    from .._atomic import atomic_write_bytes
+
+    def npz(**arrays) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        return buffer.getvalue()
+
+    pairs = atomic_write_bytes(
+        out / f"{prefix}pairs.npz",
+        npz(
+            scores=np.asarray(result.scores),
+            labels=np.asarray(layout.pair_label),
+            first=np.asarray(layout.pair_first),
+            second=np.asarray(layout.pair_second),
+        ),
+    )
+    written = [pairs]
+    if result.template_features is not None:
+        written.append(
+            atomic_write_bytes(
+                out / f"{prefix}templates.npz",
+                npz(ids=result.template_ids, features=result.template_features),
+            )
+        )
+    return written

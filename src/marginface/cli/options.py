@@ -259,11 +259,12 @@ def _config_from_args(args: argparse.Namespace):
 
 def _resumed_config(args: argparse.Namespace, run_dir: Path):
     """``(configuration, saved run)`` of a ``--resume``: the run in ``run_dir``, read once
-    (:func:`~marginface.train.run_state.read_saved_run`), with the options that may change on
+    (:func:`~marginface.train.state.run_state.read_saved_run`), with the options that may change on
     resume (:data:`~marginface.train.RESUMABLE_KEYS`) taken from the command line; any other
     option that contradicts the saved run is an error naming it."""
-    from ..train.checkpoint import CheckpointError
-    from ..train.run_state import CHECKPOINT_NAME, has_saved_run, read_saved_run, resumed_config
+    from ..train.state.checkpoint import CheckpointError
+    from ..train.state.layout import CHECKPOINT_NAME
+    from ..train.state.run_state import has_saved_run, read_saved_run, resumed_config
 
     if not has_saved_run(run_dir):
         raise CheckpointError(f"cannot resume: no {CHECKPOINT_NAME} in {run_dir}")
@@ -317,6 +318,13 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+# The library's defaults, restated so that building the parser imports no torch (`--help` is
+# quick): tests/cli/test_quick_help.py checks them against train/progress.py and
+# train/state/preemption.py.
+DEFAULT_PROGRESS_SECONDS = 30.0
+PREEMPTED_EXIT_CODE = 143
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not (value >= 0 and value != float("inf")):
@@ -327,7 +335,7 @@ def _seconds(text: str) -> float:
 def _add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--progress MODE`` and ``--progress-seconds S``: how the command shows the progress of
     its long steps (training, embedding, converting); ``--quiet`` means ``--progress none``."""
-    from .._progress import DEFAULT_PROGRESS_SECONDS, PROGRESS_MODES
+    from .._progress import PROGRESS_MODES
 
     parser.add_argument(
         "--progress",
@@ -379,8 +387,6 @@ def _exit_status(text: str) -> int:
 
 def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     """``train``'s step checkpoints, kept checkpoints and preemption (docs/training.md)."""
-    from ..train.preemption import PREEMPTED_EXIT_CODE
-
     group = parser.add_argument_group("checkpoints and preemption")
     group.add_argument(
         "--checkpoint-every",
@@ -436,10 +442,19 @@ def add_backbone_source_arguments(group: Any) -> None:
     source.add_argument(
         "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"
     )
-    group.add_argument("--model", help="architecture of --backbone: r18 ... r200, mbf, vit_t")
+    group.add_argument(
+        "--model",
+        help="architecture of --backbone: r18 ... r200, mbf, vit_t (not needed for the files "
+        "marginface writes: they carry their description)",
+    )
     group.add_argument(
         "--bgr",
         action="store_true",
         help="the model expects BGR input (the images are RGB; reversed before the model)",
     )
-    group.add_argument("--embedding-dim", type=int, default=512, help="D (default 512)")
+    group.add_argument(
+        "--embedding-dim",
+        type=int,
+        default=None,
+        help="D (default: the file's description, else 512)",
+    )

@@ -1,10 +1,22 @@
-"""The ``marginface`` argument parser: every subcommand, its options and its function."""
+"""The ``marginface`` argument parser: every subcommand, its options and its function.
+
+This module imports only argparse-level option modules, never torch, NumPy or the marginface
+core: ``marginface --help`` and every ``marginface COMMAND --help`` answer without them
+(``tests/cli/test_quick_help.py``). A subcommand's function is named, not imported:
+``set_defaults(func="marginface.cli.runs:cmd_plot")``; :func:`marginface.cli.main` imports it
+once the command line has been parsed (:func:`resolve_command`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from .convert_options import add_convert_arguments
+from .faces import add_align_arguments, add_ijb_arguments
 from .options import (
     _add_progress_option,
     _add_train_options,
@@ -12,13 +24,22 @@ from .options import (
     add_checkpoint_options,
     show_defaults,
 )
-from .runs import cmd_align, cmd_convert, cmd_evaluate, cmd_export, cmd_ijb, cmd_plot
-from .training import DEMO_LOSSES, cmd_compare, cmd_demo, cmd_outliers, cmd_train
+from .suggestions import SuggestingParser
+from .training import DEMO_LOSSES  # cli/training.py imports torch inside its functions only
+
+
+def resolve_command(func: str | Callable[[argparse.Namespace], Any]) -> Callable[..., Any]:
+    """The function a subcommand's ``func`` default names: ``"package.module:function"`` is
+    imported now (a callable is returned as it is)."""
+    if callable(func):
+        return func
+    module, _, name = func.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marginface`` (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="marginface",
         description="Train, evaluate and show embeddings learned with margin-based softmax losses.",
     )
@@ -56,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, help="override the demo's epochs (default: 30)")
     demo.add_argument("--overwrite", action="store_true", help="replace a non-demo folder")
     _add_progress_option(demo)
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func="marginface.cli.training:cmd_demo")
 
     train = sub.add_parser(
         parents=[common], name="train", help="train one model", description="Train one model."
@@ -102,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_checkpoint_options(train)
     _add_progress_option(train)
-    train.set_defaults(func=cmd_train)
+    train.set_defaults(func="marginface.cli.training:cmd_train")
 
     evaluate = sub.add_parser(
         parents=[common],
@@ -137,12 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     pretrained.add_argument(
         "--image-size",
         type=int,
-        help="side the images are resized to (default: an --onnx model's input side, else 112)",
+        help="side the images are resized to (default: the file's description, an --onnx "
+        "model's input side, else 112)",
     )
     pretrained.add_argument("--batch-size", type=int, default=256, help="embedding batch")
     pretrained.add_argument("--out", type=Path, help="also write the metrics as JSON here")
     _add_progress_option(evaluate)
-    evaluate.set_defaults(func=cmd_evaluate)
+    evaluate.set_defaults(func="marginface.cli.runs:cmd_evaluate")
 
     outliers = sub.add_parser(
         parents=[common],
@@ -167,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="DataLoader workers reading a streamed training set (train.rec; default: the run's)",
     )
     _add_progress_option(outliers)
-    outliers.set_defaults(func=cmd_outliers)
+    outliers.set_defaults(func="marginface.cli.training:cmd_outliers")
 
     compare = sub.add_parser(
         parents=[common],
@@ -183,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="output folder (default runs/compare-<data>)")
     compare.add_argument("--overwrite", action="store_true", help="replace --out")
     _add_progress_option(compare)
-    compare.set_defaults(func=cmd_compare)
+    compare.set_defaults(func="marginface.cli.training:cmd_compare")
 
     plot = sub.add_parser(
         parents=[common],
@@ -199,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument("--device", default="auto")
     _add_progress_option(plot)
-    plot.set_defaults(func=cmd_plot)
+    plot.set_defaults(func="marginface.cli.runs:cmd_plot")
 
     export = sub.add_parser(
         parents=[common],
@@ -211,17 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run_dir", type=Path)
     export.add_argument(
         "--format",
-        choices=("torchscript", "onnx", "both", "safetensors"),
+        choices=("torchscript", "onnx", "both", "safetensors", "pt"),
         default="torchscript",
         help="both: TorchScript and ONNX; safetensors: the backbone's weights under "
         "insightface's names (backbone.safetensors, for evaluate --backbone and "
-        "train --init-from)",
+        "train --init-from); pt: the same as backbone.pt (torch.save). Every file carries "
+        "the model's description (architecture, input, normalisation, results)",
     )
     export.add_argument("--out", type=Path, help="folder (default RUN_DIR)")
     export.add_argument("--batch", type=int, default=4, help="verification batch size")
-    export.set_defaults(func=cmd_export)
-
-    from ..convert import add_convert_arguments
+    export.set_defaults(func="marginface.cli.runs:cmd_export")
 
     convert = sub.add_parser(
         parents=[common],
@@ -233,9 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_convert_arguments(convert)
     _add_progress_option(convert)
-    convert.set_defaults(func=cmd_convert)
-
-    from .faces import add_align_arguments
+    convert.set_defaults(func="marginface.cli.runs:cmd_convert")
 
     align = sub.add_parser(
         parents=[common],
@@ -247,9 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'marginface[align]').",
     )
     add_align_arguments(align)
-    align.set_defaults(func=cmd_align)
-
-    from .faces import add_ijb_arguments
+    align.set_defaults(func="marginface.cli.runs:cmd_align")
 
     ijb = sub.add_parser(
         parents=[common],
@@ -262,7 +279,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_ijb_arguments(ijb)
     _add_progress_option(ijb)
-    ijb.set_defaults(func=cmd_ijb)
+    ijb.set_defaults(func="marginface.cli.runs:cmd_ijb")
+
+    from .inference import (
+        add_embed_parser,
+        add_gallery_parser,
+        add_search_parser,
+        add_verify_parser,
+    )
+
+    for add_inference_parser in (
+        add_embed_parser,
+        add_verify_parser,
+        add_gallery_parser,
+        add_search_parser,
+    ):
+        add_inference_parser(sub, common)  # a model in use (docs/inference.md)
     from .detect import add_detect_parser
 
     add_detect_parser(sub, common)

@@ -19,9 +19,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for flag in ("model", "data_dir", "pairs"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
-    evaluation = evaluate_run(
-        args.run_dir, device=args.device, flip=args.flip, reuse_embeddings=True
-    )
+    from ..inference.source import describe_saved_run
+    from ..train import load_run, resolve_device
+    from ..train.run_state import read_saved_run
+
+    saved = read_saved_run(args.run_dir)  # read once: the model and its description
+    run = load_run(args.run_dir, device=resolve_device(args.device), saved=saved)
+    evaluation = evaluate_run(run, flip=args.flip, reuse_embeddings=True)
     path = Path(args.run_dir) / EVALUATION_NAME
     kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
@@ -30,9 +34,39 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(format_table(rows))
     _print_grid_notes(evaluation.metrics)
     _final(args, f"written to {path}")
+    described = _describe_evaluated(
+        Path(args.run_dir), evaluation, describe_saved_run(saved), flip=args.flip
+    )
+    if described is not None:
+        _echo(args, f"description (threshold for `marginface verify`/`search`): {described}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
+
+
+def _describe_evaluated(run_dir: Path, evaluation, found, *, flip: bool | None, far: float = 1e-3):
+    """``RUN/description.json``: the run's description with these results and the cosine
+    threshold for FAR ``far`` on the test set's pairs (every pair, or a million drawn), which
+    ``FaceModel``, ``verify`` and ``search`` then use; None when the test set has no genuine or
+    no impostor pair."""
+    import math
+
+    from ..inference.calibration import labelled_pair_scores, threshold_at_far
+    from ..inference.source import save_description
+
+    scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
+    if same.all() or not same.any():
+        return None
+    threshold = threshold_at_far(scores, same, far)
+    results = {k: (v if math.isfinite(v) else None) for k, v in evaluation.metrics.items()}
+    description = found.replace(
+        flip=found.flip if flip is None else flip,  # as these embeddings were made
+        verification=results,
+        threshold=min(max(threshold, -1.0), 1.0),
+        threshold_far=far,
+        threshold_set="test pairs of marginface evaluate",
+    )
+    return save_description(run_dir, description)
 
 
 def _print_grid_notes(metrics: dict[str, float]) -> None:
@@ -78,10 +112,10 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     """``evaluate --backbone FILE --model NAME --data-dir DIR`` (or ``--onnx FILE``): a
     pretrained backbone on DIR's ``.bin`` verification sets, or on DIR's image folder and the
     pairs of ``--pairs FILE``; no run folder."""
-    from ..models.pretrained import load_backbone
+    from ..models.pretrained import load_described_backbone
     from ..report import format_table
-    from ..train.backbone_evaluation import evaluate_backbone
-    from ..train.run import resolve_device
+    from ..train.distributed import resolve_device
+    from ..train.evaluation.backbone_evaluation import evaluate_backbone
 
     if args.run_dir is not None:
         raise ValueError("--backbone/--onnx evaluate a file, not RUN_DIR: leave RUN_DIR out")
@@ -90,16 +124,19 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     if args.out is not None:
         _check_output_file(args.out, "--out")
     device = resolve_device(args.device)
-    model = load_backbone(
+    model, description = load_described_backbone(  # a marginface file says what it is
         args.backbone,
         onnx=args.onnx,
         model=args.model,
         embedding_dim=args.embedding_dim,
         image_size=None if args.onnx is not None else args.image_size,  # checked below
-        bgr=args.bgr,
+        bgr=args.bgr or None,
         device=device,
     )
-    image_size = _backbone_image_size(args, model)
+    if args.onnx is None and args.image_size is None:
+        image_size = description.side  # the file's own (112 for a file without description)
+    else:
+        image_size = _backbone_image_size(args, model)
     metrics = evaluate_backbone(
         model,
         args.data_dir,
@@ -108,6 +145,8 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         device=device,
         batch_size=args.batch_size,
         flip=True,  # insightface's protocol
+        mean=description.mean,
+        std=description.std,
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
     _print_grid_notes(metrics)
@@ -175,13 +214,14 @@ def _write_quality_report(run_dir: Path, evaluation) -> Path:
     ``RUN/evaluation.html`` (the metrics and that figure)."""
     from ..plots import plot_error_versus_reject, save_figure
     from ..report import write_evaluation_report
+    from ..train.state.layout import ERC_NAME, EVALUATION_REPORT_NAME
 
     caption = "Error versus reject: pairs of lowest quality (min ‖x‖ of the two) rejected"
     image = save_figure(
-        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / "erc.png"
+        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / ERC_NAME
     )
     return write_evaluation_report(
-        run_dir / "evaluation.html",
+        run_dir / EVALUATION_REPORT_NAME,
         title=f"marginface evaluation: {run_dir.name}",
         metrics=evaluation.metrics,
         images={caption: image},
@@ -195,6 +235,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ..report import write_report
     from ..train import EVALUATION_NAME, draw_run_pictures, evaluate_run, load_run, resolve_device
     from ..train.pictures import report_sections
+    from ..train.state.layout import IJB_NAME, PLOTS_NAME, REPORT_NAME
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
@@ -202,7 +243,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
     kept = _ijb_results(run_dir / EVALUATION_NAME)
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
-    out = args.out or run_dir / "plots"
+    out = args.out or run_dir / PLOTS_NAME
     out.mkdir(parents=True, exist_ok=True)
     pictured = {run.config.loss: (history, evaluation, run.head.cpu())}  # drawn on the CPU
     images = draw_run_pictures(pictured, out)
@@ -210,7 +251,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         _echo(args, f"{caption}: {path}")
     rocs = {
         f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
-        for path in sorted((run_dir / "ijb").glob("*_roc.png"))
+        for path in sorted((run_dir / IJB_NAME).glob("*_roc.png"))
     }
     title = f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})"
     sections = report_sections(pictured, images, rocs)
@@ -223,10 +264,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
             _echo(args, f"{caption}: {path}")
         first, last = verification_sections(evaluation, drawn)
         page = [*first, *sections, *([last] if last is not None else [])]
-        report = write_report(out / "report.html", title=title, sections=page)
+        report = write_report(out / REPORT_NAME, title=title, sections=page)
     else:
         report = write_report(
-            out / "report.html",
+            out / REPORT_NAME,
             title=title,
             rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
             columns=("metric", "value"),
@@ -248,10 +289,15 @@ def _verification_steps(run_dir: Path) -> list[dict]:
 def cmd_export(args: argparse.Namespace) -> int:
     import torch
 
-    from ..export import export_onnx, export_safetensors, export_torchscript
+    from ..export import export_onnx, export_safetensors, export_state_dict, export_torchscript
+    from ..inference.source import describe_saved_run
     from ..train import load_run
+    from ..train.state.layout import ONNX_NAME, SAFETENSORS_NAME, TORCHSCRIPT_NAME
+    from ..train.state.run_state import read_saved_run
 
-    run = load_run(args.run_dir)
+    saved = read_saved_run(args.run_dir)
+    description = describe_saved_run(saved)  # written into every file below
+    run = load_run(args.run_dir, saved=saved)
     meta = run.meta
     size = meta["image_size"]
     height, width = (size, size) if isinstance(size, int) else size
@@ -262,14 +308,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     model = run.model.float().to(memory_format=torch.contiguous_format)
     try:
         if args.format in ("torchscript", "both"):
-            path = export_torchscript(model, example, out / "model.ts")
+            path = export_torchscript(
+                model, example, out / TORCHSCRIPT_NAME, description=description
+            )
             _final(args, f"TorchScript (verified): {path}")
+            _echo(args, f"its description: {path.name}.json beside it")
         if args.format in ("onnx", "both"):
-            path = export_onnx(model, example, out / "model.onnx")
+            path = export_onnx(model, example, out / ONNX_NAME, description=description)
             _final(args, f"ONNX (verified): {path}")
         if args.format == "safetensors":
-            path = export_safetensors(model, out / "backbone.safetensors")
+            path = export_safetensors(model, out / SAFETENSORS_NAME, description=description)
             _final(args, f"safetensors (the backbone's state_dict, verified): {path}")
+        if args.format == "pt":
+            path = export_state_dict(model, out / "backbone.pt", description=description)
+            _final(args, f"PyTorch state_dict with its description (verified): {path}")
     except BaseException:
         for folder in created:  # deepest first: a failed export leaves no empty folder behind
             if not folder.is_dir() or any(folder.iterdir()):

@@ -53,7 +53,7 @@ def _resume_or_start(args: argparse.Namespace) -> None:
     command becomes ``--resume`` (``--init-from`` is then ignored: the run's own weights are
     newer); otherwise it starts afresh, replacing a run folder that holds no checkpoint yet (a
     run killed in its first epoch) and refusing any other non-empty folder."""
-    from ..train.run_state import has_saved_run
+    from ..train.state.run_state import has_saved_run
 
     if args.out is None:
         raise ValueError("--resume-if-exists needs --out RUN (the folder to continue)")
@@ -75,11 +75,11 @@ def _fit(
 ) -> int:
     """Train ``config`` into ``out`` with the command line's progress, printers and
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
-    (:class:`~marginface.train.run_state.SavedRun`), or False."""
+    (:class:`~marginface.train.state.run_state.SavedRun`), or False."""
     from ..config import describe_recipe
     from ..train import Trainer
-    from ..train.checkpoint_writer import CheckpointPolicy
-    from ..train.preemption import TrainingPreemptedError
+    from ..train.state.checkpoint_writer import CheckpointPolicy
+    from ..train.state.preemption import TrainingPreemptedError
 
     trainer = Trainer(
         config,
@@ -162,13 +162,14 @@ def _train_with_dominant_centers(args: argparse.Namespace) -> int:
 
 def cmd_outliers(args: argparse.Namespace) -> int:
     from ..train.cleaning import run_outliers, write_outliers_csv
+    from ..train.state.layout import OUTLIERS_NAME
 
     if args.workers is not None and args.workers < 0:
         raise ValueError(f"--workers must be >= 0, got {args.workers}")
     outliers, labels, names = run_outliers(
         args.run_dir, threshold_degrees=args.threshold, device=args.device, workers=args.workers
     )
-    out = args.out or Path(args.run_dir) / "outliers.csv"
+    out = args.out or Path(args.run_dir) / OUTLIERS_NAME
     path = write_outliers_csv(out, outliers, labels, names)
     flagged, total = outliers.indices.numel(), labels.numel()
     print(

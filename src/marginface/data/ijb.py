@@ -374,14 +374,20 @@ class IjbResult:
 
     Attributes:
         verification: 1:1 (:class:`~marginface.evaluation.ijb.IjbVerificationMetrics`).
-        identification: 1:N by gallery: ``"G1"``, ``"G2"`` (open-set) and ``"G1+G2"``
+        identification: 1:N by gallery: ``"G1"``, ``"G2"`` (``gallery_rule``), their
+            ``"mean"`` (as insightface's per-gallery script prints it: rank-k and TPIR averaged
+            over the two galleries, probe and gallery counts summed) and ``"G1+G2"``
             (insightface's rule); empty without the 1:N files.
-        scores: ``float64[P]`` the 1:1 pair scores.
+        scores: ``float64[P]`` the 1:1 pair scores (``layout.pair_label`` their labels).
+        template_ids, template_features: ``int64[T]`` and ``float[T, D]``, each template's
+            L2-normalised feature (what users reuse); None when not kept.
     """
 
     verification: IjbVerificationMetrics
     identification: dict[str, IdentificationMetrics]
     scores: np.ndarray
+    template_ids: np.ndarray | None = None
+    template_features: np.ndarray | None = None
 
     def as_dict(self, prefix: str = "") -> dict[str, float]:
         """Every scalar, keys prefixed (``ijbc_tar@far=1e-04``, ``ijbc_G1_rank1`` ...)."""
@@ -400,6 +406,7 @@ def evaluate_ijb(
     norm_score: bool = True,
     detector_score: bool = True,
     far_targets: tuple[float, ...] = IJB_FAR_TARGETS,
+    gallery_rule: str = "open-set",
 ) -> IjbResult:
     """The 1:1 and 1:N protocols on the embedded images (:func:`embed_ijb_images`).
 
@@ -408,6 +415,9 @@ def evaluate_ijb(
         embeddings, flipped: ``[N, D]`` each, in ``layout.names`` order.
         flip, norm_score, detector_score: the ablations (all on: insightface's setting).
         far_targets: 1:1 FARs. Default: 1e-6 ... 1e-1.
+        gallery_rule: the TPIR rule of each gallery, ``"open-set"`` (default, ours) or
+            ``"insightface-per-gallery"``
+            (:func:`~marginface.evaluation.ijb.ijb_identification`).
     """
     features = ijb_image_features(
         embeddings,
@@ -427,15 +437,35 @@ def evaluate_ijb(
         both_t, both_s = [], []
         for name, (gallery_t, gallery_s) in layout.galleries.items():
             gallery_f = pooled[_rows(ids, gallery_t)]
-            identification[name] = ijb_identification(probe_f, probe_s, gallery_f, gallery_s)
+            identification[name] = ijb_identification(
+                probe_f, probe_s, gallery_f, gallery_s, rule=gallery_rule
+            )
             both_t.append(gallery_t)
             both_s.append(gallery_s)
+        if len(identification) == 2:
+            identification["mean"] = _mean_of_galleries(list(identification.values()))
         if both_t:
             gallery_t, gallery_s = np.concatenate(both_t), np.concatenate(both_s)
             identification["+".join(layout.galleries)] = ijb_identification(
                 probe_f, probe_s, pooled[_rows(ids, gallery_t)], gallery_s, rule="insightface"
             )
-    return IjbResult(verification, identification, scores)
+    return IjbResult(verification, identification, scores, ids, pooled)
+
+
+def _mean_of_galleries(galleries: list[IdentificationMetrics]) -> IdentificationMetrics:
+    """Rank-k and TPIR averaged over the galleries (insightface's per-gallery script prints
+    the mean of G1 and G2); probe and gallery counts summed."""
+    first = galleries[0]
+    return IdentificationMetrics(
+        rank={k: float(np.mean([g.rank[k] for g in galleries])) for k in first.rank},
+        tpir_at_fpir={
+            f: float(np.mean([g.tpir_at_fpir[f] for g in galleries])) for f in first.tpir_at_fpir
+        },
+        rule=f"mean of {len(galleries)} galleries ({first.rule})",
+        num_mated=sum(g.num_mated for g in galleries),
+        num_non_mated=sum(g.num_non_mated for g in galleries),
+        num_gallery=sum(g.num_gallery for g in galleries),
+    )
 
 
 def _rows(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:

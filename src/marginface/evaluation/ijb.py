@@ -29,7 +29,12 @@ sorts with ``numpy.argsort``, whose order among equal scores is unspecified). TP
   whose mate scores above it;
 * the open-set rule (NIST's, for one gallery, G1 or G2, where some probes are not mated): the
   threshold lets at most a fraction ``f`` of the non-mated probes' best scores exceed it; TPIR
-  is the fraction of mated probes whose mate is ranked first and scores above it.
+  is the fraction of mated probes whose mate is ranked first and scores above it;
+* insightface's per-gallery rule (``rule="insightface-per-gallery"``, one gallery): the
+  threshold is the ``max(int(n·f), 1)``-th best of the ``n`` non-mated probes' best scores;
+  TPIR as the open-set rule. It differs from ours where ``n·f >= 1``: the threshold is one
+  non-mated score higher, so at most ``max(int(n·f), 1) - 1`` false alarms instead of
+  ``floor(n·f)`` (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from .arrays import (
 from .verification import roc_auc, roc_curve, tar_at_far
 
 __all__ = [
+    "IDENTIFICATION_RULES",
     "IJB_FAR_TARGETS",
     "IJB_FPIR_TARGETS",
     "IJB_RANKS",
@@ -73,6 +79,9 @@ IJB_FPIR_TARGETS = (0.01, 0.1)
 
 IJB_RANKS = (1, 5, 10)
 """The ranks of insightface's 1:N report."""
+
+IDENTIFICATION_RULES = ("open-set", "insightface", "insightface-per-gallery")
+"""The TPIR-at-FPIR rules of :func:`ijb_identification` (module docstring)."""
 
 _CHUNK_ROWS = 1 << 16
 """Image rows converted to float64 at a time by :func:`template_features`."""
@@ -365,7 +374,8 @@ def ijb_identification(
         gallery_features: ``float[G, D]``; gallery_subjects: ``int[G]``, each subject once.
         ranks: Default 1, 5, 10. fpir_targets: Default 0.01, 0.1.
         rule: ``"open-set"`` (default; probes whose subject is not in the gallery are
-            non-mated) or ``"insightface"`` (``ijb_1n.py``'s: every probe must be mated).
+            non-mated), ``"insightface"`` (``ijb_1n.py``'s: every probe must be mated) or
+            ``"insightface-per-gallery"`` (the ``max(int(n·f), 1)``-th best non-mated score).
     """
     q = as_embeddings("probe_features", probe_features)
     g = as_embeddings("gallery_features", gallery_features)
@@ -377,8 +387,8 @@ def ijb_identification(
     gallery_ids = as_int_vector("gallery_subjects", gallery_subjects, length=g.shape[0])
     if np.unique(gallery_ids).shape[0] != gallery_ids.shape[0]:
         raise ValueError("gallery_subjects must name each subject once (one template each)")
-    if rule not in ("open-set", "insightface"):
-        raise ValueError(f"rule must be 'open-set' or 'insightface', got {rule!r}")
+    if rule not in IDENTIFICATION_RULES:
+        raise ValueError(f"rule must be one of {', '.join(IDENTIFICATION_RULES)}, got {rule!r}")
     order = np.argsort(gallery_ids)
     position = np.searchsorted(gallery_ids[order], probe_ids)
     position = np.minimum(position, gallery_ids.shape[0] - 1)
@@ -413,9 +423,13 @@ def ijb_identification(
         best_non_mated = np.sort(similarity[~mated].max(axis=1))[::-1]  # (Qn,) descending
         tpir = {}
         for f in targets:
+            count = best_non_mated.shape[0]
+            if rule == "insightface-per-gallery":  # the max(int(n·f), 1)-th best non-mated
+                threshold = best_non_mated[max(int(count * f), 1) - 1] if count else -np.inf
+                tpir[f] = float(np.mean((higher == 0) & (mate_score > threshold)))
+                continue
             allowed = math.floor(f * best_non_mated.shape[0] + 1e-9)  # false alarms allowed
             # at most `allowed` best scores exceed the threshold (-inf: no non-mated probe)
-            count = best_non_mated.shape[0]
             threshold = best_non_mated[allowed] if allowed < count else -np.inf
             tpir[f] = float(np.mean((higher == 0) & (mate_score > threshold)))
     return IdentificationMetrics(

@@ -50,17 +50,19 @@ from .._validation import check_int
 from ..margins.base import Margin
 from ..margins.binary import softplus
 from .binary_op import fused_binary_loss
+from .binary_passes import margin_gradient as _nontarget_gradient
+from .binary_passes import margin_sums as _nontarget_sums
 from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
-from .chunk_loop import _add_chunk_gradient, add_target_gradient, target_cosines
+from .chunk_loop import add_target_gradient, target_cosines
 from .chunk_plan import (
     check_sampled_classes,
     chunk_size_for,
     gemm_dtype,
     normalized_with_norms,
 )
-from .chunk_workspace import ChunkWorkspace, _row_dot
-from .dense import NORMALIZE_EPS, compute_dtype
+from .chunk_workspace import ChunkWorkspace, through_normalization
+from .dense import compute_dtype
 from .sharding import ClassShard
 
 __all__ = [
@@ -254,72 +256,8 @@ class ChunkedBinaryLoss(torch.autograd.Function):
             grad_bias = grad_bias + grad_bias_target
         add_target_gradient(chunks, grad_cos, target_rows, owned, grad_x_hat, grad_weight)
 
-        # Through x̂ = x / max(‖x‖, eps).
-        safe = norms > NORMALIZE_EPS
-        radial = _row_dot(x_hat, grad_x_hat)  # (N,)
-        tangent = grad_x_hat - x_hat * radial.unsqueeze(1)
-        grad_x = torch.where(
-            safe.unsqueeze(1),
-            tangent / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1),
-            grad_x_hat / NORMALIZE_EPS,
-        )
+        grad_x = through_normalization(x_hat, norms, grad_x_hat)  # (N, D), through x̂ = x/‖x‖
         if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
             grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
         grad_b = grad_bias.to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_b, None, None, None, None, None, None, None, None, None
-
-
-def _nontarget_sums(chunks: ChunkWorkspace, margin: Any, b: Tensor) -> Tensor:
-    """Each row's ``Σ_{j≠y} softplus(z_ij)`` over every chunk (PyTorch ops), ``Tensor[N]``."""
-    threshold = margin.interclass_filtering_threshold
-    negative = torch.zeros(chunks.x_hat.shape[0], dtype=chunks.x_hat.dtype, device=b.device)
-    with torch.no_grad():
-        for start, stop in chunks.ranges():
-            cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
-            if threshold > 0:  # inter-class filtering (the target column is set below)
-                cos = cos.masked_fill_(cos > threshold, 0.0)
-            terms = softplus(margin.nontarget_logit(cos, b))  # (N, c)
-            slot_rows, slot_cols = chunks.target_slots(start, stop)
-            terms[slot_rows, slot_cols] = 0.0  # the target enters separately
-            negative += terms.sum(dim=1)
-            del terms
-        chunks.release()
-    return negative
-
-
-def _nontarget_gradient(
-    chunks: ChunkWorkspace,
-    margin: Any,
-    b: Tensor,
-    grad: Tensor,
-    grad_x_hat: Tensor,
-    grad_weight: Tensor | None,
-) -> Tensor:
-    """The backward's pass over the chunks (PyTorch ops): add the non-target part of ``∂L/∂x̂``
-    into ``grad_x_hat``, write every row of ``grad_weight``; returns this shard's non-target
-    share of ``∂L/∂b`` (0-dim)."""
-    grad_bias = torch.zeros((), dtype=grad_x_hat.dtype, device=grad_x_hat.device)
-    row_weight = (grad * margin.negative_weight).unsqueeze(1)  # (N, 1)
-    threshold = margin.interclass_filtering_threshold
-    for start, stop in chunks.ranges():
-        cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
-        dirty = None
-        if threshold > 0:  # filtered entries: value 0, gradient 0
-            dirty = cos > threshold  # (N, c)
-            cos = cos.masked_fill_(dirty, 0.0)
-        z, slope, bias_slope = margin.nontarget_logit_slopes(cos, b)
-        g_logit = torch.sigmoid(z).mul_(row_weight)  # (N, c), ∂L/∂z
-        slot_rows, slot_cols = chunks.target_slots(start, stop)
-        g_logit[slot_rows, slot_cols] = 0.0
-        if isinstance(bias_slope, Tensor):
-            grad_bias += (g_logit * bias_slope).sum()
-        else:
-            grad_bias += g_logit.sum() * bias_slope
-        g_cos = g_logit.mul_(slope)  # (N, c), ∂L/∂cos
-        if dirty is not None:
-            g_cos = g_cos.masked_fill_(dirty, 0.0)
-        del z, slope, bias_slope
-        _add_chunk_gradient(chunks, start, stop, g_cos, best, grad_x_hat, grad_weight)
-        del g_cos, best
-    chunks.release()
-    return grad_bias

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ..margins.binary import softplus
+from ._custom_op import wire
 from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule
 from .chunk_loop import add_target_gradient, target_cosines
@@ -213,40 +213,10 @@ def _backward_through(
     )
 
 
-def _backward(
-    ctx: Any, grad_sums: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
-) -> tuple[Tensor | None, ...]:
-    return _backward_through(_backward_op, ctx, grad_sums, grad_cos)
-
-
-_sums.register_autograd(_backward, setup_context=_setup_context)
-
-
-class _EagerSums(torch.autograd.Function):
-    """The same forward and backward as the operators, called directly outside
-    ``torch.compile`` (a custom op's first call imports ``torch._dynamo``, which an eager
-    training loop should not pay for)."""
-
-    @staticmethod
-    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
-        output = _sums_impl(*inputs)
-        _setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(output[2])
-        return output
-
-    @staticmethod
-    @once_differentiable
-    def backward(  # type: ignore[override]
-        ctx: Any, grad_sums: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        return _backward_through(_backward_impl, ctx, grad_sums, grad_cos)
-
-
-def _sums_call(*inputs: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """The forward op under ``torch.compile``, its eager twin otherwise."""
-    if torch.compiler.is_compiling():
-        return _sums(*inputs)
-    return _EagerSums.apply(*inputs)
+_sums_call = wire(
+    _sums, _sums_impl, _backward_op, _backward_impl, _setup_context, _backward_through
+)
+"""The forward operator under ``torch.compile``, its eager twin otherwise."""
 
 
 def fused_binary_loss(

@@ -15,45 +15,54 @@ order of the formula above, so the values equal the margin's own
 (:meth:`~marginface.margins.binary.BinaryMargin.nontarget_logit`, the dense path).
 Inter-class filtering (``filter_threshold`` ``τ > 0``) sets the cosines above ``τ`` to 0 first
 and their gradient to 0.
-The custom operators (:mod:`~marginface.executors.binary_op`) and the autograd Function of the
-sharded head (:mod:`~marginface.executors.binary_loop`) both call these passes.
+A margin without a declared rule runs the same two passes on its own logits
+(:func:`margin_sums`, :func:`margin_gradient`). Both passes are steps of the one chunk loop
+(:func:`~marginface.executors.chunk_loop.row_statistics`'s sum,
+:func:`~marginface.executors.chunk_loop.gradient_pass`), shared with the softmax. The custom
+operators (:mod:`~marginface.executors.binary_op`) and the autograd Function of the sharded head
+(:mod:`~marginface.executors.binary_loop`) both call these passes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..margins.binary import softplus
 from .binary_rule import BinaryRule
-from .chunk_loop import _add_chunk_gradient
+from .chunk_loop import ChunkCosineGradient, gradient_pass, row_statistics
 from .chunk_workspace import ChunkWorkspace
 
-__all__ = ["rule_gradient", "rule_sums"]
+__all__ = ["margin_gradient", "margin_sums", "rule_gradient", "rule_sums"]
 
 
 def rule_sums(chunks: ChunkWorkspace, rule: BinaryRule, filter_threshold: float = 0.0) -> Tensor:
     """Each row's ``Σ_{j≠y_i} softplus(z_ij)`` over every chunk of ``chunks``, ``Tensor[N]`` in
     the compute dtype (no gradient). ``filter_threshold``: inter-class filtering's ``τ``
     (0: off)."""
-    x_hat = chunks.x_hat
-    sums = torch.zeros(x_hat.shape[0], dtype=x_hat.dtype, device=x_hat.device)
-    with torch.no_grad():
-        for start, stop in chunks.ranges():
-            cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c), the workspace
-            if filter_threshold > 0:
-                cos = cos.masked_fill_(cos > filter_threshold, 0.0)
-            z = _logits_in_place(_halved_in_place(cos), rule)  # (N, c), over the workspace
-            if rule.clamp is not None:
-                z.clamp_(-rule.clamp, rule.clamp)
-            terms = _softplus_in_place(z)  # (N, c), over the workspace
-            slot_rows, slot_cols = chunks.target_slots(start, stop)
-            terms[slot_rows, slot_cols] = 0.0  # the target enters separately
-            sums += terms.sum(dim=1)
-            del z, terms
-        chunks.release()
-    return sums
+
+    def terms(cos: Tensor) -> tuple[Tensor]:  # over the workspace
+        z = _logits_in_place(_halved_in_place(cos), rule)  # (N, c)
+        if rule.clamp is not None:
+            z.clamp_(-rule.clamp, rule.clamp)
+        return (_softplus_in_place(z),)
+
+    return row_statistics(chunks, terms, 1, filter_threshold, zero_in_place=True)[0]
+
+
+def margin_sums(chunks: ChunkWorkspace, margin: Any, b: Tensor) -> Tensor:
+    """:func:`rule_sums` for a margin without a declared rule: its own
+    :meth:`~marginface.margins.binary.BinaryMargin.nontarget_logit` (PyTorch ops, out of
+    place), ``Tensor[N]``."""
+
+    def terms(cos: Tensor) -> tuple[Tensor]:
+        return (softplus(margin.nontarget_logit(cos, b)),)  # (N, c)
+
+    threshold = margin.interclass_filtering_threshold
+    return row_statistics(chunks, terms, 1, threshold, zero_in_place=True)[0]
 
 
 def rule_gradient(
@@ -69,22 +78,62 @@ def rule_gradient(
     (``Tensor[N, D]``) into ``grad_x_hat``, write every row of ``grad_weight`` (``Tensor[C·K,
     D]``, or None), and return the non-target share of ``∂L/∂b`` (0-dim). ``row_grad``:
     ``Tensor[N]``, the gradient reaching each row's sum (``γ_i w_-``); ``sign``: ``β``."""
-    grad_bias = torch.zeros((), dtype=grad_x_hat.dtype, device=grad_x_hat.device)
     row_grad = row_grad.unsqueeze(1)  # (N, 1)
-    for start, stop in chunks.ranges():
-        cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
-        dirty = None
-        if filter_threshold > 0:  # filtered entries: value 0, gradient 0
-            dirty = cos > filter_threshold  # (N, c)
-            cos = cos.masked_fill_(dirty, 0.0)
+
+    def cosine_gradient(start: int, stop: int) -> tuple[Tensor, Tensor | None, Tensor]:
+        cos, best, dirty = chunks.filtered_cosine(start, stop, filter_threshold, argmax=True)
         g_cos = _nontarget_cosine_gradient(chunks, start, stop, cos, rule, row_grad, sign)
-        grad_bias += g_cos.bias_share
-        if dirty is not None:
+        if dirty is not None:  # filtered entries: value 0, gradient 0
             g_cos.value.masked_fill_(dirty, 0.0)
-        _add_chunk_gradient(chunks, start, stop, g_cos.value, best, grad_x_hat, grad_weight)
-        del g_cos, cos, best
-    chunks.release()
-    return grad_bias
+        return g_cos.value, best, g_cos.bias_share
+
+    return _gradient_pass(chunks, cosine_gradient, grad_x_hat, grad_weight)
+
+
+def margin_gradient(
+    chunks: ChunkWorkspace,
+    margin: Any,
+    b: Tensor,
+    grad: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+) -> Tensor:
+    """:func:`rule_gradient` for a margin without a declared rule, through its own
+    :meth:`~marginface.margins.binary.BinaryMargin.nontarget_logit_slopes`; ``grad``: the
+    gradient reaching each row's loss (``γ_i``). Returns this shard's non-target share of
+    ``∂L/∂b`` (0-dim)."""
+    row_weight = (grad * margin.negative_weight).unsqueeze(1)  # (N, 1)
+    threshold = margin.interclass_filtering_threshold
+
+    def cosine_gradient(start: int, stop: int) -> tuple[Tensor, Tensor | None, Tensor]:
+        cos, best, dirty = chunks.filtered_cosine(start, stop, threshold, argmax=True)
+        z, slope, bias_slope = margin.nontarget_logit_slopes(cos, b)
+        g_logit = torch.sigmoid(z).mul_(row_weight)  # (N, c), ∂L/∂z
+        slot_rows, slot_cols = chunks.target_slots(start, stop)
+        g_logit[slot_rows, slot_cols] = 0.0
+        if isinstance(bias_slope, Tensor):
+            share = (g_logit * bias_slope).sum()
+        else:
+            share = g_logit.sum() * bias_slope
+        g_cos = g_logit.mul_(slope)  # (N, c), ∂L/∂cos
+        if dirty is not None:  # filtered entries: value 0, gradient 0
+            g_cos = g_cos.masked_fill_(dirty, 0.0)
+        return g_cos, best, share
+
+    return _gradient_pass(chunks, cosine_gradient, grad_x_hat, grad_weight)
+
+
+def _gradient_pass(
+    chunks: ChunkWorkspace,
+    cosine_gradient: ChunkCosineGradient,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+) -> Tensor:
+    """:func:`~marginface.executors.chunk_loop.gradient_pass` from a 0-dim zero share."""
+    zero = torch.zeros((), dtype=grad_x_hat.dtype, device=grad_x_hat.device)
+    total = gradient_pass(chunks, cosine_gradient, grad_x_hat, grad_weight, share=zero)
+    assert total is not None
+    return total
 
 
 def _halved_in_place(cos: Tensor) -> Tensor:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ..margins.base import Context, Margin
-from ..margins.curricularface import curricular_negative
+from ..margins.rules import declared_rule
 from ._online_softmax import (
     add_shifted_slice,
     empty_statistics,
@@ -39,7 +39,6 @@ from ._online_softmax import (
 from .chunk_plan import nontarget_kernel_of, scale_in_gemm
 from .chunk_workspace import ChunkWorkspace, project_scattered_rows
 from .dense import NORMALIZE_EPS
-from .nontarget_rules import ELEMENTWISE_RULES
 from .triton_dispatch import kernel_rule, triton_gradient, triton_statistics
 
 __all__ = [
@@ -48,6 +47,7 @@ __all__ = [
     "batch_log_b",
     "chunk_rule_for_kernel",
     "chunk_rule_for_margin",
+    "gradient_pass",
     "nontarget_gradient",
     "nontarget_statistics",
     "row_block_pass",
@@ -101,11 +101,13 @@ def _rows_of(value: Any, start: int, stop: int, n: int) -> Any:
 def chunk_rule_for_kernel(
     kind: str, parameters: dict[str, Tensor], *, rows: int, device: torch.device, triton: bool
 ) -> ChunkRule:
-    """The compiled rule ``kind`` (:data:`~marginface.margins.base.NONTARGET_KERNELS`) with its
-    ``parameters`` (``threshold`` ``Tensor[N]`` or ``[N, 1]`` and ``t`` for
-    ``"curricular"``), its derivative written out (no autograd needed)."""
+    """The compiled rule ``kind`` (declared in :data:`~marginface.margins.rules.NONTARGET_RULES`;
+    ``ValueError`` naming it and the known ones otherwise) with its ``parameters`` (the
+    per-row ``threshold`` ``Tensor[N]`` or ``[N, 1]``, ``t``), its derivative written out (no
+    autograd needed); ``triton``: with the Triton kernels' form of it too."""
+    declared = declared_rule(kind)
     kernel = kernel_rule(kind, parameters, rows, device) if triton else None
-    if kind == "identity":
+    if declared.slopes is None:
         return ChunkRule(identity=True, kernel=kernel)
 
     def for_rows(start: int, stop: int) -> ChunkRule:  # only the threshold is per row
@@ -115,25 +117,7 @@ def chunk_rule_for_kernel(
         }
         return chunk_rule_for_kernel(kind, sliced, rows=stop - start, device=device, triton=False)
 
-    if kind in ELEMENTWISE_RULES:
-        function, derivative = ELEMENTWISE_RULES[kind](parameters)
-        return ChunkRule(
-            identity=False,
-            function=function,
-            derivative=derivative,
-            kernel=kernel,
-            for_rows=None if triton else for_rows,
-        )
-    threshold = parameters["threshold"].reshape(-1, 1)  # (N, 1)
-    t = parameters["t"]
-
-    def function(cos: Tensor) -> Tensor:
-        return curricular_negative(cos, threshold.to(cos.dtype), t)
-
-    def derivative(cos: Tensor) -> Tensor:  # t + 2cos on hard negatives, 1 elsewhere
-        hard = cos > threshold.to(cos.dtype)  # (N, c)
-        return torch.where(hard, cos * 2.0 + t.to(cos.dtype), torch.ones_like(cos))
-
+    function, derivative = declared.slopes(parameters)
     return ChunkRule(
         identity=False,
         function=function,
@@ -202,8 +186,8 @@ def _merged_statistics(
     GEMM dtype (logits = scaled cosines) if ``transform`` is None, else ``x̂`` and
     ``transform(cosine_chunk) -> logits_chunk``."""
     n = chunks.x_hat.shape[0]
-    stats = empty_statistics(n, dtype=chunks.inv_norms.dtype, device=chunks.x_hat.device)
-    for start, stop in chunks.ranges():
+
+    def step(start: int, stop: int, stats: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         slot_rows, slot_cols = chunks.target_slots(start, stop)
         if transform is None and chunks.k == 1 and bool(torch.isfinite(stats[0]).all()):
             # Shift by the running max: no pass for this chunk's own max.
@@ -211,16 +195,15 @@ def _merged_statistics(
             shifted[slot_rows, slot_cols] = float("-inf")  # the target enters separately
             merged = add_shifted_slice(stats, shifted)
             if merged is not None:
-                stats = merged
-                continue
+                return merged
         logits, _ = chunks.cosine(start, stop, rows)  # (N, c)
         if transform is not None:
-            logits = transform(logits)
+            logits = transform(logits)  # freed on return, before the next chunk's
         logits[slot_rows, slot_cols] = float("-inf")  # the target enters separately
-        stats = merge_statistics(stats, slice_statistics(logits))
-        del logits  # a transform's output: free it before the next chunk's
-    chunks.release()
-    return stats
+        return merge_statistics(stats, slice_statistics(logits))
+
+    empty = empty_statistics(n, dtype=chunks.inv_norms.dtype, device=chunks.x_hat.device)
+    return chunks.fold(step, empty)
 
 
 def batch_log_b(
@@ -245,30 +228,35 @@ def row_statistics(
     terms: Callable[[Tensor], tuple[Tensor, ...]],
     size: int,
     filter_threshold: float = 0.0,
+    *,
+    zero_in_place: bool = False,
 ) -> Tensor:
     """A margin's per-row statistics summed over every non-target class of ``chunks``, one
     chunk at a time: ``Tensor[size, N]`` in the compute dtype, no gradient. ``terms``: a
     chunk's cosines ``Tensor[N, c]`` -> the ``size`` summands ``Tensor[N, c]`` (the margin's
     :meth:`~marginface.margins.base.Margin.row_statistics_terms` given the row's target, or a
-    compiled rule of :data:`~marginface.executors.nontarget_rules.ROW_STATISTICS_RULES`).
+    compiled one of :data:`~marginface.margins.rules.ROW_STATISTICS`).
     ``filter_threshold``: inter-class filtering's ``τ`` (0: off), applied to the cosines
-    first. Sums over disjoint class slices add: a sharded head all-sums them."""
+    first. Sums over disjoint class slices add: a sharded head all-sums them. ``zero_in_place``:
+    the summands are the pass's own temporaries (the one-vs-all's softplus terms), so the
+    target column is zeroed in them rather than in a copy (one ``N×c`` temporary less)."""
     n = chunks.x_hat.shape[0]
+
+    def step(start: int, stop: int, total: Tensor) -> Tensor:
+        cos, _, _ = chunks.filtered_cosine(start, stop, filter_threshold)  # (N, c)
+        slot_rows, slot_cols = chunks.target_slots(start, stop)
+        summands = terms(cos)
+        for q, term in enumerate(summands):
+            term = term.to(total.dtype)  # (N, c)
+            if zero_in_place:  # the target column (no non-target) zeroed in place
+                term[slot_rows, slot_cols] = 0.0
+            else:  # out of place: ``term`` may be the workspace that the next term reads
+                term = term.index_put((slot_rows, slot_cols), total.new_zeros(()))
+            total[q] += term.sum(dim=1)
+        return total
+
     with torch.no_grad():
-        total = chunks.x_hat.new_zeros(size, n, dtype=chunks.inv_norms.dtype)  # (k, N)
-        for start, stop in chunks.ranges():
-            cos, _ = chunks.cosine(start, stop, chunks.x_gemm)  # (N, c)
-            if filter_threshold > 0:
-                cos = cos.masked_fill_(cos > filter_threshold, 0.0)
-            slot_rows, slot_cols = chunks.target_slots(start, stop)
-            for q, term in enumerate(terms(cos)):
-                # (N, c), the target column (no non-target) zeroed out of place: ``term`` may
-                # be the workspace that the next term reads
-                zero = total.new_zeros(())
-                term = term.to(total.dtype).index_put((slot_rows, slot_cols), zero)
-                total[q] += term.sum(dim=1)
-        chunks.release()
-    return total
+        return chunks.fold(step, chunks.x_hat.new_zeros(size, n, dtype=chunks.inv_norms.dtype))
 
 
 # --------------------------------------------------------------------------- backward
@@ -304,24 +292,51 @@ def nontarget_gradient(
         return
     fold = _scale_rides_in_gemm(chunks, rule, grad_scale is not None)
     folded = _fold(chunks, scale, lse, grad) if fold else None
-    for start, stop in chunks.ranges():
+
+    def cosine_gradient(start: int, stop: int) -> tuple[Tensor, Tensor | None, None]:
         if folded is not None:
-            g_cos, best = _folded_cosine_gradient(chunks, start, stop, *folded)
-        else:
-            g_cos, best = _cosine_gradient(chunks, rule, start, stop, scale, lse, grad, grad_scale)
+            return *_folded_cosine_gradient(chunks, start, stop, *folded), None
+        return *_cosine_gradient(chunks, rule, start, stop, scale, lse, grad, grad_scale), None
+
+    gradient_pass(
+        chunks, cosine_gradient, grad_x_hat, grad_weight, add_rows=add_rows, project=project
+    )
+
+
+ChunkCosineGradient = Callable[[int, int], tuple[Tensor, Tensor | None, Tensor | None]]
+"""One chunk ``[start, stop)`` -> its ``∂L/∂c`` (``Tensor[N, c]``, the target column 0), the
+winning sub-centers (None if K = 1) and a share to sum over the chunks (the one-vs-all's
+``∂L/∂b``; None for none)."""
+
+
+def gradient_pass(
+    chunks: ChunkWorkspace,
+    cosine_gradient: ChunkCosineGradient,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    *,
+    add_rows: bool | None = None,
+    project: bool = True,
+    share: Tensor | None = None,
+) -> Tensor | None:
+    """The backward's loop over the chunks for any reduction: each chunk's ``∂L/∂c`` from
+    ``cosine_gradient`` (the softmax's or the one-vs-all's), routed through the chunk GEMM
+    into ``∂L/∂x̂`` (added into ``grad_x_hat``, ``Tensor[N, D]``) and every row of
+    ``∂L/∂W`` (``grad_weight``, through ``w/‖w‖``; ``add_rows``, ``project``: as
+    :func:`nontarget_gradient` says). Returns ``share`` plus the chunks' shares (None if
+    neither)."""
+
+    def step(start: int, stop: int, total: Tensor | None) -> Tensor | None:
+        g_cos, best, part = cosine_gradient(start, stop)
         _add_chunk_gradient(
-            chunks,
-            start,
-            stop,
-            g_cos,
-            best,
-            grad_x_hat,
-            grad_weight,
-            add_rows=add_rows,
-            project=project,
-        )
-        del g_cos, best  # free this chunk's N×c temporaries before the next chunk's
-    chunks.release()
+            chunks, start, stop, g_cos, best, grad_x_hat, grad_weight,
+            add_rows=add_rows, project=project,
+        )  # fmt: skip
+        if part is None:
+            return total
+        return part if total is None else total + part
+
+    return chunks.fold(step, share)
 
 
 def _scale_rides_in_gemm(chunks: ChunkWorkspace, rule: ChunkRule, scale_has_gradient: bool) -> bool:
@@ -450,11 +465,7 @@ def _cosine_gradient(
 ) -> tuple[Tensor, Tensor | None]:
     """``∂L/∂c`` of one chunk for any rule (``Tensor[N, c]``) and the winning sub-centers;
     adds the chunk's ``∂L/∂s_i = Σ_j ∂L/∂z_ij g(c_ij)`` into ``grad_scale`` if given."""
-    cos, best = chunks.cosine(start, stop, chunks.x_gemm, argmax=True)  # (N, c)
-    dirty = None
-    if rule.filter_threshold > 0:  # filtered entries: value 0, gradient 0
-        dirty = cos > rule.filter_threshold  # (N, c)
-        cos.masked_fill_(dirty, 0.0)
+    cos, best, dirty = chunks.filtered_cosine(start, stop, rule.filter_threshold, argmax=True)
     by_autograd = not rule.identity and rule.derivative is None
     with torch.enable_grad():
         cos_in = cos.requires_grad_(by_autograd)

@@ -6,17 +6,32 @@ labels, and one reused buffer per dtype for a chunk's ``N×c·K`` GEMM result. I
 :meth:`~ChunkWorkspace.cosine` gives one chunk's cosines, weight normalization fused as a
 per-column scaling (no normalized copy of the weight is ever made), and
 :meth:`~ChunkWorkspace.project_into` writes one chunk's weight gradient through the Jacobian of
-``w/‖w‖``. The loops over chunks are in :mod:`~marginface.executors.chunk_loop`.
+``w/‖w‖``. Its :meth:`~ChunkWorkspace.fold` is the one loop over the class chunks: every pass
+(the softmax's and the one-vs-all's, forward and backward, on PyTorch ops or on the Triton
+kernels' gathered chunks) is a step it folds over them; the passes are in
+:mod:`~marginface.executors.chunk_loop`, :mod:`~marginface.executors.binary_passes` and
+:mod:`~marginface.executors.triton_dispatch`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 from .dense import NORMALIZE_EPS
 
-__all__ = ["PROJECTION_BLOCK", "ROW_DOT_BLOCK", "ChunkWorkspace", "project_scattered_rows"]
+__all__ = [
+    "PROJECTION_BLOCK",
+    "ROW_DOT_BLOCK",
+    "ChunkWorkspace",
+    "project_scattered_rows",
+    "through_normalization",
+]
+
+State = TypeVar("State")
 
 PROJECTION_BLOCK = 256
 """Weight rows per block when a half-precision weight gradient is projected (see
@@ -151,6 +166,16 @@ class ChunkWorkspace:
         """Class ranges ``[start, stop)`` of the chunks."""
         step = self.chunk_size
         return [(lo, min(lo + step, self.num_classes)) for lo in range(0, self.num_classes, step)]
+
+    def fold(self, step: Callable[[int, int, State], State], state: State) -> State:
+        """The loop over the class chunks, written once: ``state = step(start, stop, state)``
+        for each chunk ``[start, stop)`` in order (a reduction's running statistics, a sum, a
+        gradient share, or None for a pass that only writes), then :meth:`release`. Returns
+        the final ``state``."""
+        for start, stop in self.ranges():
+            state = step(start, stop, state)
+        self.release()
+        return state
 
     def weight_index(self, start: int, stop: int) -> Tensor:
         """The rows of :attr:`weight` that hold loop classes ``[start, stop)`` (a sample's),
@@ -293,6 +318,21 @@ class ChunkWorkspace:
             return values, index
         return pooled.amax(dim=2), None
 
+    def filtered_cosine(
+        self, start: int, stop: int, threshold: float, *, argmax: bool = False
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The chunk's cosines ``Tensor[N, c]`` (:meth:`cosine` of ``x̂``, the workspace),
+        inter-class filtered: the entries above ``threshold`` (``τ > 0``; 0: off) set to 0,
+        value and gradient. Returns them, the winning sub-centers if ``argmax`` (None if
+        K = 1), and the filtered entries' mask (``bool[N, c]``, None when nothing is
+        filtered) for the gradient."""
+        cos, best = self.cosine(start, stop, self.x_gemm, argmax=argmax)  # (N, c)
+        dirty = None
+        if threshold > 0:
+            dirty = cos > threshold  # (N, c)
+            cos = cos.masked_fill_(dirty, 0.0)
+        return cos, best, dirty
+
     def _product(self, start: int, stop: int, rows: Tensor) -> Tensor:
         """``rows @ W_chunkᵀ`` (``Tensor[N, c·K]``, GEMM dtype): in the workspace, or in the
         kept products (:meth:`keep_products`), multiplied only the first time."""
@@ -329,6 +369,20 @@ def _row_dot(a: Tensor, b: Tensor) -> Tensor:
         stop = start + ROW_DOT_BLOCK
         torch.sum(a[start:stop] * b[start:stop], dim=1, out=out[start:stop])
     return out
+
+
+def through_normalization(x_hat: Tensor, norms: Tensor, grad_x_hat: Tensor) -> Tensor:
+    """``∂L/∂x`` from ``∂L/∂x̂`` through ``x̂ = x / max(‖x‖, eps)`` (``Tensor[N, D]`` each,
+    ``norms``: ``Tensor[N]``): the tangential part over ``‖x‖``, or ``∂L/∂x̂ / eps`` where
+    ``‖x‖ <= eps``. The backward of every chunked path (softmax, one-vs-all, sharded)."""
+    safe = norms > NORMALIZE_EPS  # (N,)
+    radial = _row_dot(x_hat, grad_x_hat)  # (N,)
+    tangent = grad_x_hat - x_hat * radial.unsqueeze(1)  # (N, D)
+    return torch.where(
+        safe.unsqueeze(1),
+        tangent / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1),
+        grad_x_hat / NORMALIZE_EPS,
+    )
 
 
 def _projection_coefficient(rows: Tensor, inv_norms: Tensor, partial: Tensor) -> Tensor:

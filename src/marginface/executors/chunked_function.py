@@ -41,8 +41,7 @@ from .chunk_plan import (
     scale_per_row,
     use_triton_kernels,
 )
-from .chunk_workspace import ChunkWorkspace, _row_dot
-from .dense import NORMALIZE_EPS
+from .chunk_workspace import ChunkWorkspace, through_normalization
 from .fused_op import row_statistics_rule
 from .sharding import ClassShard
 from .triton_dispatch import kernel_rule, triton_row_statistics
@@ -237,14 +236,7 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         add_target_gradient(chunks, grad_cos, target_rows, owned, grad_x_hat, grad_weight)
 
         # Through x̂ = x / max(‖x‖, eps) and through ‖x‖ itself.
-        safe = norms > NORMALIZE_EPS
-        radial = _row_dot(x_hat, grad_x_hat)  # (N,)
-        tangent = grad_x_hat - x_hat * radial.unsqueeze(1)
-        grad_x = torch.where(
-            safe.unsqueeze(1),
-            tangent / norms.clamp_min(NORMALIZE_EPS).unsqueeze(1),
-            grad_x_hat / NORMALIZE_EPS,
-        )
+        grad_x = through_normalization(x_hat, norms, grad_x_hat)  # (N, D)
         leader = shard is None or shard.rank == 0  # terms every rank computed: add them once
         if leader and norms_leaf is not None and grads[1] is not None:
             grad_x = grad_x + grads[1].unsqueeze(1) * x_hat

@@ -52,9 +52,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ..margins.base import NONTARGET_KERNELS, ROW_STATISTICS_KERNELS, Margin
+from ..margins.rules import ROW_STATISTICS
+from ._custom_op import wire
 from .chunk_loop import (
     ChunkRule,
     add_target_gradient,
@@ -74,7 +75,6 @@ from .chunk_plan import (
     use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace
-from .nontarget_rules import ROW_STATISTICS_RULES
 from .triton_dispatch import triton_row_statistics
 
 __all__ = [
@@ -129,7 +129,7 @@ def row_statistics_rule(margin: Margin) -> int | None:
             f"margin {type(margin).__name__}'s row_statistics_kernel() must be one of "
             f"{ROW_STATISTICS_KERNELS} or None, got {kind!r}"
         )
-    size = ROW_STATISTICS_RULES[kind][0]
+    size = ROW_STATISTICS[kind].size
     if size != margin.row_statistics_size():
         raise ValueError(
             f"margin {type(margin).__name__}'s row_statistics_kernel() {kind!r} gives {size} "
@@ -169,9 +169,9 @@ def _row_statistics_impl(
     name = ROW_STATISTICS_KERNELS[kind]
     if kernels == "triton":
         return triton_row_statistics(chunks, name, threshold).to(chunks.inv_norms.dtype)
-    size, terms_of = ROW_STATISTICS_RULES[name]
-    terms = terms_of({"threshold": threshold.to(chunks.inv_norms.dtype)})
-    return row_statistics(chunks, terms, size)
+    declared = ROW_STATISTICS[name]
+    terms = declared.terms({"threshold": threshold.to(chunks.inv_norms.dtype)})
+    return row_statistics(chunks, terms, declared.size)
 
 
 _row_statistics_op = torch.library.custom_op(
@@ -191,7 +191,7 @@ def _row_statistics_fake(
     kernels: str,
     sample: Tensor | None,
 ) -> Tensor:
-    size = ROW_STATISTICS_RULES[ROW_STATISTICS_KERNELS[kind]][0]
+    size = ROW_STATISTICS[ROW_STATISTICS_KERNELS[kind]].size
     return x_hat.new_empty(size, x_hat.shape[0])
 
 
@@ -342,12 +342,6 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
     ctx.options = (k, chunk_size, rule, kernels)
 
 
-def _backward(
-    ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
-) -> tuple[Tensor | None, ...]:
-    return _backward_through(_nontarget_lse_backward, ctx, grad_lse, grad_cos)
-
-
 def _backward_through(
     backward: Any, ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None
 ) -> tuple[Tensor | None, ...]:
@@ -399,34 +393,11 @@ def _backward_through(
     )
 
 
-_nontarget_lse.register_autograd(_backward, setup_context=_setup_context)
-
-
-class _EagerNontargetLse(torch.autograd.Function):
-    """The same forward and backward as the operators, called directly (outside
-    ``torch.compile``): a custom op's first call imports ``torch._dynamo`` (sympy included,
-    over a hundred MB resident), which an eager training loop should not pay."""
-
-    @staticmethod
-    def forward(ctx: Any, *inputs: Any) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
-        output = _nontarget_lse_impl(*inputs)
-        _setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(output[2])
-        return output
-
-    @staticmethod
-    @once_differentiable
-    def backward(  # type: ignore[override]
-        ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None, grad_inv_norms: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        return _backward_through(_nontarget_lse_backward_impl, ctx, grad_lse, grad_cos)
-
-
-def _nontarget_lse_call(*inputs: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """The forward op under ``torch.compile``, its eager twin otherwise."""
-    if torch.compiler.is_compiling():
-        return _nontarget_lse(*inputs)
-    return _EagerNontargetLse.apply(*inputs)
+_nontarget_lse_call = wire(
+    _nontarget_lse, _nontarget_lse_impl, _nontarget_lse_backward, _nontarget_lse_backward_impl,
+    _setup_context, _backward_through,
+)  # fmt: skip
+"""The forward operator under ``torch.compile``, its eager twin otherwise."""
 
 
 def fused_margin_cross_entropy(

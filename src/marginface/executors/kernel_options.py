@@ -9,11 +9,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from ..margins.base import NONTARGET_KERNELS
+from ..margins.rules import NONTARGET_RULES
 
 __all__ = [
-    "RULES_WITH_CONSTANTS",
-    "RULES_WITH_THRESHOLD",
     "Blocks",
     "NonTargetRule",
     "default_blocks",
@@ -69,15 +67,6 @@ def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
     return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
 
 
-RULES_WITH_THRESHOLD = ("curricular", "mv", "gaussian")
-"""The kernels' rules that read a per-row ``threshold`` (CurricularFace's and MV-Softmax's
-``τ_i``, ArcNegFace's ``f_i``)."""
-
-RULES_WITH_CONSTANTS = ("mv", "gaussian", "circle", "divided_angle")
-"""The kernels' rules that read two scalars ``constants = [p₀, p₁]``: MV-Softmax's ``[a, b]``,
-ArcNegFace's ``[α, σ]``, circle loss's ``[m, 0]``, SphereFace-R v2's ``[m, straight]``."""
-
-
 @dataclass(frozen=True)
 class NonTargetRule:
     """The margin's non-target rule ``g_i`` as the Triton kernels take it (no gradient flows
@@ -87,26 +76,15 @@ class NonTargetRule:
         threshold: ``Tensor[N]`` float32, the per-row ``τ_i`` (``"curricular"``, ``"mv"``) or
             ``f_i`` (``"gaussian"``); None for the other rules.
         t: ``Tensor[N]`` float32, CurricularFace's per-row ``t_i``; None otherwise.
-        kind: one of :data:`~marginface.margins.base.NONTARGET_KERNELS`; None (default) means
+        kind: a rule of :data:`~marginface.margins.rules.NONTARGET_RULES`; None (default) means
             ``"curricular"`` when ``threshold`` is given, else ``"identity"``.
-        constants: ``Tensor[2]`` float32 on the tensors' device, the rule's scalars
-            (:data:`RULES_WITH_CONSTANTS`): read by the kernels from memory, so that no value
-            crosses to the host. None for the other rules.
+        constants: ``Tensor[2]`` float32 on the tensors' device, the rule's scalars (the
+            rules declared with ``constants``): read by the kernels from memory, so that no
+            value crosses to the host. None for the other rules.
 
-    The rules (:data:`~marginface.margins.base.NONTARGET_KERNELS`, each with its derivative
-    ``g'``, which the backward multiplies by):
-
-    * ``"identity"``: ``g = c``.
-    * ``"curricular"``: ``c(t_i + c)`` where ``c > τ_i``, else ``c`` (``g' = t_i + 2c`` / 1).
-    * ``"mv"``: ``a·c + b`` where ``c > τ_i``, else ``c`` (``g' = a`` / 1).
-    * ``"gaussian"``: ``w·c + w - 1``, ``w = α·exp(-(c - f_i)²/σ)`` (``g' = w``: ``w`` held
-      constant).
-    * ``"circle"``: ``[c + m]_+ (c - m)`` (``g' = [c + m]_+``: the bracket held constant).
-    * ``"linear_angle"``: ``(π - 2 arccos c)/π`` (``g' = 2/(π sin θ)``, ``sin²θ`` floored at
-      :data:`~marginface.margins._angles.SIN2_FLOOR`).
-    * ``"divided_angle"``: ``cos(θ/m)``, ``θ = arccos`` of ``c`` clamped to ``±(1 - 10⁻⁵)``
-      (``g' = 1`` when ``straight = 1``, else ``sin(θ/m)/(m sin θ)`` inside the clamp, 0
-      outside).
+    What each rule computes, its derivative ``g'`` (which the backward multiplies by) and the
+    parameters it reads are declared once, in :data:`~marginface.margins.rules.NONTARGET_RULES`
+    (its Triton device function in :mod:`~marginface.executors.triton_rules`).
     """
 
     threshold: Tensor | None = None
@@ -116,14 +94,17 @@ class NonTargetRule:
 
     def __post_init__(self) -> None:
         name = self.name
-        if name not in NONTARGET_KERNELS:
-            raise ValueError(f"NonTargetRule.kind must be one of {NONTARGET_KERNELS}, got {name!r}")
+        if name not in NONTARGET_RULES:
+            raise ValueError(
+                f"NonTargetRule.kind must be one of {tuple(NONTARGET_RULES)}, got {name!r}"
+            )
+        declared = NONTARGET_RULES[name]
         missing = [
             field
             for field, needed in (
-                ("threshold", name in RULES_WITH_THRESHOLD),
-                ("t", name == "curricular"),
-                ("constants", name in RULES_WITH_CONSTANTS),
+                ("threshold", declared.threshold),
+                ("t", declared.row_t),
+                ("constants", declared.constants > 0),
             )
             if needed and getattr(self, field) is None
         ]

@@ -26,6 +26,8 @@ the rows' ``Σ_j γ_i w_- σ(z_ij) ∂z_ij/∂b``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -34,6 +36,7 @@ from torch import Tensor
 from .binary_rule import BinaryRule
 from .chunk_workspace import ChunkWorkspace
 from .kernel_options import Blocks, default_blocks
+from .triton_dispatch import kernel_backward, kernel_reduce
 from .triton_kernels import _check, _cosine_tile, _dot_upcast, _precision
 
 __all__ = [
@@ -355,22 +358,17 @@ def triton_binary_sums(chunks: ChunkWorkspace, rule: BinaryRule) -> Tensor:
     """The forward's pass of :mod:`~marginface.executors.binary_loop` on these kernels: each
     row's ``Σ_{j≠y_i} softplus(z_ij)`` over every class of ``chunks`` (every sampled one: one
     launch per chunk on its gathered rows, the labels shifted to the chunk's columns),
-    ``Tensor[N]`` float32."""
-    k = chunks.k
-    if chunks.sample is None:
+    ``Tensor[N]`` float32 (:func:`~marginface.executors.triton_dispatch.kernel_reduce`)."""
+
+    def launch(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Tensor:
         return binary_sums(
-            chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule,
-            sub_centers=k, chunk_size=chunks.chunk_size,
-        )  # fmt: skip
-    total = torch.zeros(chunks.x_hat.shape[0], dtype=torch.float32, device=chunks.x_hat.device)
-    for start, stop in chunks.ranges():
-        total += binary_sums(
-            chunks.x_gemm, chunks.weight_rows(start, stop),
-            chunks.inv_norms[start * k : stop * k].contiguous(), chunks.labels - start, rule,
-            sub_centers=k, chunk_size=stop - start,
-        )  # fmt: skip
-    chunks.release()
-    return total
+            chunks.x_gemm, weight, inv_norms, labels, rule, sub_centers=chunks.k, chunk_size=size
+        )
+
+    def merge(total: Tensor | None, part: Tensor) -> Tensor:
+        return part if total is None else total + part
+
+    return kernel_reduce(chunks, launch, merge)
 
 
 def triton_nontarget_gradient(
@@ -382,59 +380,29 @@ def triton_nontarget_gradient(
     grad_weight: Tensor | None,
 ) -> Tensor:
     """The backward's non-target pass of :mod:`~marginface.executors.binary_loop` on these
-    kernels: adds into ``grad_x_hat``, writes ``grad_weight``, returns the non-target share of
-    ``∂L/∂b`` (``sign``: ``β``). With a Partial FC sample, per chunk: its rows gathered once,
-    both kernels on them, its weight gradient stored into its rows of ``grad_weight``."""
-    k = chunks.k
+    kernels (:func:`~marginface.executors.triton_dispatch.kernel_backward`): adds into
+    ``grad_x_hat``, writes ``grad_weight``, returns the non-target share of ``∂L/∂b``
+    (``sign``: ``β``). With a Partial FC sample, per chunk: its rows gathered once, both
+    kernels on them, its weight gradient stored into its rows of ``grad_weight``."""
+    k, x_gemm = chunks.k, chunks.x_gemm
     grad = grad.contiguous()
-    if chunks.sample is not None:
-        return _sampled_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
-    part_x, part_b = binary_embedding_gradient(
-        chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
-        sub_centers=k, chunk_size=chunks.chunk_size,
-    )  # fmt: skip
-    grad_x_hat += part_x.to(grad_x_hat.dtype)
-    if grad_weight is not None:
-        for start, stop in chunks.ranges():
-            rows = grad_weight[start * k : stop * k]
-            in_place = rows.dtype == torch.float32 and rows.is_contiguous()
-            partial = binary_weight_gradient(
-                chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, rule, grad,
-                sub_centers=k, start=start, stop=stop, out=rows if in_place else None,
-            )  # fmt: skip
-            chunks.project_into(grad_weight, start, stop, partial)
-    return (part_b.sum() * sign).to(grad_x_hat.dtype)
+    bias = [torch.zeros((), dtype=torch.float32, device=grad_x_hat.device)]
 
+    def embedding(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Any:
+        return binary_embedding_gradient(
+            x_gemm, weight, inv_norms, labels, rule, grad, sub_centers=k, chunk_size=size
+        )
 
-def _sampled_gradient(
-    chunks: ChunkWorkspace,
-    rule: BinaryRule,
-    sign: float,
-    grad: Tensor,
-    grad_x_hat: Tensor,
-    grad_weight: Tensor | None,
-) -> Tensor:
-    """:func:`triton_nontarget_gradient` over a Partial FC sample."""
-    k = chunks.k
-    bias = torch.zeros((), dtype=torch.float32, device=grad_x_hat.device)
-    for start, stop in chunks.ranges():
-        centers = chunks.weight_rows(start, stop)  # (c·K, D), gathered
-        inv_norms = chunks.inv_norms[start * k : stop * k].contiguous()  # (c·K,)
-        labels = chunks.labels - start  # (N,), the chunk's columns
-        part_x, part_b = binary_embedding_gradient(
-            chunks.x_gemm, centers, inv_norms, labels, rule, grad,
-            sub_centers=k, chunk_size=stop - start,
+    def weights(
+        weight: Tensor, inv_norms: Tensor, labels: Tensor, first: int, last: int, out: Any
+    ) -> Tensor:
+        return binary_weight_gradient(
+            x_gemm, weight, inv_norms, labels, rule, grad,
+            sub_centers=k, start=first, stop=last, out=out,
         )  # fmt: skip
-        grad_x_hat += part_x.to(grad_x_hat.dtype)
-        bias += part_b.sum()
-        if grad_weight is None:
-            continue
-        rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
-        partial = binary_weight_gradient(
-            chunks.x_gemm, centers, inv_norms, labels, rule, grad,
-            sub_centers=k, start=0, stop=stop - start,
-            out=rows if rows.dtype == torch.float32 and rows.is_contiguous() else None,
-        )  # fmt: skip
-        chunks.project_into(grad_weight, start, stop, partial)
-    chunks.release()
-    return (bias * sign).to(grad_x_hat.dtype)
+
+    def add_bias(share: Tensor) -> None:
+        bias[0] = bias[0] + share.sum()
+
+    kernel_backward(chunks, embedding, weights, grad_x_hat, grad_weight, add_bias)
+    return (bias[0] * sign).to(grad_x_hat.dtype)

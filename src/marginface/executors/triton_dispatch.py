@@ -10,51 +10,136 @@ kernels see only what is elementwise per logit; the non-target rule reaches them
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..margins.rules import declared_rule
 from ._online_softmax import empty_statistics, merge_statistics
 from .chunk_workspace import ChunkWorkspace
-from .kernel_options import RULES_WITH_THRESHOLD, NonTargetRule
+from .kernel_options import NonTargetRule
 
-__all__ = ["kernel_rule", "triton_gradient", "triton_row_statistics", "triton_statistics"]
+__all__ = [
+    "kernel_backward",
+    "kernel_reduce",
+    "kernel_rule",
+    "triton_gradient",
+    "triton_row_statistics",
+    "triton_statistics",
+]
 
 
 def kernel_rule(
     kind: str, parameters: dict[str, Tensor], rows: int, device: torch.device
 ) -> NonTargetRule:
-    """The rule ``kind`` (one of :data:`~marginface.margins.base.NONTARGET_KERNELS`) with the
-    margin's ``parameters`` (:meth:`~marginface.margins.base.Margin.nontarget_kernel_parameters`)
-    as the kernels' :class:`~marginface.executors.kernel_options.NonTargetRule`:
-
-    * ``"curricular"``: its ``threshold`` and ``t`` (scalars, ``[N]`` or ``[N, 1]``) as float32
-      ``[N]`` vectors;
-    * ``"mv"``, ``"gaussian"``: the per-row ``threshold`` as a float32 ``[N]`` vector and
-      ``t = [a, b]`` / ``[α, σ]`` as the rule's float32 ``constants``;
-    * ``"circle"``: ``t = [m]`` as ``constants = [m, 0]``;
-    * ``"divided_angle"``: ``t = [m, straight]`` as the ``constants``;
-    * ``"identity"``, ``"linear_angle"``: nothing.
+    """The rule ``kind`` with the margin's ``parameters``
+    (:meth:`~marginface.margins.base.Margin.nontarget_kernel_parameters`) as the kernels'
+    :class:`~marginface.executors.kernel_options.NonTargetRule`, as its declaration
+    (:data:`~marginface.margins.rules.NONTARGET_RULES`) says: a per-row ``threshold`` and a
+    per-row ``t`` (scalars, ``[N]`` or ``[N, 1]``) as float32 ``[N]`` vectors, the scalars of
+    ``t`` (``[a, b]``, ``[α, σ]``, ``[m]``, ``[m, straight]``) as the float32 ``constants``
+    (zero-padded to 2). ``ValueError`` naming an unknown ``kind`` and the known ones.
 
     No value is read back to the host (the constants stay tensors on ``device``).
     """
-    if kind in ("identity", "linear_angle"):
-        return NonTargetRule(kind=kind)
+    declared = declared_rule(kind)
 
     def per_row(name: str) -> Tensor:  # (N,) float32
         value = torch.as_tensor(parameters[name], dtype=torch.float32, device=device)
         return value.reshape(-1).expand(rows).contiguous()
 
-    if kind == "curricular":
-        return NonTargetRule(threshold=per_row("threshold"), t=per_row("t"), kind=kind)
-    t = torch.as_tensor(parameters["t"], dtype=torch.float32, device=device).reshape(-1)
-    constants = torch.zeros(2, dtype=torch.float32, device=device)
-    constants[: t.numel()] = t  # (2,): [a, b], [α, σ] or [m, 0]
-    threshold = per_row("threshold") if kind in RULES_WITH_THRESHOLD else None
-    return NonTargetRule(threshold=threshold, kind=kind, constants=constants)
+    constants = None
+    if declared.constants:
+        t = torch.as_tensor(parameters["t"], dtype=torch.float32, device=device).reshape(-1)
+        constants = torch.zeros(2, dtype=torch.float32, device=device)
+        constants[: t.numel()] = t  # (2,): [a, b], [α, σ], [m, 0] or [m, straight]
+    return NonTargetRule(
+        threshold=per_row("threshold") if declared.threshold else None,
+        t=per_row("t") if declared.row_t else None,
+        kind=kind,
+        constants=constants,
+    )
 
 
+# --------------------------------------------------------------------------- the host loop
+Launch = Callable[[Tensor, Tensor, Tensor, int], Any]
+"""A kernel launch over some class centers: ``(weight[c·K, D], inv_norms[c·K], labels[N],
+chunk_size) -> result``, the labels in the columns of those centers (outside: not among
+them)."""
+
+
+def _chunk_inputs(chunks: ChunkWorkspace, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
+    """What a launch over the loop's classes ``[start, stop)`` of a sample reads: the chunk's
+    gathered centers, their inverse norms and the labels shifted to the chunk's columns."""
+    k = chunks.k
+    inv_norms = chunks.inv_norms[start * k : stop * k].contiguous()  # (c·K,)
+    return chunks.weight_rows(start, stop), inv_norms, chunks.labels - start
+
+
+def kernel_reduce(chunks: ChunkWorkspace, launch: Launch, merge: Callable[[Any, Any], Any]) -> Any:
+    """A forward reduction on the kernels: one launch over every class (grid over the chunks),
+    or with a Partial FC sample one launch per chunk on its gathered rows, the results merged
+    in PyTorch in chunk order (``merge(None, first)`` starts the fold)."""
+    if chunks.sample is None:
+        return launch(chunks.weight, chunks.inv_norms, chunks.labels, chunks.chunk_size)
+
+    def step(start: int, stop: int, total: Any) -> Any:
+        return merge(total, launch(*_chunk_inputs(chunks, start, stop), stop - start))
+
+    return chunks.fold(step, None)
+
+
+def kernel_backward(
+    chunks: ChunkWorkspace,
+    embedding: Callable[[Tensor, Tensor, Tensor, int], tuple[Tensor, Tensor]],
+    weight_gradient: Callable[[Tensor, Tensor, Tensor, int, int, Tensor | None], Tensor],
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    add_row_share: Callable[[Tensor], None],
+) -> None:
+    """A backward pass on the kernels: ``embedding(weight, inv_norms, labels, chunk_size) ->
+    (∂L/∂x̂ part [N, D], a per-row share [N])`` added into ``grad_x_hat`` and handed to
+    ``add_row_share`` (the softmax's ``∂L/∂s``, the one-vs-all's bias terms), and
+    ``weight_gradient(weight, inv_norms, labels, first, last, out) -> partial`` float32 for
+    the classes ``[first, last)`` of those centers (written into ``out`` if given), projected
+    through ``w/‖w‖`` into every row of ``grad_weight`` (if given). Without a sample: one
+    embedding launch over every class, then the weight gradient chunk by chunk in place; with
+    one, per chunk: its rows gathered once, both kernels on them."""
+    sampled = chunks.sample is not None
+
+    def add_embedding(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> None:
+        part_x, share = embedding(weight, inv_norms, labels, size)
+        grad_x_hat.add_(part_x.to(grad_x_hat.dtype))
+        add_row_share(share)
+
+    if not sampled:
+        add_embedding(chunks.weight, chunks.inv_norms, chunks.labels, chunks.chunk_size)
+        if grad_weight is None:
+            return
+
+    def step(start: int, stop: int, state: None) -> None:
+        if sampled:
+            weight, inv_norms, labels = _chunk_inputs(chunks, start, stop)
+            add_embedding(weight, inv_norms, labels, stop - start)
+            first, last = 0, stop - start
+        else:
+            weight, inv_norms, labels = chunks.weight, chunks.inv_norms, chunks.labels
+            first, last = start, stop
+        if grad_weight is None:
+            return
+        rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
+        in_place = rows.dtype == torch.float32 and rows.is_contiguous()
+        partial = weight_gradient(
+            weight, inv_norms, labels, first, last, rows if in_place else None
+        )
+        chunks.project_into(grad_weight, start, stop, partial)
+
+    chunks.fold(step, None)
+
+
+# --------------------------------------------------------------------------- softmax passes
 def triton_statistics(
     chunks: ChunkWorkspace, scale_rows: Tensor, rule: Any
 ) -> tuple[Tensor, Tensor]:
@@ -63,18 +148,20 @@ def triton_statistics(
     from .triton_kernels import nontarget_statistics
 
     scale_rows = scale_rows.contiguous()
-    if chunks.sample is not None:
-        return _sampled_statistics(chunks, scale_rows, rule)
-    return nontarget_statistics(
-        chunks.x_gemm,
-        chunks.weight,
-        chunks.inv_norms,
-        chunks.labels,
-        scale_rows,
-        rule,
-        sub_centers=chunks.k,
-        chunk_size=chunks.chunk_size,
-    )
+
+    def launch(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Any:
+        return nontarget_statistics(
+            chunks.x_gemm, weight, inv_norms, labels, scale_rows, rule,
+            sub_centers=chunks.k, chunk_size=size,
+        )  # fmt: skip
+
+    def merge(total: Any, part: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        if total is None:
+            n = chunks.x_hat.shape[0]
+            total = empty_statistics(n, dtype=torch.float32, device=scale_rows.device)
+        return merge_statistics(total, part)
+
+    return kernel_reduce(chunks, launch, merge)
 
 
 def triton_row_statistics(chunks: ChunkWorkspace, kind: str, threshold: Tensor) -> Tensor:
@@ -88,27 +175,19 @@ def triton_row_statistics(chunks: ChunkWorkspace, kind: str, threshold: Tensor) 
 
     if kind != "above_threshold":
         raise ValueError(f"kind must be 'above_threshold', got {kind!r}")
-    k = chunks.k
     with torch.no_grad():
         threshold = threshold.reshape(-1).to(torch.float32).contiguous()  # (N,)
-        if chunks.sample is None:
+
+        def launch(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Tensor:
             return above_threshold_sums(
-                chunks.x_gemm, chunks.weight, chunks.inv_norms, chunks.labels, threshold,
-                sub_centers=k, chunk_size=chunks.chunk_size,
+                chunks.x_gemm, weight, inv_norms, labels, threshold,
+                sub_centers=chunks.k, chunk_size=size,
             )  # fmt: skip
-        total = threshold.new_zeros(2, chunks.x_hat.shape[0])  # (2, N)
-        for start, stop in chunks.ranges():  # each chunk's sampled rows gathered once
-            total += above_threshold_sums(
-                chunks.x_gemm,
-                chunks.weight_rows(start, stop),
-                chunks.inv_norms[start * k : stop * k].contiguous(),
-                chunks.labels - start,  # outside [0, stop - start): not in this chunk
-                threshold,
-                sub_centers=k,
-                chunk_size=stop - start,
-            )
-        chunks.release()
-    return total
+
+        def merge(total: Tensor | None, part: Tensor) -> Tensor:
+            return part if total is None else total + part
+
+        return kernel_reduce(chunks, launch, merge)
 
 
 def triton_gradient(
@@ -124,139 +203,27 @@ def triton_gradient(
     """The backward's pass over the chunks by the kernels: add the non-target part of
     ``∂L/∂x̂`` (and of ``∂L/∂s`` into ``grad_scale``), write every row of ``grad_weight``
     (see :func:`~marginface.executors.chunk_loop.nontarget_gradient`)."""
-    scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
-    if chunks.sample is not None:  # one pass, each chunk's sampled rows gathered once
-        _sampled_backward(chunks, rule, scale, lse, grad, grad_x_hat, grad_weight, grad_scale)
-        return
-    _embedding_gradient(chunks, rule, scale, lse, grad, grad_x_hat, grad_scale)
-    if grad_weight is not None:
-        _weight_gradient(chunks, rule, scale, lse, grad, grad_weight)
-
-
-def _embedding_gradient(
-    chunks: ChunkWorkspace,
-    rule: Any,
-    scale: Tensor,
-    lse: Tensor,
-    grad: Tensor,
-    grad_x_hat: Tensor,
-    grad_scale: Tensor | None,
-) -> None:
-    """Add the non-target part of ``∂L/∂x̂`` (and of ``∂L/∂s`` if wanted) by the Triton kernel."""
-    from .triton_kernels import embedding_gradient
-
-    part_x, part_scale = embedding_gradient(
-        chunks.x_gemm,
-        chunks.weight,
-        chunks.inv_norms,
-        chunks.labels,
-        scale.contiguous(),
-        rule,
-        lse.contiguous(),
-        grad.contiguous(),
-        sub_centers=chunks.k,
-        chunk_size=chunks.chunk_size,
-    )
-    grad_x_hat += part_x.to(grad_x_hat.dtype)
-    if grad_scale is not None:
-        grad_scale += part_scale.to(grad_scale.dtype)
-
-
-def _weight_gradient(
-    chunks: ChunkWorkspace,
-    rule: Any,
-    scale: Tensor,
-    lse: Tensor,
-    grad: Tensor,
-    grad_weight: Tensor,
-) -> None:
-    """Write the non-target part of ``∂L/∂W`` chunk by chunk (Triton kernel, then the projection
-    through ``w/‖w‖``): float32 rows of ``grad_weight`` are accumulated in place, other dtypes
-    through one float32 chunk."""
-    from .triton_kernels import weight_gradient
-
-    k = chunks.k
-    scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
-    for start, stop in chunks.ranges():
-        rows = grad_weight[start * k : stop * k]
-        in_place = rows.dtype == torch.float32 and rows.is_contiguous()
-        partial = weight_gradient(
-            chunks.x_gemm,
-            chunks.weight,
-            chunks.inv_norms,
-            chunks.labels,
-            scale,
-            rule,
-            lse,
-            grad,
-            sub_centers=k,
-            start=start,
-            stop=stop,
-            out=rows if in_place else None,
-        )  # (c·K, D), float32
-        chunks.project_into(grad_weight, start, stop, partial)
-
-
-def _sampled_statistics(
-    chunks: ChunkWorkspace, scale_rows: Tensor, rule: Any
-) -> tuple[Tensor, Tensor]:
-    """:func:`triton_statistics` over a sample: one kernel launch per chunk, on the chunk's
-    gathered rows (the labels shifted to the chunk's columns), merged in PyTorch."""
-    from .triton_kernels import nontarget_statistics
-
-    k = chunks.k
-    stats = empty_statistics(chunks.x_hat.shape[0], dtype=torch.float32, device=scale_rows.device)
-    for start, stop in chunks.ranges():
-        part = nontarget_statistics(
-            chunks.x_gemm,
-            chunks.weight_rows(start, stop),
-            chunks.inv_norms[start * k : stop * k].contiguous(),
-            chunks.labels - start,  # outside [0, stop - start): not in this chunk
-            scale_rows,
-            rule,
-            sub_centers=k,
-            chunk_size=stop - start,
-        )
-        stats = merge_statistics(stats, part)
-    chunks.release()
-    return stats
-
-
-def _sampled_backward(
-    chunks: ChunkWorkspace,
-    rule: Any,
-    scale: Tensor,
-    lse: Tensor,
-    grad: Tensor,
-    grad_x_hat: Tensor,
-    grad_weight: Tensor | None,
-    grad_scale: Tensor | None,
-) -> None:
-    """:func:`_embedding_gradient` and :func:`_weight_gradient` over a sample: per chunk,
-    its rows gathered once, both kernels on them, its weight gradient stored into its rows of
-    ``grad_weight``."""
     from .triton_kernels import embedding_gradient, weight_gradient
 
-    k = chunks.k
+    k, x_gemm = chunks.k, chunks.x_gemm
     scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
-    for start, stop in chunks.ranges():
-        centers = chunks.weight_rows(start, stop)  # (c·K, D), gathered
-        inv_norms = chunks.inv_norms[start * k : stop * k].contiguous()  # (c·K,)
-        labels = chunks.labels - start  # (N,), the chunk's columns
-        part_x, part_scale = embedding_gradient(
-            chunks.x_gemm, centers, inv_norms, labels, scale, rule, lse, grad,
-            sub_centers=k, chunk_size=stop - start,
+
+    def embedding(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Any:
+        return embedding_gradient(
+            x_gemm, weight, inv_norms, labels, scale, rule, lse, grad,
+            sub_centers=k, chunk_size=size,
         )  # fmt: skip
-        grad_x_hat += part_x.to(grad_x_hat.dtype)
+
+    def weights(
+        weight: Tensor, inv_norms: Tensor, labels: Tensor, first: int, last: int, out: Any
+    ) -> Tensor:
+        return weight_gradient(
+            x_gemm, weight, inv_norms, labels, scale, rule, lse, grad,
+            sub_centers=k, start=first, stop=last, out=out,
+        )  # fmt: skip
+
+    def add_scale(share: Tensor) -> None:
         if grad_scale is not None:
-            grad_scale += part_scale.to(grad_scale.dtype)
-        if grad_weight is None:
-            continue
-        rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
-        partial = weight_gradient(
-            chunks.x_gemm, centers, inv_norms, labels, scale, rule, lse, grad,
-            sub_centers=k, start=0, stop=stop - start,
-            out=rows if rows.dtype == torch.float32 else None,
-        )  # fmt: skip
-        chunks.project_into(grad_weight, start, stop, partial)
-    chunks.release()
+            grad_scale.add_(share.to(grad_scale.dtype))
+
+    kernel_backward(chunks, embedding, weights, grad_x_hat, grad_weight, add_scale)

@@ -384,9 +384,9 @@ class _MVSoftmax(_FixedScale):
 
 @_head
 class MVAMSoftmax(_MVSoftmax):
-    """MV-AM-Softmax: ``logit_y = s·(cos θ_y - m)``; non-targets with ``cos θ_j > cos θ_y - m``
-    re-weighted (``mode`` ``"adaptive"``: ``(t + 1)cos θ_j + t``; ``"fixed"``:
-    ``cos θ_j + t - 1``)."""
+    """MV-AM-Softmax: ``logit_y = s·(cos θ_y - m)`` (``conditional``: where ``cos θ_y > m`` if
+    True, ``> 0`` if ``"easy"``); non-targets with ``cos θ_j > cos θ_y - m`` re-weighted (``mode``
+    ``"adaptive"``: ``(t + 1)cos θ_j + t``; ``"fixed"``: ``cos θ_j + t - 1``)."""
 
     loss_name = "mv-am-softmax"
 
@@ -394,6 +394,8 @@ class MVAMSoftmax(_MVSoftmax):
         return cos_target - self.margin
 
     def target_cosine(self, cos_target: Any, norms: Any, context: dict) -> Any:
+        if self.conditional == "easy":  # SV-X-Softmax's easy margin: only where cos θ_y > 0
+            return ops.where(cos_target > 0.0, cos_target - self.margin, cos_target)
         return additive_cosine_margin(cos_target, self.margin, conditional=self.conditional)
 
 

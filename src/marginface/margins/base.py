@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from .._validation import check_choice, check_labels
 from .filtering import check_filtering_threshold, interclass_filter
+from .rules import NONTARGET_RULES, ROW_STATISTICS
 
 __all__ = [
     "GRADIENT_MODES",
@@ -105,47 +106,19 @@ class ClassParameter:
         return value + (value.clamp(self.low, self.high) - value).detach()
 
 
-NONTARGET_KERNELS = (
-    "identity",
-    "curricular",
-    "mv",
-    "gaussian",
-    "circle",
-    "linear_angle",
-    "divided_angle",
-)
-"""The non-target rules ``g`` the chunked executor's custom operators have compiled in, their
-derivatives written out (:meth:`Margin.nontarget_kernel`); the Triton kernels have all of them
-(:data:`~marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS`,
-:class:`~marginface.executors.kernel_options.NonTargetRule`):
+NONTARGET_KERNELS = tuple(NONTARGET_RULES)
+"""The names of the non-target rules ``g`` the chunked executor runs compiled (its custom
+operators and Triton kernels, the derivatives written out), one of which a margin may name in
+:meth:`Margin.nontarget_kernel`. Each is declared once, with its parameters, its PyTorch value
+and slope and its Triton device function, in :data:`~marginface.margins.rules.NONTARGET_RULES`
+(the table of what each computes: docs/fused.md)."""
 
-* ``"identity"``: ``g(cos θ_j) = cos θ_j``.
-* ``"curricular"``: ``g(cos θ_j) = cos θ_j (t + cos θ_j)`` where ``cos θ_j > τ_i``, else
-  ``cos θ_j`` (CurricularFace, Huang et al. 2020, Eq. 9), with a per-row threshold ``τ_i`` and a
-  scalar ``t`` (:meth:`Margin.nontarget_kernel_parameters`; neither carries a gradient).
-* ``"mv"``: ``g = a·cos θ_j + b`` where ``cos θ_j > τ_i``, else ``cos θ_j`` (MV-Softmax's
-  re-weighting, NPCFace's hard negatives); parameters ``threshold`` ``τ_i`` and
-  ``t = [a, b]``.
-* ``"gaussian"``: ``g = w·cos θ_j + w - 1``, ``w = α·exp(-(cos θ_j - f_i)²/σ)`` held constant
-  in the gradient (ArcNegFace); parameters ``threshold`` ``f_i`` and ``t = [α, σ]``.
-* ``"circle"``: ``g = [cos θ_j + m]_+ (cos θ_j - m)``, the bracket held constant (circle loss's
-  self-paced ``α_n``); parameter ``t = [m]``.
-* ``"linear_angle"``: ``g = (π - 2θ_j)/π`` (Li-ArcFace), no parameters; derivative
-  ``2/(π sin θ)`` with ``sin θ`` floored as :func:`~marginface.margins._angles.arccos`'s.
-* ``"divided_angle"``: ``g = cos(θ_j/m)``, ``θ_j = arccos`` of ``cos θ_j`` clamped to
-  ``±(1 - 10⁻⁵)`` (SphereFace-R's ``"v2"`` type); parameter ``t = [m, straight]``: with
-  ``straight = 1`` the derivative is 1 (the authors' gradient detachment), with 0 it is
-  ``sin(θ/m)/(m sin θ)`` inside the clamp and 0 outside.
-"""
-
-ROW_STATISTICS_KERNELS = ("above_threshold",)
-"""The per-row statistics (:meth:`Margin.row_statistics_terms`) the chunked executor's custom
-operators have compiled in (:meth:`Margin.row_statistics_kernel`):
-
-* ``"above_threshold"``: two sums over the non-target classes, ``Σ_j [c_ij > τ_i]·c_ij`` and
-  ``Σ_j [c_ij > τ_i]``, with a per-row threshold ``τ_i`` (parameter ``threshold``,
-  ``Tensor[N]`` or ``[N, 1]``, no gradient): NPCFace's hard negatives' cosine sum and count
-  (:func:`~marginface.margins.npcface.above_threshold_terms`).
+ROW_STATISTICS_KERNELS = tuple(ROW_STATISTICS)
+"""The names of the per-row statistics (:meth:`Margin.row_statistics_terms`) the chunked
+executor's custom operators have compiled in (:meth:`Margin.row_statistics_kernel`), each
+declared in :data:`~marginface.margins.rules.ROW_STATISTICS`: ``"above_threshold"``, the sums
+``Σ_j [c_ij > τ_i]·c_ij`` and ``Σ_j [c_ij > τ_i]`` with a per-row threshold ``τ_i``
+(NPCFace's hard negatives, :func:`~marginface.margins.rules.above_threshold_terms`).
 """
 
 
@@ -172,6 +145,12 @@ class Margin(nn.Module):
 
     stateful: ClassVar[bool] = False
     """Whether the margin updates buffers in training mode (CurricularFace's t, AdaCos's s...)."""
+
+    feature_norm_is_quality: ClassVar[bool] = False
+    """Whether the embeddings' L2 norm ``‖x‖`` this margin trains is a quality score of the
+    sample (MagFace's magnitude-aware margin): the pipeline then reports the verification
+    accuracy as the lowest-quality pairs are rejected (the error-versus-reject curve,
+    ``erc_accuracy@reject=...``) and draws it. Read by the pipeline instead of the class."""
 
     objective: ClassVar[str] = "softmax"
     """How the executors reduce this margin's logits: ``"softmax"`` (softmax cross-entropy over
@@ -253,8 +232,9 @@ class Margin(nn.Module):
 
     def nontarget_kernel_parameters(self, context: Context) -> dict[str, Tensor]:
         """The per-row parameters of :meth:`nontarget_kernel`'s rule from this batch's
-        ``context``: ``{}`` for ``"identity"``; ``{"threshold": Tensor[N] or Tensor[N, 1],
-        "t": 0-dim or Tensor[N]}`` for ``"curricular"`` (no gradient). Default: ``{}``."""
+        ``context``, no gradient: ``{}`` for ``"identity"``; ``{"threshold": Tensor[N] or
+        Tensor[N, 1], "t": 0-dim or Tensor[N]}`` for ``"curricular"``; what each rule reads is
+        its :class:`~marginface.margins.rules.RuleDeclaration`. Default: ``{}``."""
         return {}
 
     def statistics_scale(self) -> Tensor | float | None:

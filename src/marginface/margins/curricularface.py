@@ -12,27 +12,9 @@ from ._alias import alias
 from ._angles import cos_add
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
+from .rules import curricular_negative
 
 __all__ = ["CurricularFaceMargin", "curricular_negative"]
-
-
-def curricular_negative(cosine: Tensor, threshold: Tensor, t: Tensor | float) -> Tensor:
-    r"""CurricularFace's non-target modulation, elementwise.
-
-    .. math:: N(t, \cos\theta_j) = \begin{cases}
-        \cos\theta_j\,(t + \cos\theta_j) & \cos\theta_j > \cos(\theta_y + m) \text{ (hard)}\\
-        \cos\theta_j & \text{otherwise}\end{cases}
-
-    Args:
-        cosine: ``Tensor[N, c]`` of ``cos θ_j``.
-        threshold: ``Tensor[N, 1]``, ``cos(θ_y + m)`` per row (no gradient).
-        t: the adaptive parameter (no gradient).
-
-    Returns:
-        ``Tensor[N, c]``; derivative ``t + 2cos θ_j`` on hard negatives, 1 elsewhere.
-    """
-    hard = cosine > threshold  # (N, c)
-    return torch.where(hard, cosine * (t + cosine), cosine)
 
 
 class CurricularFaceMargin(Margin):

@@ -19,24 +19,10 @@ from torch import Tensor
 
 from .._validation import check_real
 from ._alias import alias
-from ._angles import arccos
 from .base import Context, Margin
+from .rules import linear_angle
 
 __all__ = ["LiArcFaceMargin", "linear_angle"]
-
-
-def linear_angle(cosine: Tensor, margin: float | Tensor = 0.0) -> Tensor:
-    r"""``(π - 2(θ + m))/π`` from ``cos θ``, elementwise: ``1 - 2(θ + m)/π``.
-
-    Args:
-        cosine: ``Tensor[...]`` of ``cos θ`` (values outside [-1, 1] count as ±1).
-        margin: ``m`` in radians (0 for the non-target classes).
-
-    Returns:
-        ``Tensor[...]``; derivative ``2/(π sin θ)`` with respect to ``cos θ``, with ``sin θ``
-        floored near ``cos θ = ±1`` (:func:`~marginface.margins._angles.arccos`).
-    """
-    return (math.pi - 2.0 * (arccos(cosine) + margin)) / math.pi
 
 
 class LiArcFaceMargin(Margin):

@@ -67,6 +67,7 @@ class MagFaceMargin(Margin):
     """
 
     requires_norms = True
+    feature_norm_is_quality = True  # the magnitude it learns ranks samples by quality
 
     def __init__(
         self,

@@ -29,12 +29,15 @@ from ._angles import cos_add
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
 from .cosface import additive_cosine_margin
+from .rules import mv_negative
 
 __all__ = [
+    "MV_CONDITIONS",
     "MV_MODES",
     "MVAMSoftmaxMargin",
     "MVArcSoftmaxMargin",
     "MVSoftmaxMargin",
+    "am_target",
     "mv_negative",
     "mv_weight",
 ]
@@ -42,6 +45,12 @@ __all__ = [
 MV_MODES = ("adaptive", "fixed")
 """MV-Softmax's re-weighting ``h``: ``"adaptive"`` (``e^{s t (cos θ_j + 1)}``) or ``"fixed"``
 (``e^{s(t - 1)}``)."""
+
+MV_CONDITIONS = (True, False, "easy")
+"""Where MV-AM-Softmax subtracts its margin ``m`` from ``cos θ_y``: ``True`` where
+``cos θ_y > m`` (FaceX-Zoo's ``head/MV_Softmax.py``), ``False`` everywhere (the paper),
+``"easy"`` where ``cos θ_y > 0`` (the authors' own code, xiaoboCASIA/SV-X-Softmax
+``fc_layers.py`` with its default ``easy_margin=True``: AM-Softmax's easy margin)."""
 
 DEFAULT_T = {"adaptive": 0.12, "fixed": 1.2}
 """The default ``t`` of each mode: adaptive 0.12, the authors' code (FaceX-Zoo's
@@ -58,24 +67,40 @@ def mv_weight(mode: str, t: float) -> tuple[float, float]:
     return (1.0, t - 1.0) if mode == "fixed" else (t + 1.0, t)
 
 
-def mv_negative(cosine: Tensor, threshold: Tensor, slope: float, shift: float) -> Tensor:
-    r"""MV-Softmax's non-target rule, elementwise.
+def am_target(cos_target: Tensor, margin: float, conditional: bool | str) -> Tensor:
+    r"""MV-AM-Softmax's target cosine ``f(m, θ_y)``, elementwise.
 
-    .. math:: g(\cos\theta_j) = \begin{cases}
-        a\cos\theta_j + b & \cos\theta_j > f(m, \theta_y) \text{ (mis-classified)}\\
-        \cos\theta_j & \text{otherwise}\end{cases}
+    .. math:: f = \begin{cases}\cos\theta_y - m & \text{where the condition holds}\\
+        \cos\theta_y & \text{elsewhere}\end{cases}
+
+    with the condition of ``conditional`` (:data:`MV_CONDITIONS`): ``cos θ_y > m`` (``True``),
+    always (``False``), ``cos θ_y > 0`` (``"easy"``).
 
     Args:
-        cosine: ``Tensor[N, c]`` of ``cos θ_j``.
-        threshold: ``Tensor[N, 1]``, ``f(m, θ_y)`` per row (no gradient).
-        slope: ``a`` (:func:`mv_weight`).
-        shift: ``b`` (:func:`mv_weight`).
+        cos_target: ``Tensor[N]`` of ``cos θ_y``.
+        margin: ``m >= 0``, cosine units.
+        conditional: one of :data:`MV_CONDITIONS`.
 
     Returns:
-        ``Tensor[N, c]``; derivative ``a`` on mis-classified classes, 1 elsewhere.
+        ``Tensor[N]``; derivative 1 with respect to ``cos θ_y`` (the condition carries none).
     """
-    hard = cosine > threshold  # (N, c)
-    return torch.where(hard, cosine * slope + shift, cosine)
+    if conditional == "easy":
+        return torch.where(cos_target > 0, cos_target - margin, cos_target)
+    return additive_cosine_margin(cos_target, margin, conditional=bool(conditional))
+
+
+def _check_conditional(conditional: object) -> bool | str:
+    """``conditional`` if it is one of :data:`MV_CONDITIONS`; a ``TypeError`` or ``ValueError``
+    naming it otherwise."""
+    if isinstance(conditional, bool):
+        return conditional
+    if not isinstance(conditional, str):
+        raise TypeError(f"conditional must be a bool or 'easy', got {conditional!r}")
+    if conditional != "easy":
+        raise ValueError(
+            f"conditional must be True, False or 'easy' (where cos θ_y > 0), got {conditional!r}"
+        )
+    return conditional
 
 
 class MVSoftmaxMargin(Margin):
@@ -177,10 +202,11 @@ class MVAMSoftmaxMargin(MVSoftmaxMargin):
         mode: ``"adaptive"`` (default; FaceX-Zoo's only rule) or ``"fixed"``.
         t: ``t >= 0`` (adaptive), ``t >= 1`` (fixed). Default: None: 0.12 adaptive (FaceX-Zoo's
             ``mv_weight=1.12``, i.e. ``w = t + 1``), 1.2 fixed (:data:`DEFAULT_T`).
-        conditional: subtract ``m`` only where ``cos θ_y > m``, as the authors' code
-            (FaceX-Zoo ``head/MV_Softmax.py``) does; the paper subtracts it everywhere.
-            Default: True (the authors' code). The mis-classified test always uses
-            ``cos θ_y - m``.
+        conditional: where ``m`` is subtracted (:data:`MV_CONDITIONS`, :func:`am_target`):
+            ``True`` only where ``cos θ_y > m``, as FaceX-Zoo's ``head/MV_Softmax.py``;
+            ``False`` everywhere, the paper's formula; ``"easy"`` only where ``cos θ_y > 0``,
+            the authors' own code (SV-X-Softmax ``fc_layers.py``, ``easy_margin=True``).
+            Default: True (FaceX-Zoo). The mis-classified test always uses ``cos θ_y - m``.
         gradient, interclass_filtering_threshold: see :class:`MVSoftmaxMargin`.
     """
 
@@ -195,7 +221,7 @@ class MVAMSoftmaxMargin(MVSoftmaxMargin):
         *,
         mode: str = "adaptive",
         t: float | None = None,
-        conditional: bool = True,
+        conditional: bool | str = True,
         gradient: str = "exact",
         interclass_filtering_threshold: float = 0.0,
     ) -> None:
@@ -208,18 +234,16 @@ class MVAMSoftmaxMargin(MVSoftmaxMargin):
             interclass_filtering_threshold=interclass_filtering_threshold,
         )
         self.margin = check_real("margin", margin, nonnegative=True)
-        if not isinstance(conditional, bool):
-            raise TypeError(f"conditional must be a bool, got {conditional!r}")
-        self.conditional = conditional
+        self.conditional = _check_conditional(conditional)
 
     def hard_threshold(self, cos_target: Tensor) -> Tensor:
         return cos_target - self.margin
 
     def target_cosine(self, cos_target: Tensor, norms: Tensor | None, context: Context) -> Tensor:
-        return additive_cosine_margin(cos_target, self.margin, conditional=self.conditional)
+        return am_target(cos_target, self.margin, self.conditional)
 
     def extra_repr(self) -> str:
-        conditional = "" if self.conditional else ", conditional=False"
+        conditional = "" if self.conditional is True else f", conditional={self.conditional!r}"
         return f"margin={self.margin}, {self._mv_repr()}{conditional}"
 
 

@@ -31,26 +31,9 @@ from ._alias import alias
 from ._angles import cos_add
 from .arcface import ANGLE_POLICIES, additive_angular_margin
 from .base import Context, Margin
-from .mv_softmax import mv_negative
+from .rules import above_threshold_terms, mv_negative
 
 __all__ = ["NPCFaceMargin", "above_threshold_terms"]
-
-
-def above_threshold_terms(cosine: Tensor, threshold: Tensor) -> tuple[Tensor, Tensor]:
-    r"""The summands of the ``"above_threshold"`` row statistics
-    (:data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`):
-
-    .. math:: ([c_{ij} > \tau_i]\,c_{ij},\ [c_{ij} > \tau_i])
-
-    Args:
-        cosine: ``Tensor[N, c]``, cosines of all classes or one chunk of them.
-        threshold: ``Tensor[N, 1]``, the per-row ``τ_i`` (NPCFace's ``cos(θ_y + m)``).
-
-    Returns:
-        Two ``Tensor[N, c]`` in ``cosine``'s dtype; no gradient is taken through them.
-    """
-    hard = cosine > threshold.to(cosine.dtype)  # (N, c)
-    return torch.where(hard, cosine, 0.0), hard.to(cosine.dtype)
 
 
 class NPCFaceMargin(Margin):

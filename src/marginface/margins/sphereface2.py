@@ -105,8 +105,9 @@ class SphereFace2Margin(BinaryMargin):
         loss_weight: ``w > 0`` (the authors' ``lw``). Default: 50.0.
         gradient: ``"exact"`` (default): the true derivative of ``f`` and ``h``.
             ``"straight_through"``: ``∂z/∂cos θ = r`` for every class, as the authors'
-            ``A``/``M`` heads (whose margin is computed under ``no_grad``); their ``C`` head
-            keeps the exact gradient.
+            ``A``/``M`` heads (whose margin is computed under ``no_grad``) and their ``C`` head
+            at OpenSphere ``9d53d28``; at ``26494db`` and ``cdb62a1`` it differentiates ``G``
+            (``"exact"``).
         interclass_filtering_threshold: ``τ`` in [0, 1] (0: off; see
             :class:`~marginface.margins.binary.BinaryMargin`). Default: 0.
         num_classes: ``C``, for the initial bias (filled from the head).

@@ -33,6 +33,7 @@ from torch import Tensor
 from .._validation import check_choice, check_device, check_int, check_real
 from ._alias import alias
 from .base import Context, Margin
+from .rules import ANGLE_CLAMP
 
 __all__ = [
     "FEATURE_NORMS",
@@ -48,9 +49,6 @@ SPHEREFACE_R_TYPES = ("v0", "v1", "v2")
 
 FEATURE_NORMS = ("hard", "none", "soft")
 """SphereFace-R's feature normalization: the authors' ``SphereFaceR_H``, ``_N``, ``_S``."""
-
-ANGLE_CLAMP = 1e-5
-"""θ is ``arccos`` of ``cos θ`` clamped to ``[-1 + 1e-5, 1 - 1e-5]`` (the authors' code)."""
 
 
 def _theta(cosine: Tensor) -> Tensor:

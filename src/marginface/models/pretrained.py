@@ -24,6 +24,7 @@ import importlib
 import os
 import pickle
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,13 @@ import torch
 from torch import Tensor, nn
 
 from .adaface import adaface_to_iresnet, is_adaface_state_dict
+from .description import (
+    ModelDescription,
+    description_of_state,
+    is_torchscript,
+    read_description,
+    sidecar_path,
+)
 from .iresnet import rename_legacy_keys
 from .registry import create_model, list_models
 
@@ -40,6 +48,8 @@ __all__ = [
     "ReversedChannels",
     "load_backbone",
     "load_backbone_weights",
+    "load_described_backbone",
+    "read_backbone_file",
     "read_state_dict",
 ]
 
@@ -50,6 +60,54 @@ _UNSAFE_GLOBAL = re.compile(r"GLOBAL\s+([\w.]+)")
 def _examples(keys: list[str], count: int = 3) -> str:
     shown = ", ".join(keys[:count])
     return shown + (", ..." if len(keys) > count else "")
+
+
+def _load_file(path: Path) -> Any:
+    """What a backbone file holds, read safely (see :func:`read_state_dict`)."""
+    if not path.is_file():
+        raise ValueError(f"no backbone file at {path}")
+    if path.suffix == ".safetensors":
+        try:
+            safetensors_torch = importlib.import_module("safetensors.torch")
+        except ImportError as error:
+            raise ImportError(
+                f"reading {path} needs the optional package safetensors: "
+                "pip install 'marginface[safetensors]'"
+            ) from error
+        try:
+            return safetensors_torch.load_file(str(path), device="cpu")
+        except Exception as error:
+            raise ValueError(f"{path} is not a readable safetensors file ({error})") from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        match = _UNSAFE_GLOBAL.search(str(error))
+        if match is None:
+            raise ValueError(f"{path} is not a readable PyTorch file") from None
+        raise ValueError(
+            f"refused to load {path}: it needs {match.group(1)}, a type outside tensors, "
+            "numbers, strings and containers that could run code; nothing from it was "
+            "executed"
+        ) from None
+    except Exception as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(
+            f"{path} is not a readable PyTorch file ({reason or type(error).__name__})"
+        ) from None
+
+
+def _tensors_of(state: Any, path: Path) -> dict[str, Tensor]:
+    """The backbone's tensors inside a loaded file (a checkpoint's ``model``...)."""
+    for key in _CONTAINER_KEYS:  # a checkpoint holding the weights under one key
+        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
+            state = state[key]
+            break
+    if not isinstance(state, Mapping) or not any(isinstance(v, Tensor) for v in state.values()):
+        raise ValueError(f"{path} holds no state_dict (a mapping of names to tensors)")
+    tensors = {str(k): v for k, v in state.items() if isinstance(v, Tensor)}
+    if tensors and all(k.startswith("module.") for k in tensors):
+        tensors = {k[len("module.") :]: v for k, v in tensors.items()}
+    return tensors
 
 
 def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
@@ -64,48 +122,26 @@ def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     Raises:
         ValueError: missing or unreadable file, a refused type, no tensors (file named).
     """
+    return read_backbone_file(path)[0]
+
+
+def read_backbone_file(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, Tensor], ModelDescription | None]:
+    """:func:`read_state_dict`'s tensors and the file's description (the file read once), or
+    None when it carries none (:func:`~marginface.models.description.read_description`).
+
+    Raises:
+        ValueError: as :func:`read_state_dict`; a malformed or newer description.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"no backbone file at {path}")
-    if path.suffix == ".safetensors":
-        try:
-            safetensors_torch = importlib.import_module("safetensors.torch")
-        except ImportError as error:
-            raise ImportError(
-                f"reading {path} needs the optional package safetensors: "
-                "pip install 'marginface[safetensors]'"
-            ) from error
-        try:
-            state: Any = safetensors_torch.load_file(str(path), device="cpu")
-        except Exception as error:
-            raise ValueError(f"{path} is not a readable safetensors file ({error})") from None
+    state = _load_file(path)
+    sidecar = sidecar_path(path)
+    if sidecar.is_file() or path.suffix == ".safetensors":
+        description = read_description(path)
     else:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as error:
-            match = _UNSAFE_GLOBAL.search(str(error))
-            if match is None:
-                raise ValueError(f"{path} is not a readable PyTorch file") from None
-            raise ValueError(
-                f"refused to load {path}: it needs {match.group(1)}, a type outside tensors, "
-                "numbers, strings and containers that could run code; nothing from it was "
-                "executed"
-            ) from None
-        except Exception as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise ValueError(
-                f"{path} is not a readable PyTorch file ({reason or type(error).__name__})"
-            ) from None
-    for key in _CONTAINER_KEYS:  # a checkpoint holding the weights under one key
-        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
-            state = state[key]
-            break
-    if not isinstance(state, Mapping) or not any(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{path} holds no state_dict (a mapping of names to tensors)")
-    tensors = {str(k): v for k, v in state.items() if isinstance(v, Tensor)}
-    if tensors and all(k.startswith("module.") for k in tensors):
-        tensors = {k[len("module.") :]: v for k, v in tensors.items()}
-    return tensors
+        description = description_of_state(state, str(path))
+    return _tensors_of(state, path), description
 
 
 def load_backbone_weights(
@@ -294,32 +330,159 @@ def read_backbone_state(
     return state, model
 
 
+def _missing_options_message(source: str) -> str:
+    return (
+        f"which architecture is {source}? it carries no marginface description: pass "
+        f"model= (--model: {', '.join(list_models())}), and embedding_dim= (--embedding-dim) "
+        "and image_size= (--image-size) unless they are insightface's 512 and 112"
+    )
+
+
+def load_described_backbone(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    onnx: str | os.PathLike[str] | None = None,
+    model: str | None = None,
+    embedding_dim: int | None = None,
+    in_channels: int | None = None,
+    image_size: int | None = None,
+    bgr: bool | None = None,
+    device: torch.device | str = "cpu",
+    **options: Any,
+) -> tuple[nn.Module, ModelDescription]:
+    """:func:`load_backbone`'s module and the description it was built from.
+
+    A file marginface wrote carries its description
+    (:mod:`~marginface.models.description`): every option left None is read from it. A file
+    without one (insightface's ``backbone.pth``, AdaFace's ``.ckpt``, a foreign ONNX graph)
+    takes the options it needs today, insightface's defaults filling the rest (512, 3, 112,
+    RGB, ``(x / 255 - 0.5) / 0.5``); the returned description then says what was assumed.
+    An option given explicitly wins over the file's description.
+
+    A TorchScript file (``marginface export``'s ``model.ts``, with its ``model.ts.json``) is
+    loaded with ``torch.jit.load``: it runs the file's TorchScript code, so open only files
+    you trust.
+
+    Raises:
+        ValueError: neither or both sources; a file without description nor ``model``
+            (one line naming the options needed); a file that does not fit.
+    """
+    if (path is None) == (onnx is None):
+        raise ValueError("give exactly one backbone source: a state_dict file or an ONNX file")
+    if bgr is not None and not isinstance(bgr, bool):
+        raise TypeError(f"bgr must be a bool, got {bgr!r}")
+    if path is not None and Path(path).suffix == ".onnx" and Path(path).is_file():
+        path, onnx = None, path
+    if onnx is not None:
+        if model is not None:
+            raise ValueError(f"an ONNX file brings its own architecture; model={model!r} is unused")
+        found = read_description(onnx)
+        channels = in_channels or (found.in_channels if found else 3)
+        side = image_size if image_size is not None else (found.side if found else None)
+        onnx_backbone = OnnxBackbone(onnx, in_channels=channels, image_size=side)
+        backbone: nn.Module = onnx_backbone
+        description = found or ModelDescription(
+            architecture="onnx",
+            embedding_dim=embedding_dim or 512,
+            in_channels=channels,
+            image_size=side or onnx_backbone.input_size[0] or 112,
+            colour="grey" if channels == 1 else "rgb",
+        )
+        if found is None and embedding_dim is None:
+            description = description.replace(embedding_dim=_onnx_output_size(backbone) or 512)
+    elif is_torchscript(Path(path)):  # type: ignore[arg-type]
+        found = read_description(path)  # type: ignore[arg-type]
+        if found is None:
+            raise ValueError(
+                f"{path} is a TorchScript file without its description "
+                f"({sidecar_path(path).name}, written beside it by marginface export): "  # type: ignore[arg-type]
+                "put that file back, or load the model with torch.jit.load"
+            )
+        with warnings.catch_warnings():  # deprecated upstream, still the format it is
+            warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*torch.jit.*")
+            backbone = torch.jit.load(str(path), map_location="cpu")
+        description = found
+    else:
+        source = str(path)
+        state, found = read_backbone_file(path)  # type: ignore[arg-type]
+        if is_adaface_state_dict(state):
+            state, depth = adaface_to_iresnet(state, source=source)
+            model = model or f"r{depth}"
+        if model is None and found is None:
+            raise ValueError(_missing_options_message(source))
+        if found is not None and (model is None or model == found.architecture):
+            options = {**found.architecture_options, **options}
+            model = found.architecture
+        elif found is not None:
+            found = None  # another architecture asked for: the file's description does not apply
+        assert model is not None
+        channels = in_channels or (found.in_channels if found else 3)
+        if image_size is None:
+            size: Any = found.image_size if found else 112
+            if isinstance(size, tuple) and size[0] == size[1]:
+                size = size[0]
+        else:
+            size = image_size
+        dim = embedding_dim or (found.embedding_dim if found else 512)
+        backbone = create_model(
+            model, embedding_dim=dim, in_channels=channels, image_size=size, **options
+        )
+        load_backbone_weights(backbone, state, source=source, name=model)
+        description = (
+            found
+            or ModelDescription(
+                architecture=model,
+                embedding_dim=dim,
+                in_channels=channels,
+                image_size=size,
+                architecture_options=dict(options),
+                colour="grey" if channels == 1 else "rgb",
+            )
+        ).replace(embedding_dim=dim, in_channels=channels, image_size=size)
+    if bgr is not None:
+        colour = "bgr" if bgr else ("grey" if description.in_channels == 1 else "rgb")
+        description = description.replace(colour=colour)
+    if description.colour == "bgr":
+        backbone = ReversedChannels(backbone)
+    return backbone.to(device).eval(), description
+
+
+def _onnx_output_size(backbone: OnnxBackbone) -> int | None:
+    """The graph's output width when fixed, else None."""
+    shape = backbone.session.get_outputs()[0].shape
+    return shape[-1] if shape and isinstance(shape[-1], int) else None
+
+
 def load_backbone(
     path: str | os.PathLike[str] | None = None,
     *,
     onnx: str | os.PathLike[str] | None = None,
     model: str | None = None,
-    embedding_dim: int = 512,
-    in_channels: int = 3,
-    image_size: int | None = 112,
-    bgr: bool = False,
+    embedding_dim: int | None = None,
+    in_channels: int | None = None,
+    image_size: int | None = None,
+    bgr: bool | None = None,
     device: torch.device | str = "cpu",
     **options: Any,
 ) -> nn.Module:
-    """A pretrained embedding model, in eval mode, from a state_dict file or an ONNX graph.
+    """A pretrained embedding model, in eval mode, from a state_dict file, a TorchScript file
+    with its description, or an ONNX graph.
 
     Args:
         path: a state_dict file (``.pth``, ``.pt``, ``.ckpt``, ``.safetensors``; see
-            :func:`read_state_dict`). An AdaFace IR checkpoint is recognized by its names and
-            mapped onto IResNet (:func:`~marginface.models.adaface.adaface_to_iresnet`;
-            ``model`` may then be omitted), already taking RGB.
+            :func:`read_state_dict`), or marginface's TorchScript export. An AdaFace IR
+            checkpoint is recognized by its names and mapped onto IResNet
+            (:func:`~marginface.models.adaface.adaface_to_iresnet`; ``model`` may then be
+            omitted), already taking RGB. A file marginface wrote needs no other option: it
+            carries its description (:func:`load_described_backbone`).
         onnx: an ONNX file instead (:class:`OnnxBackbone`).
         model: the registered architecture of ``path`` (``r100``, ``mbf``, ``vit_t``...).
         embedding_dim, in_channels, image_size: the architecture's ``D``, ``C`` and side.
-            Defaults: 512, 3, 112 (insightface's). For ``onnx``, ``image_size`` is checked
-            against the graph's input; None: not checked (a state_dict needs a side: None
-            there means 112).
+            Default (None): the file's description, else 512, 3, 112 (insightface's). For
+            ``onnx``, ``image_size`` is checked against the graph's input; None: the
+            description's side, else not checked.
         bgr: the model expects BGR: the images (RGB) are reversed on the channel axis first.
+            Default (None): the description's colour order, else False.
         device: where the model is put. Default: the CPU.
         **options: further options of the architecture (e.g. ``dropout``).
 
@@ -327,28 +490,19 @@ def load_backbone(
         ``nn.Module`` ``Tensor[N, C, H, W] -> Tensor[N, D]`` in eval mode.
 
     Raises:
-        ValueError: neither or both sources, an unknown ``model``, or a file that does not fit
+        ValueError: neither or both sources, an unknown ``model``, a file without description
+            and no ``model`` (one line naming the options needed), or a file that does not fit
             (one line naming it).
     """
-    if (path is None) == (onnx is None):
-        raise ValueError("give exactly one backbone source: a state_dict file or an ONNX file")
-    if not isinstance(bgr, bool):
-        raise TypeError(f"bgr must be a bool, got {bgr!r}")
-    if onnx is not None:
-        if model is not None:
-            raise ValueError(f"an ONNX file brings its own architecture; model={model!r} is unused")
-        backbone: nn.Module = OnnxBackbone(onnx, in_channels=in_channels, image_size=image_size)
-    else:
-        source = str(path)
-        state, model = read_backbone_state(path, model)  # type: ignore[arg-type]
-        backbone = create_model(
-            model,
-            embedding_dim=embedding_dim,
-            in_channels=in_channels,
-            image_size=112 if image_size is None else image_size,
-            **options,
-        )
-        load_backbone_weights(backbone, state, source=source, name=model)
-    if bgr:
-        backbone = ReversedChannels(backbone)
-    return backbone.to(device).eval()
+    backbone, _ = load_described_backbone(
+        path,
+        onnx=onnx,
+        model=model,
+        embedding_dim=embedding_dim,
+        in_channels=in_channels,
+        image_size=image_size,
+        bgr=bgr,
+        device=device,
+        **options,
+    )
+    return backbone

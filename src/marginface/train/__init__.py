@@ -1,11 +1,11 @@
 """Training: the loop, what a configuration builds, run state (checkpoints saved, read once and
 restored), evaluation, logs, embedding extraction."""
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .build import build_model_and_loss, load_bundle
 from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
+from .distributed import resolve_device
 from .embeddings import extract_dataset_embeddings, extract_embeddings
-from .evaluate import (
-    EVALUATION_NAME,
+from .evaluation.evaluate import (
     Evaluation,
     evaluate_model,
     evaluate_pairs,
@@ -15,16 +15,11 @@ from .evaluate import (
 )
 from .history import TensorBoardLogger, margin_state, read_history, write_history
 from .optim import build_optimizer, build_scheduler, lr_factor
-from .run import (
-    LoadedRun,
-    OutputExistsError,
-    build_model_and_loss,
-    load_bundle,
-    load_run,
-    prepare_run_dir,
-    resolve_device,
-)
-from .run_state import RESUMABLE_KEYS, SavedRun, read_saved_run
+from .run import LoadedRun, load_run
+from .state.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .state.layout import EVALUATION_NAME
+from .state.run_folder import OutputExistsError, prepare_run_dir
+from .state.run_state import RESUMABLE_KEYS, SavedRun, read_saved_run
 from .trainer import Trainer, TrainingDivergedError, train
 
 __all__ = [

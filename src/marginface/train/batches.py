@@ -6,7 +6,7 @@ Epoch ``e`` of a run seeded ``s`` walks the permutation drawn by :func:`epoch_ge
 of ``W`` takes :func:`~marginface.train.distributed.rank_slice`. The batches therefore depend
 on the seed, the epoch and the step only: a resumed run, at any world size, sees the batches an
 uninterrupted one would, also when it resumes inside an epoch (at the step of a
-:class:`~marginface.train.step_position.StepPosition`; docs/training.md, docs/distributed.md).
+:class:`~marginface.train.state.step_position.StepPosition`; docs/training.md, docs/distributed.md).
 
 :class:`BatchSource` turns a step's indices into the tensors the trainer's step trains on.
 """

@@ -1,5 +1,7 @@
-"""What a training configuration builds: the backbone and head, the optimizer and its schedule,
-mixed precision and augmentation, sized for one dataset and one process group.
+"""What a training configuration builds: its dataset (:func:`load_bundle`), the backbone and
+head (:func:`build_model_and_loss`; from a run's metadata :func:`model_and_loss_for_meta`, which
+a trained run loaded back also uses), the optimizer and its schedule, mixed precision and
+augmentation, sized for one dataset and one process group.
 
 :class:`~marginface.train.Trainer` calls :func:`build_training` once per :meth:`fit
 <marginface.train.Trainer.fit>`, after seeding ``torch.manual_seed(config.seed)``, so the
@@ -12,22 +14,28 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from ..config import TrainConfig
-from ..data import DatasetBundle
+from ..config import ConfigValueError, TrainConfig
+from ..data import DatasetBundle, ImageSet, load_dataset
 from ..data.augment import BatchAugmentation, build_augmentation
+from ..data.base import StreamedImageSet
+from ..models import create_model
+from ..registry import create_loss
 from .optim import build_optimizer, build_scheduler
-from .run import build_model_and_loss
-from .run_state import RunObjects
+from .state.run_state import RunObjects
 
 __all__ = [
     "TrainingSetup",
+    "build_model_and_loss",
     "build_training",
     "configure_process",
     "flushes_denormals",
+    "load_bundle",
     "load_initial_state",
+    "model_and_loss_for_meta",
     "run_meta",
     "steps_per_epoch",
 ]
@@ -46,7 +54,7 @@ class TrainingSetup:
 
     Attributes:
         objects: model, head, optimizer, schedule, scaler and device: what a checkpoint
-            saves and restores (:class:`~marginface.train.run_state.RunObjects`).
+            saves and restores (:class:`~marginface.train.state.run_state.RunObjects`).
         forward_model: the model the step calls: the model, or the
             ``DistributedDataParallel`` around it in a process group.
         meta: the run's metadata (:func:`run_meta`).
@@ -119,14 +127,7 @@ def build_training(
     if config.amp == "fp16" and device.type != "cuda":
         raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
     meta = run_meta(bundle, world)
-    model, head = build_model_and_loss(
-        config,
-        in_channels=meta["in_channels"],
-        image_size=meta["image_size"],
-        num_classes=meta["num_classes"],
-        device=device,
-        process_group=process_group,
-    )
+    model, head = model_and_loss_for_meta(config, meta, device=device, process_group=process_group)
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
     forward_model = model
@@ -206,3 +207,101 @@ def flushes_denormals() -> bool:
     ``torch.set_flush_denormal(True)``; torch has no getter): ``1e-39·1`` in float32 is 0."""
     tiny = torch.full((1,), 1e-39, dtype=torch.float32)  # subnormal in float32
     return bool((tiny * 1.0).item() == 0.0)
+
+
+def _limit(images: Any, limit: int | None, seed: int) -> Any:
+    if limit is None or limit >= len(images):
+        return images
+    rng = torch.Generator().manual_seed(seed)
+    keep = torch.randperm(len(images), generator=rng)[:limit].sort().values.numpy()
+    return _take(images, keep)
+
+
+def _take(images: Any, keep: np.ndarray) -> Any:
+    """The items ``keep`` (sorted indices) of an in-memory or streamed training set."""
+    if isinstance(images, StreamedImageSet):
+        return images.subset(keep)
+    return ImageSet(images.images[keep], images.labels[keep], images.class_names)
+
+
+def _exclude(images: Any, positions: list[int]) -> Any:
+    """``images`` without the items at ``positions`` (sorted, unique)."""
+    if positions[-1] >= len(images):
+        raise ConfigValueError(
+            "exclude",
+            f"exclude names position {positions[-1]} but the training set has {len(images)} "
+            "images (positions count from 0, after limit)",
+        )
+    keep = np.setdiff1d(np.arange(len(images)), np.asarray(positions, dtype=np.int64))
+    return _take(images, keep)
+
+
+def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
+    """Load ``config.dataset`` with its options; ``config.limit`` keeps a seeded random subset
+    of the training images, then ``config.exclude`` (positions in that subset) are left out
+    (``exclude=False``: kept, the positions ``config.exclude`` and the outliers CSV refer to).
+
+    Raises:
+        ConfigValueError: an ``exclude`` position beyond the training set.
+    """
+    options: dict[str, Any] = {"seed": config.seed, **config.dataset_options}
+    if config.data_dir is not None:
+        options["data_dir"] = config.data_dir
+    if config.image_size is not None:
+        options["image_size"] = config.image_size
+    bundle = load_dataset(config.dataset, **options)
+    train = _limit(bundle.train, config.limit, config.seed)
+    if exclude and config.exclude:
+        train = _exclude(train, config.exclude)
+    if train is bundle.train:
+        return bundle
+    return DatasetBundle(
+        bundle.name, train, bundle.test, bundle.pairs, bundle.open_set, bundle.verification
+    )
+
+
+def build_model_and_loss(
+    config: TrainConfig,
+    *,
+    in_channels: int,
+    image_size: int | tuple[int, int],
+    num_classes: int,
+    device: torch.device | str = "cpu",
+    process_group: Any = None,
+) -> tuple[nn.Module, nn.Module]:
+    """The backbone and the loss (with its class centers) the configuration describes; with a
+    ``process_group`` the loss's classes are sharded over it (docs/distributed.md)."""
+    model = create_model(
+        config.model,
+        embedding_dim=config.embedding_dim,
+        in_channels=in_channels,
+        image_size=image_size,
+        **config.model_options,
+    )
+    options = dict(config.loss_options)
+    if config.sample_rate != 1.0:
+        options["sample_rate"] = config.sample_rate
+    if process_group is not None:
+        options["process_group"] = process_group
+    loss = create_loss(config.loss, num_classes, config.embedding_dim, **options)
+    return model.to(device), loss.to(device)
+
+
+def model_and_loss_for_meta(
+    config: TrainConfig,
+    meta: dict[str, Any],
+    *,
+    device: torch.device | str = "cpu",
+    process_group: Any = None,
+) -> tuple[nn.Module, nn.Module]:
+    """:func:`build_model_and_loss` sized by a run's metadata (:func:`run_meta`, or a
+    checkpoint's copy of it, where ``image_size`` ``(H, W)`` was read back as a list)."""
+    size = meta["image_size"]
+    return build_model_and_loss(
+        config,
+        in_channels=meta["in_channels"],
+        image_size=tuple(size) if isinstance(size, list) else size,
+        num_classes=meta["num_classes"],
+        device=device,
+        process_group=process_group,
+    )

@@ -28,8 +28,10 @@ from ..config import TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet
 from ..data.base import StreamedImageSet
 from ..subcenters import PAPER_OUTLIER_DEGREES, Outliers
+from .build import load_bundle
+from .distributed import resolve_device
 from .embeddings import extract_dataset_embeddings, extract_embeddings
-from .run import LoadedRun, load_bundle, load_run, resolve_device
+from .run import LoadedRun, load_run
 
 __all__ = [
     "OUTLIERS_CSV_COLUMNS",

@@ -14,10 +14,12 @@ from typing import Any
 
 from ..config import TrainConfig
 from ..registry import get_loss_class
-from .evaluate import EVALUATION_NAME, Evaluation, evaluate_run, write_evaluation
+from .build import load_bundle
+from .evaluation.evaluate import Evaluation, evaluate_run, write_evaluation
 from .pictures import draw_run_pictures, report_sections
 from .progress import DEFAULT_PROGRESS_SECONDS
-from .run import OutputExistsError, load_bundle
+from .state.layout import EVALUATION_NAME, REPORT_NAME
+from .state.run_folder import OutputExistsError
 from .trainer import Trainer
 
 __all__ = ["TABLE_COLUMNS", "Comparison", "compare_losses", "draw_run_pictures"]
@@ -137,7 +139,7 @@ def compare_losses(
     from ..report import write_report
 
     report = write_report(
-        out_dir / "report.html",
+        out_dir / REPORT_NAME,
         title=title,
         rows=rows,
         columns=TABLE_COLUMNS,

@@ -1,5 +1,6 @@
 """Training on several processes: the process group torchrun describes, each rank's share of a
-global batch, and the few collectives the trainer needs.
+global batch, the device a run asks for (:func:`resolve_device`), and the few collectives the
+trainer needs.
 
 ``torchrun --nproc_per_node=N [--nnodes=M ...] -m marginface train ...`` sets ``RANK``,
 ``WORLD_SIZE`` and ``LOCAL_RANK``; :func:`init_from_environment` turns them into a process
@@ -35,6 +36,7 @@ __all__ = [
     "join_process_group",
     "leave_process_group",
     "rank_slice",
+    "resolve_device",
     "torchrun_environment",
 ]
 
@@ -195,7 +197,7 @@ def clip_gradient_norm(
     gradient by ``max_norm / (‖g‖ + 1e-6)`` when that is below 1), on every rank alike.
 
     ``sharded``: the parameters whose entries are split over the ranks (a sharded head's class
-    centers and its per-class parameters, :func:`~marginface.head_state.per_class_parameters`):
+    centers and its per-class parameters, :func:`~marginface.head.state.per_class_parameters`):
     their squared norms are summed over ranks (one all-reduce); the others are replicated (DDP
     averaged their gradients), so each counts once. Without a process group this is
     ``torch.nn.utils.clip_grad_norm_``.
@@ -232,3 +234,17 @@ def broadcast_object(value: Any, source: int = 0) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=source)
     return box[0]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; anything else is passed to ``torch.device``
+    (``ValueError`` if it names CUDA and none is present)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available")
+    return device

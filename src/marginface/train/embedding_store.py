@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from .._atomic import atomic_write_bytes
+from .state.layout import EMBEDDINGS_NAME
 
 __all__ = [
-    "EMBEDDINGS_DIR",
     "EmbeddingStore",
     "data_fingerprint",
     "stored_embeddings",
@@ -42,8 +42,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EMBEDDINGS_DIR = "embeddings"
-"""The folder of a run holding its evaluation embeddings."""
 
 _KEY = "__key__"
 _SAMPLED_ROWS = 64  # image rows hashed by data_fingerprint (evenly spaced)
@@ -118,7 +116,7 @@ class EmbeddingStore:
     ) -> EmbeddingStore:
         """The store of ``run_dir`` (its ``embeddings/`` folder) for ``model``'s weights;
         ``flags``: ``read``, ``write``, ``defer``."""
-        return cls(Path(run_dir) / EMBEDDINGS_DIR, weights_fingerprint(model), epoch, **flags)
+        return cls(Path(run_dir) / EMBEDDINGS_NAME, weights_fingerprint(model), epoch, **flags)
 
     def path(self, name: str) -> Path:
         """The file of embeddings ``name`` (``test``, ``bin_lfw``...)."""

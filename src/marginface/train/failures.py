@@ -1,6 +1,6 @@
 """What a training run raises when it cannot go on: a loss, embedding or parameter that became
 NaN or infinite, and Ctrl-C. Each message says what is on disk and how to go on
-(:func:`~marginface.train.run_state.describe_kept`)."""
+(:func:`~marginface.train.state.run_state.describe_kept`)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def diverged(
             is to blame.
         parameter: the first non-finite parameter (:func:`first_non_finite`), or None.
         way_forward: what is on disk and how to go on
-            (:func:`~marginface.train.run_state.describe_kept`).
+            (:func:`~marginface.train.state.run_state.describe_kept`).
     """
     where = f"epoch {epoch + 1}" + (f", step {step + 1}" if step is not None else "")
     cause = f"parameter {parameter} became non-finite" if parameter else what

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..evaluation.ijb import IJB_FAR_TARGETS
 from ..report import Image, PlotlyFigure, Section, Table
-from .evaluate import Evaluation
+from .evaluation.evaluate import Evaluation
+from .state.layout import ERC_NAME
 
 __all__ = [
     "ANGLES_CAPTION",
@@ -51,7 +52,7 @@ def class_centers(evaluation: Evaluation, loss: Any) -> tuple[np.ndarray, int] |
 def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     """Draw the runs' pictures into ``out_dir`` and return ``{caption: png_path}``: the test
     embeddings (2-D and 3-D runs), the angle distributions (closed-set runs), margin curves,
-    ROC, error versus reject (MagFace runs: the feature magnitude as quality), training curves
+    ROC, error versus reject (a feature norm that is a quality score, MagFace), training curves
     and the margins' state over training.
 
     Args:
@@ -98,9 +99,9 @@ def draw_run_pictures(runs: RunPictures, out_dir: Path) -> dict[str, Path]:
     if curves:
         images[_roc_caption(runs)] = save_figure(plot_roc(curves), out_dir / "roc.png")
     quality = {name: ev.erc for name, (_, ev, _) in runs.items() if ev.erc is not None}
-    if quality:  # MagFace runs: the feature magnitude as a quality score
+    if quality:  # a margin whose feature norm is a quality score (MagFace)
         images["Error versus reject (feature magnitude as quality)"] = save_figure(
-            plot_error_versus_reject(quality), out_dir / "erc.png"
+            plot_error_versus_reject(quality), out_dir / ERC_NAME
         )
     for name, (history, _, loss) in runs.items():
         images[f"Training curves: {name}"] = save_figure(

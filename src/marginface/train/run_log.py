@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .history import TensorBoardLogger, read_history, write_history
-from .run_state import HISTORY_NAME
+from .state.layout import HISTORY_NAME, TENSORBOARD_NAME, VERIFICATION_NAME
 
-__all__ = ["VERIFICATION_NAME", "EpochCallback", "RunLog", "run_log_attribute"]
-
-VERIFICATION_NAME = "verification.csv"
+__all__ = ["EpochCallback", "RunLog", "run_log_attribute"]
 """Per-``verify_every``-steps accuracies of the verification sets (rank 0 writes it)."""
 
 EpochCallback = Callable[[dict[str, Any]], None]
@@ -81,7 +79,7 @@ class RunLog:
         if writes:
             write_history(self.run_dir / HISTORY_NAME, self.history)
             if tensorboard:
-                self._board = TensorBoardLogger(self.run_dir / "tensorboard")
+                self._board = TensorBoardLogger(self.run_dir / TENSORBOARD_NAME)
 
     def add_epoch(self, row: dict[str, Any], checkpoint: Callable[[], None]) -> None:
         """Log a completed epoch: append ``row`` to :attr:`history`, call ``checkpoint()``

@@ -22,12 +22,23 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
-from ..head_state import per_class_parameters
+from ..head.state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
-from .build import build_training, configure_process, flushes_denormals, load_initial_state
-from .checkpoint_writer import CheckpointPolicy, CheckpointWriter
-from .distributed import all_ranks_true, clip_gradient_norm, join_process_group, rank_slice
-from .epoch_evaluation import EpochEvaluator
+from .build import (
+    build_training,
+    configure_process,
+    flushes_denormals,
+    load_bundle,
+    load_initial_state,
+)
+from .distributed import (
+    all_ranks_true,
+    clip_gradient_norm,
+    join_process_group,
+    rank_slice,
+    resolve_device,
+)
+from .evaluation.epoch_evaluation import EpochEvaluator
 from .failures import (
     TrainingDivergedError,
     TrainingInterrupted,
@@ -36,7 +47,6 @@ from .failures import (
     training_failures,
 )
 from .loader_errors import next_batch as _next_batch
-from .preemption import StopSignals, TrainingPreemptedError
 from .progress import (
     DEFAULT_PROGRESS_SECONDS,
     ProgressReporter,
@@ -44,11 +54,14 @@ from .progress import (
     progress_output,
     resolve_progress_mode,
 )
-from .run import load_bundle, prepare_run_dir, remove_if_empty, resolve_device
 from .run_log import EpochCallback, RunLog, run_log_attribute
-from .run_state import CONFIG_NAME, RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
 from .schedule import micro_batches
-from .step_position import EpochTally, StepPosition, seed_host_generators
+from .state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
+from .state.layout import CONFIG_NAME
+from .state.preemption import StopSignals, TrainingPreemptedError
+from .state.run_folder import prepare_run_dir, remove_if_empty
+from .state.run_state import RESUMABLE_KEYS, RunObjects, SavedRun, run_to_continue
+from .state.step_position import EpochTally, StepPosition, seed_host_generators
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -72,7 +85,7 @@ class Trainer:
             copy: ``loss_options`` with the pipeline's per-loss defaults filled in (``scale =
             30`` for every loss that takes a scale), so ``config.toml`` and the checkpoint show
             the options actually used.
-        run_dir: the output directory (see :mod:`marginface.train.run`).
+        run_dir: the output directory (see :mod:`marginface.train.state.layout`).
         bundle: the dataset, if already loaded (else :func:`load_bundle` ``(config)``).
         progress: training progress on rank 0: ``True`` or ``"auto"``: a tqdm bar per epoch
             when stderr is a terminal, else a log line (logger ``marginface.train.progress``,
@@ -93,7 +106,7 @@ class Trainer:
             ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
             class centers). The optimizer and schedule start afresh.
         checkpointing: step checkpoints, how many to keep, background writes, a stop on
-            SIGTERM/SIGUSR1 (:class:`~marginface.train.checkpoint_writer.CheckpointPolicy`).
+            SIGTERM/SIGUSR1 (:class:`~marginface.train.state.checkpoint_writer.CheckpointPolicy`).
 
     Use :meth:`fit`.
     """
@@ -327,8 +340,8 @@ class Trainer:
 
         Args:
             resume: continue the run in ``run_dir``: ``True`` reads its checkpoint
-                (:func:`~marginface.train.run_state.read_saved_run`); a
-                :class:`~marginface.train.run_state.SavedRun` is that checkpoint already read
+                (:func:`~marginface.train.state.run_state.read_saved_run`); a
+                :class:`~marginface.train.state.run_state.SavedRun` is that checkpoint already read
                 (the command line reads it once to resolve the configuration).
             overwrite: delete the run in ``run_dir`` first.
 

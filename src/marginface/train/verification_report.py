@@ -26,7 +26,7 @@ import numpy as np
 
 from ..evaluation import grid_notes
 from ..report import Image, Section, Table, Text
-from .evaluate import Evaluation
+from .evaluation.evaluate import Evaluation
 
 __all__ = [
     "TABLE_INTRO",

@@ -1,0 +1,492 @@
+"""The commands that use a trained model: ``embed``, ``verify``, ``gallery build/add/remove``
+and ``search`` (docs/inference.md).
+
+Each takes the model as ``evaluate`` takes its run: a run folder, a weights file or an ONNX
+file (positional ``MODEL``); a file marginface wrote needs no other option, a foreign one
+(insightface's ``backbone.pth``) takes ``--arch``, ``--embedding-dim``, ``--image-size`` and
+``--bgr``. Heavy modules are imported inside the command functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "add_embed_parser",
+    "add_gallery_parser",
+    "add_search_parser",
+    "add_verify_parser",
+]
+
+_SHOWN_SKIPPED = 5
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """How the model runs, and what a foreign file without description needs."""
+    parser.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
+    parser.add_argument("--batch-size", type=_positive, default=64, help="images per batch")
+    flip = parser.add_mutually_exclusive_group()
+    flip.add_argument(
+        "--flip",
+        dest="flip",
+        action="store_true",
+        default=None,
+        help="flip test (default: as the model was evaluated)",
+    )
+    flip.add_argument(
+        "--no-flip",
+        dest="flip",
+        action="store_false",
+        default=None,
+        help="no flip test (default: as evaluated)",
+    )
+    foreign = parser.add_argument_group("a weights file without marginface's description")
+    foreign.add_argument(
+        "--arch", help="its architecture: r18 ... r200, mbf, vit_t (default: the description's)"
+    )
+    foreign.add_argument("--embedding-dim", type=_positive, help="D (default 512)")
+    foreign.add_argument("--image-size", type=_positive, help="input side (default 112)")
+    foreign.add_argument(
+        "--bgr", action="store_true", default=None, help="it expects BGR (default: RGB)"
+    )
+
+
+def _face_model(args: argparse.Namespace, source: Any) -> Any:
+    from ..inference import FaceModel
+    from ..train.run import resolve_device
+
+    try:
+        return FaceModel(
+            source,
+            device=resolve_device(args.device),
+            batch_size=args.batch_size,
+            flip=args.flip,
+            model=args.arch,
+            embedding_dim=args.embedding_dim,
+            image_size=args.image_size,
+            bgr=args.bgr,
+        )
+    except ValueError as error:
+        if "carries no marginface description" not in str(error):
+            raise
+        raise ValueError(
+            f"{source} carries no marginface description: pass --arch NAME, and "
+            "--embedding-dim and --image-size unless they are insightface's 512 and 112 "
+            "(--bgr for a BGR model)"
+        ) from None
+
+
+def _echo(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(text, flush=True)
+
+
+def _progress_bar(args: argparse.Namespace, what: str):
+    """``progress(done, total)`` drawing a tqdm bar on stderr (none with ``--quiet``)."""
+    if args.quiet:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bars: list[Any] = []  # made on the first batch: an early error leaves no bar behind
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, unit="img", desc=what, file=sys.stderr, leave=False))
+        bars[0].total = total
+        bars[0].update(done - bars[0].n)
+
+    def close() -> None:
+        if bars:
+            bars[0].close()
+
+    return progress, close
+
+
+def _report_skipped(skipped: list[tuple[str, str]]) -> None:
+    """Unreadable or misshapen images: counted, the first few listed, on stderr."""
+    if not skipped:
+        return
+    print(f"skipped {len(skipped)} image(s) that could not be used:", file=sys.stderr)
+    for path, reason in skipped[:_SHOWN_SKIPPED]:
+        print(f"  {path}: {reason}", file=sys.stderr)
+    if len(skipped) > _SHOWN_SKIPPED:
+        print(f"  ... and {len(skipped) - _SHOWN_SKIPPED} more", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------ embed
+def add_embed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``marginface embed MODEL FOLDER --out FILE``."""
+    embed = sub.add_parser(
+        parents=[common],
+        name="embed",
+        help="embed every image of a folder (aligned crops) into .npz/.parquet, resumably",
+        description="One row per image of FOLDER (recursively): its path, its identity "
+        "(FOLDER/<identity>/<image>) and its unit embedding. A second run skips the images "
+        "already in --out; the file is rewritten atomically as it goes. Unreadable images "
+        "and images that are not aligned crops of the model's input size are listed, "
+        "skipped and counted.",
+    )
+    embed.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
+    embed.add_argument("folder", type=Path, help="the images (aligned crops)")
+    embed.add_argument(
+        "--out", type=Path, required=True, help="embeddings.npz or .parquet (required, no default)"
+    )
+    embed.add_argument(
+        "--workers",
+        type=_non_negative,
+        default=0,
+        help="threads decoding images (default 0: one per CPU, <= 8)",
+    )
+    _add_model_options(embed)
+    embed.set_defaults(func="marginface.cli.inference:cmd_embed")
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    from ..inference.folder import embed_folder
+
+    model = _face_model(args, args.model)
+    progress, close = _progress_bar(args, "embed")
+    try:
+        result = embed_folder(model, args.folder, args.out, workers=args.workers, progress=progress)
+    finally:
+        close()
+    _report_skipped(result.skipped)
+    _echo(
+        args,
+        f"{result.embedded} image(s) embedded, {result.already} already in {result.out}, "
+        f"{len(result.skipped)} skipped; {result.total} row(s) of D = {model.embedding_dim}",
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------------ verify
+def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``marginface verify MODEL A B``."""
+    verify = sub.add_parser(
+        parents=[common],
+        name="verify",
+        help="are two aligned face crops the same person? one line",
+        description="The cosine of the two images' embeddings and the decision at the model's "
+        "calibrated threshold (FaceModel.calibrate; or --threshold).",
+    )
+    verify.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
+    verify.add_argument("first", type=Path, help="an aligned crop")
+    verify.add_argument("second", type=Path, help="another aligned crop")
+    verify.add_argument(
+        "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
+    )
+    _add_model_options(verify)
+    verify.set_defaults(func="marginface.cli.inference:cmd_verify")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    model = _face_model(args, args.model)
+    answer = model.verify(str(args.first), str(args.second), threshold=args.threshold)
+    print(f"{args.first} {args.second}: {answer}")
+    return 0
+
+
+# ------------------------------------------------------------------------------ gallery
+def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``marginface gallery build|add|remove``."""
+    gallery = sub.add_parser(
+        parents=[common],
+        name="gallery",
+        help="identity templates for 1:N search: build, add, remove",
+        description="A gallery folder of identity templates (the mean of each identity's "
+        "unit embeddings, renormalised), versioned and written atomically.",
+    )
+    actions = gallery.add_subparsers(dest="action", metavar="ACTION", required=True)
+    build = actions.add_parser(
+        parents=[common], name="build", help="a gallery from FOLDER/<identity>/<image>"
+    )
+    build.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
+    build.add_argument("folder", type=Path, help="FOLDER/<identity>/<image> (aligned crops)")
+    build.add_argument("--out", type=Path, required=True, help="the gallery folder")
+    build.add_argument(
+        "--index",
+        choices=("auto", "exact", "hnsw", "ivf"),
+        default="auto",
+        help="auto: exact inner product, HNSW past --approximate-above",
+    )
+    build.add_argument(
+        "--approximate-above",
+        type=_positive,
+        default=100_000,
+        help="templates past which auto is approximate (default 100000)",
+    )
+    build.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    build.add_argument("--overwrite", action="store_true", help="replace a gallery at --out")
+    _add_model_options(build)
+    build.set_defaults(func="marginface.cli.inference:cmd_gallery_build")
+
+    add = actions.add_parser(
+        parents=[common], name="add", help="add identities (or images of known ones) from a folder"
+    )
+    add.add_argument("gallery", type=Path)
+    add.add_argument("folder", type=Path, help="FOLDER/<identity>/<image>")
+    add.add_argument(
+        "--with",
+        dest="using",
+        type=Path,
+        metavar="MODEL",
+        help="the model (default: the one the gallery was built with)",
+    )
+    add.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    _add_model_options(add)
+    add.set_defaults(func="marginface.cli.inference:cmd_gallery_add")
+
+    remove = actions.add_parser(parents=[common], name="remove", help="remove identities")
+    remove.add_argument("gallery", type=Path)
+    remove.add_argument("names", nargs="+", help="identity names")
+    remove.set_defaults(func="marginface.cli.inference:cmd_gallery_remove")
+
+
+def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
+    """The unit embeddings of ``folder``'s identities, their names and an example each."""
+    import numpy as np
+
+    from ..inference.folder import iter_embeddings, list_images
+
+    images = [(p, i) for p, i in list_images(folder) if i]
+    if not images:
+        raise ValueError(f"{folder} has no FOLDER/<identity>/<image> images: nothing to add")
+    identity_of = dict(images)
+    skipped: list[tuple[str, str]] = []
+    names: list[str] = []
+    rows = []
+    progress, close = _progress_bar(args, "embed")
+    try:
+        for paths, batch in iter_embeddings(
+            model,
+            folder,
+            [p for p, _ in images],
+            skipped=skipped,
+            workers=args.workers,
+            progress=progress,
+        ):
+            names += [identity_of[p] for p in paths]
+            rows.append(batch)
+    finally:
+        close()
+    _report_skipped(skipped)
+    if not rows:
+        raise ValueError(f"none of the {len(images)} image(s) in {folder} could be used")
+    examples: dict[str, str] = {}
+    for path, identity in images:
+        if identity in set(names):
+            examples.setdefault(identity, str((folder / path).resolve()))
+    return names, np.concatenate(rows), examples
+
+
+def cmd_gallery_build(args: argparse.Namespace) -> int:
+    from ..inference.gallery import MANIFEST_NAME, Gallery
+
+    if (args.out / MANIFEST_NAME).exists() and not args.overwrite:
+        raise ValueError(f"{args.out} holds a gallery already: `gallery add` to it, or --overwrite")
+    model = _face_model(args, args.model)
+    names, rows, examples = _embed_identities(args, model, args.folder)
+    gallery = Gallery(
+        model.description,
+        model_source=str(Path(args.model).resolve()),
+        index_kind=args.index,
+        approximate_above=args.approximate_above,
+    )
+    gallery.add(names, rows, examples)
+    _describe_index(args, gallery)
+    gallery.save(args.out)
+    _echo(args, f"gallery of {len(gallery)} identities ({len(names)} images) written to {args.out}")
+    return 0
+
+
+def _describe_index(args: argparse.Namespace, gallery: Any) -> None:
+    index = gallery.index()
+    line = f"index: {index.kind} ({index.backend}) over {len(index)} templates"
+    if index.recall_at_10 is not None:
+        line += f"; recall@10 against exact search: {index.recall_at_10:.4f}"
+    _echo(args, line)
+
+
+def _gallery_model(args: argparse.Namespace, gallery: Any) -> Any:
+    source = args.using or gallery.model_source
+    if source is None:
+        raise ValueError("the gallery does not name its model: pass --with MODEL")
+    model = _face_model(args, source)
+    if model.embedding_dim != gallery.embedding_dim:
+        raise ValueError(
+            f"the gallery holds {gallery.embedding_dim}-D templates, {source} makes "
+            f"{model.embedding_dim}-D embeddings: use the model the gallery was built with"
+        )
+    return model
+
+
+def cmd_gallery_add(args: argparse.Namespace) -> int:
+    from ..inference.gallery import Gallery
+
+    gallery = Gallery.load(args.gallery)
+    model = _gallery_model(args, gallery)
+    before = len(gallery)
+    names, rows, examples = _embed_identities(args, model, args.folder)
+    gallery.add(names, rows, examples)
+    gallery.save(args.gallery)
+    _echo(
+        args,
+        f"{len(names)} image(s) added: {len(gallery) - before} new identities, "
+        f"{len(gallery)} in {args.gallery}",
+    )
+    return 0
+
+
+def cmd_gallery_remove(args: argparse.Namespace) -> int:
+    from ..inference.gallery import Gallery
+
+    gallery = Gallery.load(args.gallery)
+    gallery.remove(list(args.names))
+    gallery.save(args.gallery)
+    _echo(args, f"{len(args.names)} identities removed; {len(gallery)} left in {args.gallery}")
+    return 0
+
+
+# ------------------------------------------------------------------------------ search
+def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``marginface search GALLERY PHOTOS``."""
+    search = sub.add_parser(
+        parents=[common],
+        name="search",
+        help="1:N search of photos (aligned crops) in a gallery: top-k, open-set decision",
+        description="Embed each probe (an image, or every image of a folder), find the top-k "
+        "identities of the gallery, and accept the best when its cosine clears the calibrated "
+        "threshold (else 'unknown'). Prints a table; --out writes CSV or JSON, --html a page "
+        "with thumbnails of each probe and its match.",
+    )
+    search.add_argument("gallery", type=Path)
+    search.add_argument("photos", type=Path, help="an image or a folder of images")
+    search.add_argument(
+        "--with",
+        dest="using",
+        type=Path,
+        metavar="MODEL",
+        help="the model (default: the one the gallery was built with)",
+    )
+    search.add_argument("--top-k", type=_positive, default=5, help="identities listed (5)")
+    search.add_argument(
+        "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
+    )
+    search.add_argument("--out", type=Path, help="results as .csv or .json (default: none)")
+    search.add_argument("--html", type=Path, help="an HTML page with thumbnails (default: none)")
+    search.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    _add_model_options(search)
+    search.set_defaults(func="marginface.cli.inference:cmd_search")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..inference.folder import iter_embeddings, list_images
+    from ..inference.gallery import Gallery
+
+    gallery = Gallery.load(args.gallery)
+    if len(gallery) == 0:
+        raise ValueError(f"{args.gallery} is empty: add identities with `marginface gallery add`")
+    if args.out is not None and args.out.suffix not in (".csv", ".json"):
+        raise ValueError(f"--out must end in .csv or .json, got {args.out.name!r}")
+    model = _gallery_model(args, gallery)
+    if args.photos.is_dir():
+        root, relative = args.photos, [p for p, _ in list_images(args.photos)]
+    elif args.photos.is_file():
+        root, relative = args.photos.parent, [args.photos.name]
+    else:
+        raise ValueError(f"no image or folder at {args.photos}")
+    skipped: list[tuple[str, str]] = []
+    names: list[str] = []
+    rows = []
+    for paths, batch in iter_embeddings(
+        model, root, relative, skipped=skipped, workers=args.workers
+    ):
+        names += paths
+        rows.append(batch)
+    _report_skipped(skipped)
+    if not rows:
+        raise ValueError(f"no usable image in {args.photos} ({len(skipped)} skipped)")
+    results = gallery.search(np.concatenate(rows), names, k=args.top_k, threshold=args.threshold)
+    threshold = args.threshold if args.threshold is not None else gallery.description.threshold
+    if threshold is None:
+        print(
+            "no calibrated threshold: every probe gets its best match (calibrate the model, "
+            "or pass --threshold)",
+            file=sys.stderr,
+        )
+    from ..report import format_table
+
+    table = [
+        {
+            "probe": r.probe,
+            "identity": r.identity or "unknown",
+            "cosine": r.score,
+            "top-k": ", ".join(f"{i} {s:.3f}" for i, s in r.matches),
+        }
+        for r in results
+    ]
+    print(format_table(table))
+    if args.out is not None:
+        _write_results(args.out, results)
+        _echo(args, f"written to {args.out}")
+    if args.html is not None:
+        from ..inference.search_page import write_search_page
+
+        page = write_search_page(
+            args.html,
+            results,
+            probe_paths={name: str(root / name) for name in names},
+            examples=gallery.examples,
+            threshold=threshold,
+            title=f"marginface search: {args.photos.name} in {args.gallery.name}",
+        )
+        _echo(args, f"page: {page}")
+    return 0
+
+
+def _write_results(path: Path, results: list) -> None:
+    import csv
+    import io
+    import json
+
+    from .._atomic import atomic_write_text
+
+    if path.suffix == ".json":
+        atomic_write_text(path, json.dumps([r.as_dict() for r in results], indent=1) + "\n")
+        return
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["probe", "identity", "cosine", "accepted", "rank", "match", "match_cosine"])
+    for r in results:
+        for rank, (identity, score) in enumerate(r.matches, start=1):
+            writer.writerow(
+                [
+                    r.probe,
+                    r.identity or "",
+                    f"{r.score:.6f}",
+                    "" if r.accepted is None else r.accepted,
+                    rank,
+                    identity,
+                    f"{score:.6f}",
+                ]
+            )
+    atomic_write_text(path, buffer.getvalue())

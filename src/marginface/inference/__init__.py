@@ -1,0 +1,23 @@
+"""A trained model in use: the description a weights file carries, :class:`FaceModel`
+(images → embeddings, verification at a calibrated threshold), embedding a folder, and the
+gallery searched by 1:N identification (docs/inference.md).
+
+Above ``models/`` and ``evaluation/``: it opens models through
+:func:`~marginface.models.pretrained.load_described_backbone` and the run reader, and never
+reaches into training.
+"""
+
+from ..models.description import ModelDescription
+from .calibration import threshold_at_far
+from .face_model import FaceModel, Verification
+from .source import describe_model, open_model, save_description
+
+__all__ = [
+    "FaceModel",
+    "ModelDescription",
+    "Verification",
+    "describe_model",
+    "open_model",
+    "save_description",
+    "threshold_at_far",
+]

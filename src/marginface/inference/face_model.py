@@ -1,0 +1,288 @@
+""":class:`FaceModel`: a trained embedding model in use. Images in, L2-normalised embeddings
+out; two faces compared at a calibrated threshold.
+
+>>> model = marginface.FaceModel("runs/my-faces")                  # doctest: +SKIP
+>>> vectors = model.embed(["a.jpg", "b.jpg"])                      # float32[2, D], unit rows
+>>> model.verify("a.jpg", "b.jpg")                                 # Verification(cosine=...)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+from torch import Tensor, nn
+
+from ..models.description import ModelDescription
+from .calibration import threshold_at_far
+from .images import Aligner, ImageInput, pixel_batch
+
+__all__ = ["FaceModel", "Verification"]
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The answer of :meth:`FaceModel.verify`.
+
+    Attributes:
+        cosine: the cosine similarity of the two embeddings, in ``[-1, 1]``.
+        same: ``cosine >= threshold``; None when there is no threshold (not calibrated).
+        threshold: the threshold used, or None.
+        far: the false accept rate the threshold was calibrated for, or None.
+    """
+
+    cosine: float
+    same: bool | None
+    threshold: float | None
+    far: float | None
+
+    def __str__(self) -> str:
+        if self.threshold is None:
+            return f"cosine {self.cosine:.4f} (no calibrated threshold)"
+        verdict = "same" if self.same else "different"
+        at = f" (FAR {self.far:g})" if self.far is not None else ""
+        return f"cosine {self.cosine:.4f}: {verdict} at threshold {self.threshold:.4f}{at}"
+
+
+def _check_batch_size(batch_size: object) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise TypeError(f"batch_size must be an int, got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return batch_size
+
+
+class FaceModel:
+    """A face embedding model ready for use: images → ``float32[N, D]`` unit vectors.
+
+    It reads everything it needs from the model's description (architecture, input size,
+    colour order, pixel normalisation, flip test, calibrated threshold): a run folder, a
+    weights file or an ONNX file that marginface wrote needs no other option.
+
+    **Aligned crops only for now**: each image must already be the face aligned to the model's
+    input size (112x112 for insightface-style models), e.g. by ``marginface align``. An image of
+    another size is a ``ValueError`` ("FaceModel needs aligned 112x112 crops; align photos with
+    `marginface align` first"), unless an ``aligner`` is given: the hook where a face detector
+    plugs in.
+
+    Args:
+        source: a run folder, a weights file (``.pt``/``.pth``/``.safetensors``, marginface's
+            TorchScript export) or an ONNX file.
+        device: where the model runs. Default: the CPU.
+        dtype: the model's floating-point type (``torch.float32``, ``torch.bfloat16``...;
+            ignored by ONNX models). The embeddings are float32 whatever it is.
+            Default: float32.
+        batch_size: images per forward pass. Default: 64.
+        flip: average each image's embedding with its mirror's (insightface's flip test,
+            summed then normalised). Default (None): as the model was evaluated
+            (:attr:`ModelDescription.flip`).
+        aligner: ``aligner(uint8[H, W, 3]) -> uint8[h, w, 3]``, called on images that are not
+            of the model's input size; None (default): such images are an error.
+        **options: for a file without description (insightface's ``backbone.pth``): ``model``,
+            ``embedding_dim``, ``image_size``, ``bgr`` (as ``evaluate --backbone`` takes them).
+
+    Raises:
+        ValueError: no such model; a file without description and no ``model``; bad options.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        batch_size: int = 64,
+        flip: bool | None = None,
+        aligner: Aligner | None = None,
+        **options: Any,
+    ) -> None:
+        from .source import open_model
+
+        module, description = open_model(source, device=device, **options)
+        self._setup(module, description, device, dtype, batch_size, flip, aligner)
+        self.source = source
+
+    @classmethod
+    def from_module(
+        cls,
+        module: nn.Module,
+        description: ModelDescription,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        batch_size: int = 64,
+        flip: bool | None = None,
+        aligner: Aligner | None = None,
+    ) -> FaceModel:
+        """A FaceModel around a module you already hold (``Tensor[N, C, H, W] -> Tensor[N, D]``,
+        input normalised as ``description`` says)."""
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if not isinstance(description, ModelDescription):
+            raise TypeError(
+                f"description must be a ModelDescription, got {type(description).__name__}"
+            )
+        model = cls.__new__(cls)
+        model._setup(
+            module.to(device).eval(), description, device, dtype, batch_size, flip, aligner
+        )
+        model.source = None
+        return model
+
+    def _setup(
+        self,
+        module: nn.Module,
+        description: ModelDescription,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        batch_size: int,
+        flip: bool | None,
+        aligner: Aligner | None,
+    ) -> None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        if flip is not None and not isinstance(flip, bool):
+            raise TypeError(f"flip must be a bool or None, got {flip!r}")
+        if aligner is not None and not callable(aligner):
+            raise TypeError(f"aligner must be callable or None, got {type(aligner).__name__}")
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.module = module.to(dtype=dtype) if dtype != torch.float32 else module
+        self.description = description
+        self.batch_size = _check_batch_size(batch_size)
+        self.flip = description.flip if flip is None else flip
+        self.aligner = aligner
+
+    @property
+    def embedding_dim(self) -> int:
+        """``D``, the embedding size."""
+        return self.description.embedding_dim
+
+    def __repr__(self) -> str:
+        d = self.description
+        return (
+            f"FaceModel({d.architecture}, D={d.embedding_dim}, input {d.image_size[0]}x"
+            f"{d.image_size[1]} {d.colour}, flip={self.flip}, threshold={d.threshold})"
+        )
+
+    def model_input(self, pixels: Tensor) -> Tensor:
+        """``uint8[N, C, H, W]`` pixels → the model's input, ``(x / 255 - mean) / std`` in
+        the model's dtype on its device."""
+        d = self.description
+        x = pixels.to(self.device, torch.float32) / 255.0
+        return ((x - d.mean) / d.std).to(self.dtype)
+
+    @torch.no_grad()
+    def embed_pixels(self, pixels: Tensor) -> Tensor:
+        """Embeddings of ``uint8[N, C, H, W]`` pixels already of the input size:
+        ``float32[N, D]`` L2-normalised rows, on the model's device, batch by batch."""
+        out = []
+        for start in range(0, pixels.shape[0], self.batch_size):
+            x = self.model_input(pixels[start : start + self.batch_size])
+            features = self.module(x).float()  # (B, D)
+            if self.flip:
+                features = features + self.module(torch.flip(x, dims=(3,))).float()
+            out.append(torch.nn.functional.normalize(features, dim=1))
+        if not out:
+            return torch.empty(0, self.embedding_dim, device=self.device)
+        return torch.cat(out)
+
+    def embed(self, images: ImageInput, *, as_tensor: bool = False) -> np.ndarray | Tensor:
+        """L2-normalised embeddings of ``images``.
+
+        Args:
+            images: one image or a list: file paths, PIL images, ``uint8`` NumPy arrays
+                ``(H, W, 3)``, tensors ``(3, H, W)`` (see :mod:`marginface.inference.images`);
+                aligned crops of the model's input size.
+            as_tensor: return a tensor on the model's device instead of a NumPy array.
+
+        Returns:
+            ``float32[N, D]``, each row of norm 1, in the order given (a batch array counts
+            its rows).
+
+        Raises:
+            ValueError: an image that is not an aligned crop of the input size; no images.
+            TypeError: an unsupported image type.
+        """
+        d = self.description
+        pixels = pixel_batch(
+            images, channels=d.in_channels, size=d.image_size, aligner=self.aligner
+        )
+        embeddings = self.embed_pixels(pixels)
+        return embeddings if as_tensor else embeddings.cpu().numpy()
+
+    def similarity(self, first: ImageInput, second: ImageInput) -> np.ndarray:
+        """``float32[N]`` cosine of each pair ``(first[i], second[i])`` (lists of equal
+        length, or one image each)."""
+        a, b = self.embed(first), self.embed(second)
+        if a.shape != b.shape:
+            raise ValueError(
+                f"first and second must hold as many images, got {len(a)} and {len(b)}"
+            )
+        return np.clip(np.sum(a * b, axis=1), -1.0, 1.0)
+
+    def verify(
+        self, first: ImageInput, second: ImageInput, *, threshold: float | None = None
+    ) -> Verification:
+        """Whether two face images show the same person.
+
+        Args:
+            first, second: one image each (an aligned crop).
+            threshold: a cosine threshold; default (None): the calibrated one of the
+                description (:meth:`calibrate`, or the model's evaluation).
+
+        Returns:
+            :class:`Verification`: the cosine and, with a threshold, the decision
+            ``cosine >= threshold``.
+        """
+        cosines = self.similarity(first, second)
+        if cosines.shape != (1,):
+            raise ValueError(f"verify compares one pair of images, got {cosines.shape[0]} pairs")
+        cosine = float(cosines[0])
+        far = None
+        if threshold is None:
+            threshold, far = self.description.threshold, self.description.threshold_far
+        elif isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise TypeError(f"threshold must be a number or None, got {threshold!r}")
+        same = None if threshold is None else cosine >= threshold
+        return Verification(cosine, same, threshold, far)
+
+    def calibrate(
+        self,
+        first: ImageInput | None = None,
+        second: ImageInput | None = None,
+        same: ArrayLike | None = None,
+        *,
+        scores: ArrayLike | None = None,
+        far: float = 1e-3,
+        name: str = "custom",
+    ) -> float:
+        """Choose the verification threshold for false accept rate ``far`` on labelled pairs
+        and store it in :attr:`description` (``threshold``, ``threshold_far``,
+        ``threshold_set``); :func:`~marginface.inference.save_description` keeps it.
+
+        Args:
+            first, second: the pairs' images (lists of equal length), or None with ``scores``.
+            same: ``bool[P]``, True for pairs of one identity (both kinds must occur).
+            scores: ``float[P]`` cosines already computed, instead of images.
+            far: the target false accept rate in ``(0, 1]``. Default: 1e-3.
+            name: the verification set's name, kept in the description.
+
+        Returns:
+            The threshold (:func:`~marginface.inference.calibration.threshold_at_far`).
+        """
+        if same is None:
+            raise ValueError("same is required: True/False for each pair")
+        if scores is None:
+            if first is None or second is None:
+                raise ValueError("give the pairs' images (first, second) or their scores")
+            scores = self.similarity(first, second)
+        threshold = threshold_at_far(scores, same, far)
+        self.description = self.description.replace(
+            threshold=min(max(threshold, -1.0), 1.0), threshold_far=float(far), threshold_set=name
+        )
+        return threshold

@@ -1,0 +1,85 @@
+"""The search results as one self-contained HTML page: each probe's thumbnail beside its best
+match's (an example image of that identity), the decision and the top-k scores."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from pathlib import Path
+
+from .gallery import SearchResult
+
+__all__ = ["thumbnail_uri", "write_search_page"]
+
+
+def thumbnail_uri(path: str | os.PathLike[str] | None, side: int = 96) -> str | None:
+    """A ``data:image/png;base64,...`` thumbnail (at most ``side`` pixels) of an image file,
+    or None when it cannot be read (moved, deleted, not an image)."""
+    if path is None:
+        return None
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+            image.thumbnail((side, side))
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+    except (OSError, ValueError):
+        return None
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _image(uri: str | None, alt: str) -> str:
+    if uri is None:
+        return f'<span class="missing">{html.escape(alt)}: no image</span>'
+    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+
+
+def write_search_page(
+    path: str | os.PathLike[str],
+    results: list[SearchResult],
+    *,
+    probe_paths: dict[str, str],
+    examples: dict[str, str],
+    threshold: float | None,
+    title: str = "marginface search",
+) -> Path:
+    """Write the page (atomically). ``probe_paths`` maps a probe's name to its file;
+    ``examples`` an identity to one of its images. Returns the path."""
+    from .._atomic import atomic_write_text
+
+    rule = "no threshold: best match shown" if threshold is None else f"threshold {threshold:.4f}"
+    rows = []
+    for result in results:
+        best = result.matches[0][0]
+        decision = "unknown" if result.accepted is False else html.escape(result.identity or best)
+        others = ", ".join(f"{html.escape(i)} {s:.3f}" for i, s in result.matches)
+        rows.append(
+            "<tr>"
+            f"<td>{_image(thumbnail_uri(probe_paths.get(result.probe)), result.probe)}"
+            f"<br>{html.escape(result.probe)}</td>"
+            f"<td>{_image(thumbnail_uri(examples.get(best)), best)}<br>{html.escape(best)}</td>"
+            f'<td class="{"no" if result.accepted is False else "yes"}">{decision}</td>'
+            f"<td>{result.score:.4f}</td><td>{others}</td>"
+            "</tr>"
+        )
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; }}
+img {{ max-width: 96px; max-height: 96px; }}
+.no {{ color: #a00; }} .yes {{ color: #060; }} .missing {{ color: #888; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p>{len(results)} probe(s); open-set decision at {html.escape(rule)}.</p>
+<table><tr><th>probe</th><th>best match</th><th>decision</th><th>cosine</th>
+<th>top-k</th></tr>
+{chr(10).join(rows)}
+</table></body></html>
+"""
+    return atomic_write_text(path, page)
