@@ -132,7 +132,7 @@ ISSUE_25 = ["mv-am-softmax", "mv-arc-softmax", "npcface", "arcnegface", "circle"
 @pytest.mark.parametrize("name", ISSUE_25)
 def test_issue_25_rules_match_the_torch_chunk_loop(name: str, launches: Counter) -> None:
     """The kernels against the PyTorch chunk loop (``kernels="torch"``: the compiled rules of
-    ``executors/nontarget_rules.py``) on the same chunks: loss, ∂x, ∂W in float32."""
+    ``margins/rules.py``) on the same chunks: loss, ∂x, ∂W in float32."""
     margin, k, x, weight, labels, upstream = make_case(name, torch.float32)
     expected = run("torch", copy.deepcopy(margin), k, x, weight, labels, upstream)
     assert sum(launches.values()) == 0
