@@ -19,11 +19,16 @@ LAYOUT = PACKAGE / "train" / "state" / "layout.py"
 
 def _file_names() -> dict[str, str]:
     """The layout's names that are file names (with a dot: ``config.toml``, ``.metadata``...);
-    bare folder names such as ``plots`` are also ordinary words and options, not checked."""
+    bare folder names such as ``plots`` are also ordinary words and options, and a suffix
+    (``KEPT_SUFFIX``, ``.pt``) names no file, so neither is checked."""
     return {
         value: name
         for name, value in vars(layout).items()
-        if name.isupper() and isinstance(value, str) and "." in value and "*" not in value
+        if name.isupper()
+        and not name.endswith("_SUFFIX")
+        and isinstance(value, str)
+        and "." in value
+        and "*" not in value
     }
 
 
@@ -73,7 +78,7 @@ def test_the_guard_finds_a_planted_name(tmp_path: Path):
 def test_the_guard_checks_the_file_names():
     names = _file_names()
     assert {"config.toml", "history.csv", "checkpoint.pt", "marginface.json"} <= set(names)
-    assert "plots" not in names  # a bare word: not checked
+    assert "plots" not in names and ".pt" not in names  # a bare word, a suffix: not checked
 
 
 def test_position_labels_sort_in_training_order():
