@@ -70,7 +70,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def _face_model(args: argparse.Namespace, source: Any) -> Any:
     from ..inference import FaceModel
-    from ..train.run import resolve_device
+    from ..train.distributed import resolve_device
 
     try:
         return FaceModel(
