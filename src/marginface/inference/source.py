@@ -46,7 +46,7 @@ def describe_saved_run(saved: Any) -> ModelDescription:
 
 def _describe_run_folder(run_dir: Path) -> tuple[Any, ModelDescription]:
     """The run's checkpoint (read once) and its description."""
-    from ..train.run_state import read_saved_run
+    from ..train.state.run_state import read_saved_run
 
     saved = read_saved_run(run_dir)
     return saved, describe_saved_run(saved)
