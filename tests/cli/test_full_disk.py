@@ -4,6 +4,7 @@ no half-written file or temporary left, and the previous output byte for byte as
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from marginface.cli import main
@@ -78,3 +79,20 @@ def test_gallery_build_keeps_the_previous_gallery(digits_run, faces, disk, capsy
     capsys.readouterr()
     write_identities(faces, [7], 2)
     _refused_on_a_full_disk(capsys, disk, [*args, "--overwrite"], disk / "g")
+
+
+def test_convert_pairs(tmp_path, disk, capsys):
+    from PIL import Image
+
+    for name in ("Ann_A", "Bob_B"):
+        (tmp_path / "lfw" / name).mkdir(parents=True)
+        for k in (1, 2):
+            pixels = np.full((32, 32, 3), 40 * k, np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "lfw" / name / f"{name}_{k:04d}.jpg")
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("1\t1\nAnn_A\t1\t2\nAnn_A\t1\tBob_B\t2\n")
+    args = ["--quiet", "convert", str(tmp_path / "lfw"), str(disk / "lfw.bin")]
+    args += ["--pairs", str(pairs), "--image-size", "16", "--crop", "0"]
+    assert main(args) == 0
+    capsys.readouterr()
+    _refused_on_a_full_disk(capsys, disk, args, disk / "lfw.bin")

@@ -176,3 +176,12 @@ def test_cmyk_grey_and_16_bit_crops_are_embedded(digits_run, tmp_path, capsys):
         for row in odd_rows["embeddings"]:
             np.testing.assert_allclose(row, plain["embeddings"][0], atol=0.02)
     shutil.rmtree(tmp_path / "odd")
+
+
+@pytest.mark.parametrize("out", ["FOLDER", "PHOTO"])
+def test_embed_never_writes_over_the_images(digits_run, faces, capsys, out):
+    target = faces if out == "FOLDER" else faces / "0" / "0.png"
+    before = fingerprint(faces)
+    code = main(["--quiet", "embed", str(digits_run), str(faces), "--out", str(target)])
+    one_line(capsys, code, "--out must end in .npz or .parquet")
+    assert fingerprint(faces) == before
