@@ -11,8 +11,9 @@ file of a writer that is still alive. (It also recognises ``.<name>.tmp-<pid>``,
 versions before this module gave their checkpoint, report and evaluation temporaries.)
 
 A full disk is reported as :class:`DiskFullError` naming the file that could not be written,
-whatever layer noticed it (``OSError`` with ``ENOSPC``/``EDQUOT``, or torch's serializer's
-``RuntimeError`` that only says "file write failed").
+whatever layer noticed it (``OSError`` with ``ENOSPC``/``EDQUOT``, torch's serializer's
+``RuntimeError`` that only says "file write failed", safetensors' error that says "No space left
+on device", or any of them wrapped in another exception).
 """
 
 from __future__ import annotations
@@ -68,9 +69,21 @@ def default_file_mode() -> int:
     return 0o666 & ~mask
 
 
+_FULL_DISK_WORDS = ("no space left on device", "os error 28", "disk quota exceeded")
+"""Words of a full disk in errors that carry no ``errno`` (safetensors' Rust writer's
+``SafetensorError``, a writer's ``RuntimeError`` wrapping the ``OSError`` as text)."""
+
+
 def _looks_like_full_disk(error: BaseException, folder: Path, written: int = 0) -> bool:
-    if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
-        return True
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:  # a wrapper names it, or its cause does
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(words in str(cause).lower() for words in _FULL_DISK_WORDS):
+            return True
+        cause = cause.__cause__ or cause.__context__
     text = str(error).lower()
     if isinstance(error, RuntimeError) and any(sign in text for sign in _WRITER_FAILURES):
         # torch's zip writer hides the errno ("[enforce fail at inline_container.cc] .

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -191,7 +192,10 @@ def export_torchscript(
             ) from error
 
         def write(file: Path) -> None:
-            torch.jit.save(compiled, str(file))
+            buffer = io.BytesIO()  # torch.jit.save to a path aborts the process on a full disk
+            torch.jit.save(compiled, buffer)
+            with open(file, "wb") as stream:
+                stream.write(buffer.getbuffer())
 
         def verify(file: Path) -> None:
             loaded = torch.jit.load(str(file), map_location=example_input.device)

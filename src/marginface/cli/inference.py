@@ -259,6 +259,17 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     remove.set_defaults(func="marginface.cli.inference:cmd_gallery_remove")
 
 
+def _check_outside(gallery: Path, folder: Path, option: str) -> None:
+    """A gallery folder must not be, or be inside, the image folder: its files would mix
+    with the photos (and be listed among them on the next run)."""
+    where, images = gallery.resolve(), folder.resolve()
+    if where == images or images in where.parents:
+        raise ValueError(
+            f"{option} {gallery} is, or is inside, the image folder {folder}: choose a gallery "
+            "folder outside it"
+        )
+
+
 def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
     """The unit embeddings of ``folder``'s identities, their names and an example each."""
     import numpy as np
@@ -299,6 +310,7 @@ def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
 def cmd_gallery_build(args: argparse.Namespace) -> int:
     from ..inference.gallery import MANIFEST_NAME, Gallery
 
+    _check_outside(args.out, args.folder, "--out")
     if (args.out / MANIFEST_NAME).exists() and not args.overwrite:
         raise ValueError(f"{args.out} holds a gallery already: `gallery add` to it, or --overwrite")
     model = _face_model(args, args.model)
@@ -340,6 +352,7 @@ def _gallery_model(args: argparse.Namespace, gallery: Any) -> Any:
 def cmd_gallery_add(args: argparse.Namespace) -> int:
     from ..inference.gallery import Gallery
 
+    _check_outside(args.gallery, args.folder, "GALLERY")
     gallery = Gallery.load(args.gallery)
     model = _gallery_model(args, gallery)
     before = len(gallery)
@@ -407,6 +420,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.gallery} is empty: add identities with `marginface gallery add`")
     if args.out is not None and args.out.suffix not in (".csv", ".json"):
         raise ValueError(f"--out must end in .csv or .json, got {args.out.name!r}")
+    if args.html is not None and args.html.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"--html must end in .html, got {args.html.name!r}")
     model = _gallery_model(args, gallery)
     if args.photos.is_dir():
         root, relative = args.photos, [p for p, _ in list_images(args.photos)]

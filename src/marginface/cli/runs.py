@@ -286,6 +286,23 @@ def _verification_steps(run_dir: Path) -> list[dict]:
     return read_history(path) if path.is_file() else []
 
 
+def _check_export_arguments(args: argparse.Namespace) -> None:
+    """One line, before anything is read, for a RUN_DIR that is no folder, an --out that is a
+    file and a --batch below 1."""
+    run_dir = Path(args.run_dir)
+    if not run_dir.exists():
+        raise ValueError(f"RUN_DIR {run_dir} does not exist (a folder written by `train --out`)")
+    if not run_dir.is_dir():
+        raise ValueError(
+            f"RUN_DIR {run_dir} is a file, not a run folder: pass the folder that "
+            "`train --out` wrote (its checkpoint.pt is inside)"
+        )
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a file, not a folder: export writes files into it")
+    if args.batch < 1:
+        raise ValueError(f"--batch must be at least 1, got {args.batch}")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     import torch
 
@@ -295,6 +312,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..train.state.layout import ONNX_NAME, SAFETENSORS_NAME, TORCHSCRIPT_NAME
     from ..train.state.run_state import read_saved_run
 
+    _check_export_arguments(args)
     saved = read_saved_run(args.run_dir)
     description = describe_saved_run(saved)  # written into every file below
     run = load_run(args.run_dir, saved=saved)

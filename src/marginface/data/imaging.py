@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,9 @@ __all__ = [
     "resize_images",
     "stack_images",
 ]
+
+_ORIENTATION = 0x0112
+"""The EXIF tag of a photo's orientation (1: upright)."""
 
 IMAGE_EXTENSIONS = (
     ".bmp",
@@ -73,7 +77,7 @@ def decode_image(
     name = "<bytes>" if isinstance(source, bytes) else str(source)
     try:
         with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
-            image = image.convert("RGB" if rgb else "L")
+            image = _upright_eight_bit(image).convert("RGB" if rgb else "L")
     except (UnidentifiedImageError, OSError, SyntaxError) as error:
         raise ValueError(f"cannot decode image {name}: {error}") from error
     if crop is not None:
@@ -92,6 +96,22 @@ def decode_image(
         resample = Image.Resampling.BOX if shrinking else Image.Resampling.BILINEAR
         image = image.resize((width, height), resample)
     return np.asarray(image, dtype=np.uint8)
+
+
+def _upright_eight_bit(image: Any) -> Any:
+    """``image`` as a viewer shows it: its EXIF orientation applied (as OpenCV's ``imread``
+    does; a phone photo is stored sideways) and 16- or 32-bit integer grey (``I;16``, ``I``)
+    scaled to 8 bits, which Pillow's ``convert`` would clip at 255 (a white image)."""
+    from PIL import Image, ImageOps
+
+    if image.getexif().get(_ORIENTATION, 1) != 1:
+        image = ImageOps.exif_transpose(image)
+    if image.mode.startswith("I"):
+        values = np.asarray(image).astype(np.int64)
+        top = 65535 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255
+        scaled = np.clip(np.round(values * (255.0 / top)), 0, 255).astype(np.uint8)
+        image = Image.fromarray(scaled, mode="L")
+    return image
 
 
 def stack_images(decoded: Sequence[np.ndarray]) -> np.ndarray:

@@ -15,6 +15,7 @@ before it is looked up.
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,24 @@ def _as_bytes(item: object, position: int, source: str) -> bytes:
     )
 
 
+def _check_one_size(
+    data: bytes, position: int, first: tuple[int, int] | None, source: str
+) -> tuple[int, int]:
+    """The stored side of image ``position`` (from its header), checked against the first's:
+    a ``.bin``'s images share one size, and a resize would hide a set mixed from sources."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        width, height = image.size
+    if first is not None and (width, height) != first:
+        raise ValueError(
+            f"{source}: image {position} is {width}x{height}, image 0 is {first[0]}x{first[1]}; "
+            "a .bin's images share one size (a set mixed from several sources?): re-convert it "
+            "with `marginface convert --pairs`"
+        )
+    return (width, height)
+
+
 def load_verification_bin(
     path: str | os.PathLike[str], *, image_size: int | None = None, rgb: bool = True
 ) -> VerificationBin:
@@ -81,7 +100,8 @@ def load_verification_bin(
         UnsafePickleError: the pickle names anything beyond plain data (nothing from it runs),
             is malformed, or does not hold ``(bins, issame_list)`` with ``2·len(issame_list)``
             images.
-        ValueError: an image cannot be decoded (the message names its position).
+        ValueError: an image cannot be decoded, or its stored size differs from the first
+            image's (the message names its position).
     """
     path = Path(path)
     source = str(path)
@@ -99,12 +119,17 @@ def load_verification_bin(
             f"{source}: {len(bins)} images for {len(same)} pairs; expected 2 per pair"
         )
     decoded = []
+    first: tuple[int, int] | None = None
     for position, item in enumerate(bins):
         data = _as_bytes(item, position, source)
         try:
             decoded.append(decode_image(data, rgb=rgb, size=image_size))
-        except ValueError as error:
-            raise ValueError(f"{source}: image {position}: {error}") from None
+        except ValueError:
+            raise ValueError(
+                f"{source}: image {position} cannot be decoded (damaged bytes, or a format "
+                "Pillow does not read); re-convert the set"
+            ) from None
+        first = _check_one_size(data, position, first, source)
     try:
         images = stack_images(decoded)
     except ValueError as error:

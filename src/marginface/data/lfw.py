@@ -96,11 +96,20 @@ def read_lfw_pairs(path: str | os.PathLike[str]) -> list[LfwPair]:
         ``folds × 2n`` pairs in file order.
 
     Raises:
-        ValueError: malformed header or line (the message gives the line number), or the wrong
-            number of lines.
+        ValueError: not UTF-8, a malformed header or line (the message gives the line
+            number), or the wrong number of lines.
     """
     path = Path(path)
-    lines = [line.split() for line in path.read_text().splitlines()]
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line}): "
+            "save the pairs file as UTF-8"
+        ) from None
+    lines = [line.split() for line in text.splitlines()]
     while lines and not lines[-1]:
         lines.pop()
     if not lines or len(lines[0]) != 2 or not all(f.isdigit() for f in lines[0]):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -85,18 +86,9 @@ def read_embeddings(path: str | os.PathLike[str]) -> dict[str, np.ndarray | str]
         ValueError: not such a file (named).
     """
     path = Path(path)
-    if path.suffix == ".parquet":
-        pyarrow_parquet = _pyarrow_parquet()
-        table = pyarrow_parquet.read_table(str(path))
-        metadata = table.schema.metadata or {}
-        embeddings = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
-        return {
-            "paths": np.asarray(table.column("path").to_pylist(), dtype=str),
-            "identities": np.asarray(table.column("identity").to_pylist(), dtype=str),
-            "embeddings": embeddings.reshape(len(table), -1),
-            "description": metadata.get(b"marginface.description", b"{}").decode(),
-        }
     try:
+        if path.suffix == ".parquet":
+            return _read_parquet(path)
         with np.load(path, allow_pickle=False) as data:
             return {
                 "paths": data["paths"],
@@ -104,10 +96,27 @@ def read_embeddings(path: str | os.PathLike[str]) -> dict[str, np.ndarray | str]
                 "embeddings": data["embeddings"],
                 "description": str(data["description"]),
             }
-    except (OSError, KeyError, ValueError) as error:
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "pickle" in reason:  # NumPy's advice to load it unsafely is not for this file
+            reason = "not a NumPy .npz archive"
         raise ValueError(
-            f"{path} is not an embeddings file written by marginface embed ({error})"
+            f"{path} is not an embeddings file written by marginface embed ({reason}); delete "
+            "it, or choose another output, to embed anew"
         ) from None
+
+
+def _read_parquet(path: Path) -> dict[str, np.ndarray | str]:
+    pyarrow_parquet = _pyarrow_parquet()
+    table = pyarrow_parquet.read_table(str(path))  # ArrowInvalid (a ValueError) when damaged
+    metadata = table.schema.metadata or {}
+    embeddings = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
+    return {
+        "paths": np.asarray(table.column("path").to_pylist(), dtype=str),
+        "identities": np.asarray(table.column("identity").to_pylist(), dtype=str),
+        "embeddings": embeddings.reshape(len(table), -1),
+        "description": metadata.get(b"marginface.description", b"{}").decode(),
+    }
 
 
 def _pyarrow_parquet():

@@ -21,6 +21,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,36 @@ __all__ = [
 GALLERY_FORMAT = "marginface-gallery"
 GALLERY_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+
+
+def _arrays_named(manifest: Path) -> Path | None:
+    """The arrays file an existing manifest names (None: none, or unreadable)."""
+    try:
+        name = json.loads(manifest.read_text(encoding="utf-8")).get("arrays")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(name, str) and re.fullmatch(r"arrays-\d+\.npz", name):
+        return manifest.parent / name
+    return None
+
+
+def _manifest_problem(manifest: dict[str, Any]) -> str:
+    """What is wrong with a parsed manifest's fields ("" when nothing): a damaged or
+    hand-edited file is one line, never a ``KeyError``, and its arrays file must be a plain
+    ``arrays-<n>.npz`` beside it (a name that climbs out of the folder is not read)."""
+    for key, kind in (("model", dict), ("arrays", str), ("identities", list), ("counts", list)):
+        if not isinstance(manifest.get(key), kind):
+            return f"{key!r} is missing or not a {kind.__name__}"
+    if not re.fullmatch(r"arrays-\d+\.npz", manifest["arrays"]):
+        return f"'arrays' names {manifest['arrays']!r}, not an arrays-<n>.npz beside it"
+    identities, counts = manifest["identities"], manifest["counts"]
+    if len(counts) != len(identities):
+        return f"{len(identities)} identities but {len(counts)} counts"
+    if not all(isinstance(c, int) and c > 0 for c in counts):
+        return "'counts' holds a value that is not a positive integer"
+    if not isinstance(manifest.get("index", {}), dict):
+        return "'index' is not a dict"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -280,7 +312,10 @@ class Gallery:
         folder.mkdir(parents=True, exist_ok=True)
         old = folder / f"arrays-{self.generation}.npz"
         self.generation += 1
+        while (folder / f"arrays-{self.generation}.npz").exists():  # another gallery's (built
+            self.generation += 1  # over with --overwrite): its manifest still names that file
         arrays = folder / f"arrays-{self.generation}.npz"
+        previous = _arrays_named(folder / MANIFEST_NAME)
         buffer = io.BytesIO()
         np.savez(buffer, sums=self.sums.astype(np.float32))
         with atomic_write(arrays) as stream:
@@ -299,9 +334,13 @@ class Gallery:
             "examples": self.examples,
             "index": {"kind": self.index_kind, "approximate_above": self.approximate_above},
         }
-        atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
-        if old != arrays:
-            old.unlink(missing_ok=True)
+        try:
+            atomic_write_text(folder / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+        except BaseException:  # a full disk, Ctrl-C: the previous manifest names the old arrays
+            arrays.unlink(missing_ok=True)
+            raise
+        for replaced in {old, previous} - {None, arrays}:
+            replaced.unlink(missing_ok=True)
         return folder
 
     @classmethod
@@ -319,10 +358,11 @@ class Gallery:
                 f"{folder} is not a gallery (no {MANIFEST_NAME}; build one with "
                 "`marginface gallery build`)"
             )
+        rebuild = "rebuild it with `marginface gallery build --overwrite`"
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise ValueError(f"{path} is damaged ({error})") from None
+        except ValueError as error:  # a JSON error, or bytes that are not UTF-8
+            raise ValueError(f"{path} is damaged ({error}); {rebuild}") from None
         if not isinstance(manifest, dict) or manifest.get("format") != GALLERY_FORMAT:
             raise ValueError(f"{path} is not a marginface gallery manifest")
         version = manifest.get("format_version")
@@ -331,17 +371,23 @@ class Gallery:
                 f"{folder} is a gallery of format {version!r}, newer than this marginface reads "
                 f"({GALLERY_VERSION}); upgrade marginface"
             )
+        problem = _manifest_problem(manifest)
+        if problem:
+            raise ValueError(f"{path} is damaged ({problem}); {rebuild}")
         description = ModelDescription.from_dict(manifest["model"], source=str(path))
         try:
             with np.load(folder / manifest["arrays"], allow_pickle=False) as data:
                 sums = np.asarray(data["sums"], np.float32)
-        except (OSError, KeyError, ValueError) as error:
-            raise ValueError(f"{folder}: the gallery's arrays are unreadable ({error})") from None
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+            raise ValueError(
+                f"{folder}: the gallery's arrays {manifest['arrays']} are unreadable ({error}); "
+                f"{rebuild}"
+            ) from None
         identities = [str(name) for name in manifest["identities"]]
         if sums.shape != (len(identities), description.embedding_dim):
             raise ValueError(
                 f"{folder}: the arrays ({sums.shape}) do not match the manifest "
-                f"({len(identities)} identities, D = {description.embedding_dim})"
+                f"({len(identities)} identities, D = {description.embedding_dim}); {rebuild}"
             )
         index = manifest.get("index", {})
         return cls(

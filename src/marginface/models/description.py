@@ -333,7 +333,8 @@ def read_description(path: str | os.PathLike[str]) -> ModelDescription | None:
     :func:`marginface.inference.describe_model` (it needs the run's checkpoint reader).
 
     Raises:
-        ValueError: a malformed description, or one of a newer format version (file named).
+        ValueError: a malformed description, one of a newer format version, or a
+            ``.safetensors``/``.onnx`` file its reader cannot parse (file named).
     """
     path = Path(path)
     source = str(path)
@@ -344,13 +345,23 @@ def read_description(path: str | os.PathLike[str]) -> ModelDescription | None:
         return None
     if path.suffix == ".safetensors":
         safetensors = importlib.import_module("safetensors")
-        with safetensors.safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
+        try:
+            with safetensors.safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+        except Exception as error:  # SafetensorError: truncated, or another format
+            raise ValueError(f"{path} is not a readable safetensors file ({error})") from None
         text = metadata.get(DESCRIPTION_KEY)
         return None if text is None else ModelDescription.from_json(text, source=source)
     if path.suffix == ".onnx":
         onnx = importlib.import_module("onnx")
-        graph = onnx.load(str(path), load_external_data=False)
+        try:
+            graph = onnx.load(str(path), load_external_data=False)
+        except Exception as error:  # protobuf's DecodeError: truncated, or another format
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ValueError(
+                f"{path} is not a readable ONNX model ({reason or type(error).__name__}): "
+                "truncated, or another format under an .onnx name"
+            ) from None
         for prop in graph.metadata_props:
             if prop.key == DESCRIPTION_KEY:
                 return ModelDescription.from_json(prop.value, source=source)

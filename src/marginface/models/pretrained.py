@@ -91,6 +91,10 @@ def _load_file(path: Path) -> Any:
         ) from None
     except Exception as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        with open(path, "rb") as stream:
+            head = stream.read(4)
+        if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch.save's zip, or a pickle
+            reason = "neither a zip archive nor a pickle: damaged, or another format"
         raise ValueError(
             f"{path} is not a readable PyTorch file ({reason or type(error).__name__})"
         ) from None

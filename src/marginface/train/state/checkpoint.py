@@ -195,6 +195,17 @@ def _unsafe_global(error: BaseException, path: Path) -> str:
     return "a type outside tensors, numbers, strings and containers"
 
 
+def _looks_like_torch_file(path: Path) -> bool:
+    """Whether ``path`` starts as ``torch.save`` files do: a zip archive, or a pickle
+    (protocol 2+ opens with ``0x80``)."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(4)
+    except OSError:
+        return True  # let torch's own error speak
+    return head.startswith((b"PK\x03\x04", b"\x80"))
+
+
 def _describe_foreign(state: Any) -> str:
     if not isinstance(state, dict):
         return f"it holds a {type(state).__name__}"
@@ -238,6 +249,11 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
+        if not _looks_like_torch_file(path):
+            raise CheckpointError(
+                f"checkpoint {path} is not a PyTorch file (neither a zip archive nor a pickle): "
+                "damaged, or another program's file; restore it from a copy"
+            ) from None
         raise CheckpointError(
             f"refused to load {path}: it needs {_unsafe_global(error, path)}, which a marginface "
             "checkpoint never holds and which could run code; nothing from the file was executed"
