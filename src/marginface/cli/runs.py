@@ -21,7 +21,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} goes with --backbone or --onnx")
     from ..inference.source import describe_saved_run
     from ..train import load_run, resolve_device
-    from ..train.run_state import read_saved_run
+    from ..train.state.run_state import read_saved_run
 
     saved = read_saved_run(args.run_dir)  # read once: the model and its description
     run = load_run(args.run_dir, device=resolve_device(args.device), saved=saved)
@@ -198,7 +198,7 @@ def _backbone_image_size(args: argparse.Namespace, model) -> int:
 def _data_size(args: argparse.Namespace) -> str:
     """The data's own image size for a message: each ``.bin``'s (read from its first image),
     or what ``--pairs`` images become."""
-    from ..train.backbone_evaluation import bin_image_sizes
+    from ..train.evaluation.backbone_evaluation import bin_image_sizes
 
     if args.pairs is not None:
         return f"the images of {args.data_dir} are resized to --image-size"

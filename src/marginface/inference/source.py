@@ -28,7 +28,7 @@ RUN_DESCRIPTION_NAME = "description.json"
 
 def describe_saved_run(saved: Any) -> ModelDescription:
     """The description of a run's checkpoint (a
-    :class:`~marginface.train.run_state.SavedRun`): ``RUN/description.json`` when present,
+    :class:`~marginface.train.state.run_state.SavedRun`): ``RUN/description.json`` when present,
     else the checkpoint's own, else one made from its configuration (checkpoints written before
     descriptions)."""
     sidecar = Path(saved.run_dir) / RUN_DESCRIPTION_NAME
@@ -46,7 +46,7 @@ def describe_saved_run(saved: Any) -> ModelDescription:
 
 def _describe_run_folder(run_dir: Path) -> tuple[Any, ModelDescription]:
     """The run's checkpoint (read once) and its description."""
-    from ..train.run_state import read_saved_run
+    from ..train.state.run_state import read_saved_run
 
     saved = read_saved_run(run_dir)
     return saved, describe_saved_run(saved)

@@ -32,8 +32,8 @@ def bin_image_sizes(data_dir: str | os.PathLike[str]) -> dict[str, tuple[int, in
         UnsafePickleError: a ``.bin`` is not the plain pickle of ``(bins, issame_list)``.
         ValueError: its first image cannot be decoded.
     """
-    from ..data.imaging import decode_image
-    from ..data.safe_pickle import UnsafePickleError, restricted_load
+    from ...data.imaging import decode_image
+    from ...data.safe_pickle import UnsafePickleError, restricted_load
 
     sizes: dict[str, tuple[int, int]] = {}
     root = Path(data_dir)
