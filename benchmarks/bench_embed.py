@@ -8,7 +8,10 @@ ratio.
 Each backbone (random weights, 512-D, exported with its description to ``backbone.pt`` so the
 pipeline opens it as a user's file) embeds ``--images`` PNG crops (``--mbf-images`` for mbf,
 whose forward pass is fast enough for decoding to matter); the two methods alternate, median of
-``--repeats`` after a warm-up. Prints a markdown table and the machine's load.
+``--repeats`` after a warm-up. "overhead" is the ratio of the two medians; "paired" is the
+median over repeats of each repeat's own ratio (pipeline time / the bare loop's time just
+before it, which shares that moment's load), with the lowest and highest. Prints a markdown
+table and the machine's load.
 """
 
 from __future__ import annotations
@@ -74,7 +77,15 @@ def measure(name: str, images: int, batch: int, repeats: int, work: Path) -> dic
             call()
             times[label].append(time.perf_counter() - start)
     bare_s, pipe_s = (statistics.median(times[k]) for k in ("bare", "pipeline"))
-    return {"bare": images / bare_s, "pipeline": images / pipe_s, "overhead": pipe_s / bare_s - 1}
+    paired = [p / b - 1 for b, p in zip(times["bare"], times["pipeline"], strict=True)]
+    return {
+        "bare": images / bare_s,
+        "pipeline": images / pipe_s,
+        "overhead": pipe_s / bare_s - 1,
+        "paired": statistics.median(paired),
+        "paired_min": min(paired),
+        "paired_max": max(paired),
+    }
 
 
 def main() -> None:
@@ -88,15 +99,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
-    print("| backbone | images | batch | bare loop img/s | embed pipeline img/s | overhead |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| backbone | images | batch | repeats | bare loop img/s | embed pipeline img/s | "
+        "overhead | paired overhead, median (min to max) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models.split(","):
             images = args.mbf_images if name.startswith("mbf") else args.images
             row = measure(name, images, args.batch, args.repeats, Path(folder))
             print(
-                f"| {name} | {images} | {args.batch} | {row['bare']:.2f} | "
-                f"{row['pipeline']:.2f} | {100 * row['overhead']:+.1f} % |",
+                f"| {name} | {images} | {args.batch} | {args.repeats} | {row['bare']:.2f} | "
+                f"{row['pipeline']:.2f} | {100 * row['overhead']:+.1f} % | "
+                f"{100 * row['paired']:+.1f} % ({100 * row['paired_min']:+.1f} to "
+                f"{100 * row['paired_max']:+.1f} %) |",
                 flush=True,
             )
     command = "PYTHONPATH=src python benchmarks/bench_embed.py " + " ".join(sys.argv[1:])

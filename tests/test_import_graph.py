@@ -130,3 +130,35 @@ def test_no_source_file_over_the_line_limit(name: str) -> None:
     if relative in KNOWN_LONG_FILES:
         pytest.skip(f"{relative}: {lines} lines, a known exception while its redesign lands")
     assert lines <= MAX_LINES, f"{relative} has {lines} lines (limit {MAX_LINES})"
+
+
+def _imported_modules(name: str, path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ``from MODULE import ...`` of the package in ``name``'s
+    source (relative ones resolved), function-level imports included."""
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or not node.module:
+            continue
+        if node.level:
+            base = name.split(".") if is_package else name.split(".")[:-1]
+            module = ".".join([*base[: len(base) - (node.level - 1)], node.module])
+        else:
+            module = node.module
+        if module.split(".")[0] == PACKAGE:
+            found.append((node.lineno, module))
+    return found
+
+
+def test_every_import_of_the_package_names_a_module_that_exists() -> None:
+    """A module moved by a refactor leaves no import behind, function-level (lazy) ones
+    included: those fail only when their function runs (``FaceModel(RUN)`` once imported
+    ``marginface.train.run_state`` after it had moved to ``train/state/``)."""
+    modules = _modules()
+    missing = [
+        f"{path.relative_to(SRC).as_posix()}:{line}: {module}"
+        for name, path in modules.items()
+        for line, module in _imported_modules(name, path)
+        if module not in modules
+    ]
+    assert missing == [], "imports of modules that do not exist:\n" + "\n".join(missing)
