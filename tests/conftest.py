@@ -45,3 +45,19 @@ def make_loss(name: str, num_classes: int = 7, embedding_dim: int = 5, **kwargs)
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+def _flushes_denormals() -> bool:
+    """Whether this thread flushes subnormal floats to zero (``torch.set_flush_denormal``)."""
+    return bool((torch.full((1,), 1e-39, dtype=torch.float32) * 1.0).item() == 0.0)
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_floating_point_mode():
+    """Put back the thread's denormal mode after each test: a test that builds a trainer's
+    objects without ``fit`` (``Trainer._setup`` flushes denormals, ``fit`` restores them) must
+    not leave it to the next test in the same worker (hypothesis refuses to draw subnormals
+    then)."""
+    before = _flushes_denormals()
+    yield
+    torch.set_flush_denormal(before)
