@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .output import _echo
+
 __all__ = [
     "add_embed_parser",
     "add_gallery_parser",
@@ -91,11 +93,6 @@ def _face_model(args: argparse.Namespace, source: Any) -> Any:
             "--embedding-dim and --image-size unless they are insightface's 512 and 112 "
             "(--bgr for a BGR model)"
         ) from None
-
-
-def _echo(args: argparse.Namespace, text: str) -> None:
-    if not args.quiet:
-        print(text, flush=True)
 
 
 def _progress_bar(args: argparse.Namespace, what: str):
