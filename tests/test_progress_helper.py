@@ -14,6 +14,7 @@ import pytest
 from marginface import _progress
 from marginface._progress import (
     Progress,
+    counting,
     progress_callback,
     progress_output,
     progress_settings,
@@ -148,6 +149,29 @@ def test_a_callback_counts_and_closes_at_the_total(caplog) -> None:
         "IJBC images: 10/10 images (100%)",
     ]
     assert found[-1].endswith("done")
+
+
+def test_counting_closes_when_its_block_ends_an_error_included(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="marginface.progress")
+    with (
+        pytest.raises(RuntimeError),
+        progress_output("lines", 0),
+        counting("embedding", unit="images") as progress,
+    ):
+        for done in (3, 6):
+            progress(done, 12)
+        raise RuntimeError("an unreadable image")
+    found = messages(caplog)
+    assert [m.split("  ")[0] for m in found] == [
+        "embedding: 3/12 images (25%)",
+        "embedding: 6/12 images (50%)",
+        "embedding: 6/12 images (50%)",
+    ]
+    assert found[-1].endswith("done")  # closed by the block, not by reaching the total
+    caplog.clear()
+    with progress_output("lines", 0), counting("embedding") as progress:
+        pass  # never called: no display made, nothing said
+    assert messages(caplog) == []
 
 
 def test_progress_counts_by_update_and_set(caplog) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "Progress",
     "ProgressSettings",
     "check_progress_seconds",
+    "counting",
     "format_duration",
     "progress_callback",
     "progress_output",
@@ -258,6 +259,31 @@ def track(
         for item in iterable:
             yield item
             progress.update()
+
+
+@contextmanager
+def counting(desc: str, *, unit: str = "items") -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback showing :class:`Progress` inside the block (made
+    on the first call, so a loop that fails before it shows nothing); the display closes when
+    the block ends, an error included.
+
+    Example::
+
+        with counting("embedding", unit="images") as progress:
+            embed_folder(model, folder, out, progress=progress)
+    """
+    shown: list[Progress] = []
+
+    def callback(done: int, total: int) -> None:
+        if not shown:
+            shown.append(Progress(desc, total, unit=unit))
+        shown[0].set(done)
+
+    try:
+        yield callback
+    finally:
+        if shown:
+            shown[0].close()
 
 
 def progress_callback(desc: str, *, unit: str = "items") -> Callable[[int, int], None]:

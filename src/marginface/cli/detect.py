@@ -9,16 +9,12 @@ the command functions, so ``--help`` stays light.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
     "add_detect_parser",
     "add_detector_options",
     "detector_from_args",
-    "progress_bar",
     "run_detect",
 ]
 
@@ -93,22 +89,6 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
     parser.set_defaults(func="marginface.cli.detect:run_detect", detector="mtcnn")
 
 
-@contextmanager
-def progress_bar(total: int, what: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
-    """A ``(done, total)`` callback: a tqdm bar on a terminal, nothing when quiet or piped."""
-    if quiet or not sys.stderr.isatty():
-        yield lambda done, total: None
-        return
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, unit=what, file=sys.stderr, dynamic_ncols=True) as bar:
-
-        def update(done: int, total: int) -> None:
-            bar.update(done - bar.n)
-
-        yield update
-
-
 def run_detect(args: argparse.Namespace) -> int:
     """Detect, write the JSON lines and the report atomically; print a summary."""
     import json
@@ -128,7 +108,9 @@ def run_detect(args: argparse.Namespace) -> int:
     report = args.report or out.with_name(out.name + ".report.tsv")
     lines, problems, faces_total = [], [], 0
     results = detect_photos(photos, detector_from_args(args), workers=args.workers)
-    with progress_bar(len(photos), "photo", getattr(args, "quiet", False)) as progress:
+    from .._progress import counting
+
+    with counting("detecting", unit="photos") as progress:
         for done, (name, _, found) in enumerate(results, start=1):
             if isinstance(found, PhotoError):
                 problems.append(f"{name}\tunreadable\t{found}")

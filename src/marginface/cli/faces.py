@@ -98,11 +98,12 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     written and, with a detector, what the report lists."""
     landmarks, out = _align_paths(args)
     if landmarks is None:
-        from ..data.face_photos import align_photos, list_photos
-        from .detect import detector_from_args, progress_bar
+        from .._progress import counting
+        from ..data.face_photos import align_photos
+        from .detect import detector_from_args
 
         detector = detector_from_args(args)
-        with progress_bar(len(list_photos(args.src)), "photo", args.quiet) as progress:
+        with counting("aligning", unit="photos") as progress:
             result = align_photos(
                 args.src,
                 out,

@@ -95,27 +95,6 @@ def _face_model(args: argparse.Namespace, source: Any) -> Any:
         ) from None
 
 
-def _progress_bar(args: argparse.Namespace, what: str):
-    """``progress(done, total)`` drawing a tqdm bar on stderr (none with ``--quiet``)."""
-    if args.quiet:
-        return None, lambda: None
-    from tqdm import tqdm
-
-    bars: list[Any] = []  # made on the first batch: an early error leaves no bar behind
-
-    def progress(done: int, total: int) -> None:
-        if not bars:
-            bars.append(tqdm(total=total, unit="img", desc=what, file=sys.stderr, leave=False))
-        bars[0].total = total
-        bars[0].update(done - bars[0].n)
-
-    def close() -> None:
-        if bars:
-            bars[0].close()
-
-    return progress, close
-
-
 def _report_skipped(skipped: list[tuple[str, str]]) -> None:
     """Unreadable or misshapen images: counted, the first few listed, on stderr."""
     if not skipped:
@@ -159,11 +138,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from ..inference.folder import embed_folder
 
     model = _face_model(args, args.model)
-    progress, close = _progress_bar(args, "embed")
-    try:
+    from .._progress import counting
+
+    with counting("embedding", unit="images") as progress:
         result = embed_folder(model, args.folder, args.out, workers=args.workers, progress=progress)
-    finally:
-        close()
     _report_skipped(result.skipped)
     _echo(
         args,
@@ -280,8 +258,9 @@ def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
     skipped: list[tuple[str, str]] = []
     names: list[str] = []
     rows = []
-    progress, close = _progress_bar(args, "embed")
-    try:
+    from .._progress import counting
+
+    with counting("embedding", unit="images") as progress:
         for paths, batch in iter_embeddings(
             model,
             folder,
@@ -292,8 +271,6 @@ def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
         ):
             names += [identity_of[p] for p in paths]
             rows.append(batch)
-    finally:
-        close()
     _report_skipped(skipped)
     if not rows:
         raise ValueError(f"none of the {len(images)} image(s) in {folder} could be used")
