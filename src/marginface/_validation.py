@@ -8,7 +8,9 @@ at the API boundary rather than as a NaN or an index error from deep inside torc
 from __future__ import annotations
 
 import math
+import os
 from numbers import Integral, Real
+from pathlib import Path
 
 import torch
 
@@ -21,6 +23,7 @@ __all__ = [
     "check_labels",
     "check_real",
     "check_representable",
+    "read_utf8_text",
 ]
 
 
@@ -200,3 +203,14 @@ def check_representable(name: str, value: float, dtype: torch.dtype) -> float:
             f"{limit:.3g}), the dtype the loss computes in"
         )
     return value
+
+
+def read_utf8_text(path: str | os.PathLike[str], advice: str) -> str:
+    """``path``'s text, decoded as UTF-8; a file in another encoding is one ``ValueError``
+    naming it and the first bad byte, then ``advice`` (what the user should do)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); {advice}"
+        ) from None

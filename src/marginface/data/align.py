@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_bytes
-from .._validation import check_choice
+from .._validation import check_choice, read_utf8_text
 
 __all__ = [
     "ALIGNMENTS",
@@ -243,13 +243,7 @@ def read_landmarks(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         with its number) or a name listed twice.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save the landmarks "
-            "file as UTF-8"
-        ) from None
+    text = read_utf8_text(path, "save the landmarks file as UTF-8")
     comma = path.suffix.lower() == ".csv" or "," in text.split("\n", 1)[0]
     rows = csv.reader(text.splitlines()) if comma else (line.split() for line in text.splitlines())
     landmarks: dict[str, np.ndarray] = {}

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._validation import read_utf8_text
 from ..evaluation.ijb import (
     IJB_FAR_TARGETS,
     IdentificationMetrics,
@@ -88,13 +89,9 @@ class IjbLayout:
 
 def _text(path: Path) -> str:
     """``path``'s text as UTF-8; a file in another encoding is a ``ValueError`` naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); the IJB meta files "
-            "are plain text, as insightface's release has them"
-        ) from None
+    return read_utf8_text(
+        path, "the IJB meta files are plain text, as insightface's release has them"
+    )
 
 
 def _table(path: Path, columns: int, what: str) -> list[list[str]]:
