@@ -23,6 +23,7 @@ __all__ = [
     "check_labels",
     "check_real",
     "check_representable",
+    "is_same_or_inside",
     "read_utf8_text",
 ]
 
@@ -214,3 +215,10 @@ def read_utf8_text(path: str | os.PathLike[str], advice: str) -> str:
         raise ValueError(
             f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); {advice}"
         ) from None
+
+
+def is_same_or_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it, both resolved (links, ``..``): an
+    output there would be written among the input's files."""
+    inner, outer = Path(path).resolve(), Path(folder).resolve()
+    return inner == outer or outer in inner.parents

@@ -44,6 +44,7 @@ import numpy as np
 
 from ._atomic import atomic_write
 from ._progress import track
+from ._validation import is_same_or_inside
 from .data.folder import list_image_folder
 from .data.framing import write_framing
 from .data.imaging import check_image_size, decode_image
@@ -232,8 +233,7 @@ def convert_folder(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {str(out)!r} exists and is not a folder")
-    source = Path(src).resolve()
-    if out.resolve() == source or source in out.resolve().parents:
+    if is_same_or_inside(out, src):
         raise ValueError(
             f"the output folder {str(out)!r} is the image folder or inside it: train.rec would "
             "sit among the identities (and be read as one by the next convert); choose another OUT"

@@ -237,8 +237,9 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _check_outside(gallery: Path, folder: Path, option: str) -> None:
     """A gallery folder must not be, or be inside, the image folder: its files would mix
     with the photos (and be listed among them on the next run)."""
-    where, images = gallery.resolve(), folder.resolve()
-    if where == images or images in where.parents:
+    from .._validation import is_same_or_inside
+
+    if is_same_or_inside(gallery, folder):
         raise ValueError(
             f"{option} {gallery} is, or is inside, the image folder {folder}: choose a gallery "
             "folder outside it"

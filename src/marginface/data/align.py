@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_bytes
-from .._validation import check_choice, read_utf8_text
+from .._validation import check_choice, is_same_or_inside, read_utf8_text
 
 __all__ = [
     "ALIGNMENTS",
@@ -272,8 +272,7 @@ def check_output_folder(src: str | os.PathLike[str], out: str | os.PathLike[str]
     Raises:
         ValueError: naming both folders.
     """
-    source, target = Path(src).resolve(), Path(out).resolve()
-    if target == source or source in target.parents or target in source.parents:
+    if is_same_or_inside(out, src) or is_same_or_inside(src, out):
         raise ValueError(
             f"the output folder {out} and the image folder {src} must not be, or contain, "
             "each other: the crops would be written among the photos; choose another OUT"
