@@ -1,5 +1,5 @@
-"""executors/binary_op.py: the one-vs-all custom operator's gradients when only one of its
-outputs is used (the other's incoming gradient is None), against the formula restated on the
+"""executors/fused_op.py's BINARY_OPS: the one-vs-all custom operator's gradients when only one of
+its outputs is used (the other's incoming gradient is None), against the formula restated on the
 dense cosines; and its fake implementation's shapes (what ``torch.compile`` traces)."""
 
 from __future__ import annotations
@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from marginface.executors.binary_op import _sums_call, _sums_fake
 from marginface.executors.chunk_loop import target_cosines
+from marginface.executors.fused_op import BINARY_OPS
+
+_sums_call, _sums_fake = BINARY_OPS.call, BINARY_OPS.fake
 
 N, C, D, CHUNK = 6, 9, 5, 4  # N != D: a row count taken from the wrong dimension fails
 S, POWER, OFFSET, SIGN = 12.0, 2.0, 0.3, -1.0

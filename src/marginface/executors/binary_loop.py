@@ -26,6 +26,10 @@ term is an ``N``-vector on a small autograd graph (the margin's own ``target_log
 in backward. The per-chunk work runs as PyTorch ops or on the Triton kernels of
 :mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`). The dense path is
 :func:`~marginface.executors.margin_loss.binary_cross_entropy` of the margin's ``N×C`` logits.
+A declared rule without inter-class filtering runs on the custom operators of
+:mod:`~marginface.executors.fused_op`; the rest (and the sharded head) on the one autograd
+Function, :class:`~marginface.executors.chunked_function.ChunkedLoss`, with this module's
+:class:`BinaryReduction`.
 
 Sharded (:class:`~marginface.executors.sharding.ClassShard`): the target cosine is summed over
 ranks (only the owner's is non-zero), each rank sums its own classes' softplus terms and the
@@ -44,28 +48,22 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from .._validation import check_int
 from ..margins.base import Margin
 from ..margins.binary import softplus
-from .binary_op import fused_binary_loss
 from .binary_passes import margin_gradient as _nontarget_gradient
 from .binary_passes import margin_sums as _nontarget_sums
 from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
-from .chunk_loop import add_target_gradient, target_cosines
-from .chunk_plan import (
-    check_sampled_classes,
-    chunk_size_for,
-    gemm_dtype,
-    normalized_with_norms,
-)
-from .chunk_workspace import ChunkWorkspace, through_normalization
+from .chunk_plan import check_chunk_arguments, check_sampled_classes, gemm_dtype
+from .chunk_workspace import ChunkWorkspace
+from .chunked_function import ChunkedLoss, Seeds
 from .dense import compute_dtype
+from .fused_op import BINARY_OPS, gradient_buffers, prologue
 from .sharding import ClassShard
 
 __all__ = [
+    "BinaryReduction",
     "BinaryRule",
     "ChunkedBinaryLoss",
     "chunked_binary_loss",
@@ -88,40 +86,33 @@ def chunked_binary_loss(
     """Per-sample binary loss without the ``N×C`` logits: the arguments and the return value
     of :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`, for a binary margin.
     ``kernels``: see :func:`use_binary_kernels`."""
-    sampled_classes = check_sampled_classes(sampled_classes, weight)
-    if chunk_size is not None:
-        chunk_size = check_int("chunk_size", chunk_size, minimum=1)
-    sub_centers = check_int("sub_centers", sub_centers, minimum=1)
-    if weight.dim() != 2 or weight.shape[0] % sub_centers:
-        raise ValueError(
-            f"weight must have shape (C·K, D) with K = sub_centers = {sub_centers}, "
-            f"got {tuple(weight.shape)}"
-        )
-    dtype = compute_dtype(embeddings, weight)
-    gemm = gemm_dtype(embeddings, weight)
-    triton = use_binary_kernels(margin, kernels, embeddings, weight)
+    sub_centers, chunk_size, sampled_classes = check_chunk_arguments(
+        weight, sub_centers, chunk_size, sampled_classes
+    )
     compiled_rule = (
         margin.binary_kernel_parameters() is not None and margin.interclass_filtering_threshold == 0
     )
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        if compiled_rule:  # the custom ops: torch.compile traces them without a graph break
+    if compiled_rule:  # the custom ops: torch.compile traces them without a graph break
+        triton = use_binary_kernels(margin, kernels, embeddings, weight)
+        dtype = compute_dtype(embeddings, weight)
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
             return fused_binary_loss(
                 embeddings.to(dtype), weight, labels, margin, sub_centers=sub_centers,
                 chunk_size=chunk_size, triton=triton, sampled_classes=sampled_classes,
             )  # fmt: skip
-        return ChunkedBinaryLoss.apply(
-            embeddings.to(dtype), weight, margin.bias, labels, labels, margin, sub_centers,
-            chunk_size, gemm, None, sampled_classes, triton,
-        )  # fmt: skip
+    return sharded_binary_loss(
+        embeddings, weight, labels, labels, margin, None, sub_centers=sub_centers,
+        chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
+    )  # fmt: skip
 
 
 def sharded_binary_loss(
     embeddings: Tensor,
     weight: Tensor,
-    targets: Tensor,
+    local_labels: Tensor,
     labels: Tensor,
     margin: Margin,
-    shard: ClassShard,
+    shard: ClassShard | None,
     *,
     sub_centers: int = 1,
     chunk_size: int | None = None,
@@ -130,37 +121,119 @@ def sharded_binary_loss(
 ) -> Tensor:
     """The global batch's per-sample binary loss, classes sharded over ``shard``'s ranks: the
     arguments and the return value of
-    :func:`~marginface.executors.chunked.sharded_margin_cross_entropy`, for a binary margin."""
+    :func:`~marginface.executors.chunked.sharded_margin_cross_entropy`, for a binary margin
+    (``shard`` None: one process, ``local_labels`` the labels), on the autograd Function."""
     sampled_classes = check_sampled_classes(sampled_classes, weight)
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
     triton = use_binary_kernels(margin, kernels, embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         return ChunkedBinaryLoss.apply(
-            embeddings.to(dtype), weight, margin.bias, targets, labels, margin, sub_centers,
+            embeddings.to(dtype), weight, margin.bias, local_labels, labels, margin, sub_centers,
             chunk_size, gemm, shard, sampled_classes, triton,
         )  # fmt: skip
 
 
-class ChunkedBinaryLoss(torch.autograd.Function):
-    """``(x[n, D], weight[c·K, D], bias[]) -> loss[N]``, the binary reduction chunk by chunk.
+class BinaryReduction:
+    """The one-vs-all :class:`~marginface.executors.chunked_function.Reduction`: ``L_i =
+    w_+ softplus(-T_i) + w_- S_i`` with the margin's target logit ``T_i`` (its bias a leaf of
+    the small graph) and ``S_i = Σ_{j≠y_i} softplus(z_ij)``, summed over the ranks.
 
-    ``apply(x, weight, bias, targets, labels, margin, sub_centers, chunk_size, gemm, shard,
-    sample, triton)`` with the conventions of
-    :class:`~marginface.executors.chunked_function.ChunkedMarginCrossEntropy` (``x`` in the
-    compute dtype; ``targets`` the classes among these weight rows, ``-1`` on another rank;
-    ``sample`` Partial FC's classes, read in place). ``bias`` is the margin's ``b``; its
-    gradient is complete on every rank. ``triton``: run the per-chunk work on the kernels of
-    :mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`).
+    Args:
+        margin: the binary margin; its declared rule
+            (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`) runs in
+            place (:func:`~.binary_passes.rule_sums`), any other on its own logits.
+        triton: run the per-chunk work on the kernels of
+            :mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`).
+        dtype: the compute dtype (the bias leaf's).
+    """
+
+    requires_norms = False
+
+    def __init__(self, margin: Any, *, triton: bool, dtype: torch.dtype) -> None:
+        self.margin, self.triton, self.dtype = margin, triton, dtype
+
+    def parameter_leaf(self, parameters: Tensor, shard: ClassShard | None) -> Tensor:
+        """The bias ``b`` in the compute dtype (0-dim, replicated: the same on every rank)."""
+        return parameters.detach().to(self.dtype).clone()
+
+    def target(
+        self,
+        chunks: ChunkWorkspace,
+        cos_target: Tensor,
+        labels: Tensor,
+        norms: Tensor | None,
+        parameters: Tensor | None,
+        shard: ClassShard | None,
+    ) -> None:
+        """The target term ``w_+ softplus(-T_i)`` on the small graph; the rule at this bias."""
+        margin = self.margin
+        bias = parameters if parameters is not None else margin.bias.detach().to(self.dtype)
+        self.bias = bias.detach()  # 0-dim
+        target_logit = margin.target_logit(cos_target, bias)  # (N,)
+        self.positive = margin.positive_weight * softplus(-target_logit)  # (N,)
+        declared = margin.binary_kernel_parameters() is not None
+        self.rule = binary_rule_of(margin, self.bias) if declared else None
+
+    def forward(self, chunks: ChunkWorkspace, shard: ClassShard | None) -> Tensor:
+        """``L_i``, the non-target sums over this rank's classes summed over the ranks."""
+        if self.triton:
+            from .triton_binary import triton_binary_sums
+
+            assert self.rule is not None  # use_binary_kernels: a declared rule, no filtering
+            negative = triton_binary_sums(chunks, self.rule).to(chunks.x_hat.dtype)  # (N,)
+        elif self.rule is not None:  # the declared rule in place over the chunk workspace
+            negative = rule_sums(chunks, self.rule, self.margin.interclass_filtering_threshold)
+        else:
+            negative = _nontarget_sums(chunks, self.margin, self.bias)  # (N,)
+        if shard is not None:
+            shard.all_sum_(negative)
+        return self.positive.detach() + self.margin.negative_weight * negative
+
+    def backward(
+        self, chunks: ChunkWorkspace, grad: Tensor, need_weight: bool, shard: ClassShard | None
+    ) -> tuple[Tensor, Tensor | None, Seeds, Tensor | None]:
+        """The non-target pass (``∂L/∂c_ij = γ_i w_- σ(z_ij) ∂z/∂c``), the target's seed
+        ``γ`` and the bias's non-target share summed over the ranks."""
+        margin, rule = self.margin, self.rule
+        grad_x_hat, grad_weight = gradient_buffers(chunks, need_weight)
+        if self.triton:
+            from .triton_binary import triton_nontarget_gradient
+
+            grad_bias = triton_nontarget_gradient(
+                chunks, rule, margin.bias_sign, grad, grad_x_hat, grad_weight
+            )
+        elif rule is not None:
+            grad_bias = rule_gradient(
+                chunks, rule, margin.bias_sign, grad * margin.negative_weight, grad_x_hat,
+                grad_weight, margin.interclass_filtering_threshold,
+            )  # fmt: skip
+        else:
+            grad_bias = _nontarget_gradient(
+                chunks, margin, self.bias, grad, grad_x_hat, grad_weight
+            )
+        if shard is not None:
+            shard.all_sum_(grad_bias)  # Σ over ranks of each one's classes
+        return grad_x_hat, grad_weight, [(self.positive, grad)], grad_bias
+
+
+class ChunkedBinaryLoss:
+    """The one-vs-all call of :class:`~marginface.executors.chunked_function.ChunkedLoss` (no
+    autograd Function of its own).
+
+    ``apply(x, weight, bias, local_labels, labels, margin, sub_centers, chunk_size, gemm,
+    shard, sample, triton=False) -> loss[N]`` with :class:`ChunkedLoss`'s conventions. ``bias``
+    is the margin's ``b``; its gradient is complete on every rank. ``triton``: run the
+    per-chunk work on the kernels of :mod:`~marginface.executors.triton_binary`
+    (:func:`use_binary_kernels`).
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
+    def apply(
         x: Tensor,
         weight: Tensor,
         bias: Tensor,
-        targets: Tensor,
+        local_labels: Tensor,
         labels: Tensor,
         margin: Any,
         sub_centers: int,
@@ -170,94 +243,46 @@ class ChunkedBinaryLoss(torch.autograd.Function):
         sample: Tensor | None,
         triton: bool = False,
     ) -> Tensor:
-        if shard is not None:
-            x = shard.gather_rows(x)  # (N, D), the global batch
-        k = sub_centers
-        x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
-        chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
-        chunks = ChunkWorkspace(x_hat, weight, targets, k, chunk_size, gemm, sample=sample)
-        b = bias.detach().to(x.dtype)  # 0-dim
+        """The loss ``Tensor[N]``."""
+        reduction = BinaryReduction(margin, triton=triton, dtype=x.dtype)
+        return ChunkedLoss.apply(
+            x, weight, bias, local_labels, labels, reduction, sub_centers, chunk_size, gemm,
+            shard, sample,
+        )  # fmt: skip
 
-        cos_raw, target_rows = target_cosines(x_hat, weight, targets, k, sample)  # (N,), (N,)
-        owned = targets >= 0  # (N,)
-        if shard is not None:
-            shard.all_sum_(cos_raw)  # only the owner's is non-zero
 
-        # The target term on a small graph of N-vectors, replayed in backward.
-        with torch.enable_grad():
-            cos_leaf = cos_raw.detach().requires_grad_(True)
-            bias_leaf = b.clone().requires_grad_(True)
-            target_logit = margin.target_logit(cos_leaf.clamp(-1.0, 1.0), bias_leaf)  # (N,)
-            positive = margin.positive_weight * softplus(-target_logit)  # (N,)
+def fused_binary_loss(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    margin: Any,
+    *,
+    sub_centers: int,
+    chunk_size: int | None,
+    triton: bool,
+    sampled_classes: Tensor | None = None,
+) -> Tensor:
+    """The chunked binary loss ``Tensor[N]`` through the custom ops (no graph break under
+    ``torch.compile``), for a margin whose
+    :meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters` is not None and
+    without inter-class filtering.
 
-        declared = margin.binary_kernel_parameters() is not None
-        rule = binary_rule_of(margin, b) if declared else None
-        threshold = margin.interclass_filtering_threshold
-        if triton:
-            from .triton_binary import triton_binary_sums
-
-            assert rule is not None  # use_binary_kernels: a declared rule, no filtering
-            negative = triton_binary_sums(chunks, rule).to(cos_raw.dtype)  # (N,)
-        elif rule is not None:  # the declared rule in place over the chunk workspace
-            negative = rule_sums(chunks, rule, threshold)  # (N,)
-        else:
-            negative = _nontarget_sums(chunks, margin, b)  # (N,)
-        if shard is not None:
-            shard.all_sum_(negative)
-
-        ctx.save_for_backward(norms, x_hat, target_rows, owned)
-        ctx.shard, ctx.chunks, ctx.margin, ctx.bias = shard, chunks, margin, b
-        ctx.rule, ctx.triton = rule, triton
-        ctx.graph = (cos_leaf, bias_leaf, positive)
-        ctx.bias_dtype = bias.dtype
-        return positive.detach() + margin.negative_weight * negative
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        norms, x_hat, target_rows, owned = ctx.saved_tensors
-        shard: ClassShard | None = ctx.shard
-        chunks: ChunkWorkspace = ctx.chunks
-        margin = ctx.margin
-        cos_leaf, bias_leaf, positive = ctx.graph
-        grad = grad_loss.to(x_hat.dtype)  # (N,)
-
-        grad_x_hat = torch.zeros_like(x_hat)  # (N, D)
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            sampled = chunks.sample is not None
-            weight = chunks.weight
-            grad_weight = torch.zeros_like(weight) if sampled else torch.empty_like(weight)
-        if ctx.triton:
-            from .triton_binary import triton_nontarget_gradient
-
-            grad_bias = triton_nontarget_gradient(
-                chunks, ctx.rule, margin.bias_sign, grad, grad_x_hat, grad_weight
-            )
-        elif ctx.rule is not None:
-            grad_bias = rule_gradient(
-                chunks, ctx.rule, margin.bias_sign, grad * margin.negative_weight, grad_x_hat,
-                grad_weight, margin.interclass_filtering_threshold,
-            )  # fmt: skip
-        else:
-            grad_bias = _nontarget_gradient(chunks, margin, ctx.bias, grad, grad_x_hat, grad_weight)
-        if shard is not None:
-            shard.all_sum_(grad_bias)  # Σ over ranks of each one's classes
-
-        # The target term: backward through its small graph, then through the indexed dot.
-        with torch.enable_grad():
-            objective = torch.dot(positive, grad)
-        grad_cos, grad_bias_target = torch.autograd.grad(
-            objective, [cos_leaf, bias_leaf], allow_unused=True, retain_graph=True
-        )
-        if grad_cos is None:
-            grad_cos = torch.zeros_like(cos_leaf)
-        if grad_bias_target is not None:
-            grad_bias = grad_bias + grad_bias_target
-        add_target_gradient(chunks, grad_cos, target_rows, owned, grad_x_hat, grad_weight)
-
-        grad_x = through_normalization(x_hat, norms, grad_x_hat)  # (N, D), through x̂ = x/‖x‖
-        if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
-            grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
-        grad_b = grad_bias.to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
-        return grad_x, grad_weight, grad_b, None, None, None, None, None, None, None, None, None
+    Args:
+        x: ``Tensor[N, D]`` in the compute dtype, autocast off. weight, labels, sub_centers,
+            chunk_size, sampled_classes: as
+            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`.
+        triton: run the per-chunk work on the Triton kernels (decided by the caller).
+    """
+    k, sample = sub_centers, sampled_classes
+    start = prologue(x, weight, labels, k, sample, chunk_size)
+    x_hat, _, cos_raw, target_rows, chunk_size = start
+    parameters = margin.binary_kernel_parameters()
+    clamp = margin.logit_clamp if margin.logit_clamp is not None else 0.0
+    sums, cos_pass, _ = BINARY_OPS.call(
+        x_hat, weight, labels, target_rows, cos_raw, margin.bias, float(margin.scale),
+        float(parameters["power"]), float(parameters["offset"]), float(margin.bias_sign),
+        float(clamp), margin.gradient == "straight_through", k, chunk_size,
+        "triton" if triton else "torch", sample,
+    )  # fmt: skip
+    target_logit = margin.target_logit(cos_pass.clamp(-1.0, 1.0), margin.bias)  # (N,)
+    return margin.positive_weight * softplus(-target_logit) + margin.negative_weight * sums

@@ -538,17 +538,17 @@ def _add_chunk_gradient(
 
 # --------------------------------------------------------------------------- the target
 def target_cosines(
-    x_hat: Tensor, weight: Tensor, targets: Tensor, sub_centers: int, sample: Tensor | None
+    x_hat: Tensor, weight: Tensor, local_labels: Tensor, sub_centers: int, sample: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     """``cos θ_{i,y_i}`` (an indexed dot, max over the target's ``K`` sub-centers) and the
     winning row among the loop's rows (``y·K + k``; ``y`` a position in ``sample`` if given),
     ``(Tensor[N], Tensor[N])``, without gradient and without a host synchronization. Rows with
-    ``targets = -1`` (another rank owns the class) get 0 and row 0."""
+    ``local_labels = -1`` (another rank owns the class) get 0 and row 0."""
     with torch.no_grad():
         k = sub_centers
-        owned = targets >= 0  # (N,)
-        safe = targets.clamp_min(0)  # (N,)
-        offsets = torch.arange(k, device=targets.device)  # (K,)
+        owned = local_labels >= 0  # (N,)
+        safe = local_labels.clamp_min(0)  # (N,)
+        offsets = torch.arange(k, device=local_labels.device)  # (K,)
         candidates = safe.unsqueeze(1) * k + offsets  # (N, K), the loop's rows
         rows = candidates if sample is None else sample[safe].unsqueeze(1) * k + offsets
         centers = weight[rows].to(x_hat.dtype)  # (N, K, D)

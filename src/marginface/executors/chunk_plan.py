@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._validation import check_choice
+from .._validation import check_choice, check_int
 from ..margins.base import NONTARGET_KERNELS, Margin
 from .dense import NORMALIZE_EPS, compute_dtype, row_norms
 
@@ -31,6 +31,7 @@ __all__ = [
     "KERNELS_ENV",
     "MIN_DEFAULT_CHUNK",
     "TRITON_DTYPES",
+    "check_chunk_arguments",
     "check_chunkable",
     "check_sampled_classes",
     "chunk_size_for",
@@ -261,6 +262,25 @@ def check_sampled_classes(sampled_classes: Any, weight: Tensor) -> Tensor | None
             f"got {sampled_classes.device}"
         )
     return sampled_classes
+
+
+def check_chunk_arguments(
+    weight: Tensor, sub_centers: Any, chunk_size: Any, sampled_classes: Any
+) -> tuple[int, int | None, Tensor | None]:
+    """``(sub_centers, chunk_size, sampled_classes)`` of a chunked call, checked:
+    ``sub_centers >= 1`` dividing the rows of a ``(C·K, D)`` weight, ``chunk_size`` None or
+    ``>= 1``, and :func:`check_sampled_classes`; ``TypeError``/``ValueError`` naming the
+    argument and the value otherwise."""
+    sampled_classes = check_sampled_classes(sampled_classes, weight)
+    if chunk_size is not None:
+        chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    sub_centers = check_int("sub_centers", sub_centers, minimum=1)
+    if weight.dim() != 2 or weight.shape[0] % sub_centers:
+        raise ValueError(
+            f"weight must have shape (C·K, D) with K = sub_centers = {sub_centers}, "
+            f"got {tuple(weight.shape)}"
+        )
+    return sub_centers, chunk_size, sampled_classes
 
 
 def normalized_with_norms(x: Tensor) -> tuple[Tensor, Tensor]:

@@ -43,6 +43,7 @@ target math is the same PyTorch code either way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
@@ -56,18 +57,28 @@ from .chunk_plan import (
     KERNELS,
     KERNELS_ENV,
     MIN_DEFAULT_CHUNK,
+    check_chunk_arguments,
     check_chunkable,
     check_sampled_classes,
     default_chunk_size,
     gemm_dtype,
     requested_kernels,
     scale_in_gemm,
+    scale_per_row,
     triton_available,
+    use_triton_kernels,
 )
 from .chunk_workspace import PROJECTION_BLOCK, ROW_DOT_BLOCK
 from .chunked_function import ChunkedMarginCrossEntropy, stack_class_values
 from .dense import compute_dtype, row_norms
-from .fused_op import fused_margin_cross_entropy, nontarget_rule
+from .fused_op import (
+    RULE_IDENTITY,
+    SOFTMAX_OPS,
+    nontarget_rule,
+    prologue,
+    row_statistics_call,
+    row_statistics_rule,
+)
 from .margin_loss import margin_loss
 from .sharding import ClassShard
 
@@ -167,58 +178,33 @@ def chunked_margin_cross_entropy(
             embeddings, weight, labels, margin, sub_centers=sub_centers, chunk_size=chunk_size,
             kernels=kernels, sampled_classes=sampled_classes,
         )  # fmt: skip
-    sampled_classes = check_sampled_classes(sampled_classes, weight)
-    if chunk_size is not None:
-        chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+    sub_centers, chunk_size, sampled_classes = check_chunk_arguments(
+        weight, sub_centers, chunk_size, sampled_classes
+    )
     if row_block is not None:
         row_block = check_int("row_block", row_block, minimum=1)
-    sub_centers = check_int("sub_centers", sub_centers, minimum=1)
     kernels = requested_kernels(kernels)  # the environment variable, read once
-    if weight.dim() != 2 or weight.shape[0] % sub_centers:
-        raise ValueError(
-            f"weight must have shape (C·K, D) with K = sub_centers = {sub_centers}, "
-            f"got {tuple(weight.shape)}"
-        )
-    dtype = compute_dtype(embeddings, weight)
-    gemm = gemm_dtype(embeddings, weight)
     rule = nontarget_rule(margin)
-    with torch.autocast(device_type=embeddings.device.type, enabled=False):
-        x = embeddings.to(dtype)
-        if row_block is not None:  # the row-block tiling, on the autograd Function
-            grad = torch.is_grad_enabled()
-            gradients = (grad and x.requires_grad, grad and weight.requires_grad)
-            names, stacked = stack_class_values(margin, class_values)
-            loss = ChunkedMarginCrossEntropy.apply(
-                x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
-                None, sampled_classes, row_block, gradients, names, stacked,
+    if row_block is None and rule is not None:  # the custom ops: no graph break under compile
+        dtype = compute_dtype(embeddings, weight)
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            x = embeddings.to(dtype)
+            loss = _fused_cross_entropy(
+                x, weight, labels, margin, rule, sub_centers=sub_centers, chunk_size=chunk_size,
+                kernels=kernels, sampled_classes=sampled_classes, class_values=class_values,
             )  # fmt: skip
-        elif rule is not None:  # the custom ops: torch.compile traces them without graph breaks
-            loss = fused_margin_cross_entropy(
-                x,
-                weight,
-                labels,
-                margin,
-                rule,
-                sub_centers=sub_centers,
-                chunk_size=chunk_size,
-                kernels=kernels,
-                sampled_classes=sampled_classes,
-                class_values=class_values,
-            )
-        else:  # another non-target rule: the autograd Function (a graph break under compile)
-            names, stacked = stack_class_values(margin, class_values)
-            loss = ChunkedMarginCrossEntropy.apply(
-                x, weight, labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
-                None, sampled_classes, None, (True, True), names, stacked,
-            )  # fmt: skip
-        norms = row_norms(x) if margin.requires_norms else None  # (N,)
-        return margin_loss(loss, margin, norms)
+            return margin_loss(loss, margin, row_norms(x) if margin.requires_norms else None)
+    # Row blocks, another non-target rule: the autograd Function (a graph break under compile).
+    return _function_loss(
+        embeddings, weight, labels, labels, margin, None, sub_centers, chunk_size, kernels,
+        sampled_classes, class_values, row_block,
+    )  # fmt: skip
 
 
 def sharded_margin_cross_entropy(
     embeddings: Tensor,
     weight: Tensor,
-    targets: Tensor,
+    local_labels: Tensor,
     labels: Tensor,
     margin: Margin,
     shard: ClassShard,
@@ -241,7 +227,7 @@ def sharded_margin_cross_entropy(
     Args:
         embeddings: ``Tensor[n_r, D]``, this rank's rows (``n_r`` may differ between ranks).
         weight: ``Tensor[c·K, D]``, the centers of this rank's classes.
-        targets: ``Tensor[N_global]`` int64, each row's class among ``weight``'s (among
+        local_labels: ``Tensor[N_global]`` int64, each row's class among ``weight``'s (among
             ``sampled_classes``, if given), ``-1`` where another rank owns it.
         labels: ``Tensor[N_global]`` int64, the global labels (what the margin sees).
         margin: the margin (every margin that runs chunked).
@@ -264,21 +250,47 @@ def sharded_margin_cross_entropy(
     check_chunkable(margin)
     if margin.objective == "binary":  # one-vs-all: Σ softplus, the sums all-reduced
         return sharded_binary_loss(
-            embeddings, weight, targets, labels, margin, shard, sub_centers=sub_centers,
+            embeddings, weight, local_labels, labels, margin, shard, sub_centers=sub_centers,
             chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
         )  # fmt: skip
     sampled_classes = check_sampled_classes(sampled_classes, weight)
+    return _function_loss(
+        embeddings, weight, local_labels, labels, margin, shard, sub_centers, chunk_size,
+        kernels, sampled_classes, class_values, None,
+    )  # fmt: skip
+
+
+def _function_loss(
+    embeddings: Tensor,
+    weight: Tensor,
+    local_labels: Tensor,
+    labels: Tensor,
+    margin: Margin,
+    shard: ClassShard | None,
+    sub_centers: int,
+    chunk_size: int | None,
+    kernels: str | None,
+    sampled_classes: Tensor | None,
+    class_values: Mapping[str, Tensor] | None,
+    row_block: int | None,
+) -> Tensor:
+    """The softmax loss ``Tensor[N]`` (the regularizer added, placed on a sharded head) on the
+    autograd Function (:class:`~.chunked_function.ChunkedLoss`), the arguments checked."""
     kernels = requested_kernels(kernels)  # the environment variable, read once
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
+        grad = torch.is_grad_enabled()  # the row blocks form the gradients in the forward
+        gradients = (grad and x.requires_grad, grad and weight.requires_grad)
         names, stacked = stack_class_values(margin, class_values)
         loss = ChunkedMarginCrossEntropy.apply(
-            x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard,
-            sampled_classes, None, (True, True), names, stacked,
+            x, weight, local_labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
+            shard, sampled_classes, row_block, gradients, names, stacked,
         )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (n_r,)
+        if shard is None:
+            return margin_loss(loss, margin, norms)
         rows = shard.rows
 
         def place(extra: Tensor) -> Tensor:  # (n_r,) -> (N,), the same on every rank
@@ -286,3 +298,77 @@ def sharded_margin_cross_entropy(
             return torch.cat([gathered[: rows.start], extra, gathered[rows.stop :]])
 
         return margin_loss(loss, margin, norms, place_regularizer=place)
+
+
+def _fused_cross_entropy(
+    x: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    margin: Margin,
+    rule: int,
+    *,
+    sub_centers: int,
+    chunk_size: int | None,
+    kernels: str | None,
+    sampled_classes: Tensor | None = None,
+    class_values: Mapping[str, Tensor] | None = None,
+) -> Tensor:
+    """The chunked executor's cross-entropy ``Tensor[N]`` (without the regularizer) through the
+    custom ops: traceable by ``torch.compile`` without a graph break.
+
+    Args:
+        x: ``Tensor[N, D]`` in the compute dtype (float32/float64), autocast off.
+        weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
+            positions in ``sampled_classes``, if given).
+        margin: a margin whose :func:`nontarget_rule` is ``rule`` (not None).
+        sub_centers, chunk_size, kernels, sampled_classes, class_values: as
+            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy` (the per-class
+            values enter the target's small graph of ``N``-vectors, so autograd differentiates
+            them).
+    """
+    n, k, sample = x.shape[0], sub_centers, sampled_classes
+    triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
+    kernels = "triton" if triton else "torch"  # chosen once for the call's operators
+    start = prologue(x, weight, labels, k, sample, chunk_size)
+    x_hat, norms, cos_raw, target_rows, chunk_size = start
+    cos_target = cos_raw.clamp(-1.0, 1.0)  # (N,)
+    norms_arg = norms if margin.requires_norms else None
+    empty = x.new_empty(0)
+    statistics_scale = margin.statistics_scale()
+    statistics_rule = row_statistics_rule(margin)
+    if statistics_rule is not None:  # per-row sums over the classes, one more pass
+        with torch.no_grad():
+            parameters = margin.row_statistics_kernel_parameters(cos_target)
+            threshold = parameters.get("threshold", empty).reshape(-1).to(x.dtype)  # (N,)
+            sums = row_statistics_call(
+                x_hat.detach(), weight.detach(), labels, threshold, k, chunk_size,
+                statistics_rule, kernels, sample,
+            )  # fmt: skip
+        context = margin.prepare_with_row_statistics(cos_target, labels, norms_arg, sums)
+    elif statistics_scale is not None:
+        with torch.no_grad():  # log B at the old scale: one more pass over the classes
+            old = scale_per_row(statistics_scale, n, x)  # (N,)
+            per_row, _, _ = SOFTMAX_OPS.call(
+                x_hat.detach(), weight.detach(), labels, target_rows, cos_raw, old, empty,
+                empty, RULE_IDENTITY, k, chunk_size, kernels, sample,
+            )  # fmt: skip
+            log_b = torch.logsumexp(per_row, dim=0) - math.log(n)
+        context = margin.prepare_with_statistics(cos_target, labels, norms_arg, log_b)
+    else:
+        context = margin.prepare(cos_target, labels, norms_arg)
+    context = margin.with_class_values(context, class_values)
+    threshold, t = empty, empty
+    if rule != RULE_IDENTITY:
+        parameters = margin.nontarget_kernel_parameters(context)
+        if "threshold" in parameters:
+            threshold = parameters["threshold"].detach().reshape(n).to(x.dtype)  # (N,)
+        if "t" in parameters:
+            t = torch.as_tensor(parameters["t"], dtype=x.dtype, device=x.device).detach()
+    row_scale = scale_per_row(context["scale"], n, x)  # (N,), a gradient for SphereFace's ‖x‖
+    lse_nt, cos_pass, _ = SOFTMAX_OPS.call(
+        x_hat, weight, labels, target_rows, cos_raw, row_scale, threshold, t, rule, k,
+        chunk_size, kernels, sample,
+    )  # fmt: skip
+    target = margin.adjusted_target_cosine(cos_pass.clamp(-1.0, 1.0), norms_arg, context)
+    target_logit = target.to(x.dtype) * row_scale  # (N,)
+    return torch.logaddexp(lse_nt, target_logit) - target_logit

@@ -1,21 +1,25 @@
-"""The chunked executor as an autograd Function: eager mode, the sharded head, Partial FC, and
-any margin written through the hooks (any non-target rule, inter-class filtering).
+"""The chunked executor's one autograd Function, for both loss families: eager mode, the sharded
+head, Partial FC, row blocks, and any margin written through the hooks (any non-target rule,
+inter-class filtering).
 
-A thin wrapper over the one chunk loop (:mod:`~marginface.executors.chunk_loop`): the prologue,
-the margin's hooks on a small graph of ``N``-vectors (replayed in backward), one forward pass
-(:func:`~marginface.executors.chunk_loop.nontarget_statistics`) and one backward pass
-(:func:`~marginface.executors.chunk_loop.nontarget_gradient`). With a
-:class:`~marginface.executors.sharding.ClassShard`, the embeddings are gathered first and the
-partial results merge by all-reductions. ``torch.compile`` breaks the graph here; the margins
-whose non-target rule is compiled in run on the custom operators of
-:mod:`~marginface.executors.fused_op` instead.
+:class:`ChunkedLoss` holds what every reduction shares, once: the prologue (the class shard's
+gather of the embeddings, ``x̂ = x/‖x‖``, the chunk workspace over ``W``, read in place for a
+Partial FC sample), the target cosine (an indexed dot, summed over the ranks), the margin's
+small graph of ``N``-vectors (replayed in backward), the weight-gradient buffer, the target's
+share of ``∂L/∂x̂`` and ``∂L/∂W``, the backward through ``x̂`` and the class shard's sum of the
+rows' gradients. What differs is a :class:`Reduction`: the softmax's (:class:`SoftmaxReduction`:
+online ``(max, Σexp)`` over the class chunks, the log-sum-exp with the margin's target logit)
+or the one-vs-all's (:class:`~marginface.executors.binary_loop.BinaryReduction`: ``Σ
+softplus``). Both run the one chunk loop (:mod:`~marginface.executors.chunk_loop`).
+``torch.compile`` breaks the graph here; the margins whose non-target rule is compiled in run
+on the custom operators of :mod:`~marginface.executors.fused_op` instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -42,31 +46,84 @@ from .chunk_plan import (
     use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace, through_normalization
-from .fused_op import row_statistics_rule
+from .fused_op import gradient_buffers, row_statistics_rule
 from .sharding import ClassShard
 from .triton_dispatch import kernel_rule, triton_row_statistics
 
-__all__ = ["ChunkedMarginCrossEntropy", "stack_class_values"]
+__all__ = [
+    "ChunkedLoss",
+    "ChunkedMarginCrossEntropy",
+    "Reduction",
+    "SoftmaxReduction",
+    "stack_class_values",
+]
+
+Seeds = list[tuple[Tensor, Tensor]]
+"""``(output, seed)`` pairs on the small graph: the backward takes ``Σ seed·output``'s
+gradient in the graph's leaves (a vector-Jacobian product)."""
 
 
-class ChunkedMarginCrossEntropy(torch.autograd.Function):
-    """``(x[n, D], weight[c·K, D]) -> loss[N]`` (the cross-entropy, without the regularizer).
+class Reduction(Protocol):
+    """One loss family's steps inside :class:`ChunkedLoss` (made per call: it keeps its
+    forward's results for its backward).
 
-    ``apply(x, weight, targets, labels, margin, sub_centers, chunk_size, gemm, kernels, shard,
-    sample)``: ``x`` in the compute dtype (float32/float64), autocast off. ``targets[N]`` is
-    each row's class among these weight rows (``-1`` when another rank owns it), ``labels[N]``
-    its global class (what the margin sees). Without a shard ``n = N`` and ``targets`` are the
-    labels; with a :class:`~.sharding.ClassShard`, ``x`` holds this rank's rows, which are
-    gathered into the global batch of ``N`` rows first. ``sample`` (``int64[S]``, Partial FC's
-    sorted classes of ``weight``): only those classes are computed with, read in place, and
-    ``targets`` are positions in ``sample``; the weight's gradient is shard-sized, zero outside
-    the sample. ``chunk_size`` None: :func:`~.chunk_plan.default_chunk_size` of the global
-    batch. ``gemm``: the chunk GEMM's dtype (:func:`~.chunk_plan.gemm_dtype`). ``kernels``:
-    one of :data:`~.chunk_plan.KERNELS` or None (the environment variable, read here), resolved
-    once for the call. ``names``, ``class_values`` (:func:`stack_class_values`): the margin's
-    per-class parameters at each row's target class, ``Tensor[P, N]`` (with a shard: from this
-    rank's classes, 0 elsewhere, summed over the ranks here), or ``()`` and None; their gradient
-    comes out of the margin's small graph.
+    Attributes:
+        requires_norms: whether :meth:`target` reads the embeddings' norms (a leaf of the small
+            graph, its gradient flowing back through ``‖x‖``).
+    """
+
+    requires_norms: bool
+
+    def parameter_leaf(self, parameters: Tensor, shard: ClassShard | None) -> Tensor:
+        """The small graph's leaf for the Function's ``parameters`` input (a copy, same on
+        every rank), without ``requires_grad`` yet."""
+        ...
+
+    def target(
+        self,
+        chunks: ChunkWorkspace,
+        cos_target: Tensor,
+        labels: Tensor,
+        norms: Tensor | None,
+        parameters: Tensor | None,
+        shard: ClassShard | None,
+    ) -> None:
+        """Build the target's small graph (under ``enable_grad``) from the clamped target
+        cosine ``Tensor[N]``, the global ``labels``, the norms leaf and the parameters leaf;
+        any pass over the classes that the margin's hooks need first runs here."""
+        ...
+
+    def forward(self, chunks: ChunkWorkspace, shard: ClassShard | None) -> Tensor:
+        """The non-target pass over the class chunks (merged over the ranks), and the loss
+        ``Tensor[N]`` (without gradient)."""
+        ...
+
+    def backward(
+        self, chunks: ChunkWorkspace, grad: Tensor, need_weight: bool, shard: ClassShard | None
+    ) -> tuple[Tensor, Tensor | None, Seeds, Tensor | None]:
+        """The non-target pass of the backward, given ``grad`` (``∂L/∂L_i``, ``Tensor[N]``):
+        ``(∂L/∂x̂ [N, D], ∂L/∂W [C·K, D] or None, the small graph's seeds, the non-target share
+        of the parameters' gradient summed over the ranks, or None)``."""
+        ...
+
+
+class ChunkedLoss(torch.autograd.Function):
+    """``(x[n, D], weight[c·K, D], parameters) -> loss[N]``: the one autograd boundary of the
+    chunked executor, for a :class:`Reduction`.
+
+    ``apply(x, weight, parameters, local_labels, labels, reduction, sub_centers, chunk_size,
+    gemm, shard, sample)``: ``x`` in the compute dtype (float32/float64), autocast off.
+    ``parameters``: the reduction's differentiable input besides ``x`` and ``weight`` (the
+    softmax margin's per-class values ``Tensor[P, N]``, the one-vs-all bias ``b``), or None.
+    ``local_labels[N]`` is each row's class among these weight rows (``-1`` when another rank
+    owns it), ``labels[N]`` its global class (what the margin sees). Without a shard ``n = N``
+    and the two are the same tensor; with a :class:`~.sharding.ClassShard`, ``x`` holds this
+    rank's rows, which are gathered into the global batch of ``N`` rows first. ``sample``
+    (``int64[S]``, Partial FC's sorted classes of ``weight``): only those classes are computed
+    with, read in place, and ``local_labels`` are positions in ``sample``; the weight's gradient
+    is shard-sized, zero outside the sample. ``chunk_size`` None:
+    :func:`~.chunk_plan.default_chunk_size` of the global batch. ``gemm``: the chunk GEMM's dtype
+    (:func:`~.chunk_plan.gemm_dtype`).
     """
 
     @staticmethod
@@ -74,7 +131,260 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         ctx: Any,
         x: Tensor,
         weight: Tensor,
-        targets: Tensor,
+        parameters: Tensor | None,
+        local_labels: Tensor,
+        labels: Tensor,
+        reduction: Reduction,
+        sub_centers: int,
+        chunk_size: int | None,
+        gemm: torch.dtype,
+        shard: ClassShard | None,
+        sample: Tensor | None,
+    ) -> Tensor:
+        if shard is not None:
+            x = shard.gather_rows(x)  # (N, D), the global batch
+        k = sub_centers
+        x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
+        chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
+        chunks = ChunkWorkspace(x_hat, weight, local_labels, k, chunk_size, gemm, sample=sample)
+
+        # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
+        cos_raw, target_rows = target_cosines(x_hat, weight, local_labels, k, sample)
+        owned = local_labels >= 0  # (N,)
+        if shard is not None:
+            shard.all_sum_(cos_raw)
+
+        # The margin's target on a small graph of N-vectors, replayed in backward.
+        leaf = None
+        if parameters is not None:
+            leaf = reduction.parameter_leaf(parameters, shard).requires_grad_(True)
+        with torch.enable_grad():
+            cos_leaf = cos_raw.detach().requires_grad_(True)
+            norms_leaf = norms.detach().requires_grad_(True) if reduction.requires_norms else None
+            reduction.target(chunks, cos_leaf.clamp(-1.0, 1.0), labels, norms_leaf, leaf, shard)
+        loss = reduction.forward(chunks, shard)  # (N,)
+
+        ctx.save_for_backward(norms, x_hat, target_rows, owned)
+        ctx.shard, ctx.chunks, ctx.reduction = shard, chunks, reduction
+        ctx.leaves = (cos_leaf, norms_leaf, leaf)
+        ctx.parameters_dtype = parameters.dtype if parameters is not None else None
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        norms, x_hat, target_rows, owned = ctx.saved_tensors
+        shard: ClassShard | None = ctx.shard
+        chunks: ChunkWorkspace = ctx.chunks
+        cos_leaf, norms_leaf, leaf = ctx.leaves
+        grad = grad_loss.to(x_hat.dtype)  # (N,)
+        need_weight = ctx.needs_input_grad[1]
+        grad_x_hat, grad_weight, seeds, share = ctx.reduction.backward(
+            chunks, grad, need_weight, shard
+        )
+        if not need_weight:
+            grad_weight = None
+
+        # The target: backward through the small graph, then through the indexed dot.
+        inputs = [cos_leaf] + [t for t in (norms_leaf, leaf) if t is not None]
+        # retain_graph: the small graph is kept so that backward can run again (e.g. gradcheck,
+        # or retain_graph=True upstream); it holds only N-vectors. The seeds enter as one scalar
+        # Σ seed·output (the same vector-Jacobian product): torch.autograd.grad given
+        # grad_outputs imports sympy on first use, for the process's lifetime.
+        with torch.enable_grad():
+            objective = sum(torch.dot(out, seed) for out, seed in seeds)
+        grads = torch.autograd.grad(objective, inputs, allow_unused=True, retain_graph=True)
+        grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(cos_leaf)
+        add_target_gradient(chunks, grad_cos, target_rows, owned, grad_x_hat, grad_weight)
+
+        # Through x̂ = x / max(‖x‖, eps) and through ‖x‖ itself.
+        grad_x = through_normalization(x_hat, norms, grad_x_hat)  # (N, D)
+        leader = shard is None or shard.rank == 0  # terms every rank computed: add them once
+        if leader and norms_leaf is not None and grads[1] is not None:
+            grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
+        grad_parameters = None  # the same on every rank: the target's share + Σ of the others
+        if leaf is not None and ctx.needs_input_grad[2]:
+            grad_parameters = grads[-1] if grads[-1] is not None else torch.zeros_like(leaf)
+            if share is not None:
+                grad_parameters = grad_parameters + share
+            grad_parameters = grad_parameters.to(ctx.parameters_dtype)
+        if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
+            grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
+        return grad_x, grad_weight, grad_parameters, *([None] * 8)
+
+
+@dataclass
+class _RowBlockGradients:
+    """The gradients of ``Σ_i lse_i`` that the row-block pass forms in the forward:
+    ``∂/∂x̂`` (``Tensor[N, D]``), ``∂/∂W`` (``Tensor[C·K, D]`` or None), ``∂/∂s`` (``Tensor[N]``
+    or None)."""
+
+    x_hat: Tensor
+    weight: Tensor | None
+    scale: Tensor | None
+
+
+class SoftmaxReduction:
+    """The softmax's :class:`Reduction`: ``L_i = log(e^{T_i} + Σ_{j≠y_i} e^{s_i g(c_ij)}) -
+    T_i`` with the margin's target logit ``T_i = s_i f(cos θ_iy)``, the non-target sum by the
+    online ``(max, Σexp)`` of the class chunks, merged exactly over the ranks.
+
+    Args:
+        margin: the margin (any non-target rule; its context may carry no gradient into
+            ``nontarget_cosine`` unless the rule is the identity).
+        triton: run the per-chunk work on the Triton kernels (decided once per call).
+        row_block: tile the rows too (:func:`~.chunk_loop.row_block_pass`), or None.
+        chunk_size: the caller's classes per chunk (None: the default), for the row blocks.
+        gradients: whether ``x`` and ``weight`` will need gradients (the row blocks form them
+            in the forward).
+        names: the margin's per-class parameter names, the rows of the Function's
+            ``parameters`` (:func:`stack_class_values`).
+    """
+
+    def __init__(
+        self,
+        margin: Margin,
+        *,
+        triton: bool,
+        row_block: int | None = None,
+        chunk_size: int | None = None,
+        gradients: tuple[bool, bool] = (True, True),
+        names: tuple[str, ...] = (),
+    ) -> None:
+        self.margin, self.triton, self.row_block = margin, triton, row_block
+        self.chunk_size, self.gradients, self.names = chunk_size, gradients, names
+        self.requires_norms = margin.requires_norms
+        self.pending: list[_RowBlockGradients] = []
+
+    def parameter_leaf(self, parameters: Tensor, shard: ClassShard | None) -> Tensor:
+        """Every row's target-class values ``Tensor[P, N]``, summed over the ranks."""
+        leaf = parameters.detach().clone()
+        return shard.all_sum_(leaf) if shard is not None else leaf
+
+    def target(
+        self,
+        chunks: ChunkWorkspace,
+        cos_target: Tensor,
+        labels: Tensor,
+        norms: Tensor | None,
+        parameters: Tensor | None,
+        shard: ClassShard | None,
+    ) -> None:
+        """The margin's context (after its statistics pass, if any), its target logit
+        ``T = s·f(cos θ_y)`` and per-row scale, and its non-target rule."""
+        margin, n = self.margin, cos_target.shape[0]
+        context = _prepare(margin, chunks, cos_target, labels, norms, shard, self.triton)
+        if parameters is not None:
+            rows = dict(zip(self.names, parameters.unbind(0), strict=True))
+            context = margin.with_class_values(context, rows)
+        target = margin.adjusted_target_cosine(cos_target, norms, context)  # (N,)
+        self.row_scale = scale_per_row(context["scale"], n, chunks.x_hat)  # (N,)
+        self.target_logit = target.to(chunks.x_hat.dtype) * self.row_scale  # (N,)
+        if not margin.nontarget_is_identity():
+            for key, value in context.items():
+                if key != "scale" and isinstance(value, Tensor) and value.requires_grad:
+                    raise ValueError(
+                        f"margin {type(margin).__name__}'s context[{key!r}] carries a gradient "
+                        "into nontarget_cosine, which the chunked executor cannot propagate; "
+                        "use impl='dense'"
+                    )
+        frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
+        device = chunks.x_hat.device
+        self.rule = chunk_rule_for_margin(margin, frozen, rows=n, device=device, triton=self.triton)
+
+    def forward(self, chunks: ChunkWorkspace, shard: ClassShard | None) -> Tensor:
+        """``L_i = lse_i - T_i``; with row blocks, the gradients of ``Σ lse_i`` formed too."""
+        scale, target_logit = self.row_scale.detach(), self.target_logit.detach()
+        if self.row_block is not None and any(self.gradients):
+            # Forward and backward in one pass per block of rows: the gradients of Σ lse_i,
+            # kept for the backward, which scales them by the upstream gradient.
+            block_rows = chunks.x_hat[: min(self.row_block, chunks.x_hat.shape[0])]
+            block_chunk = chunk_size_for(
+                block_rows, chunks.weight, chunks.k, chunks.sample, self.chunk_size
+            )
+            grad_x_hat, grad_weight = gradient_buffers(chunks, self.gradients[1])
+            pending = _RowBlockGradients(
+                x_hat=grad_x_hat,  # (N, D)
+                weight=grad_weight,
+                scale=torch.zeros_like(scale) if self.row_scale.requires_grad else None,  # (N,)
+            )
+            self.lse = row_block_pass(
+                chunks,
+                self.rule,
+                row_block=self.row_block,
+                chunk_size=block_chunk,
+                scale=scale,
+                target_logit=target_logit,
+                grad_x_hat=pending.x_hat,
+                grad_weight=pending.weight,
+                grad_scale=pending.scale,
+            )
+            self.pending = [pending]  # popped in backward: the weight gradient is handed over
+        else:
+            stats = nontarget_statistics(chunks, self.rule, scale)
+            if shard is not None:
+                stats = shard.merge_statistics(stats)
+            self.lse = finish_log_sum_exp(stats, target_logit)  # (N,)
+        return self.lse - target_logit
+
+    def backward(
+        self, chunks: ChunkWorkspace, grad: Tensor, need_weight: bool, shard: ClassShard | None
+    ) -> tuple[Tensor, Tensor | None, Seeds, Tensor | None]:
+        """``∂L/∂logit_ij = γ_i e^{z_ij - lse_i}`` through the chunks (or the row blocks'
+        kept gradients times a uniform ``γ``), the target's seed ``γ(p_iy - 1)`` and the
+        scale's."""
+        scale = self.row_scale.detach()  # (N,)
+        scale_grad = self.row_scale.requires_grad
+        pending = self.pending.pop() if self.pending else None
+        uniform = pending is not None and bool((grad == grad[:1]).all())
+        if uniform:  # the row-block pass's gradients of Σ lse_i, times the one upstream γ
+            grad_x_hat = pending.x_hat.mul_(grad.unsqueeze(1))  # (N, D), ∂L/∂x̂
+            grad_weight = pending.weight
+            if grad_weight is not None:
+                grad_weight.mul_(grad[0].to(grad_weight.dtype))
+            grad_scale = pending.scale.mul_(grad) if pending.scale is not None else None
+        else:  # the class-chunked backward (4th GEMM), exact for any upstream gradient
+            pending = None  # the row-block pass's buffers (if any) are freed first
+            grad_x_hat, grad_weight = gradient_buffers(chunks, need_weight)
+            grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
+            nontarget_gradient(
+                chunks,
+                self.rule,
+                scale=scale,
+                lse=self.lse,
+                grad=grad,
+                grad_x_hat=grad_x_hat,
+                grad_weight=grad_weight,
+                grad_scale=grad_scale,
+            )
+        del pending
+        seed = grad * (torch.exp(self.target_logit.detach() - self.lse) - 1.0)
+        seeds = [(self.target_logit, seed)]
+        if scale_grad:
+            if shard is not None:  # each rank summed over its own classes
+                shard.all_sum_(grad_scale)
+            seeds.append((self.row_scale, grad_scale))
+        return grad_x_hat, grad_weight, seeds, None
+
+
+class ChunkedMarginCrossEntropy:
+    """The softmax's call of :class:`ChunkedLoss` (no autograd Function of its own).
+
+    ``apply(x, weight, local_labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
+    shard, sample, row_block=None, gradients=(True, True), names=(), class_values=None) ->
+    loss[N]`` (the cross-entropy, without the regularizer), with :class:`ChunkedLoss`'s
+    conventions. ``kernels``: one of :data:`~.chunk_plan.KERNELS` or None (the environment
+    variable, read here), resolved once for the call. ``names``, ``class_values``
+    (:func:`stack_class_values`): the margin's per-class parameters at each row's target class,
+    ``Tensor[P, N]`` (with a shard: from this rank's classes, 0 elsewhere, summed over the ranks
+    inside), or ``()`` and None; their gradient comes out of the margin's small graph.
+    """
+
+    @staticmethod
+    def apply(
+        x: Tensor,
+        weight: Tensor,
+        local_labels: Tensor,
         labels: Tensor,
         margin: Margin,
         sub_centers: int,
@@ -88,8 +398,8 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
         names: tuple[str, ...] = (),
         class_values: Tensor | None = None,
     ) -> Tensor:
-        if shard is not None:
-            x = shard.gather_rows(x)  # (N, D), the global batch
+        """The loss ``Tensor[N]``; ``ValueError`` for row blocks on a sharded head or on the
+        Triton kernels."""
         if row_block is not None and shard is not None:
             raise ValueError("row_block does not apply to a sharded head (see docs/fused.md)")
         requested = requested_kernels(kernels)
@@ -98,165 +408,14 @@ class ChunkedMarginCrossEntropy(torch.autograd.Function):
                 "row_block runs on PyTorch ops only, got kernels='triton'; use kernels='torch'"
             )
         triton = row_block is None and use_triton_kernels(requested, x, weight, margin)
-        n, k = x.shape[0], sub_centers
-        x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
-        block_chunk = None
-        if row_block is not None:  # the class chunks of one block of rows
-            block_rows = x[: min(row_block, n)]
-            block_chunk = chunk_size_for(block_rows, weight, k, sample, chunk_size)
-        chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
-        chunks = ChunkWorkspace(x_hat, weight, targets, k, chunk_size, gemm, sample=sample)
-
-        # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
-        cos_raw, target_rows = target_cosines(x_hat, weight, targets, k, sample)
-        owned = targets >= 0  # (N,)
-        if shard is not None:
-            shard.all_sum_(cos_raw)
-
-        # The margin's hooks on a small graph of N-vectors, replayed in backward.
-        values_leaf = None  # (P, N), every row's target-class values, summed over the ranks
-        if class_values is not None:
-            values_leaf = class_values.detach().clone()
-            if shard is not None:
-                shard.all_sum_(values_leaf)
-            values_leaf.requires_grad_(True)
-        with torch.enable_grad():
-            cos_leaf = cos_raw.detach().requires_grad_(True)
-            norms_leaf = norms.detach().requires_grad_(True) if margin.requires_norms else None
-            cos_target = cos_leaf.clamp(-1.0, 1.0)
-            context = _prepare(margin, chunks, cos_target, labels, norms_leaf, shard, triton)
-            if values_leaf is not None:
-                rows = dict(zip(names, values_leaf.unbind(0), strict=True))
-                context = margin.with_class_values(context, rows)
-            target = margin.adjusted_target_cosine(cos_target, norms_leaf, context)  # (N,)
-            row_scale = scale_per_row(context["scale"], n, x_hat)  # (N,)
-            target_logit = target.to(x.dtype) * row_scale  # (N,)
-
-        if not margin.nontarget_is_identity():
-            for key, value in context.items():
-                if key != "scale" and isinstance(value, Tensor) and value.requires_grad:
-                    raise ValueError(
-                        f"margin {type(margin).__name__}'s context[{key!r}] carries a gradient "
-                        "into nontarget_cosine, which the chunked executor cannot propagate; "
-                        "use impl='dense'"
-                    )
-        frozen = {key: v.detach() if isinstance(v, Tensor) else v for key, v in context.items()}
-        rule = chunk_rule_for_margin(margin, frozen, rows=n, device=x.device, triton=triton)
-        ctx.pending = None
-        if row_block is not None and any(gradients):
-            # Forward and backward in one pass per block of rows: the gradients of Σ lse_i,
-            # kept for the backward, which scales them by the upstream gradient.
-            pending = _RowBlockGradients(
-                x_hat=torch.zeros_like(x_hat),  # (N, D)
-                weight=_weight_gradient(weight, sample) if gradients[1] else None,
-                scale=torch.zeros_like(norms) if row_scale.requires_grad else None,  # (N,)
-            )
-            lse = row_block_pass(
-                chunks,
-                rule,
-                row_block=row_block,
-                chunk_size=block_chunk,
-                scale=row_scale.detach(),
-                target_logit=target_logit.detach(),
-                grad_x_hat=pending.x_hat,
-                grad_weight=pending.weight,
-                grad_scale=pending.scale,
-            )
-            ctx.pending = [pending]  # popped in backward: the weight gradient is handed over
-        else:
-            stats = nontarget_statistics(chunks, rule, row_scale.detach())
-            if shard is not None:
-                stats = shard.merge_statistics(stats)
-            lse = finish_log_sum_exp(stats, target_logit.detach())  # (N,)
-
-        ctx.save_for_backward(norms, x_hat, lse, target_rows, owned)
-        ctx.shard, ctx.chunks, ctx.rule = shard, chunks, rule
-        ctx.graph = (cos_leaf, norms_leaf, target_logit, row_scale, values_leaf)
-        return lse - target_logit.detach()
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_loss: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        norms, x_hat, lse, target_rows, owned = ctx.saved_tensors
-        shard: ClassShard | None = ctx.shard
-        chunks: ChunkWorkspace = ctx.chunks
-        rule: ChunkRule = ctx.rule
-        cos_leaf, norms_leaf, target_logit, row_scale, values_leaf = ctx.graph
-        grad = grad_loss.to(x_hat.dtype)  # (N,)
-        scale = row_scale.detach()  # (N,)
-        scale_grad = row_scale.requires_grad
-
-        pending = ctx.pending.pop() if ctx.pending else None
-        uniform = pending is not None and bool((grad == grad[:1]).all())
-        if uniform:  # the row-block pass's gradients of Σ lse_i, times the one upstream γ
-            grad_x_hat = pending.x_hat.mul_(grad.unsqueeze(1))  # (N, D), ∂L/∂x̂
-            grad_weight = pending.weight
-            if grad_weight is not None:
-                grad_weight.mul_(grad[0].to(grad_weight.dtype))
-            grad_scale = pending.scale.mul_(grad) if pending.scale is not None else None
-        else:  # the class-chunked backward (4th GEMM), exact for any upstream gradient
-            pending = None  # the row-block pass's buffers (if any) are freed first
-            grad_x_hat = torch.zeros_like(x_hat)  # (N, D), ∂L/∂x̂
-            grad_weight = None  # (C·K, D): every row (every sampled row) is written by a chunk
-            if ctx.needs_input_grad[1]:
-                grad_weight = _weight_gradient(chunks.weight, chunks.sample)
-            grad_scale = torch.zeros_like(scale) if scale_grad else None  # (N,)
-            nontarget_gradient(
-                chunks,
-                rule,
-                scale=scale,
-                lse=lse,
-                grad=grad,
-                grad_x_hat=grad_x_hat,
-                grad_weight=grad_weight,
-                grad_scale=grad_scale,
-            )
-        del pending
-        if not ctx.needs_input_grad[1]:
-            grad_weight = None
-
-        # The target: backward through the margin's small graph, then through the indexed dot.
-        outputs, seeds = [target_logit], [grad * (torch.exp(target_logit.detach() - lse) - 1.0)]
-        if scale_grad:
-            if shard is not None:  # each rank summed over its own classes
-                shard.all_sum_(grad_scale)
-            outputs.append(row_scale)
-            seeds.append(grad_scale)
-        inputs = [cos_leaf] + ([norms_leaf] if norms_leaf is not None else [])
-        if values_leaf is not None:
-            inputs.append(values_leaf)
-        # retain_graph: the small graph is kept so that backward can run again (e.g. gradcheck,
-        # or retain_graph=True upstream); it holds only N-vectors. The seeds enter as one scalar
-        # Σ seed·output (the same vector-Jacobian product): torch.autograd.grad given
-        # grad_outputs imports sympy on first use, for the process's lifetime.
-        with torch.enable_grad():
-            objective = sum(torch.dot(out, seed) for out, seed in zip(outputs, seeds, strict=True))
-        grads = torch.autograd.grad(objective, inputs, allow_unused=True, retain_graph=True)
-        grad_cos = grads[0] if grads[0] is not None else torch.zeros_like(lse)
-        add_target_gradient(chunks, grad_cos, target_rows, owned, grad_x_hat, grad_weight)
-
-        # Through x̂ = x / max(‖x‖, eps) and through ‖x‖ itself.
-        grad_x = through_normalization(x_hat, norms, grad_x_hat)  # (N, D)
-        leader = shard is None or shard.rank == 0  # terms every rank computed: add them once
-        if leader and norms_leaf is not None and grads[1] is not None:
-            grad_x = grad_x + grads[1].unsqueeze(1) * x_hat
-        grad_values = None  # (P, N): the same on every rank; each keeps its own classes' share
-        if values_leaf is not None:
-            grad_values = grads[-1] if grads[-1] is not None else torch.zeros_like(values_leaf)
-        if shard is not None:  # Σ over ranks of each one's share; keep this rank's rows
-            grad_x = shard.all_sum_(grad_x.contiguous())[shard.rows].clone()
-        return grad_x, grad_weight, *([None] * 12), grad_values
-
-
-@dataclass
-class _RowBlockGradients:
-    """The gradients of ``Σ_i lse_i`` that the row-block pass forms in the forward:
-    ``∂/∂x̂`` (``Tensor[N, D]``), ``∂/∂W`` (``Tensor[C·K, D]`` or None), ``∂/∂s`` (``Tensor[N]``
-    or None)."""
-
-    x_hat: Tensor
-    weight: Tensor | None
-    scale: Tensor | None
+        reduction = SoftmaxReduction(
+            margin, triton=triton, row_block=row_block, chunk_size=chunk_size,
+            gradients=gradients, names=names,
+        )  # fmt: skip
+        return ChunkedLoss.apply(
+            x, weight, class_values, local_labels, labels, reduction, sub_centers, chunk_size,
+            gemm, shard, sample,
+        )  # fmt: skip
 
 
 def stack_class_values(
@@ -274,12 +433,6 @@ def stack_class_values(
     margin.with_class_values({}, class_values)  # the ValueError naming the missing ones
     assert class_values is not None
     return names, torch.stack([class_values[name] for name in names])
-
-
-def _weight_gradient(weight: Tensor, sample: Tensor | None) -> Tensor:
-    """The weight's gradient buffer: uninitialized (every row is written by one chunk), or
-    zeros for a Partial FC sample (unsampled rows get an exact 0)."""
-    return torch.zeros_like(weight) if sample is not None else torch.empty_like(weight)
 
 
 def _prepare(

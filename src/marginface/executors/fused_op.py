@@ -1,63 +1,77 @@
-"""The chunked executor as ``torch.library`` custom ops, so that ``torch.compile`` keeps it whole.
+"""The chunked executor as ``torch.library`` custom ops, for both loss families, so that
+``torch.compile`` keeps it whole.
 
 The chunk loop (its GEMMs, its reused workspace, its in-place weight gradient) is what saves the
 memory of the ``N×C`` logits; traced op by op, it would lose that (and ``torch.compile`` would
-break the graph at its host syncs). So the loop is two opaque operators that Dynamo and
-AOTAutograd see as one node each, with shapes given by their fake implementations:
+break the graph at its host syncs). So the loop is opaque operators that Dynamo and
+AOTAutograd see as one node each, with shapes given by their fake implementations. One
+registration (:func:`register`) makes them for a *reduction* (:class:`OpReduction`: its
+parameters, its forward pass over the class chunks, its backward pass); everything else is
+written once here: the prologue, the chunk workspace over ``W`` (a Partial FC sample read in
+place), the weight-gradient buffer, the target's share of ``∂L/∂x̂`` and ``∂L/∂W``, and the
+autograd wiring. Each reduction has a forward operator
 
-* ``marginface::chunked_nontarget_lse(x̂, W, labels, cos_target, s, threshold, t, ...)
-  -> (lse_nt[N], cos_target[N], r[C·K])``: the log-sum-exp over each row's *non-target* logits
-  ``lse_nt_i = log Σ_{j≠y_i} e^{s_i g(cos θ_ij)}`` (chunk by chunk,
-  :meth:`~marginface.executors.chunked._Chunks.statistics`), the target cosine passed through
-  (a copy), and the inverse center norms ``r_j = 1/max(‖w_j‖, eps)``.
-* ``marginface::chunked_nontarget_lse_backward``: its backward, the chunk loop that recomputes
-  each chunk and writes ``∂L/∂x̂`` and every row of ``∂L/∂W`` in place
-  (:func:`~marginface.executors.chunk_loop.nontarget_gradient`), plus the target's share.
-* ``marginface::chunked_row_statistics(x̂, W, labels, threshold, ...) -> sums[k, N]``: the
-  per-row sums over the non-target classes that a margin's ``prepare`` needs (NPCFace's hard
-  negatives), for the compiled rules of
-  :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS` that the margin declares
-  (:meth:`~marginface.margins.base.Margin.row_statistics_kernel`), on PyTorch ops or the
-  kernel of :mod:`~marginface.executors.triton_row_statistics`; no gradient.
+``marginface::<name>(x̂, W, labels, target_rows, cos_target, <parameters>, K, chunk_size,
+kernels, sample) -> (reduced[N], cos_target[N] (a copy), r[C·K])``
 
-Everything of size ``N`` is ordinary PyTorch around them (:func:`fused_margin_cross_entropy`):
-the normalization ``x̂ = x/‖x‖``, the target cosine (an indexed dot, computed without gradient
-before the op, so that the margin's :meth:`~marginface.margins.base.Margin.prepare` can see
-it and update its buffers), the margin's target logit ``T_i = s_i f(cos θ_iy)`` on the op's
-pass-through copy of the target cosine, and
+(``r_j = 1/max(‖w_j‖, eps)``, not differentiable) and its backward ``marginface::<name>_backward``,
+the chunk loop that recomputes each chunk and writes ``∂L/∂x̂`` and every row of ``∂L/∂W`` in
+place, plus the target's share from the gradient reaching the pass-through cosine, and returns
+the gradient of the first parameter. The two reductions:
 
-.. math:: L_i = \\operatorname{logaddexp}(\\mathrm{lse}^{nt}_i, T_i) - T_i
+* ``chunked_nontarget_lse`` (softmax): ``lse_nt_i = log Σ_{j≠y_i} e^{s_i g(cos θ_ij)}``, its
+  parameters the per-row scale ``s`` (differentiable: SphereFace's ``‖x‖``), the rule's
+  ``threshold``, ``t`` and code (:func:`~marginface.executors.chunk_loop.nontarget_statistics`,
+  :func:`~marginface.executors.chunk_loop.nontarget_gradient`). With ``γ_i = ∂L/∂lse^{nt}_i``,
+  ``∂L/∂logit_ij = γ_i e^{z_ij - lse^{nt}_i}``. Around it (:func:`fused_margin_cross_entropy`):
+  ``L_i = logaddexp(lse^{nt}_i, T_i) - T_i`` with the margin's ``T_i = s_i f(cos θ_iy)``.
+* ``chunked_binary_sums`` (one-vs-all): ``S_i = Σ_{j≠y_i} softplus(z_ij)``, its parameters the
+  bias ``b`` (differentiable) and the declared rule's numbers (``z = s(2u^t - 1 + μ) + βb``,
+  ``u = max((c + 1)/2, 0)``, the clamp and the gradient mode;
+  :class:`~marginface.executors.binary_rule.BinaryRule`), on PyTorch ops
+  (:mod:`~marginface.executors.binary_passes`) or the kernels of
+  :mod:`~marginface.executors.triton_binary`. Around it (:func:`fused_binary_loss`):
+  ``L_i = w_+ softplus(-T_i) + w_- S_i``.
 
-Autograd (eager) or AOTAutograd (compiled) differentiates that small graph; the gradient
-reaching the pass-through cosine comes back into the backward op, which adds the target's
-``∂L/∂cos θ_iy`` to the same ``∂L/∂W`` buffer: one ``C·K×D`` gradient, as in eager.
-The backward op is exact for any upstream gradient: with ``γ_i = ∂L/∂lse^{nt}_i``,
-``∂L/∂logit_ij = γ_i e^{z_ij - lse^{nt}_i}`` (which is ``p_ij·∂L/∂L_i``).
+Everything of size ``N`` is ordinary PyTorch around them: the normalization ``x̂ = x/‖x‖``, the
+target cosine (an indexed dot, computed without gradient before the op, so that the margin's
+:meth:`~marginface.margins.base.Margin.prepare` can see it), the margin's target term on the
+op's pass-through copy of the target cosine. Autograd (eager) or AOTAutograd (compiled)
+differentiates that small graph; the gradient reaching the pass-through cosine comes back into
+the backward op, which adds the target's ``∂L/∂cos θ_iy`` to the same ``∂L/∂W`` buffer.
 
-The non-target rule travels as a code and tensors (``rule``: an index into :data:`RULE_KINDS`,
-the rules of :data:`~marginface.margins.base.NONTARGET_KERNELS`, with a per-row ``threshold``
-and the rule's scalars ``t``), because an operator takes no Python objects; the
-margin declares which (:meth:`~marginface.margins.base.Margin.nontarget_kernel`). Margins with
-another ``nontarget_cosine`` run on the autograd Function of
-:mod:`~marginface.executors.chunked_function` (correct, but ``torch.compile`` breaks the graph
-there). Both are thin wrappers over the same chunk loop
-(:mod:`~marginface.executors.chunk_loop`).
+An operator takes no Python objects, so a non-target rule travels as a code and tensors
+(``rule``: an index into :data:`RULE_KINDS`, with a per-row ``threshold`` and the rule's
+scalars ``t``) or numbers; the margin declares which
+(:meth:`~marginface.margins.base.Margin.nontarget_kernel`,
+:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`). Margins with another
+rule, inter-class filtering, row blocks and the sharded head run on the one autograd Function
+(:class:`~marginface.executors.chunked_function.ChunkedLoss`; ``torch.compile`` breaks the graph
+there). ``marginface::chunked_row_statistics`` (no gradient) is the per-row sums over the
+non-target classes that a margin's ``prepare`` needs (NPCFace's hard negatives), for the
+compiled rules of :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`.
+
+Outside ``torch.compile`` each forward operator is called through an
+:class:`torch.autograd.Function` with the same forward and backward *implementations* (a custom
+operator's first call imports ``torch._dynamo``, sympy included, over a hundred MB resident,
+which an eager training loop should not pay).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ..margins.base import NONTARGET_KERNELS, ROW_STATISTICS_KERNELS, Margin
 from ..margins.rules import ROW_STATISTICS
-from ._custom_op import wire
+from .binary_passes import rule_gradient, rule_sums
+from .binary_rule import BinaryRule
 from .chunk_loop import (
-    ChunkRule,
     add_target_gradient,
     chunk_rule_for_kernel,
     nontarget_gradient,
@@ -70,18 +84,22 @@ from .chunk_plan import (
     gemm_dtype,
     nontarget_kernel_of,
     normalized_with_norms,
-    requested_kernels,
-    scale_per_row,
-    use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace
 from .triton_dispatch import triton_row_statistics
 
 __all__ = [
+    "BINARY_OPS",
     "RULE_CURRICULAR",
     "RULE_IDENTITY",
-    "fused_margin_cross_entropy",
+    "SOFTMAX_OPS",
+    "OpReduction",
+    "ReductionOps",
+    "gradient_buffers",
     "nontarget_rule",
+    "prologue",
+    "register",
+    "row_statistics_call",
     "row_statistics_rule",
 ]
 
@@ -92,12 +110,201 @@ RULE_CURRICULAR = 1
 """CurricularFace's :func:`~marginface.margins.curricularface.curricular_negative`, given
 per-row ``threshold[N]`` and a 0-dim ``t``."""
 
-
 RULE_KINDS = NONTARGET_KERNELS
 """The rule of each code: ``RULE_KINDS[code]`` is a name of
 :data:`~marginface.margins.base.NONTARGET_KERNELS`."""
 
+Outputs = tuple[Tensor, Tensor, Tensor]
 
+
+def gradient_buffers(chunks: ChunkWorkspace, need_weight: bool) -> tuple[Tensor, Tensor | None]:
+    """``(∂L/∂x̂, ∂L/∂W)`` to accumulate into: zeros ``Tensor[N, D]``, and the weight's
+    gradient (``None`` if not needed): uninitialized (every row is written by one chunk), or
+    zeros for a Partial FC sample (unsampled rows get an exact 0)."""
+    grad_x_hat = torch.zeros_like(chunks.x_hat)  # (N, D)
+    if not need_weight:
+        return grad_x_hat, None
+    weight = chunks.weight
+    return grad_x_hat, torch.zeros_like(weight) if chunks.sample is not None else torch.empty_like(
+        weight
+    )
+
+
+@dataclass(frozen=True)
+class OpReduction:
+    """One reduction as the custom operators run it.
+
+    Attributes:
+        name: the forward operator's name in the ``marginface`` namespace (the backward's is
+            ``name + "_backward"``).
+        parameters: the schema of its parameters, the differentiable tensor first.
+        reduce: ``(chunks, kernels, parameters) -> reduced`` (``Tensor[N]``, no gradient).
+        gradient: ``(chunks, kernels, parameters, grad[N], reduced[N], grad_x_hat, grad_weight,
+            need_parameter) -> ∂L/∂parameters[0] or None``: the non-target share, added into
+            ``grad_x_hat`` and written into every row of ``grad_weight`` (or None).
+    """
+
+    name: str
+    parameters: str
+    reduce: Callable[[ChunkWorkspace, str, tuple[Any, ...]], Tensor]
+    gradient: Callable[..., Tensor | None]
+
+
+@dataclass(frozen=True)
+class ReductionOps:
+    """What :func:`register` returns: ``call(*inputs)``, the forward operator under
+    ``torch.compile`` and its eager twin otherwise, and ``fake(*inputs)``, its shapes."""
+
+    call: Callable[..., Outputs]
+    fake: Callable[..., Outputs]
+
+
+_LEADING = "Tensor x_hat, Tensor weight, Tensor labels, Tensor target_rows"
+_OPTIONS = "int sub_centers, int chunk_size, str kernels"
+_OUTPUTS = "(Tensor, Tensor, Tensor)"
+
+
+def _workspace(
+    x_hat: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    options: tuple[Any, ...],
+    sample: Tensor | None,
+    inv_norms: Tensor | None = None,
+) -> ChunkWorkspace:
+    """The chunk workspace of an operator's call (``options``: ``(K, chunk_size, ...)``)."""
+    gemm = gemm_dtype(x_hat, weight)
+    return ChunkWorkspace(x_hat, weight, labels, options[0], options[1], gemm, inv_norms, sample)
+
+
+def register(reduction: OpReduction) -> ReductionOps:
+    """Register ``reduction``'s forward and backward operators, the backward as the forward's
+    autograd formula (what ``torch.compile`` traces), and return their calls."""
+    count = reduction.parameters.count(",") + 1
+    forward_schema = (
+        f"({_LEADING}, Tensor cos_target, {reduction.parameters}, {_OPTIONS}, Tensor? sample) "
+        f"-> {_OUTPUTS}"
+    )
+    backward_schema = (
+        f"(Tensor grad_reduced, Tensor grad_cos, {_LEADING}, Tensor reduced, Tensor inv_norms, "
+        f"{reduction.parameters}, {_OPTIONS}, bool need_weight, bool need_parameter, "
+        f"Tensor? sample) -> {_OUTPUTS}"
+    )
+
+    def forward_impl(*inputs: Any) -> Outputs:
+        x_hat, weight, labels, _, cos_target = inputs[:5]
+        parameters, options = inputs[5 : 5 + count], inputs[5 + count : -1]
+        chunks = _workspace(x_hat, weight, labels, options, inputs[-1])
+        reduced = reduction.reduce(chunks, options[2], parameters)  # (N,)
+        return reduced, cos_target.clone(), chunks.inv_norms
+
+    def forward_fake(*inputs: Any) -> Outputs:
+        x_hat, weight, cos_target, sample = inputs[0], inputs[1], inputs[4], inputs[-1]
+        n, k = x_hat.shape[0], inputs[-4]
+        rows = weight.shape[0] if sample is None else sample.shape[0] * k
+        return x_hat.new_empty(n), cos_target.new_empty(n), x_hat.new_empty(rows)
+
+    def backward_impl(*inputs: Any) -> Outputs:
+        grad_reduced, grad_cos, x_hat, weight, labels, target_rows, reduced, inv_norms = inputs[:8]
+        parameters, options = inputs[8 : 8 + count], inputs[8 + count : -1]
+        need_weight, need_parameter = options[3], options[4]
+        chunks = _workspace(x_hat, weight, labels, options, inputs[-1], inv_norms)
+        grad_x_hat, grad_weight = gradient_buffers(chunks, need_weight)
+        grad_parameter = reduction.gradient(
+            chunks, options[2], parameters, grad_reduced.to(x_hat.dtype), reduced, grad_x_hat,
+            grad_weight, need_parameter,
+        )  # fmt: skip
+        add_target_gradient(chunks, grad_cos, target_rows, None, grad_x_hat, grad_weight)
+        if grad_weight is None:
+            grad_weight = weight.new_empty(0)
+        if grad_parameter is None or not need_parameter:
+            grad_parameter = parameters[0].new_empty(0)
+        return grad_x_hat, grad_weight, grad_parameter
+
+    def backward_fake(*inputs: Any) -> Outputs:
+        x_hat, weight, parameter = inputs[2], inputs[3], inputs[8]
+        need_weight, need_parameter = inputs[-3], inputs[-2]
+        grad_weight = torch.empty_like(weight) if need_weight else weight.new_empty(0)
+        grad_parameter = torch.empty_like(parameter) if need_parameter else parameter.new_empty(0)
+        return torch.empty_like(x_hat), grad_weight, grad_parameter
+
+    def custom_op(
+        name: str, impl: Callable[..., Any], fake: Callable[..., Any], schema: str
+    ) -> Any:
+        op = torch.library.custom_op(f"marginface::{name}", impl, mutates_args=(), schema=schema)
+        op.register_fake(fake)
+        return op
+
+    op = custom_op(reduction.name, forward_impl, forward_fake, forward_schema)
+    backward_op = custom_op(
+        reduction.name + "_backward", backward_impl, backward_fake, backward_schema
+    )
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Outputs) -> None:
+        parameters = inputs[5 : 5 + count]
+        ctx.tensor_positions = [i for i, p in enumerate(parameters) if isinstance(p, Tensor)]
+        tensors = [parameters[i] for i in ctx.tensor_positions]
+        ctx.save_for_backward(*inputs[:4], output[0], output[2], inputs[-1], *tensors)
+        ctx.parameters = tuple(None if isinstance(p, Tensor) else p for p in parameters)
+        ctx.options = inputs[5 + count : -1]  # K, chunk_size, kernels
+
+    def backward_through(
+        backward: Callable[..., Outputs], ctx: Any, grad_reduced: Tensor | None, grad_cos: Any
+    ) -> tuple[Tensor | None, ...]:
+        """The gradients of the forward op's inputs, by ``backward`` (the op or its
+        implementation)."""
+        x_hat, weight, labels, target_rows, reduced, inv_norms, sample, *tensors = ctx.saved_tensors
+        parameters = list(ctx.parameters)
+        for position, tensor in zip(ctx.tensor_positions, tensors, strict=True):
+            parameters[position] = tensor
+        need_weight, need_parameter = ctx.needs_input_grad[1], ctx.needs_input_grad[5]
+        if grad_reduced is None:
+            grad_reduced = torch.zeros_like(reduced)
+        if grad_cos is None:
+            grad_cos = torch.zeros_like(reduced)
+        grad_x_hat, grad_weight, grad_parameter = backward(
+            grad_reduced, grad_cos, x_hat, weight, labels, target_rows, reduced, inv_norms,
+            *parameters, *ctx.options, need_weight, need_parameter, sample,
+        )  # fmt: skip
+        grad_weight = grad_weight if need_weight else None
+        grad_parameter = grad_parameter if need_parameter else None
+        return grad_x_hat, grad_weight, None, None, None, grad_parameter, *([None] * (count + 3))
+
+    def autograd_backward(
+        ctx: Any, grad_reduced: Tensor | None, grad_cos: Tensor | None, grad_inv: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        return backward_through(backward_op, ctx, grad_reduced, grad_cos)
+
+    op.register_autograd(autograd_backward, setup_context=setup_context)
+
+    class Eager(torch.autograd.Function):
+        """The forward and backward implementations called directly, outside
+        ``torch.compile``."""
+
+        @staticmethod
+        def forward(ctx: Any, *inputs: Any) -> Outputs:  # type: ignore[override]
+            output = forward_impl(*inputs)
+            setup_context(ctx, inputs, output)
+            ctx.mark_non_differentiable(output[2])
+            return output
+
+        @staticmethod
+        @once_differentiable
+        def backward(  # type: ignore[override]
+            ctx: Any, grad_reduced: Tensor | None, grad_cos: Tensor | None, grad_inv: Any
+        ) -> tuple[Tensor | None, ...]:
+            return backward_through(backward_impl, ctx, grad_reduced, grad_cos)
+
+    def call(*inputs: Any) -> Outputs:
+        """The forward operator under ``torch.compile``, its eager twin otherwise."""
+        if torch.compiler.is_compiling():
+            return op(*inputs)
+        return Eager.apply(*inputs)
+
+    return ReductionOps(call=call, fake=forward_fake)
+
+
+# --------------------------------------------------------------------------- softmax
 def nontarget_rule(margin: Margin) -> int | None:
     """The rule code of ``margin``'s declared
     :meth:`~marginface.margins.base.Margin.nontarget_kernel`, or None if it declares none,
@@ -138,34 +345,67 @@ def row_statistics_rule(margin: Margin) -> int | None:
     return ROW_STATISTICS_KERNELS.index(kind)
 
 
-def _chunk_rule(rule: int, threshold: Tensor, t: Tensor, x_hat: Tensor, kernels: str) -> ChunkRule:
-    """The loop's :class:`~marginface.executors.chunk_loop.ChunkRule` of rule code ``rule``
-    (``threshold[N]``, ``t`` 0-dim: CurricularFace's; empty for the identity); ``kernels``:
-    ``"triton"`` or ``"torch"``, chosen at the call's entry."""
+def _chunk_rule(chunks: ChunkWorkspace, kernels: str, parameters: tuple[Any, ...]) -> Any:
+    """The loop's :class:`~marginface.executors.chunk_loop.ChunkRule` of the softmax
+    parameters ``(scale, threshold[N], t, rule code)`` (threshold and ``t``: CurricularFace's;
+    empty for the identity); ``kernels``: ``"triton"`` or ``"torch"``."""
+    _, threshold, t, rule = parameters
     kind = RULE_KINDS[rule]
-    parameters = {"threshold": threshold, "t": t} if kind != "identity" else {}
+    values = {"threshold": threshold, "t": t} if kind != "identity" else {}
+    x_hat = chunks.x_hat
     return chunk_rule_for_kernel(
-        kind, parameters, rows=x_hat.shape[0], device=x_hat.device, triton=kernels == "triton"
+        kind, values, rows=x_hat.shape[0], device=x_hat.device, triton=kernels == "triton"
     )
 
 
-def _row_statistics_impl(
-    x_hat: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    threshold: Tensor,
-    sub_centers: int,
-    chunk_size: int,
-    kind: int,
+def _softmax_reduce(chunks: ChunkWorkspace, kernels: str, parameters: tuple[Any, ...]) -> Tensor:
+    rule = _chunk_rule(chunks, kernels, parameters)
+    row_max, exp_sum = nontarget_statistics(chunks, rule, parameters[0])
+    return row_max + torch.log(exp_sum)  # (N,), -inf for a row without non-targets
+
+
+def _softmax_gradient(
+    chunks: ChunkWorkspace,
     kernels: str,
-    sample: Tensor | None,
-) -> Tensor:
+    parameters: tuple[Any, ...],
+    grad: Tensor,
+    lse: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    need_scale: bool,
+) -> Tensor | None:
+    scale = parameters[0]
+    grad_scale = torch.zeros_like(scale) if need_scale else None  # (N,)
+    nontarget_gradient(
+        chunks, _chunk_rule(chunks, kernels, parameters), scale=scale, lse=lse, grad=grad,
+        grad_x_hat=grad_x_hat, grad_weight=grad_weight, grad_scale=grad_scale,
+    )  # fmt: skip
+    return grad_scale
+
+
+SOFTMAX_OPS = register(
+    OpReduction(
+        "chunked_nontarget_lse",
+        "Tensor scale, Tensor threshold, Tensor t, int rule",
+        _softmax_reduce,
+        _softmax_gradient,
+    )
+)
+"""``marginface::chunked_nontarget_lse`` and its backward."""
+
+_ROW_STATISTICS_SCHEMA = (
+    "(Tensor x_hat, Tensor weight, Tensor labels, Tensor threshold, int sub_centers, "
+    "int chunk_size, int kind, str kernels, Tensor? sample) -> Tensor"
+)
+
+
+def _row_statistics_impl(*inputs: Any) -> Tensor:
     """The per-row statistics ``Tensor[k, N]`` of the compiled rule
     ``ROW_STATISTICS_KERNELS[kind]`` with its per-row ``threshold`` (``Tensor[N]``), summed over
     every non-target class (every sampled one), one chunk at a time, on the Triton kernel
     (``kernels="triton"``) or PyTorch ops; no gradient."""
-    gemm = gemm_dtype(x_hat, weight)
-    chunks = ChunkWorkspace(x_hat, weight, labels, sub_centers, chunk_size, gemm, sample=sample)
+    x_hat, weight, labels, threshold, k, chunk_size, kind, kernels, sample = inputs
+    chunks = _workspace(x_hat, weight, labels, (k, chunk_size), sample)
     name = ROW_STATISTICS_KERNELS[kind]
     if kernels == "triton":
         return triton_row_statistics(chunks, name, threshold).to(chunks.inv_norms.dtype)
@@ -175,27 +415,20 @@ def _row_statistics_impl(
 
 
 _row_statistics_op = torch.library.custom_op(
-    "marginface::chunked_row_statistics", _row_statistics_impl, mutates_args=()
+    "marginface::chunked_row_statistics",
+    _row_statistics_impl,
+    mutates_args=(),
+    schema=_ROW_STATISTICS_SCHEMA,
 )
 
 
 @_row_statistics_op.register_fake
-def _row_statistics_fake(
-    x_hat: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    threshold: Tensor,
-    sub_centers: int,
-    chunk_size: int,
-    kind: int,
-    kernels: str,
-    sample: Tensor | None,
-) -> Tensor:
-    size = ROW_STATISTICS[ROW_STATISTICS_KERNELS[kind]].size
-    return x_hat.new_empty(size, x_hat.shape[0])
+def _row_statistics_fake(*inputs: Any) -> Tensor:
+    size = ROW_STATISTICS[ROW_STATISTICS_KERNELS[inputs[6]]].size
+    return inputs[0].new_empty(size, inputs[0].shape[0])
 
 
-def _row_statistics_call(*inputs: Any) -> Tensor:
+def row_statistics_call(*inputs: Any) -> Tensor:
     """The statistics op under ``torch.compile``, its implementation otherwise (no gradient
     flows through either: the inputs are detached)."""
     if torch.compiler.is_compiling():
@@ -203,274 +436,67 @@ def _row_statistics_call(*inputs: Any) -> Tensor:
     return _row_statistics_impl(*inputs)
 
 
-def _nontarget_lse_impl(
-    x_hat: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    target_rows: Tensor,
-    cos_target: Tensor,
-    scale: Tensor,
-    threshold: Tensor,
-    t: Tensor,
-    sub_centers: int,
-    chunk_size: int,
-    rule: int,
-    kernels: str,
-    sample: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(lse_nt[N], cos_target[N] (a copy), inv_norms[C·K] (or [S·K]))``; see the module
-    docstring."""
-    gemm = gemm_dtype(x_hat, weight)
-    chunks = ChunkWorkspace(x_hat, weight, labels, sub_centers, chunk_size, gemm, sample=sample)
-    chunk_rule = _chunk_rule(rule, threshold, t, x_hat, kernels)
-    row_max, exp_sum = nontarget_statistics(chunks, chunk_rule, scale)
-    lse = row_max + torch.log(exp_sum)  # (N,), -inf for a row without non-targets
-    return lse, cos_target.clone(), chunks.inv_norms
-
-
-_nontarget_lse = torch.library.custom_op(
-    "marginface::chunked_nontarget_lse", _nontarget_lse_impl, mutates_args=()
-)
-
-
-@_nontarget_lse.register_fake
-def _nontarget_lse_fake(
-    x_hat: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    target_rows: Tensor,
-    cos_target: Tensor,
-    scale: Tensor,
-    threshold: Tensor,
-    t: Tensor,
-    sub_centers: int,
-    chunk_size: int,
-    rule: int,
-    kernels: str,
-    sample: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    n = x_hat.shape[0]
-    rows = weight.shape[0] if sample is None else sample.shape[0] * sub_centers
-    return x_hat.new_empty(n), cos_target.new_empty(n), x_hat.new_empty(rows)
-
-
-def _nontarget_lse_backward_impl(
-    grad_lse: Tensor,
-    grad_cos: Tensor,
-    x_hat: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    target_rows: Tensor,
-    scale: Tensor,
-    threshold: Tensor,
-    t: Tensor,
-    lse: Tensor,
-    inv_norms: Tensor,
-    sub_centers: int,
-    chunk_size: int,
-    rule: int,
-    kernels: str,
-    need_weight: bool,
-    need_scale: bool,
-    sample: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``(∂L/∂x̂[N, D], ∂L/∂W[C·K, D] (empty if not needed), ∂L/∂s[N] (empty if not needed))``
-    from ``∂L/∂lse_nt`` and ``∂L/∂cos_target``."""
-    gemm = gemm_dtype(x_hat, weight)
-    chunks = ChunkWorkspace(x_hat, weight, labels, sub_centers, chunk_size, gemm, inv_norms, sample)
-    grad_x_hat = torch.zeros_like(x_hat)  # (N, D)
-    grad_weight = None  # every row (every sampled row; the others are 0) written below
-    if need_weight:
-        grad_weight = torch.empty_like(weight) if sample is None else torch.zeros_like(weight)
-    grad_scale = torch.zeros_like(scale) if need_scale else None  # (N,)
-    nontarget_gradient(
-        chunks,
-        _chunk_rule(rule, threshold, t, x_hat, kernels),
-        scale=scale,
-        lse=lse,
-        grad=grad_lse.to(x_hat.dtype),
-        grad_x_hat=grad_x_hat,
-        grad_weight=grad_weight,
-        grad_scale=grad_scale,
-    )
-    add_target_gradient(chunks, grad_cos, target_rows, None, grad_x_hat, grad_weight)
-    return (
-        grad_x_hat,
-        grad_weight if grad_weight is not None else weight.new_empty(0),
-        grad_scale if grad_scale is not None else x_hat.new_empty(0),
-    )
-
-
-_nontarget_lse_backward = torch.library.custom_op(
-    "marginface::chunked_nontarget_lse_backward", _nontarget_lse_backward_impl, mutates_args=()
-)
-
-
-@_nontarget_lse_backward.register_fake
-def _nontarget_lse_backward_fake(
-    grad_lse: Tensor,
-    grad_cos: Tensor,
-    x_hat: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    target_rows: Tensor,
-    scale: Tensor,
-    threshold: Tensor,
-    t: Tensor,
-    lse: Tensor,
-    inv_norms: Tensor,
-    sub_centers: int,
-    chunk_size: int,
-    rule: int,
-    kernels: str,
-    need_weight: bool,
-    need_scale: bool,
-    sample: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    grad_weight = torch.empty_like(weight) if need_weight else weight.new_empty(0)
-    grad_scale = torch.empty_like(scale) if need_scale else x_hat.new_empty(0)
-    return torch.empty_like(x_hat), grad_weight, grad_scale
-
-
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    x_hat, weight, labels, target_rows, _, scale, threshold, t = inputs[:8]
-    k, chunk_size, rule, kernels, sample = inputs[8:]
-    lse, _, inv_norms = output
-    ctx.save_for_backward(
-        x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms, sample
-    )
-    ctx.options = (k, chunk_size, rule, kernels)
-
-
-def _backward_through(
-    backward: Any, ctx: Any, grad_lse: Tensor | None, grad_cos: Tensor | None
-) -> tuple[Tensor | None, ...]:
-    """The gradients of the forward op's 13 inputs, by ``backward`` (the op or its
-    implementation)."""
-    x_hat, weight, labels, target_rows, scale, threshold, t, lse, inv_norms, sample = (
-        ctx.saved_tensors
-    )
-    k, chunk_size, rule, kernels = ctx.options
-    need_weight, need_scale = ctx.needs_input_grad[1], ctx.needs_input_grad[5]
-    if grad_lse is None:
-        grad_lse = torch.zeros_like(lse)
-    if grad_cos is None:
-        grad_cos = torch.zeros_like(lse)
-    grad_x_hat, grad_weight, grad_scale = backward(
-        grad_lse,
-        grad_cos,
-        x_hat,
-        weight,
-        labels,
-        target_rows,
-        scale,
-        threshold,
-        t,
-        lse,
-        inv_norms,
-        k,
-        chunk_size,
-        rule,
-        kernels,
-        need_weight,
-        need_scale,
-        sample,
-    )
-    return (
-        grad_x_hat,
-        grad_weight if need_weight else None,
-        None,
-        None,
-        None,
-        grad_scale if need_scale else None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
-
-
-_nontarget_lse_call = wire(
-    _nontarget_lse, _nontarget_lse_impl, _nontarget_lse_backward, _nontarget_lse_backward_impl,
-    _setup_context, _backward_through,
-)  # fmt: skip
-"""The forward operator under ``torch.compile``, its eager twin otherwise."""
-
-
-def fused_margin_cross_entropy(
-    x: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    margin: Margin,
-    rule: int,
-    *,
-    sub_centers: int,
-    chunk_size: int | None,
-    kernels: str | None,
-    sampled_classes: Tensor | None = None,
-    class_values: Mapping[str, Tensor] | None = None,
-) -> Tensor:
-    """The chunked executor's cross-entropy ``Tensor[N]`` (without the regularizer) through the
-    custom ops: traceable by ``torch.compile`` without a graph break.
-
-    Args:
-        x: ``Tensor[N, D]`` in the compute dtype (float32/float64), autocast off.
-        weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
-            positions in ``sampled_classes``, if given).
-        margin: a margin whose :func:`nontarget_rule` is ``rule`` (not None).
-        sub_centers, chunk_size, kernels, sampled_classes, class_values: as
-            :func:`~marginface.executors.chunked.chunked_margin_cross_entropy` (the per-class
-            values enter the target's small graph of ``N``-vectors, so autograd differentiates
-            them).
-    """
-    n, k = x.shape[0], sub_centers
-    triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
-    kernels = "triton" if triton else "torch"  # chosen once for the call's operators
-    chunk_size = chunk_size_for(x, weight, k, sampled_classes, chunk_size)
+def prologue(
+    x: Tensor, weight: Tensor, labels: Tensor, k: int, sample: Tensor | None, chunk: int | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+    """``(x̂[N, D], ‖x‖[N], cos θ_iy[N] (raw, no gradient), the target rows[N], chunk_size)``:
+    what the operators' callers compute before the forward operator (``k``: sub-centers,
+    ``chunk``: the caller's chunk size or None)."""
+    chunk_size = chunk_size_for(x, weight, k, sample, chunk)
     x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
-    sample = sampled_classes
-    cos_raw, target_rows = target_cosines(x_hat.detach(), weight.detach(), labels, k, sample)
-    cos_target = cos_raw.clamp(-1.0, 1.0)  # (N,)
-    norms_arg = norms if margin.requires_norms else None
-    empty = x.new_empty(0)
-    statistics_scale = margin.statistics_scale()
-    statistics_rule = row_statistics_rule(margin)
-    if statistics_rule is not None:  # per-row sums over the classes, one more pass
-        with torch.no_grad():
-            parameters = margin.row_statistics_kernel_parameters(cos_target)
-            threshold = parameters.get("threshold", empty).reshape(-1).to(x.dtype)  # (N,)
-            sums = _row_statistics_call(
-                x_hat.detach(), weight.detach(), labels, threshold, k, chunk_size,
-                statistics_rule, kernels, sample,
-            )  # fmt: skip
-        context = margin.prepare_with_row_statistics(cos_target, labels, norms_arg, sums)
-    elif statistics_scale is not None:
-        with torch.no_grad():  # log B at the old scale: one more pass over the classes
-            old = scale_per_row(statistics_scale, n, x)  # (N,)
-            per_row, _, _ = _nontarget_lse_call(
-                x_hat.detach(), weight.detach(), labels, target_rows, cos_raw, old, empty,
-                empty, k, chunk_size, RULE_IDENTITY, kernels, sample,
-            )  # fmt: skip
-            log_b = torch.logsumexp(per_row, dim=0) - math.log(n)
-        context = margin.prepare_with_statistics(cos_target, labels, norms_arg, log_b)
-    else:
-        context = margin.prepare(cos_target, labels, norms_arg)
-    context = margin.with_class_values(context, class_values)
-    threshold, t = empty, empty
-    if rule != RULE_IDENTITY:
-        parameters = margin.nontarget_kernel_parameters(context)
-        if "threshold" in parameters:
-            threshold = parameters["threshold"].detach().reshape(n).to(x.dtype)  # (N,)
-        if "t" in parameters:
-            t = torch.as_tensor(parameters["t"], dtype=x.dtype, device=x.device).detach()
-    row_scale = scale_per_row(context["scale"], n, x)  # (N,), a gradient for SphereFace's ‖x‖
-    lse_nt, cos_pass, _ = _nontarget_lse_call(
-        x_hat, weight, labels, target_rows, cos_raw, row_scale, threshold, t, k, chunk_size,
-        rule, kernels, sample,
+    cos_raw, rows = target_cosines(x_hat.detach(), weight.detach(), labels, k, sample)
+    return x_hat, norms, cos_raw, rows, chunk_size
+
+
+# --------------------------------------------------------------------------- one-vs-all
+def _binary_rule(parameters: tuple[Any, ...]) -> BinaryRule:
+    """The :class:`~marginface.executors.binary_rule.BinaryRule` of the one-vs-all parameters
+    ``(bias, scale, power, offset, sign, clamp, straight_through)`` (``w_-`` = 1: the
+    operators return the plain sums)."""
+    bias, scale, power, offset, sign, clamp, straight_through = parameters
+    return BinaryRule(
+        scale=scale, power=power, offset=offset, bias_term=sign * float(bias),
+        negative_weight=1.0, clamp=clamp if clamp > 0 else None,
+        straight_through=straight_through,
     )  # fmt: skip
-    target = margin.adjusted_target_cosine(cos_pass.clamp(-1.0, 1.0), norms_arg, context)
-    target_logit = target.to(x.dtype) * row_scale  # (N,)
-    return torch.logaddexp(lse_nt, target_logit) - target_logit
+
+
+def _binary_reduce(chunks: ChunkWorkspace, kernels: str, parameters: tuple[Any, ...]) -> Tensor:
+    rule = _binary_rule(parameters)
+    if kernels == "triton":
+        from .triton_binary import triton_binary_sums
+
+        return triton_binary_sums(chunks, rule).to(chunks.x_hat.dtype)
+    return rule_sums(chunks, rule)
+
+
+def _binary_gradient(
+    chunks: ChunkWorkspace,
+    kernels: str,
+    parameters: tuple[Any, ...],
+    grad: Tensor,
+    sums: Tensor,
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    need_bias: bool,
+) -> Tensor:
+    rule, sign = _binary_rule(parameters), parameters[4]
+    if kernels == "triton":
+        from .triton_binary import triton_nontarget_gradient
+
+        grad_bias = triton_nontarget_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
+    else:
+        grad_bias = rule_gradient(chunks, rule, sign, grad, grad_x_hat, grad_weight)
+    return grad_bias.to(parameters[0].dtype)
+
+
+BINARY_OPS = register(
+    OpReduction(
+        "chunked_binary_sums",
+        "Tensor bias, float scale, float power, float offset, float sign, float clamp, "
+        "bool straight_through",
+        _binary_reduce,
+        _binary_gradient,
+    )
+)
+"""``marginface::chunked_binary_sums`` and its backward."""
