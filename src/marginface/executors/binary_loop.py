@@ -57,7 +57,7 @@ from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
 from .chunk_plan import check_chunk_arguments, check_sampled_classes, gemm_dtype
 from .chunk_workspace import ChunkWorkspace
-from .chunked_function import ChunkedLoss, Seeds
+from .chunked_function import ChunkedLoss, Seeds, TargetLeaves
 from .dense import compute_dtype
 from .fused_op import BINARY_OPS, gradient_buffers, prologue
 from .sharding import ClassShard
@@ -158,19 +158,13 @@ class BinaryReduction:
         return parameters.detach().to(self.dtype).clone()
 
     def target(
-        self,
-        chunks: ChunkWorkspace,
-        cos_target: Tensor,
-        labels: Tensor,
-        norms: Tensor | None,
-        parameters: Tensor | None,
-        shard: ClassShard | None,
+        self, chunks: ChunkWorkspace, leaves: TargetLeaves, shard: ClassShard | None
     ) -> None:
         """The target term ``w_+ softplus(-T_i)`` on the small graph; the rule at this bias."""
-        margin = self.margin
+        margin, parameters = self.margin, leaves.parameters
         bias = parameters if parameters is not None else margin.bias.detach().to(self.dtype)
         self.bias = bias.detach()  # 0-dim
-        target_logit = margin.target_logit(cos_target, bias)  # (N,)
+        target_logit = margin.target_logit(leaves.cos_target, bias)  # (N,)
         self.positive = margin.positive_weight * softplus(-target_logit)  # (N,)
         declared = margin.binary_kernel_parameters() is not None
         self.rule = binary_rule_of(margin, self.bias) if declared else None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -54,9 +54,23 @@ __all__ = [
     "ChunkedLoss",
     "ChunkedMarginCrossEntropy",
     "Reduction",
+    "Seeds",
     "SoftmaxReduction",
+    "TargetLeaves",
     "stack_class_values",
 ]
+
+
+class TargetLeaves(NamedTuple):
+    """What the target's small graph starts from: the clamped target cosine ``Tensor[N]`` (of
+    a leaf), the global ``labels`` ``Tensor[N]``, the norms leaf ``Tensor[N]`` (None unless the
+    reduction requires norms) and the parameters leaf (None without parameters)."""
+
+    cos_target: Tensor
+    labels: Tensor
+    norms: Tensor | None
+    parameters: Tensor | None
+
 
 Seeds = list[tuple[Tensor, Tensor]]
 """``(output, seed)`` pairs on the small graph: the backward takes ``Σ seed·output``'s
@@ -80,17 +94,10 @@ class Reduction(Protocol):
         ...
 
     def target(
-        self,
-        chunks: ChunkWorkspace,
-        cos_target: Tensor,
-        labels: Tensor,
-        norms: Tensor | None,
-        parameters: Tensor | None,
-        shard: ClassShard | None,
+        self, chunks: ChunkWorkspace, leaves: TargetLeaves, shard: ClassShard | None
     ) -> None:
-        """Build the target's small graph (under ``enable_grad``) from the clamped target
-        cosine ``Tensor[N]``, the global ``labels``, the norms leaf and the parameters leaf;
-        any pass over the classes that the margin's hooks need first runs here."""
+        """Build the target's small graph (under ``enable_grad``) from its ``leaves``; any pass
+        over the classes that the margin's hooks need first runs here."""
         ...
 
     def forward(self, chunks: ChunkWorkspace, shard: ClassShard | None) -> Tensor:
@@ -161,7 +168,8 @@ class ChunkedLoss(torch.autograd.Function):
         with torch.enable_grad():
             cos_leaf = cos_raw.detach().requires_grad_(True)
             norms_leaf = norms.detach().requires_grad_(True) if reduction.requires_norms else None
-            reduction.target(chunks, cos_leaf.clamp(-1.0, 1.0), labels, norms_leaf, leaf, shard)
+            leaves = TargetLeaves(cos_leaf.clamp(-1.0, 1.0), labels, norms_leaf, leaf)
+            reduction.target(chunks, leaves, shard)
         loss = reduction.forward(chunks, shard)  # (N,)
 
         ctx.save_for_backward(norms, x_hat, target_rows, owned)
@@ -262,17 +270,12 @@ class SoftmaxReduction:
         return shard.all_sum_(leaf) if shard is not None else leaf
 
     def target(
-        self,
-        chunks: ChunkWorkspace,
-        cos_target: Tensor,
-        labels: Tensor,
-        norms: Tensor | None,
-        parameters: Tensor | None,
-        shard: ClassShard | None,
+        self, chunks: ChunkWorkspace, leaves: TargetLeaves, shard: ClassShard | None
     ) -> None:
         """The margin's context (after its statistics pass, if any), its target logit
         ``T = s·f(cos θ_y)`` and per-row scale, and its non-target rule."""
-        margin, n = self.margin, cos_target.shape[0]
+        margin, (cos_target, labels, norms, parameters) = self.margin, leaves
+        n = cos_target.shape[0]
         context = _prepare(margin, chunks, cos_target, labels, norms, shard, self.triton)
         if parameters is not None:
             rows = dict(zip(self.names, parameters.unbind(0), strict=True))
