@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import marginface
-from marginface.executors.binary_loop import ChunkedBinaryLoss, chunked_binary_loss
+from marginface.executors.binary_loop import ChunkedBinaryLoss
+from marginface.executors.chunked import chunked_margin_cross_entropy
 from marginface.executors.dense import normalized_cosine
 from marginface.executors.margin_loss import binary_cross_entropy
 from marginface.functional import margin_cross_entropy
@@ -228,7 +229,7 @@ def test_kernels_triton_needs_a_declared_rule_naming_the_margin():
     margin = Shifted(num_classes=C)
     assert margin.binary_kernel_parameters() is None
     with pytest.raises(ValueError, match="Shifted's non-target rule has no Triton kernel"):
-        chunked_binary_loss(x, torch.randn(C, D), labels, margin, kernels="triton")
+        chunked_margin_cross_entropy(x, torch.randn(C, D), labels, margin, kernels="triton")
 
 
 @pytest.mark.parametrize(
@@ -323,10 +324,8 @@ def test_chunked_step_never_allocates_n_by_c(name):
     ids=["C", "M", "uniface-clamped"],
 )
 def test_gradcheck_of_the_custom_op_path(margin):
-    """The chunked entry point runs declared rules on the custom ops (executors/binary_op.py):
+    """The chunked entry point runs declared rules on the custom ops (executors/fused_op.py):
     float64 gradcheck in the embeddings and the centers there too."""
-    from marginface.executors.chunked import chunked_margin_cross_entropy
-
     margin = margin.double()
     x, labels = _data(11)
     x, labels = x[:5], labels[:5]

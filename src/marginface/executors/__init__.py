@@ -8,7 +8,8 @@ on every executor.
 * :mod:`~marginface.executors.chunked`: visit the classes in chunks with an online
   log-sum-exp; never holds ``N×C``. One chunk loop (:mod:`~.chunk_plan`, :mod:`~.chunk_loop`,
   :mod:`~.chunk_workspace`, :mod:`~.triton_dispatch`) behind two thin wrappers: custom operators
-  for ``torch.compile`` (:mod:`~.fused_op`) and an autograd Function (:mod:`~.chunked_function`).
+  for ``torch.compile`` (:mod:`~.fused_op`) and an autograd Function (:mod:`~.chunked_function`),
+  each one for both reductions (softmax; the one-vs-all Σ softplus of :mod:`~.binary_loop`).
 * :mod:`~marginface.executors.sharding`: the classes split over processes.
 * :mod:`~marginface.executors.margin_loss`: cross-entropy + regularizer + reduction, shared.
 

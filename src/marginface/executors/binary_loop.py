@@ -55,7 +55,7 @@ from .binary_passes import margin_gradient as _nontarget_gradient
 from .binary_passes import margin_sums as _nontarget_sums
 from .binary_passes import rule_gradient, rule_sums
 from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
-from .chunk_plan import check_chunk_arguments, check_sampled_classes, gemm_dtype
+from .chunk_plan import gemm_dtype
 from .chunk_workspace import ChunkWorkspace
 from .chunked_function import ChunkedLoss, Seeds, TargetLeaves
 from .dense import compute_dtype
@@ -66,47 +66,12 @@ __all__ = [
     "BinaryReduction",
     "BinaryRule",
     "ChunkedBinaryLoss",
-    "chunked_binary_loss",
-    "sharded_binary_loss",
+    "binary_loss",
     "use_binary_kernels",
 ]
 
 
-def chunked_binary_loss(
-    embeddings: Tensor,
-    weight: Tensor,
-    labels: Tensor,
-    margin: Margin,
-    *,
-    sub_centers: int = 1,
-    chunk_size: int | None = None,
-    kernels: str | None = None,
-    sampled_classes: Tensor | None = None,
-) -> Tensor:
-    """Per-sample binary loss without the ``N×C`` logits: the arguments and the return value
-    of :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`, for a binary margin.
-    ``kernels``: see :func:`use_binary_kernels`."""
-    sub_centers, chunk_size, sampled_classes = check_chunk_arguments(
-        weight, sub_centers, chunk_size, sampled_classes
-    )
-    compiled_rule = (
-        margin.binary_kernel_parameters() is not None and margin.interclass_filtering_threshold == 0
-    )
-    if compiled_rule:  # the custom ops: torch.compile traces them without a graph break
-        triton = use_binary_kernels(margin, kernels, embeddings, weight)
-        dtype = compute_dtype(embeddings, weight)
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
-            return fused_binary_loss(
-                embeddings.to(dtype), weight, labels, margin, sub_centers=sub_centers,
-                chunk_size=chunk_size, triton=triton, sampled_classes=sampled_classes,
-            )  # fmt: skip
-    return sharded_binary_loss(
-        embeddings, weight, labels, labels, margin, None, sub_centers=sub_centers,
-        chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
-    )  # fmt: skip
-
-
-def sharded_binary_loss(
+def binary_loss(
     embeddings: Tensor,
     weight: Tensor,
     local_labels: Tensor,
@@ -119,18 +84,27 @@ def sharded_binary_loss(
     kernels: str | None = None,
     sampled_classes: Tensor | None = None,
 ) -> Tensor:
-    """The global batch's per-sample binary loss, classes sharded over ``shard``'s ranks: the
-    arguments and the return value of
-    :func:`~marginface.executors.chunked.sharded_margin_cross_entropy`, for a binary margin
-    (``shard`` None: one process, ``local_labels`` the labels), on the autograd Function."""
-    sampled_classes = check_sampled_classes(sampled_classes, weight)
+    """Per-sample binary loss without the ``N×C`` logits, for a binary margin: the arguments
+    (checked by the caller) and the return value of
+    :func:`~marginface.executors.chunked.sharded_margin_cross_entropy` (``shard`` None: one
+    process, ``local_labels`` the labels, as
+    :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`). ``kernels``: see
+    :func:`use_binary_kernels`. One process with a declared rule and no inter-class filtering:
+    the custom ops (:func:`fused_binary_loss`, no graph break under ``torch.compile``); else the
+    autograd Function with a :class:`BinaryReduction`."""
     dtype = compute_dtype(embeddings, weight)
-    gemm = gemm_dtype(embeddings, weight)
     triton = use_binary_kernels(margin, kernels, embeddings, weight)
+    declared = margin.binary_kernel_parameters() is not None
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        x = embeddings.to(dtype)
+        if shard is None and declared and margin.interclass_filtering_threshold == 0:
+            return fused_binary_loss(
+                x, weight, labels, margin, sub_centers=sub_centers, chunk_size=chunk_size,
+                triton=triton, sampled_classes=sampled_classes,
+            )  # fmt: skip
         return ChunkedBinaryLoss.apply(
-            embeddings.to(dtype), weight, margin.bias, local_labels, labels, margin, sub_centers,
-            chunk_size, gemm, shard, sampled_classes, triton,
+            x, weight, margin.bias, local_labels, labels, margin, sub_centers, chunk_size,
+            gemm_dtype(embeddings, weight), shard, sampled_classes, triton,
         )  # fmt: skip
 
 

@@ -19,8 +19,8 @@ A margin without a declared rule runs the same two passes on its own logits
 (:func:`margin_sums`, :func:`margin_gradient`). Both passes are steps of the one chunk loop
 (:func:`~marginface.executors.chunk_loop.row_statistics`'s sum,
 :func:`~marginface.executors.chunk_loop.gradient_pass`), shared with the softmax. The custom
-operators (:mod:`~marginface.executors.binary_op`) and the autograd Function of the sharded head
-(:mod:`~marginface.executors.binary_loop`) both call these passes.
+operators (:mod:`~marginface.executors.fused_op`) and the autograd Function's one-vs-all
+reduction (:class:`~marginface.executors.binary_loop.BinaryReduction`) both call these passes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The one-vs-all reduction's compiled rule: what the custom operators
-(:mod:`~marginface.executors.binary_op`) and the Triton kernels
+(:mod:`~marginface.executors.fused_op`) and the Triton kernels
 (:mod:`~marginface.executors.triton_binary`) compute per logit, and the choice of kernels.
 
 A binary margin declares its non-target rule as numbers

@@ -2,10 +2,10 @@
 
 Both wrappers of the chunked executor call these functions: the custom operators that
 ``torch.compile`` traces (:mod:`~marginface.executors.fused_op`) and the autograd Function
-(:mod:`~marginface.executors.chunked_function`: eager, sharded, Partial FC, any non-target
-rule). The per-chunk work runs as PyTorch ops, or on the Triton kernels
-(:mod:`~marginface.executors.triton_dispatch`) when the call chose them: the choice arrives
-here already made, as :attr:`ChunkRule.kernel`.
+(:mod:`~marginface.executors.chunked_function`: eager, sharded, Partial FC, any
+non-target rule), each one for both reductions. The per-chunk work runs as PyTorch ops, or on
+the Triton kernels (:mod:`~marginface.executors.triton_dispatch`) when the call chose them: the
+choice arrives here already made, as :attr:`ChunkRule.kernel`.
 
 With ``x̂_i`` the normalized embeddings, ``r_j = 1/max(‖w_j‖, eps)`` and ``g`` the margin's
 non-target rule, a chunk's non-target logits are ``z_ij = s_i g(r_j x̂_i·w_j)`` (the target

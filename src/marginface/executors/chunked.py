@@ -7,8 +7,9 @@ the forward and backward passes; :mod:`~marginface.executors.chunk_workspace`: t
 and its buffers; :mod:`~marginface.executors.triton_dispatch`: the same passes on the Triton
 kernels), wrapped twice: as custom operators that ``torch.compile`` traces without a graph break
 (:mod:`~marginface.executors.fused_op`, the margins whose non-target rule is compiled in) and as
-an autograd Function (:mod:`~marginface.executors.chunked_function`: any rule, the sharded
-head). docs/fused.md describes the design.
+an autograd Function (:mod:`~marginface.executors.chunked_function`: any rule, row blocks, the
+sharded head), each one for both loss families: binary margins go to
+:func:`~marginface.executors.binary_loop.binary_loss`. docs/fused.md describes the design.
 
 The classes are visited in chunks of ``chunk_size``. Each chunk's cosines are one GEMM of the
 normalized embeddings with the chunk's raw class centers, scaled per column by the centers'
@@ -51,7 +52,7 @@ from torch import Tensor
 
 from .._validation import check_int
 from ..margins.base import Margin
-from .binary_loop import chunked_binary_loss, sharded_binary_loss
+from .binary_loop import binary_loss
 from .chunk_plan import (
     DEFAULT_CHUNK_BYTES,
     KERNELS,
@@ -77,7 +78,7 @@ from .fused_op import (
     nontarget_rule,
     prologue,
     row_statistics_call,
-    row_statistics_rule,
+    row_statistics_code,
 )
 from .margin_loss import margin_loss
 from .sharding import ClassShard
@@ -168,19 +169,20 @@ def chunked_margin_cross_entropy(
         ``Tensor[N]``, float32 (or float64).
     """
     check_chunkable(margin)
-    if margin.objective == "binary":  # one-vs-all: Σ softplus instead of log-sum-exp
-        if row_block is not None:
-            raise ValueError(
-                f"row_block tiles the softmax reduction; {type(margin).__name__} is one-vs-all "
-                f"(got row_block={row_block!r}): use impl='chunked'"
-            )
-        return chunked_binary_loss(
-            embeddings, weight, labels, margin, sub_centers=sub_centers, chunk_size=chunk_size,
-            kernels=kernels, sampled_classes=sampled_classes,
-        )  # fmt: skip
+    binary = margin.objective == "binary"  # one-vs-all: Σ softplus instead of log-sum-exp
+    if binary and row_block is not None:
+        raise ValueError(
+            f"row_block tiles the softmax reduction; {type(margin).__name__} is one-vs-all "
+            f"(got row_block={row_block!r}): use impl='chunked'"
+        )
     sub_centers, chunk_size, sampled_classes = check_chunk_arguments(
         weight, sub_centers, chunk_size, sampled_classes
     )
+    if binary:
+        return binary_loss(
+            embeddings, weight, labels, labels, margin, None, sub_centers=sub_centers,
+            chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
+        )  # fmt: skip
     if row_block is not None:
         row_block = check_int("row_block", row_block, minimum=1)
     kernels = requested_kernels(kernels)  # the environment variable, read once
@@ -248,12 +250,12 @@ def sharded_margin_cross_entropy(
         reaching ``embeddings`` is this rank's rows of the gradient of the global loss.
     """
     check_chunkable(margin)
+    sampled_classes = check_sampled_classes(sampled_classes, weight)
     if margin.objective == "binary":  # one-vs-all: Σ softplus, the sums all-reduced
-        return sharded_binary_loss(
+        return binary_loss(
             embeddings, weight, local_labels, labels, margin, shard, sub_centers=sub_centers,
             chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
         )  # fmt: skip
-    sampled_classes = check_sampled_classes(sampled_classes, weight)
     return _function_loss(
         embeddings, weight, local_labels, labels, margin, shard, sub_centers, chunk_size,
         kernels, sampled_classes, class_values, None,
@@ -335,14 +337,14 @@ def _fused_cross_entropy(
     norms_arg = norms if margin.requires_norms else None
     empty = x.new_empty(0)
     statistics_scale = margin.statistics_scale()
-    statistics_rule = row_statistics_rule(margin)
-    if statistics_rule is not None:  # per-row sums over the classes, one more pass
+    statistics_code = row_statistics_code(margin)
+    if statistics_code is not None:  # per-row sums over the classes, one more pass
         with torch.no_grad():
             parameters = margin.row_statistics_kernel_parameters(cos_target)
             threshold = parameters.get("threshold", empty).reshape(-1).to(x.dtype)  # (N,)
             sums = row_statistics_call(
                 x_hat.detach(), weight.detach(), labels, threshold, k, chunk_size,
-                statistics_rule, kernels, sample,
+                statistics_code, kernels, sample,
             )  # fmt: skip
         context = margin.prepare_with_row_statistics(cos_target, labels, norms_arg, sums)
     elif statistics_scale is not None:

@@ -46,7 +46,7 @@ from .chunk_plan import (
     use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace, through_normalization
-from .fused_op import gradient_buffers, row_statistics_rule
+from .fused_op import gradient_buffers, row_statistics_code
 from .sharding import ClassShard
 from .triton_dispatch import kernel_rule, triton_row_statistics
 
@@ -453,7 +453,7 @@ def _prepare(
     non-target classes, by one more pass over the classes (merged over the ranks of ``shard``)."""
     if margin.row_statistics_size() > 0:
         target = cos_target.detach().to(chunks.inv_norms.dtype)  # (N,)
-        kind = row_statistics_rule(margin)
+        kind = row_statistics_code(margin)
         if triton and kind is not None:  # the declared rule on its kernel (no filtering here)
             threshold = margin.row_statistics_kernel_parameters(target)["threshold"]
             sums = triton_row_statistics(chunks, ROW_STATISTICS_KERNELS[kind], threshold)

@@ -23,14 +23,15 @@ the gradient of the first parameter. The two reductions:
   parameters the per-row scale ``s`` (differentiable: SphereFace's ``‖x‖``), the rule's
   ``threshold``, ``t`` and code (:func:`~marginface.executors.chunk_loop.nontarget_statistics`,
   :func:`~marginface.executors.chunk_loop.nontarget_gradient`). With ``γ_i = ∂L/∂lse^{nt}_i``,
-  ``∂L/∂logit_ij = γ_i e^{z_ij - lse^{nt}_i}``. Around it (:func:`fused_margin_cross_entropy`):
+  ``∂L/∂logit_ij = γ_i e^{z_ij - lse^{nt}_i}``. Around it (``chunked._fused_cross_entropy``):
   ``L_i = logaddexp(lse^{nt}_i, T_i) - T_i`` with the margin's ``T_i = s_i f(cos θ_iy)``.
 * ``chunked_binary_sums`` (one-vs-all): ``S_i = Σ_{j≠y_i} softplus(z_ij)``, its parameters the
   bias ``b`` (differentiable) and the declared rule's numbers (``z = s(2u^t - 1 + μ) + βb``,
   ``u = max((c + 1)/2, 0)``, the clamp and the gradient mode;
   :class:`~marginface.executors.binary_rule.BinaryRule`), on PyTorch ops
   (:mod:`~marginface.executors.binary_passes`) or the kernels of
-  :mod:`~marginface.executors.triton_binary`. Around it (:func:`fused_binary_loss`):
+  :mod:`~marginface.executors.triton_binary`. Around it
+  (:func:`~marginface.executors.binary_loop.fused_binary_loss`):
   ``L_i = w_+ softplus(-T_i) + w_- S_i``.
 
 Everything of size ``N`` is ordinary PyTorch around them: the normalization ``x̂ = x/‖x‖``, the
@@ -100,7 +101,7 @@ __all__ = [
     "prologue",
     "register",
     "row_statistics_call",
-    "row_statistics_rule",
+    "row_statistics_code",
 ]
 
 RULE_IDENTITY = 0
@@ -315,12 +316,12 @@ def nontarget_rule(margin: Margin) -> int | None:
     kind = nontarget_kernel_of(margin)
     if margin.interclass_filtering_threshold > 0 or kind not in RULE_KINDS:
         return None
-    if margin.row_statistics_size() > 0 and row_statistics_rule(margin) is None:
+    if margin.row_statistics_size() > 0 and row_statistics_code(margin) is None:
         return None  # a pass over the classes in the margin's own Python, before its hooks
     return RULE_KINDS.index(kind)
 
 
-def row_statistics_rule(margin: Margin) -> int | None:
+def row_statistics_code(margin: Margin) -> int | None:
     """The code (an index into :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`) of
     ``margin``'s declared :meth:`~marginface.margins.base.Margin.row_statistics_kernel`, or None
     if it declares none (or needs no row statistics); ``ValueError`` naming the margin and the
