@@ -37,7 +37,7 @@ def has_compiled_rule(name: str) -> bool:
     from marginface.executors.fused_op import nontarget_rule
 
     margin = make_loss(name, "dense").margin
-    if margin.objective == "binary":  # one-vs-all: executors/binary_op.py's custom ops
+    if margin.objective == "binary":  # one-vs-all: executors/fused_op.py's chunked_binary_sums
         return margin.binary_kernel_parameters() is not None
     return nontarget_rule(margin) is not None
 

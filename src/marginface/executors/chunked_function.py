@@ -36,17 +36,15 @@ from .chunk_loop import (
     nontarget_statistics,
     row_block_pass,
     row_statistics,
-    target_cosines,
 )
 from .chunk_plan import (
     chunk_size_for,
-    normalized_with_norms,
     requested_kernels,
     scale_per_row,
     use_triton_kernels,
 )
 from .chunk_workspace import ChunkWorkspace, through_normalization
-from .fused_op import gradient_buffers, row_statistics_code
+from .fused_op import gradient_buffers, prologue, row_statistics_code
 from .sharding import ClassShard
 from .triton_dispatch import kernel_rule, triton_row_statistics
 
@@ -151,12 +149,11 @@ class ChunkedLoss(torch.autograd.Function):
         if shard is not None:
             x = shard.gather_rows(x)  # (N, D), the global batch
         k = sub_centers
-        x_hat, norms = normalized_with_norms(x)  # (N, D), (N,)
-        chunk_size = chunk_size_for(x, weight, k, sample, chunk_size)
+        # x̂ (N, D), ‖x‖ (N,), the target cosine (an indexed dot on the rank that owns the
+        # target, summed over the ranks below) and its weight row (N,), as the custom ops'.
+        start = prologue(x, weight, local_labels, k, sample, chunk_size)
+        x_hat, norms, cos_raw, target_rows, chunk_size = start
         chunks = ChunkWorkspace(x_hat, weight, local_labels, k, chunk_size, gemm, sample=sample)
-
-        # The target cosine: an indexed dot on the rank that owns the target, summed over ranks.
-        cos_raw, target_rows = target_cosines(x_hat, weight, local_labels, k, sample)
         owned = local_labels >= 0  # (N,)
         if shard is not None:
             shard.all_sum_(cos_raw)
