@@ -322,7 +322,7 @@ def _fused_cross_entropy(
         x: ``Tensor[N, D]`` in the compute dtype (float32/float64), autocast off.
         weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
             positions in ``sampled_classes``, if given).
-        margin: a margin whose :func:`nontarget_rule` is ``rule`` (not None).
+        margin: a margin whose :func:`~.fused_op.nontarget_rule` is ``rule`` (not None).
         sub_centers, chunk_size, kernels, sampled_classes, class_values: as
             :func:`~marginface.executors.chunked.chunked_margin_cross_entropy` (the per-class
             values enter the target's small graph of ``N``-vectors, so autograd differentiates
