@@ -14,6 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "bench_core_before_after.py"
+pytestmark = pytest.mark.skipif(
+    not (REPO / ".git").exists(), reason="the benchmark exports trees with git: not a git checkout"
+)
 TINY = ["--quick", "--before", "HEAD", "--classes", "64", "--batch", "8", "--dim", "8"]
 
 
@@ -75,6 +78,19 @@ def test_interleave_alternates_which_tree_goes_first(bench):
     assert runs == ["before", "after", "before", "after", "after", "before", "before", "after"]
     assert all(calls[i] == ("reset", calls[i + 1][1]) for i in range(0, len(calls), 2))
     assert [len(samples["before"]), len(samples["after"])] == [3, 3]
+
+
+@pytest.mark.parametrize("ref", ["HEAD", None])
+def test_export_tree_renames_the_package(bench, tmp_path, ref):
+    info = bench.export_tree(ref, "after", tmp_path)
+    package = tmp_path / "marginface_after"
+    assert info["module"] == "marginface_after" and info["ref"] == (ref or "working tree")
+    sources = {path.name: path.read_text() for path in package.rglob("*.py")}
+    assert "executors" in {path.name for path in package.iterdir()}
+    assert "__init__.py" in sources
+    assert not any(bench._WORD.search(text) for text in sources.values())
+    assert any("marginface_after::" in text for text in sources.values())  # custom ops
+    assert not list(package.rglob("__pycache__"))
 
 
 def test_unknown_before_ref_is_one_line(tmp_path):
