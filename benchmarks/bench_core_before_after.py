@@ -41,9 +41,15 @@ weight and gradients (every page written), running nothing; extra = step peak - 
 Output: a markdown table on stdout and a JSON file (default
 ``benchmarks/results/core_before_after-<time>.json``, git-ignored) with every sample.
 
-    PYTHONPATH=src python benchmarks/bench_core_before_after.py            # C = 100k, ~10 min
+    PYTHONPATH=src python benchmarks/bench_core_before_after.py            # C = 100k, 7 rounds
     PYTHONPATH=src python benchmarks/bench_core_before_after.py --quick    # C = 10k, 3 rounds
     PYTHONPATH=src python benchmarks/bench_core_before_after.py --before 8801a4d --after HEAD
+    PYTHONPATH=src python benchmarks/bench_core_before_after.py --before HEAD  # A/A: the noise
+
+The default run is about 5 minutes on a quiet 2-core machine (estimated from the C = 100k step
+times of docs/benchmarks.md plus ~2.5 s per fresh process; 37 processes in all), twice that
+under load. An A/A run (the same code as both trees) shows how far the ratios scatter on the
+machine at hand: a difference smaller than that scatter is not measured.
 """
 
 from __future__ import annotations
@@ -444,7 +450,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sharded-loss", default="arcface", help="the sharded head's loss")
     parser.add_argument("--world", type=int, default=2, help="processes of the sharded head")
     parser.add_argument("--threads", type=int, default=0, help="per rank; 0: cores // world")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 7)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--chunk-size", type=int, default=None)
     parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True)
@@ -467,7 +473,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.classes is None:
         args.classes = 10_000 if args.quick else 100_000
     if args.repeats is None:
-        args.repeats = 3 if args.quick else 5
+        args.repeats = 3 if args.quick else 7
     for name in ("batch", "dim", "classes", "world", "repeats", "memory_repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
