@@ -386,7 +386,9 @@ def sharded_extra(args: argparse.Namespace, dtype: str, variant: str) -> dict[st
 
 
 # ---------------------------------------------------------------- one row
-def measure(args: argparse.Namespace, packages: dict[str, ModuleType], path: str, dtype: str):
+def measure(
+    args: argparse.Namespace, packages: dict[str, ModuleType], path: str, dtype: str
+) -> dict[str, Any]:
     """Step times (interleaved) and each tree's extra memory of one path and dtype."""
     if path == "sharded":
         reports = launch(args, dtype, "time", "after")
@@ -435,6 +437,8 @@ def table_line(row: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options; ``--quick`` fills ``--classes`` and ``--repeats`` where they are not given,
+    and a count below its minimum is a usage error naming the option."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default=DEFAULT_BEFORE, help="git ref of the BEFORE tree")
     parser.add_argument(
@@ -482,7 +486,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def check_losses(args: argparse.Namespace, packages: dict[str, ModuleType]) -> None:
+    """Every path's loss is registered in both trees; ``SystemExit`` naming the option if not."""
+    for path in args.paths:
+        option = {"fused": "--softmax-loss", "binary": "--binary-loss"}.get(path, "--sharded-loss")
+        for variant, package in packages.items():
+            try:
+                package.get_loss_class(path_loss(args, path))
+            except (KeyError, ValueError) as error:
+                raise SystemExit(f"error: {option} in the {variant} tree: {error}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Export both trees, measure every path and dtype, print the table and write the JSON."""
     args = parse_args(argv)
     if args.probe:
         print(json.dumps(memory_probe(args)))
@@ -497,6 +513,7 @@ def main(argv: list[str] | None = None) -> None:
         trees["before"] = export_tree(args.before, "before", Path(args.packages_dir))
         trees["after"] = export_tree(args.after, "after", Path(args.packages_dir))
         packages = {variant: load_variant(args.packages_dir, variant) for variant in VARIANTS}
+        check_losses(args, packages)
         print(
             f"# torch {torch.__version__}, {torch.get_num_threads()} threads, "
             f"N={args.batch}, D={args.dim}, C={args.classes}, W={args.world}, "

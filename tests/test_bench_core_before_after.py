@@ -93,12 +93,19 @@ def test_export_tree_renames_the_package(bench, tmp_path, ref):
     assert not list(package.rglob("__pycache__"))
 
 
-def test_unknown_before_ref_is_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--before", "no-such-ref-36"], "'no-such-ref-36' is not a commit"),
+        (["--binary-loss", "sphereface9"], "--binary-loss in the before tree: unknown loss"),
+    ],
+)
+def test_bad_option_is_one_line(options, message):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    command = [sys.executable, str(SCRIPT), *TINY, "--before", "no-such-ref-36"]
+    command = [sys.executable, str(SCRIPT), *TINY, "--no-memory", *options]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode != 0
-    assert "'no-such-ref-36' is not a commit" in result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 
