@@ -28,10 +28,7 @@ alternating which goes first; each step's gradients are set to None (untimed), t
 ``time.perf_counter`` brackets forward + backward (for ``sharded`` after a barrier; a round's
 time is its slowest rank's). Reported: each tree's median, the ratio of the medians
 (after / before) and the median of the per-round ratios (paired, so a slow spell of a shared
-machine hits both alike); beside them, the paired ratio of the CPU seconds
-(``time.process_time`` around the same step, summed over the ranks for ``sharded``), which
-another process's load disturbs less than the wall clock (threads that spin while waiting
-still count).
+machine hits both alike).
 
 **Extra memory**, as ``benchmarks/bench_memory.py`` measures it (its ``measure_step``,
 ``memory_report`` and ``hold_gradients``, and ``bench_sharded.py``'s per-rank form): a peak
@@ -205,20 +202,15 @@ def interleave(
     repeats: int,
     warmup: int,
     before_each: Callable[[], None] | None = None,
-) -> dict[str, dict[str, list[float]]]:
+) -> dict[str, list[float]]:
     """Seconds of each variant's step per round: ``warmup`` untimed rounds, then ``repeats``
     rounds of BEFORE and AFTER, alternating which runs first (``before_each``: called after
-    the reset and before the clock starts, e.g. a barrier).
-
-    Returns ``{"wall": {variant: [s, ...]}, "cpu": {variant: [s, ...]}}``: wall-clock seconds
-    (``time.perf_counter``) and this process's CPU seconds (``time.process_time``, all its
-    threads), which other processes' load disturbs less."""
+    the reset and before the clock starts, e.g. a barrier)."""
     for _ in range(warmup):
         for reset, run in steps.values():
             reset()
             run()
-    wall: dict[str, list[float]] = {variant: [] for variant in steps}
-    cpu: dict[str, list[float]] = {variant: [] for variant in steps}
+    samples: dict[str, list[float]] = {variant: [] for variant in steps}
     for round_ in range(repeats):
         order = list(steps) if round_ % 2 == 0 else list(reversed(steps))
         for variant in order:
@@ -226,11 +218,10 @@ def interleave(
             reset()
             if before_each is not None:
                 before_each()
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start = time.perf_counter()
             run()
-            wall[variant].append(time.perf_counter() - start)
-            cpu[variant].append(time.process_time() - start_cpu)
-    return {"wall": wall, "cpu": cpu}
+            samples[variant].append(time.perf_counter() - start)
+    return samples
 
 
 def summarize(samples: dict[str, list[float]]) -> dict[str, float]:
@@ -401,16 +392,11 @@ def measure(
     """Step times (interleaved) and each tree's extra memory of one path and dtype."""
     if path == "sharded":
         reports = launch(args, dtype, "time", "after")
-
-        def across_ranks(clock: str, combine: Callable[..., float]) -> dict[str, list[float]]:
-            per_rank = [report["samples"][clock] for report in reports]
-            return {
-                variant: [combine(ts) for ts in zip(*(r[variant] for r in per_rank), strict=True)]
-                for variant in VARIANTS
-            }
-
-        # a round's time is its slowest rank's; its CPU seconds, the sum of the ranks'
-        samples = {"wall": across_ranks("wall", max), "cpu": across_ranks("cpu", sum)}
+        per_rank = [report["samples"] for report in reports]
+        samples = {  # a round's time is its slowest rank's
+            variant: [max(times) for times in zip(*(r[variant] for r in per_rank), strict=True)]
+            for variant in VARIANTS
+        }
     else:
         built = {
             variant: build(
@@ -423,9 +409,8 @@ def measure(
         samples = interleave(steps, args.repeats, args.warmup)
         del built, steps
     row: dict[str, Any] = {"path": path, "loss": path_loss(args, path), "dtype": dtype}
-    row.update(summarize(samples["wall"]))
-    row["cpu"] = summarize(samples["cpu"])
-    row["samples_s"], row["cpu_samples_s"] = samples["wall"], samples["cpu"]
+    row.update(summarize(samples))
+    row["samples_s"] = samples
     if args.memory:
         for variant in VARIANTS:
             if path == "sharded":
@@ -438,8 +423,7 @@ def measure(
 
 
 def table_line(row: dict[str, Any]) -> str:
-    """One markdown row: path, dtype, medians, ratio, paired ratio, extra MiB of each tree,
-    the paired ratio of CPU seconds."""
+    """One markdown row: path, dtype, medians, ratio, paired ratio, extra MiB of each tree."""
 
     def mib(variant: str) -> str:
         value = row.get(f"{variant}_extra_mib")
@@ -448,7 +432,7 @@ def table_line(row: dict[str, Any]) -> str:
     return (
         f"| {row['path']} ({row['loss']}) | {row['dtype']} | {row['before_s']:.4f} "
         f"| {row['after_s']:.4f} | {row['ratio']:.3f} | {row['paired_ratio']:.3f} "
-        f"| {mib('before')} | {mib('after')} | {row['cpu']['paired_ratio']:.3f} |"
+        f"| {mib('before')} | {mib('after')} |"
     )
 
 
@@ -541,9 +525,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"# {variant}: {tree['ref']} ({tree['commit'][:10]}) as {tree['module']}")
         print(
             "| path | dtype | before median s | after median s | ratio | paired ratio "
-            "| before extra MiB | after extra MiB | paired CPU ratio |"
+            "| before extra MiB | after extra MiB |"
         )
-        print("|" + "---|" * 9, flush=True)
+        print("|" + "---|" * 8, flush=True)
         rows = []
         for path in args.paths:
             for dtype in args.dtypes:

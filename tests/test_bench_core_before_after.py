@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,12 +73,11 @@ def test_interleave_alternates_which_tree_goes_first(bench):
     def step(variant):
         return (lambda: calls.append(("reset", variant)), lambda: calls.append(("run", variant)))
 
-    clocks = bench.interleave({"before": step("before"), "after": step("after")}, 3, 1)
+    samples = bench.interleave({"before": step("before"), "after": step("after")}, 3, 1)
     runs = [variant for what, variant in calls if what == "run"]
     assert runs == ["before", "after", "before", "after", "after", "before", "before", "after"]
     assert all(calls[i] == ("reset", calls[i + 1][1]) for i in range(0, len(calls), 2))
-    for samples in (clocks["wall"], clocks["cpu"]):
-        assert [len(samples["before"]), len(samples["after"])] == [3, 3]
+    assert [len(samples["before"]), len(samples["after"])] == [3, 3]
 
 
 @pytest.mark.parametrize("ref", ["HEAD", None])
@@ -129,15 +127,14 @@ def test_every_path_runs_both_trees_interleaved(tmp_path):
         ("fused", "float32"), ("binary", "float32"), ("sharded", "float32"),
     ]  # fmt: skip
     for row in data["rows"]:
-        for samples in (row["samples_s"], row["cpu_samples_s"]):
-            assert [len(samples["before"]), len(samples["after"])] == [2, 2]
-            assert all(t > 0 for t in samples["before"] + samples["after"])
+        samples = row["samples_s"]
+        assert [len(samples["before"]), len(samples["after"])] == [2, 2]
+        assert all(t > 0 for t in samples["before"] + samples["after"])
         assert row["ratio"] == pytest.approx(row["after_s"] / row["before_s"])
-        assert row["cpu"]["ratio"] == pytest.approx(row["cpu"]["after_s"] / row["cpu"]["before_s"])
         assert "before_extra_mib" not in row
     lines = [line for line in result.stdout.splitlines() if line.startswith("| ")]
     assert len(lines) == 1 + 3  # the header and one row per path
-    assert re.fullmatch(r"\| fused \(arcface\) \| float32 \|.* \| - \| - \| [\d.]+ \|", lines[1])
+    assert lines[1].startswith("| fused (arcface) | float32 |") and lines[1].endswith("| - | - |")
 
 
 @pytest.mark.slow
