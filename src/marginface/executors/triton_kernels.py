@@ -144,6 +144,17 @@ def _row_inputs(
 
 
 @triton.jit
+def _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION: tl.constexpr):
+    """Per-row ``(lse, grad)`` of a block of rows: the log-sum-exp (read by the softmax only;
+    else the gradient stands in for it) and the gradient reaching the reduction."""
+    grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
+    lse = grad
+    if REDUCTION == "softmax":
+        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    return lse, grad
+
+
+@triton.jit
 def _tile_gradient(
     x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t, p0, p1,
     lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
@@ -241,8 +252,7 @@ def _embedding_gradient_kernel(
     label, scale, threshold, t, p0, p1 = _row_inputs(
         label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, REDUCTION, RULE
     )
-    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
-    grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
+    lse, grad = _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION)
     share = tl.zeros((BLOCK_N,), tl.float32)
     base = grad_x_ptr + pid_c.to(tl.int64) * rows_total * dim
     lo = pid_c * chunk
@@ -291,8 +301,7 @@ def _weight_gradient_kernel(
         label, scale, threshold, t, p0, p1 = _row_inputs(
             label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, REDUCTION, RULE
         )
-        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
-        grad = tl.load(grad_ptr + rows, mask=row_ok, other=0.0)
+        lse, grad = _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION)
         grad_cos, _, best = _tile_gradient(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t,
             p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
