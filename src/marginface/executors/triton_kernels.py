@@ -311,16 +311,15 @@ def _weight_gradient_kernel(
             centers, grad_dot = _sub_center_gradient(
                 grad_cos, best, cols, col_ok, inv_norm_ptr, k, K
             )
-            grad_dot = tl.trans(grad_dot.to(x_ptr.dtype.element_ty))
+            grad_dot = grad_dot.to(x_ptr.dtype.element_ty)
             local = centers - lo * K
             for d0 in range(0, dim, BLOCK_D):
                 dims = d0 + tl.arange(0, BLOCK_D)
                 d_ok = dims < dim
                 x = _load_tile(x_ptr, rows.to(tl.int64), row_ok, stride_x, dims, d_ok)
                 out = out_ptr + local[:, None] * dim + dims[None, :]
-                _add_product(
-                    out, col_ok[:, None] & d_ok[None, :], grad_dot, x, PRECISION, DOT_UPCAST
-                )
+                out_ok = col_ok[:, None] & d_ok[None, :]
+                _add_product(out, out_ok, tl.trans(grad_dot), x, PRECISION, DOT_UPCAST)
 
 
 # ------------------------------------------------------------------------------- launchers
