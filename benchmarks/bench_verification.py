@@ -126,6 +126,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--image-size", type=int, default=None, help="default: 32 LFW, 28 Omn.")
     parser.add_argument("--rgb", action="store_true", help="LFW in colour (default: grey)")
     parser.add_argument(
+        "--lfw-crop",
+        default="150",
+        help="LFW: centred square crop in pixels before resizing (default 150 of the 250 "
+        "deep-funneled pixels); 'none' for the whole image, e.g. --data-dir holding "
+        "lfw/lfw-deepfunneled/ as 112x112 crops of `marginface align --detector mtcnn`",
+    )
+    parser.add_argument(
         "--min-images-per-identity",
         type=int,
         default=1,
@@ -165,7 +172,10 @@ def make_config(args: argparse.Namespace, loss: str, fold: int | None) -> TrainC
     options: dict[str, Any] = {"download": False}
     if args.dataset == "lfw":
         options.update(
-            fold=fold, rgb=args.rgb, min_images_per_identity=args.min_images_per_identity
+            fold=fold,
+            rgb=args.rgb,
+            min_images_per_identity=args.min_images_per_identity,
+            crop=None if args.lfw_crop == "none" else int(args.lfw_crop),
         )
     loss_options: dict[str, Any] = {"scale": args.scale}
     if loss in args.margins and loss != "normface":

@@ -18,6 +18,9 @@ Usage (from the repository root)::
 
     python benchmarks/summarize_verification.py --baseline arcface \\
         benchmarks/results/verification_lfw_issue25_fold*.csv
+    python benchmarks/summarize_verification.py --baseline "arcface (centre)" \\
+        centre=benchmarks/results/verification_lfw_centre.csv \\
+        aligned=benchmarks/results/verification_lfw_aligned.csv
 """
 
 from __future__ import annotations
@@ -34,16 +37,23 @@ from scipy import stats
 MEAN_COLUMNS = ("auc", "eer", "tar@far=1e-02", "precision_at_1", "map_at_r")
 
 
-def read_results(paths: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
+def read_results(
+    paths: list[Path], labels: list[str | None] | None = None
+) -> dict[str, dict[int, dict[str, Any]]]:
     """``{loss: {fold: row}}`` from the CSV files, rows with ``status == "ok"`` only, losses in
-    the order first seen. Raises ``ValueError`` naming the file for a fold and loss seen twice."""
+    the order first seen. ``labels[i]`` (when not None) names every row of ``paths[i]`` as
+    ``"<loss> (<label>)"``, so two runs of one loss (e.g. two image framings) pair up.
+    Raises ``ValueError`` naming the file for a fold and loss seen twice."""
     results: dict[str, dict[int, dict[str, Any]]] = {}
-    for path in paths:
+    labels = labels if labels is not None else [None] * len(paths)
+    for path, label in zip(paths, labels, strict=True):
         with open(path, newline="", encoding="utf-8") as handle:
             for row in csv.DictReader(handle):
                 if row.get("status") != "ok":
                     continue
                 loss, fold = row["loss"], int(row["fold"])
+                if label is not None:
+                    loss = f"{loss} ({label})"
                 folds = results.setdefault(loss, {})
                 if fold in folds:
                     raise ValueError(f"{path}: loss {loss!r} fold {fold} appears twice")
@@ -173,10 +183,24 @@ def per_fold_table(results: dict[str, dict[int, dict[str, Any]]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("csv", type=Path, nargs="+", help="bench_verification.py result files")
-    parser.add_argument("--baseline", default="arcface", help="the loss the others are paired with")
+    parser.add_argument(
+        "csv",
+        nargs="+",
+        help="bench_verification.py result files; LABEL=FILE names its rows 'LOSS (LABEL)'",
+    )
+    parser.add_argument(
+        "--baseline",
+        default="arcface",
+        help="the loss the others are paired with ('LOSS (LABEL)' for a labelled file)",
+    )
     args = parser.parse_args(argv)
-    results = read_results(args.csv)
+    labels: list[str | None] = []
+    paths: list[Path] = []
+    for item in args.csv:
+        label, sep, path = item.partition("=")
+        labels.append(label if sep else None)
+        paths.append(Path(path if sep else item))
+    results = read_results(paths, labels)
     print(summary_table(results, args.baseline))
     print()
     print(per_fold_table(results))

@@ -112,3 +112,22 @@ def test_holm_adjustment_by_hand(summarize):
     assert adjusted["b"] == pytest.approx(0.03) and adjusted["c"] == pytest.approx(0.04)
     assert adjusted["a"] == pytest.approx(0.04) and adjusted["d"] != adjusted["d"]
     assert summarize.holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}
+
+
+def test_labelled_files_pair_two_runs_of_one_loss(summarize, tmp_path, capsys):
+    centre = _write(tmp_path / "c.csv", [_row(0, "arcface", 0.80), _row(1, "arcface", 0.82)])
+    aligned = _write(tmp_path / "a.csv", [_row(0, "arcface", 0.85), _row(1, "arcface", 0.86)])
+    results = summarize.read_results([centre, aligned], ["centre", "aligned"])
+    assert list(results) == ["arcface (centre)", "arcface (aligned)"]
+    diff = summarize.paired_difference(results["arcface (aligned)"], results["arcface (centre)"])
+    assert diff["folds"] == 2 and diff["better"] == 2
+    assert diff["mean"] == pytest.approx(0.045)
+    summarize.main(["--baseline", "arcface (centre)", f"centre={centre}", f"aligned={aligned}"])
+    assert "arcface (aligned)" in capsys.readouterr().out
+
+
+def test_unlabelled_files_of_one_loss_still_clash(summarize, tmp_path):
+    first = _write(tmp_path / "c.csv", [_row(0, "arcface", 0.80)])
+    second = _write(tmp_path / "a.csv", [_row(0, "arcface", 0.85)])
+    with pytest.raises(ValueError, match="appears twice"):
+        summarize.read_results([first, second])

@@ -115,3 +115,17 @@ def test_help(command, capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert f"usage: marginface {command}" in out and "--detector" in out
+
+
+@pytest.mark.parametrize("command", ["detect", "align"])
+def test_progress_lines_as_asked(photos, tmp_path, capsys, command):
+    out = ["--out", str(tmp_path / ("f.jsonl" if command == "detect" else "o"))]
+    lines = ["--progress", "lines", "--progress-seconds", "0"]
+    argv = [command, str(photos), *out, "--detector", "mtcnn", *lines]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    verb = "detecting" if command == "detect" else "aligning"
+    assert f"{verb}: 4/4 photos" in err, err
+    quiet = [command, str(photos), "--out", str(tmp_path / "second"), "--detector", "mtcnn"]
+    assert main([*quiet, "--progress", "none"]) == 0
+    assert f"{verb}:" not in capsys.readouterr().err

@@ -340,6 +340,14 @@ def test_blocks_are_validated(kernels: ModuleType) -> None:
     assert kernels.Blocks(warps=8, stages=2).warps == 8
 
 
+def test_row_inputs_are_validated(kernels: ModuleType) -> None:
+    with pytest.raises(ValueError, match=r"RowInputs.reduction must be one of .* got 'logsumexp'"):
+        kernels.RowInputs("logsumexp")
+    with pytest.raises(ValueError, match=r"RowInputs.rule must be one of .* got 'acos'"):
+        kernels.RowInputs("softmax", rule="acos")
+    assert kernels.RowInputs("softplus").arguments()["REDUCTION"] == "softplus"
+
+
 def test_kernel_entry_points_check_their_inputs(kernels: ModuleType) -> None:
     """Each entry point validates dtypes, strides and the sub-center count before launching."""
     x_hat = torch.randn(4, 16, device=DEVICE)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .options import _add_progress_option
+
 __all__ = [
     "add_detect_parser",
     "add_detector_options",
@@ -86,6 +88,7 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
         "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"
     )
     add_detector_options(parser, required=False)
+    _add_progress_option(parser)
     parser.set_defaults(func="marginface.cli.detect:run_detect", detector="mtcnn")
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .options import _add_progress_option
 from .output import _echo
 
 __all__ = [
@@ -131,6 +132,7 @@ def add_embed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="threads decoding images (default 0: one per CPU, <= 8)",
     )
     _add_model_options(embed)
+    _add_progress_option(embed)
     embed.set_defaults(func="marginface.cli.inference:cmd_embed")
 
 
@@ -210,6 +212,7 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     build.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
     build.add_argument("--overwrite", action="store_true", help="replace a gallery at --out")
     _add_model_options(build)
+    _add_progress_option(build)
     build.set_defaults(func="marginface.cli.inference:cmd_gallery_build")
 
     add = actions.add_parser(
@@ -226,6 +229,7 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     add.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
     _add_model_options(add)
+    _add_progress_option(add)
     add.set_defaults(func="marginface.cli.inference:cmd_gallery_add")
 
     remove = actions.add_parser(parents=[common], name="remove", help="remove identities")
@@ -381,6 +385,7 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     search.add_argument("--html", type=Path, help="an HTML page with thumbnails (default: none)")
     search.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
     _add_model_options(search)
+    _add_progress_option(search)
     search.set_defaults(func="marginface.cli.inference:cmd_search")
 
 

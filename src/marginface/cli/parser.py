@@ -266,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         "'marginface[align]').",
     )
     add_align_arguments(align)
+    _add_progress_option(align)
     align.set_defaults(func="marginface.cli.runs:cmd_align")
 
     ijb = sub.add_parser(

@@ -288,7 +288,8 @@ def nontarget_gradient(
     ``scale``: ``Tensor[N]``, no gradient.
     """
     if rule.kernel is not None:
-        triton_gradient(chunks, rule.kernel, scale, lse, grad, grad_x_hat, grad_weight, grad_scale)
+        kernel_rows = (scale, rule.kernel, lse, grad)  # the softmax launchers' row arguments
+        triton_gradient(chunks, kernel_rows, grad_x_hat, grad_weight, grad_scale)
         return
     fold = _scale_rides_in_gemm(chunks, rule, grad_scale is not None)
     folded = _fold(chunks, scale, lse, grad) if fold else None

@@ -1,11 +1,13 @@
-"""What the Triton kernels take besides tensors: tile sizes and launch options (:class:`Blocks`)
-and the non-target rule (:class:`NonTargetRule`). Importable without triton;
+"""What the Triton kernels take besides tensors: tile sizes and launch options (:class:`Blocks`),
+the non-target rule (:class:`NonTargetRule`) and a reduction's per-row inputs
+(:class:`RowInputs`). Importable without triton;
 :mod:`~marginface.executors.triton_kernels` launches with them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
@@ -14,6 +16,7 @@ from ..margins.rules import NONTARGET_RULES
 __all__ = [
     "Blocks",
     "NonTargetRule",
+    "RowInputs",
     "default_blocks",
 ]
 
@@ -122,3 +125,59 @@ class NonTargetRule:
     def curricular(self) -> bool:
         """Whether the rule is CurricularFace's."""
         return self.name == "curricular"
+
+
+REDUCTIONS = ("softmax", "softplus", "above_threshold")
+"""The kernels' reduction steps (:mod:`~marginface.executors.triton_rules`)."""
+
+
+@dataclass(frozen=True)
+class RowInputs:
+    """What the kernels read besides ``x̂``, ``W``, its inverse norms and the labels (every
+    kernel takes all of it; what its reduction does not read is a stand-in).
+
+    Attributes:
+        reduction: ``"softmax"`` (the non-target logits' ``(max, Σexp)``), ``"softplus"``
+            (the one-vs-all ``Σ softplus``) or ``"above_threshold"`` (a row statistics pass).
+        scale, threshold, t: ``Tensor[N]`` float32 per-row vectors, or None where the
+            reduction does not read them.
+        constants: ``Tensor[2]`` float32, the non-target rule's scalars; None if not read.
+        rule: the softmax's non-target rule, a name of
+            :data:`~marginface.margins.rules.NONTARGET_RULES` (compile-time).
+        binary: the one-vs-all rule's ``(s, t, μ, βb, L)`` (runtime floats).
+        clamp, straight_through: the one-vs-all rule's compile-time flags.
+    """
+
+    reduction: str
+    scale: Tensor | None = None
+    threshold: Tensor | None = None
+    t: Tensor | None = None
+    constants: Tensor | None = None
+    rule: str = "identity"
+    binary: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    clamp: bool = False
+    straight_through: bool = False
+
+    def __post_init__(self) -> None:
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(
+                f"RowInputs.reduction must be one of {REDUCTIONS}, got {self.reduction!r}"
+            )
+        if self.rule not in NONTARGET_RULES:
+            raise ValueError(
+                f"RowInputs.rule must be one of {tuple(NONTARGET_RULES)}, got {self.rule!r}"
+            )
+
+    def pointers(self, stand_in: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``scale_ptr, threshold_ptr, t_ptr, const_ptr`` (float32 ``stand_in`` for None)."""
+        given = (self.scale, self.threshold, self.t, self.constants)
+        return tuple(stand_in if value is None else value for value in given)  # type: ignore[return-value]
+
+    def arguments(self) -> dict[str, Any]:
+        """The kernels' runtime scalars and compile-time arguments of the reduction and rule."""
+        scale, power, offset, bias, limit = self.binary
+        return {
+            "SCALE": scale, "POWER": power, "OFFSET": offset, "BIAS": bias, "LIMIT": limit,
+            "REDUCTION": self.reduction, "RULE": self.rule, "CLAMP": self.clamp,
+            "ST": self.straight_through,
+        }  # fmt: skip

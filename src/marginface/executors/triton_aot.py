@@ -1,12 +1,12 @@
 """Compile the chunked executor's Triton kernels ahead of time, for a CUDA architecture, on a
 machine without a GPU, and read what each compiled kernel uses.
 
-The kernels of :mod:`~marginface.executors.triton_kernels` (softmax),
-:mod:`~marginface.executors.triton_row_statistics` (a margin's row statistics) and
-:mod:`~marginface.executors.triton_binary` (one-vs-all) are compiled by Triton when they are
-first launched on a GPU. This module runs the same compiler (Triton's front end, its MLIR
-passes, LLVM and ``ptxas``, all shipped in the ``triton`` wheel) for a named target, e.g. the
-H100/H200's ``sm_90``, with the specializations a launch on PyTorch tensors gets (16-byte
+The kernels of :mod:`~marginface.executors.triton_kernels`, each launched with the reduction of
+the softmax losses, of a margin's row statistics (:mod:`~.triton_row_statistics`) or of the
+one-vs-all losses (:mod:`~.triton_binary`), are compiled by Triton when they are first launched
+on a GPU. This module runs the same compiler (Triton's front end, its MLIR passes, LLVM and
+``ptxas``, all shipped in the ``triton`` wheel) for a named target, e.g. the H100/H200's
+``sm_90``, with the specializations a launch on PyTorch tensors gets (16-byte
 aligned pointers, sizes divisible by 16 marked as such), and reports per kernel:
 
 * registers per thread, spilled bytes (``LOCAL``) and shared memory (bytes), read from the cubin
@@ -38,7 +38,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from ..margins.base import NONTARGET_KERNELS
-from . import triton_binary, triton_kernels, triton_row_statistics
+from . import triton_kernels
 from .triton_kernels import Blocks
 
 __all__ = ["ALL_KERNELS", "KERNELS", "OTHER_KERNELS", "CompiledKernel", "compile_kernel"]
@@ -59,14 +59,14 @@ kernels (the forward's ``Σ softplus`` and the backward's ``∂x̂``, ``∂b`` a
 ALL_KERNELS = KERNELS + OTHER_KERNELS
 """Every kernel :func:`compile_kernel` compiles."""
 
-_FUNCTIONS = {
-    "statistics": (triton_kernels, "_statistics_kernel"),
-    "embedding_gradient": (triton_kernels, "_embedding_gradient_kernel"),
-    "weight_gradient": (triton_kernels, "_weight_gradient_kernel"),
-    "above_threshold": (triton_row_statistics, "_above_threshold_kernel"),
-    "binary_sums": (triton_binary, "_sums_kernel"),
-    "binary_embedding_gradient": (triton_binary, "_embedding_gradient_kernel"),
-    "binary_weight_gradient": (triton_binary, "_weight_gradient_kernel"),
+_FUNCTIONS = {  # kernel -> (its function in triton_kernels, the reduction it is launched with)
+    "statistics": ("_reduce_kernel", "softmax"),
+    "embedding_gradient": ("_embedding_gradient_kernel", "softmax"),
+    "weight_gradient": ("_weight_gradient_kernel", "softmax"),
+    "above_threshold": ("_reduce_kernel", "above_threshold"),
+    "binary_sums": ("_reduce_kernel", "softplus"),
+    "binary_embedding_gradient": ("_embedding_gradient_kernel", "softplus"),
+    "binary_weight_gradient": ("_weight_gradient_kernel", "softplus"),
 }
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -105,12 +105,11 @@ class CompiledKernel:
 def _kernel_function(kernel: str) -> triton.runtime.jit.JITFunction:
     if kernel not in ALL_KERNELS:
         raise ValueError(f"kernel must be one of {ALL_KERNELS}, got {kernel!r}")
-    module, name = _FUNCTIONS[kernel]
-    function = getattr(module, name)
+    function = getattr(triton_kernels, _FUNCTIONS[kernel][0])
     if not isinstance(function, triton.runtime.jit.JITFunction):
         raise RuntimeError(
-            f"{module.__name__} was imported under TRITON_INTERPRET=1; its interpreted kernels "
-            "cannot be compiled (import it in a process without it)"
+            f"{triton_kernels.__name__} was imported under TRITON_INTERPRET=1; its interpreted "
+            "kernels cannot be compiled (import it in a process without it)"
         )
     return function
 
@@ -213,16 +212,20 @@ def compile_kernel(
     if isinstance(sub_centers, bool) or not isinstance(sub_centers, int) or sub_centers < 1:
         raise ValueError(f"sub_centers must be an integer >= 1, got {sub_centers!r}")
     names = function.arg_names
-    if "RULE" in names:
+    reduction = _FUNCTIONS[kernel][1]
+    if reduction == "softmax":
         if rule is None:
             rule = "curricular" if curricular else "identity"
         if rule not in NONTARGET_KERNELS:
             raise ValueError(f"rule must be one of {NONTARGET_KERNELS}, got {rule!r}")
     elif rule is not None or curricular:
         raise ValueError(f"kernel {kernel!r} has no non-target rule, got rule={rule!r}")
+    else:
+        rule = "identity"  # not read by the other reductions
     blocks = blocks or Blocks()
     signature, attributes = _signature(function, dtype, dim, chunk)
     constants = {
+        "REDUCTION": reduction,
         "K": sub_centers,
         "RULE": rule,
         "CLAMP": bool(clamp),

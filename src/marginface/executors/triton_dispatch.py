@@ -22,6 +22,7 @@ from .chunk_workspace import ChunkWorkspace
 from .kernel_options import NonTargetRule
 
 __all__ = [
+    "add_parts",
     "kernel_backward",
     "kernel_reduce",
     "kernel_rule",
@@ -64,10 +65,11 @@ def kernel_rule(
 
 
 # --------------------------------------------------------------------------- the host loop
-Launch = Callable[[Tensor, Tensor, Tensor, int], Any]
-"""A kernel launch over some class centers: ``(weight[c·K, D], inv_norms[c·K], labels[N],
-chunk_size) -> result``, the labels in the columns of those centers (outside: not among
-them)."""
+Launcher = Callable[..., Any]
+"""A kernel launcher of :mod:`~marginface.executors.triton_kernels` (or of a reduction's module):
+``(x_hat, weight[c·K, D], inv_norms[c·K], labels[N], *arguments, sub_centers=K, ...) ->
+result``, the labels in the columns of those centers (outside: not among them); the forward's
+and the ``∂x̂`` launchers take ``chunk_size=``, the ``∂W`` launcher ``start=, stop=, out=``."""
 
 
 def _chunk_inputs(chunks: ChunkWorkspace, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -78,10 +80,23 @@ def _chunk_inputs(chunks: ChunkWorkspace, start: int, stop: int) -> tuple[Tensor
     return chunks.weight_rows(start, stop), inv_norms, chunks.labels - start
 
 
-def kernel_reduce(chunks: ChunkWorkspace, launch: Launch, merge: Callable[[Any, Any], Any]) -> Any:
-    """A forward reduction on the kernels: one launch over every class (grid over the chunks),
-    or with a Partial FC sample one launch per chunk on its gathered rows, the results merged
-    in PyTorch in chunk order (``merge(None, first)`` starts the fold)."""
+def kernel_reduce(
+    chunks: ChunkWorkspace,
+    launcher: Launcher,
+    arguments: tuple[Any, ...],
+    merge: Callable[[Any, Any], Any],
+) -> Any:
+    """A forward reduction on the kernels: ``launcher(x_gemm, weight, inv_norms, labels,
+    *arguments, sub_centers=K, chunk_size=...)`` once over every class (grid over the chunks),
+    or with a Partial FC sample once per chunk on its gathered rows, the results merged in
+    PyTorch in chunk order (``merge(None, first)`` starts the fold)."""
+
+    def launch(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Any:
+        return launcher(
+            chunks.x_gemm, weight, inv_norms, labels, *arguments,
+            sub_centers=chunks.k, chunk_size=size,
+        )  # fmt: skip
+
     if chunks.sample is None:
         return launch(chunks.weight, chunks.inv_norms, chunks.labels, chunks.chunk_size)
 
@@ -93,24 +108,29 @@ def kernel_reduce(chunks: ChunkWorkspace, launch: Launch, merge: Callable[[Any, 
 
 def kernel_backward(
     chunks: ChunkWorkspace,
-    embedding: Callable[[Tensor, Tensor, Tensor, int], tuple[Tensor, Tensor]],
-    weight_gradient: Callable[[Tensor, Tensor, Tensor, int, int, Tensor | None], Tensor],
+    launchers: tuple[Launcher, Launcher],
+    arguments: tuple[Any, ...],
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
     add_row_share: Callable[[Tensor], None],
 ) -> None:
-    """A backward pass on the kernels: ``embedding(weight, inv_norms, labels, chunk_size) ->
-    (∂L/∂x̂ part [N, D], a per-row share [N])`` added into ``grad_x_hat`` and handed to
+    """A backward pass on the kernels, ``launchers = (embedding, weight_gradient)`` called with
+    ``(x_gemm, weight, inv_norms, labels, *arguments, sub_centers=K, ...)``: ``embedding``'s
+    ``(∂L/∂x̂ part [N, D], a per-row share [N])`` added into ``grad_x_hat`` and handed to
     ``add_row_share`` (the softmax's ``∂L/∂s``, the one-vs-all's bias terms), and
-    ``weight_gradient(weight, inv_norms, labels, first, last, out) -> partial`` float32 for
-    the classes ``[first, last)`` of those centers (written into ``out`` if given), projected
-    through ``w/‖w‖`` into every row of ``grad_weight`` (if given). Without a sample: one
-    embedding launch over every class, then the weight gradient chunk by chunk in place; with
-    one, per chunk: its rows gathered once, both kernels on them."""
+    ``weight_gradient``'s float32 partial for the classes ``[start, stop)`` of those centers
+    (written into ``out`` if given), projected through ``w/‖w‖`` into every row of
+    ``grad_weight`` (if given). Without a sample: one embedding launch over every class, then
+    the weight gradient chunk by chunk in place; with one, per chunk: its rows gathered once,
+    both kernels on them."""
+    embedding, weight_gradient = launchers
+    x_gemm, k = chunks.x_gemm, chunks.k
     sampled = chunks.sample is not None
 
     def add_embedding(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> None:
-        part_x, share = embedding(weight, inv_norms, labels, size)
+        part_x, share = embedding(
+            x_gemm, weight, inv_norms, labels, *arguments, sub_centers=k, chunk_size=size
+        )
         grad_x_hat.add_(part_x.to(grad_x_hat.dtype))
         add_row_share(share)
 
@@ -132,8 +152,9 @@ def kernel_backward(
         rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
         in_place = rows.dtype == torch.float32 and rows.is_contiguous()
         partial = weight_gradient(
-            weight, inv_norms, labels, first, last, rows if in_place else None
-        )
+            x_gemm, weight, inv_norms, labels, *arguments,
+            sub_centers=k, start=first, stop=last, out=rows if in_place else None,
+        )  # fmt: skip
         chunks.project_into(grad_weight, start, stop, partial)
 
     chunks.fold(step, None)
@@ -147,21 +168,18 @@ def triton_statistics(
     (the kernels' :func:`~marginface.executors.triton_kernels.nontarget_statistics`)."""
     from .triton_kernels import nontarget_statistics
 
-    scale_rows = scale_rows.contiguous()
-
-    def launch(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Any:
-        return nontarget_statistics(
-            chunks.x_gemm, weight, inv_norms, labels, scale_rows, rule,
-            sub_centers=chunks.k, chunk_size=size,
-        )  # fmt: skip
-
     def merge(total: Any, part: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         if total is None:
             n = chunks.x_hat.shape[0]
             total = empty_statistics(n, dtype=torch.float32, device=scale_rows.device)
         return merge_statistics(total, part)
 
-    return kernel_reduce(chunks, launch, merge)
+    return kernel_reduce(chunks, nontarget_statistics, (scale_rows.contiguous(), rule), merge)
+
+
+def add_parts(total: Tensor | None, part: Tensor) -> Tensor:
+    """``merge`` of :func:`kernel_reduce` for partial sums: ``part`` added to ``total``."""
+    return part if total is None else total + part
 
 
 def triton_row_statistics(chunks: ChunkWorkspace, kind: str, threshold: Tensor) -> Tensor:
@@ -177,53 +195,28 @@ def triton_row_statistics(chunks: ChunkWorkspace, kind: str, threshold: Tensor) 
         raise ValueError(f"kind must be 'above_threshold', got {kind!r}")
     with torch.no_grad():
         threshold = threshold.reshape(-1).to(torch.float32).contiguous()  # (N,)
-
-        def launch(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Tensor:
-            return above_threshold_sums(
-                chunks.x_gemm, weight, inv_norms, labels, threshold,
-                sub_centers=chunks.k, chunk_size=size,
-            )  # fmt: skip
-
-        def merge(total: Tensor | None, part: Tensor) -> Tensor:
-            return part if total is None else total + part
-
-        return kernel_reduce(chunks, launch, merge)
+        return kernel_reduce(chunks, above_threshold_sums, (threshold,), add_parts)
 
 
 def triton_gradient(
     chunks: ChunkWorkspace,
-    rule: Any,
-    scale: Tensor,
-    lse: Tensor,
-    grad: Tensor,
+    arguments: tuple[Tensor, Any, Tensor, Tensor],
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
     grad_scale: Tensor | None,
 ) -> None:
     """The backward's pass over the chunks by the kernels: add the non-target part of
     ``∂L/∂x̂`` (and of ``∂L/∂s`` into ``grad_scale``), write every row of ``grad_weight``
-    (see :func:`~marginface.executors.chunk_loop.nontarget_gradient`)."""
+    (see :func:`~marginface.executors.chunk_loop.nontarget_gradient`). ``arguments``: the
+    softmax launchers' ``(scale, rule, lse, grad)`` (``Tensor[N]`` each but the
+    :class:`~marginface.executors.kernel_options.NonTargetRule`)."""
     from .triton_kernels import embedding_gradient, weight_gradient
-
-    k, x_gemm = chunks.k, chunks.x_gemm
-    scale, lse, grad = scale.contiguous(), lse.contiguous(), grad.contiguous()
-
-    def embedding(weight: Tensor, inv_norms: Tensor, labels: Tensor, size: int) -> Any:
-        return embedding_gradient(
-            x_gemm, weight, inv_norms, labels, scale, rule, lse, grad,
-            sub_centers=k, chunk_size=size,
-        )  # fmt: skip
-
-    def weights(
-        weight: Tensor, inv_norms: Tensor, labels: Tensor, first: int, last: int, out: Any
-    ) -> Tensor:
-        return weight_gradient(
-            x_gemm, weight, inv_norms, labels, scale, rule, lse, grad,
-            sub_centers=k, start=first, stop=last, out=out,
-        )  # fmt: skip
 
     def add_scale(share: Tensor) -> None:
         if grad_scale is not None:
             grad_scale.add_(share.to(grad_scale.dtype))
 
-    kernel_backward(chunks, embedding, weights, grad_x_hat, grad_weight, add_scale)
+    scale, rule, lse, grad = arguments
+    rows = (scale.contiguous(), rule, lse.contiguous(), grad.contiguous())
+    launchers = (embedding_gradient, weight_gradient)
+    kernel_backward(chunks, launchers, rows, grad_x_hat, grad_weight, add_scale)

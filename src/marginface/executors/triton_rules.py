@@ -1,11 +1,17 @@
-"""The non-target rules' Triton device code: one device function per rule, each
-``(c, threshold, t, p0, p1) -> (g(c), g'(c))`` elementwise on a tile of cosines, and
-:func:`_nontarget`, which calls the one a compile-time name picks (``RULE``). The rule's
-declaration (parameters, PyTorch value and slope, and the name of its device function here)
-is in :data:`~marginface.margins.rules.NONTARGET_RULES`; what each computes is tabled there and
-in docs/fused.md. :mod:`~marginface.executors.triton_kernels` calls :func:`_nontarget` inside its
-three kernels. ``threshold``, ``t``: per row (``[BLOCK_N]``); ``p0``, ``p1``: the rule's two
-scalars (the kernels' ``constants``).
+"""What each loss computes on a tile of cosines, as Triton device code: the rules and the
+reduction steps of the kernels of :mod:`~marginface.executors.triton_kernels`.
+
+* The non-target rules: one device function per rule, each ``(c, threshold, t, p0, p1) ->
+  (g(c), g'(c))`` elementwise, and :func:`_nontarget`, which calls the one a compile-time name
+  picks (``RULE``). A rule's declaration (parameters, PyTorch value and slope, and the name of
+  its device function here) is in :data:`~marginface.margins.rules.NONTARGET_RULES`; what each
+  computes is tabled there and in docs/fused.md. ``threshold``, ``t``: per row
+  (``[BLOCK_N]``); ``p0``, ``p1``: the rule's two scalars (the kernels' ``constants``).
+* The one-vs-all rule's logit :func:`_binary_logit` (:class:`~.binary_rule.BinaryRule`).
+* The reduction steps, picked by a compile-time ``REDUCTION``: :func:`_reduce_step` (the
+  forward: the softmax's online ``(max, Σexp)``, the one-vs-all ``Σ softplus``, a row
+  statistics pass's sums) and :func:`_gradient_step` (the backward's ``∂L/∂c``). They are all
+  that differs between the losses' kernels.
 
 Importing this module imports :mod:`triton` (as :mod:`~marginface.executors.triton_kernels`
 does); the same ``TRITON_INTERPRET`` rule applies.
@@ -138,3 +144,75 @@ def _nontarget(cos, threshold, t, p0, p1, RULE: tl.constexpr):
         tl.static_assert(RULE == "identity", "unknown non-target rule")
         value, slope = _identity(cos, threshold, t, p0, p1)
     return value, slope
+
+
+@triton.jit
+def _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP: tl.constexpr, ST: tl.constexpr):
+    """The one-vs-all logit ``z = s(2u^t - 1 + μ) + βb``, ``u = max((c + 1)/2, 0)``, elementwise:
+    ``(z, ∂z/∂c, inside)`` (``inside``: not clamped to ``[-L, L]``; ``ST``: ``∂z/∂c = s``)."""
+    u = tl.maximum((cos + 1.0) * 0.5, 0.0)
+    positive = u > 0.0
+    log_u = tl.log(tl.where(positive, u, 1.0))
+    power_u = tl.where(positive, tl.exp(POWER * log_u), 0.0)
+    z = SCALE * (2.0 * power_u - 1.0 + OFFSET) + BIAS
+    if ST:
+        slope = tl.full(cos.shape, 1.0, tl.float32) * SCALE
+    else:  # t·u^{t-1}: at u = 0 it is 1 for t = 1, else 0
+        at_zero = tl.where(POWER == 1.0, 1.0, 0.0)
+        slope = SCALE * tl.where(positive, POWER * tl.exp((POWER - 1.0) * log_u), at_zero)
+    inside = tl.full(cos.shape, 1, tl.int1)
+    if CLAMP:
+        inside = (z >= -LIMIT) & (z <= LIMIT)
+        z = tl.minimum(tl.maximum(z, -LIMIT), LIMIT)
+    return z, slope, inside
+
+
+@triton.jit
+def _reduce_step(
+    cos, keep, first, second, scale, threshold, t, p0, p1, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
+):  # fmt: skip
+    """The forward's reduction of a tile into its rows' ``(first, second)``: ``"softmax"``, the
+    online ``(max, Σexp)`` of ``z = s_i g_i(c)``; ``"softplus"``, ``Σ softplus(z)`` of the
+    one-vs-all logit (``second`` unused); ``"above_threshold"``, ``(S_i, H_i)``."""
+    if REDUCTION == "softmax":
+        value, _ = _nontarget(cos, threshold, t, p0, p1, RULE)
+        logit = tl.where(keep, value * scale[:, None], float("-inf"))
+        new_max = tl.maximum(first, tl.max(logit, axis=1))
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        second = second * tl.exp(first - shift) + tl.sum(tl.exp(logit - shift[:, None]), 1)
+        first = new_max
+    elif REDUCTION == "softplus":
+        z, _, _ = _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP, ST)
+        softplus = tl.maximum(z, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(z)))
+        first += tl.sum(tl.where(keep, softplus, 0.0), axis=1)
+    else:
+        tl.static_assert(REDUCTION == "above_threshold", "unknown reduction")
+        hard = keep & (cos > threshold[:, None])
+        first += tl.sum(tl.where(hard, cos, 0.0), axis=1)
+        second += tl.sum(tl.where(hard, 1.0, 0.0), axis=1)
+    return first, second
+
+
+@triton.jit
+def _gradient_step(
+    cos, keep, scale, threshold, t, p0, p1, lse, grad, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
+):  # fmt: skip
+    """``∂L/∂c`` of a tile (0 where not ``keep``) and its rows' share: ``"softmax"``,
+    ``Σ_j (∂L/∂z_ij) g(c_ij)`` (the gradient reaching a per-row scale; ``grad`` the upstream
+    ``γ_i``); ``"softplus"``, ``Σ_j ∂L/∂z_ij`` over the unclamped entries (``grad = γ_i w_-``;
+    times ``β``, the bias's)."""
+    if REDUCTION == "softmax":
+        value, slope = _nontarget(cos, threshold, t, p0, p1, RULE)
+        prob = tl.exp(value * scale[:, None] - lse[:, None])
+        grad_logit = tl.where(keep, prob * grad[:, None], 0.0)
+        share = tl.sum(grad_logit * tl.where(keep, value, 0.0), axis=1)
+        grad_cos = grad_logit * scale[:, None] * tl.where(keep, slope, 0.0)
+    else:
+        tl.static_assert(REDUCTION == "softplus", "no gradient for this reduction")
+        z, slope, inside = _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP, ST)
+        grad_z = tl.where(keep & inside, tl.sigmoid(z) * grad[:, None], 0.0)
+        share = tl.sum(grad_z, axis=1)
+        grad_cos = grad_z * slope
+    return grad_cos, share
