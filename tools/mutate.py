@@ -103,6 +103,19 @@ TARGETS = (
     # the one-vs-all reduction: loop, rule, in-place passes, custom operators, Triton kernels
     Target("binary", "src/marginface/executors/binary*.py", BINARY_TESTS),
     Target("binary", "src/marginface/executors/triton_binary.py", BINARY_TESTS),
+    # the one-vs-all parts of the shared custom-op registration and Triton device code
+    Target(
+        "binary",
+        "src/marginface/executors/fused_op.py",
+        BINARY_TESTS,
+        frozenset({"register", "_binary_rule", "_binary_reduce", "_binary_gradient"}),
+    ),
+    Target(
+        "binary",
+        "src/marginface/executors/triton_rules.py",
+        BINARY_TESTS,
+        frozenset({"_binary_logit"}),
+    ),
     Target("verification", "src/marginface/evaluation/verification.py", VERIFICATION_TESTS),
     Target("resume", "src/marginface/train/state/run_state.py", RESUME_TESTS, RESUME_FUNCTIONS),
     Target("resume", "src/marginface/train/state/checkpoint.py", RESUME_TESTS),
