@@ -202,3 +202,48 @@ def test_the_weight_gradient_refuses_an_out_it_cannot_write(kernels: ModuleType)
                 x_hat, weight, inv_norms, labels, rule, grad, sub_centers=1, start=0, stop=C,
                 out=bad,
             )  # fmt: skip
+
+
+def test_the_embedding_gradient_launches_in_groups_within_the_shared_bound(
+    kernels: ModuleType, monkeypatch
+) -> None:
+    """The one-vs-all ∂x̂ uses the kernels' one workspace bound: with room for exactly two
+    chunks' partial sums, 37 classes in chunks of 16 take two launches (2 chunks, then 1),
+    and the result equals one launch over all three chunks."""
+    import marginface.executors.triton_kernels as kernel_module
+    from marginface.executors.binary_rule import binary_rule_of
+    from marginface.executors.triton_binary import binary_embedding_gradient
+
+    loss_fn = marginface.create_loss("sphereface2", C, D, device=DEVICE)
+    generator = torch.Generator().manual_seed(3)
+    x_hat = torch.nn.functional.normalize(torch.randn(N, D, generator=generator), dim=1)
+    x_hat = x_hat.to(DEVICE)
+    weight = loss_fn.weight.detach()
+    inv_norms = weight.norm(dim=1).reciprocal()
+    labels = torch.randint(0, C, (N,), generator=generator).to(DEVICE)
+    rule = binary_rule_of(loss_fn.margin, loss_fn.margin.bias.detach())
+    grad = torch.rand(N, generator=generator).to(DEVICE)
+
+    def run() -> tuple[list[int], tuple[torch.Tensor, torch.Tensor]]:
+        kernel = kernel_module._embedding_gradient_kernel
+        grids: list[int] = []
+
+        class Counted:
+            def __getitem__(self, grid):
+                grids.append(grid[1])
+                return kernel[grid]
+
+        monkeypatch.setattr(kernel_module, "_embedding_gradient_kernel", Counted())
+        result = binary_embedding_gradient(
+            x_hat, weight, inv_norms, labels, rule, grad, sub_centers=1, chunk_size=CHUNK
+        )
+        monkeypatch.setattr(kernel_module, "_embedding_gradient_kernel", kernel)
+        return grids, result
+
+    whole_grids, whole = run()
+    assert whole_grids == [3]
+    monkeypatch.setattr(kernel_module, "EMBEDDING_GRADIENT_WORKSPACE_BYTES", 2 * N * D * 4)
+    grouped_grids, grouped = run()
+    assert grouped_grids == [2, 1]
+    for mine, reference in zip(grouped, whole, strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-6)

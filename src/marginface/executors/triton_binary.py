@@ -42,10 +42,6 @@ __all__ = [
     "triton_nontarget_gradient",
 ]
 
-EMBEDDING_GRADIENT_WORKSPACE_BYTES = 64 * 2**20
-"""Bound on :func:`binary_embedding_gradient`'s float32 buffer of per-chunk partial sums."""
-
-
 def _inputs(rule: BinaryRule) -> RowInputs:
     """The kernels' :class:`~marginface.executors.triton_kernels.RowInputs` of ``rule``."""
     binary = (rule.scale, rule.power, rule.offset, rule.bias_term, rule.clamp or 0.0)
@@ -91,12 +87,12 @@ def binary_embedding_gradient(
     ``Σ_{j≠y} γ_i w_- σ(z_ij)·[not clamped]`` (``Tensor[N]``; times ``β`` it is the row's
     share of ``∂L/∂b``), float32. ``grad``: ``Tensor[N]``, ``γ_i`` (the upstream gradient).
     Per-chunk partial sums are written to a buffer of at most
-    :data:`EMBEDDING_GRADIENT_WORKSPACE_BYTES`, launched in groups of chunks."""
+    :data:`~marginface.executors.triton_kernels.EMBEDDING_GRADIENT_WORKSPACE_BYTES` (the bound
+    the softmax's gradient uses), launched in groups of chunks."""
     row_grad = _row_grad(rule, grad)
     return kernel_embedding_gradient(
         x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule), row_grad, row_grad,
         sub_centers=sub_centers, chunk_size=chunk_size, blocks=blocks,
-        workspace_bytes=EMBEDDING_GRADIENT_WORKSPACE_BYTES,
     )  # fmt: skip
 
 
