@@ -42,6 +42,7 @@ __all__ = [
     "triton_nontarget_gradient",
 ]
 
+
 def _inputs(rule: BinaryRule) -> RowInputs:
     """The kernels' :class:`~marginface.executors.triton_kernels.RowInputs` of ``rule``."""
     binary = (rule.scale, rule.power, rule.offset, rule.bias_term, rule.clamp or 0.0)
