@@ -114,6 +114,24 @@ def test_uniform_upstream_skips_the_recomputing_backward(monkeypatch) -> None:
     assert calls == [1]
 
 
+def test_a_frozen_weight_keeps_the_one_pass_per_row_block(monkeypatch) -> None:
+    """Only ``x`` needs a gradient (a frozen class-center matrix, e.g. fine-tuning the
+    backbone): the forward still forms the gradients in its one pass per row block, so the
+    scalar loss's backward multiplies no chunk again."""
+    calls = []
+    original = chunk_loop.nontarget_gradient
+    monkeypatch.setattr(
+        "marginface.executors.chunked_function.nontarget_gradient",
+        lambda *a, **k: calls.append(1) or original(*a, **k),
+    )
+    head = marginface.ArcFaceLoss(37, D, impl="row_block", row_block=7, chunk_size=5)
+    head.weight.requires_grad_(False)
+    x, labels = make_batch(37, torch.float32)
+    x.requires_grad_(True)
+    head(x, labels).backward()
+    assert calls == [] and x.grad is not None and head.weight.grad is None
+
+
 def test_products_are_multiplied_once_per_chunk(monkeypatch) -> None:
     """One forward + backward multiplies each (row block, chunk) once for the logits and
     twice for the gradients: 3 GEMMs, the backward reads the forward's kept products."""
