@@ -95,15 +95,21 @@ def test_matches_dense_any_upstream(name: str, dtype: torch.dtype) -> None:
     assert_matches(dense, rows, 37, dtype, name, uniform=False)
 
 
-def test_uniform_upstream_skips_the_recomputing_backward(monkeypatch) -> None:
-    """With a scalar loss the backward multiplies no chunk again (3 GEMMs per chunk, not 4);
-    with per-row upstream gradients it runs the class-chunked backward."""
-    calls = []
+def _count_recomputing_backward(monkeypatch) -> list[int]:
+    """A list that gets one entry per call of the class-chunked (recomputing) backward."""
+    calls: list[int] = []
     original = chunk_loop.nontarget_gradient
     monkeypatch.setattr(
         "marginface.executors.chunked_function.nontarget_gradient",
         lambda *a, **k: calls.append(1) or original(*a, **k),
     )
+    return calls
+
+
+def test_uniform_upstream_skips_the_recomputing_backward(monkeypatch) -> None:
+    """With a scalar loss the backward multiplies no chunk again (3 GEMMs per chunk, not 4);
+    with per-row upstream gradients it runs the class-chunked backward."""
+    calls = _count_recomputing_backward(monkeypatch)
     head = marginface.ArcFaceLoss(37, D, impl="row_block", row_block=7, chunk_size=5)
     x, labels = make_batch(37, torch.float32)
     x.requires_grad_(True)
@@ -118,12 +124,7 @@ def test_a_frozen_weight_keeps_the_one_pass_per_row_block(monkeypatch) -> None:
     """Only ``x`` needs a gradient (a frozen class-center matrix, e.g. fine-tuning the
     backbone): the forward still forms the gradients in its one pass per row block, so the
     scalar loss's backward multiplies no chunk again."""
-    calls = []
-    original = chunk_loop.nontarget_gradient
-    monkeypatch.setattr(
-        "marginface.executors.chunked_function.nontarget_gradient",
-        lambda *a, **k: calls.append(1) or original(*a, **k),
-    )
+    calls = _count_recomputing_backward(monkeypatch)
     head = marginface.ArcFaceLoss(37, D, impl="row_block", row_block=7, chunk_size=5)
     head.weight.requires_grad_(False)
     x, labels = make_batch(37, torch.float32)
