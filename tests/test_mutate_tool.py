@@ -110,3 +110,27 @@ def test_sampling_is_repeatable_and_covers_every_file(mutate):
     assert {m.path for m in first} == set(found)  # every file, even the small ones
     assert 20 <= len(first) <= 20 + 2 * len(found)
     assert mutate.sample(found, 20, seed=4) != first
+
+
+def test_area_keeps_the_whole_samples_mutants_of_that_area(mutate, capsys):
+    assert mutate.main(["--list"]) == 0
+    whole = capsys.readouterr().out.splitlines()[1:]
+    assert mutate.main(["--list", "--area", "executors"]) == 0
+    area = capsys.readouterr().out.splitlines()[1:]
+    expected = [line for line in whole if mutate._area(line.split(":", 1)[0]) == "executors"]
+    assert area == expected
+    assert area and len(area) < len(whole)
+
+
+def test_workers_spread_one_mutants_tests_over_xdist(mutate):
+    assert "-n" not in mutate.pytest_command(["tests/executors"])
+    command = mutate.pytest_command(["tests/executors"], workers=2)
+    assert command[command.index("-n") + 1] == "2"
+    assert command[-1] == "tests/executors" and "-x" in command
+
+
+@pytest.mark.parametrize("argv", [["--workers", "0"], ["--area", "nowhere"]])
+def test_bad_workers_or_area_is_refused(mutate, argv):
+    with pytest.raises(SystemExit) as raised:
+        mutate.main([*argv, "--list"])
+    assert raised.value.code == 2

@@ -22,6 +22,7 @@ Usage (from the repository root; ``make mutate`` runs the first line)::
     .venv/bin/python tools/mutate.py                         # ~80 sampled mutants
     .venv/bin/python tools/mutate.py --budget 20 --only adacos
     .venv/bin/python tools/mutate.py --list                  # enumerate, run nothing
+    .venv/bin/python tools/mutate.py --area executors --workers 2   # the sample's executors
     .venv/bin/python tools/mutate.py --all                   # every mutant (slow)
     .venv/bin/python tools/mutate.py --all --match "adacos.py:118"   # one line's mutants
 
@@ -440,8 +441,19 @@ def _environment(copy_root: Path) -> dict[str, str]:
     return env
 
 
-def _pytest(copy_root: Path, tests: Sequence[str], timeout: float) -> tuple[str, float, str]:
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+def pytest_command(tests: Sequence[str], workers: int = 1) -> list[str]:
+    """The command that runs ``tests`` for one mutant: stop at the first failure, no cache;
+    ``workers > 1`` spreads the tests over that many pytest-xdist processes."""
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+    if workers > 1:
+        command += ["-n", str(workers)]
+    return [*command, *tests]
+
+
+def _pytest(
+    copy_root: Path, tests: Sequence[str], timeout: float, workers: int = 1
+) -> tuple[str, float, str]:
+    command = pytest_command(tests, workers)
     began = time.perf_counter()
     try:
         result = subprocess.run(
@@ -464,7 +476,9 @@ def _pytest(copy_root: Path, tests: Sequence[str], timeout: float) -> tuple[str,
     return f"killed (pytest exit {result.returncode})", seconds, tail
 
 
-def run(mutants: list[Mutant], *, timeout_factor: float, min_timeout: float) -> None:
+def run(
+    mutants: list[Mutant], *, timeout_factor: float, min_timeout: float, workers: int = 1
+) -> None:
     with tempfile.TemporaryDirectory(prefix="marginface-mutate-") as tmp:
         copy_root = Path(tmp) / "repo"
         _copy_tree(copy_root)
@@ -480,7 +494,9 @@ def run(mutants: list[Mutant], *, timeout_factor: float, min_timeout: float) -> 
             raise SystemExit(f"marginface is imported from {probe}, not from the copy; aborting")
         timeouts: dict[tuple[str, ...], float] = {}
         for tests in sorted({m.tests for m in mutants}):
-            outcome, seconds, tail = _pytest(copy_root, tests, timeout=BASELINE_TIMEOUT_S)
+            outcome, seconds, tail = _pytest(
+                copy_root, tests, timeout=BASELINE_TIMEOUT_S, workers=workers
+            )
             if outcome == "killed (timeout)":
                 raise SystemExit(
                     f"the unmutated tests ({' '.join(tests)}) took over {BASELINE_TIMEOUT_S} s: "
@@ -496,7 +512,7 @@ def run(mutants: list[Mutant], *, timeout_factor: float, min_timeout: float) -> 
             try:
                 path.write_bytes(mutant.apply(original))
                 mutant.outcome, mutant.seconds, _ = _pytest(
-                    copy_root, mutant.tests, timeouts[mutant.tests]
+                    copy_root, mutant.tests, timeouts[mutant.tests], workers=workers
                 )
             finally:
                 path.write_bytes(original)
@@ -543,17 +559,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--match", help="only mutants whose 'path:line kind: description' contains this"
     )
+    parser.add_argument(
+        "--area",
+        choices=sorted(AREA_SHARES),
+        help="only this area's mutants of the sample (the same mutants as the whole run's)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="pytest-xdist processes per mutant (default 1)"
+    )
     parser.add_argument("--timeout-factor", type=float, default=3.0, help="x baseline time")
     parser.add_argument("--min-timeout", type=float, default=60.0, help="seconds, at least")
     parser.add_argument("--report", type=Path, default=REPO / "runs" / "mutation" / "report.json")
     args = parser.parse_args(argv)
     if args.budget < 1:
         parser.error(f"--budget must be >= 1, got {args.budget}")
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
     found = all_mutants(args.only)
     if not found:
         parser.error(f"no target file matches --only {args.only!r}")
     mutants = sample(found, None if args.all else args.budget, args.seed)
+    if args.area:
+        mutants = [m for m in mutants if _area(m.path) == args.area]
     if args.match:
         mutants = [m for m in mutants if args.match in _label(m)]
     counts = ", ".join(f"{Path(p).name} {len(m)}" for p, m in found.items())
@@ -565,7 +593,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for mutant in mutants:
         mutant.diff = unified_diff(mutant)
     began = time.perf_counter()
-    run(mutants, timeout_factor=args.timeout_factor, min_timeout=args.min_timeout)
+    run(
+        mutants,
+        timeout_factor=args.timeout_factor,
+        min_timeout=args.min_timeout,
+        workers=args.workers,
+    )
     print(summarize(mutants))
     print(f"\n{time.perf_counter() - began:.0f} s in all")
     args.report.parent.mkdir(parents=True, exist_ok=True)
