@@ -86,6 +86,25 @@ def test_matches_dense(name: str, dtype: torch.dtype, num_classes: int, chunk_si
             assert relative_error(other.double(), buffer.double()) <= tolerance, key
 
 
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("signs", ["mixed", "negative"])
+def test_upstream_gradient_of_either_sign_matches_dense(name: str, signs: str) -> None:
+    """An upstream gradient ``γ_i`` below zero for some rows (a loss subtracted, a weighting
+    of either sign) or for all: the folded backward writes ``γ_i s_i e^{s_i c_ij - lse_i}`` as
+    ``sign(γ_i s_i)·e^{... - log|γ_i s_i|}``, so a lost sign shows in ∂x and ∂W."""
+    dense, chunked = make_pair(name, 37, torch.float64, reduction="none", chunk_size=5)
+    x, labels = make_batch(37, torch.float64)
+    upstream = torch.rand(N, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    upstream = -(upstream + 0.1)
+    if signs == "mixed":
+        upstream[::2] *= -1.0
+    tolerance = (ARCCOS_TOLERANCE if name in ANGLE_LOSSES else TOLERANCE)[torch.float64]
+    expected = step(dense, x, labels, upstream)
+    actual = step(chunked, x, labels, upstream)
+    for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
+        assert relative_error(a, e) <= tolerance, (what, relative_error(a, e))
+
+
 @pytest.mark.parametrize("name", ["adacos", "elasticface", "curricularface", "sphereface"])
 def test_eval_mode_matches_dense(name: str) -> None:
     dense, chunked = make_pair(name, 37, torch.float64, chunk_size=6)
