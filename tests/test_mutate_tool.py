@@ -134,3 +134,14 @@ def test_bad_workers_or_area_is_refused(mutate, argv):
     with pytest.raises(SystemExit) as raised:
         mutate.main([*argv, "--list"])
     assert raised.value.code == 2
+
+
+def test_a_failure_under_xdist_is_a_plain_kill(mutate, tmp_path):
+    """pytest-xdist ends ``-x`` with exit 2 ("stopping after 1 failures"): still "killed"."""
+    (tmp_path / "test_toy.py").write_text(
+        "def test_a():\n    assert 0\n\ndef test_b():\n    pass\n"
+    )
+    outcome, _, _ = mutate._pytest(tmp_path, ["test_toy.py"], timeout=120, workers=2)
+    assert outcome == "killed"
+    (tmp_path / "test_toy.py").write_text("def test_a():\n    pass\n")
+    assert mutate._pytest(tmp_path, ["test_toy.py"], timeout=120, workers=2)[0] == "survived"

@@ -471,8 +471,8 @@ def _pytest(
     tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-3:])
     if result.returncode == 0:
         return "survived", seconds, tail
-    if result.returncode == 1:
-        return "killed", seconds, tail
+    if result.returncode == 1 or (result.returncode == 2 and "stopping after" in result.stdout):
+        return "killed", seconds, tail  # exit 2: pytest-xdist's -x stops the workers
     return f"killed (pytest exit {result.returncode})", seconds, tail
 
 
