@@ -31,6 +31,22 @@ def test_default_chunk_size_bounds_the_bytes_of_a_chunk() -> None:
             assert rows * default_chunk_size(rows, 1, per_logit) * per_logit <= DEFAULT_CHUNK_BYTES
 
 
+def test_the_default_chunk_counts_a_partial_fc_samples_rows() -> None:
+    """A Partial FC sample holds each chunk's gathered weight rows and their gradient, ``2·D``
+    values per class besides its logits: float32, N = D = 512, 2730 classes instead of 8192
+    (a bf16 weight: 2·512·2 bytes per class beside a bf16 GEMM's 6 bytes per logit, 3276
+    instead of 5461); an explicit chunk size wins. ``x`` is in the compute dtype, float32."""
+    from marginface.executors.chunk_plan import chunk_size_for
+
+    for dtype, plain, sampled in ((torch.float32, 8192, 2730), (torch.bfloat16, 5461, 3276)):
+        x = torch.zeros(512, 512)
+        weight = torch.zeros(10_000, 512, dtype=dtype)
+        sample = torch.arange(100)
+        assert chunk_size_for(x, weight, 1, None, None) == plain, dtype
+        assert chunk_size_for(x, weight, 1, sample, None) == sampled, dtype
+        assert chunk_size_for(x, weight, 1, sample, 64) == 64
+
+
 def allocations(dtype: torch.dtype, n: int, d: int, c: int, chunk: int) -> list[int]:
     """Bytes of every tensor allocated during the second training step (ArcFace)."""
     head = marginface.create_loss("arcface", c, d, impl="chunked", chunk_size=chunk, dtype=dtype)
