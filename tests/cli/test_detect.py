@@ -4,11 +4,14 @@ one-line errors (never a traceback) for a problem in the user's files or options
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import numpy as np
 import pytest
 
 from marginface.cli import main
+from marginface.cli.detect import CONVOLUTION_CACHE_CAPACITY
 from marginface.data.face_photos import read_photo
 from marginface.detect import MTCNN
 from tests._face_fixtures import lfw_jpegs, mtcnn_weights
@@ -129,3 +132,30 @@ def test_progress_lines_as_asked(photos, tmp_path, capsys, command):
     quiet = [command, str(photos), "--out", str(tmp_path / "second"), "--detector", "mtcnn"]
     assert main([*quiet, "--progress", "none"]) == 0
     assert f"{verb}:" not in capsys.readouterr().err
+
+
+CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+
+
+def _photo_command(command: str, photos, out) -> list[str]:
+    good = out / "good"  # convert reads a folder of identities: no unreadable file
+    shutil.copytree(photos, good, ignore=shutil.ignore_patterns("junk"))
+    return {
+        "detect": ["detect", str(photos), "--out", str(out / "faces.jsonl")],
+        "align": ["align", str(photos), "--out", str(out / "aligned"), "--detector", "mtcnn"],
+        "convert": ["convert", str(good), str(out / "rec"), "--detector", "mtcnn"],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ["detect", "align", "convert"])
+def test_the_photo_commands_cap_the_convolution_cache(photos, tmp_path, monkeypatch, command):
+    """oneDNN keeps one compiled convolution per input shape (1024 by default) and MTCNN's
+    later stages change batch shape with every chunk of photos: the photo commands cap the
+    cache at 64 for their process, and keep a value the user set."""
+    monkeypatch.setenv(CACHE, "unset by the test")  # restored afterwards
+    monkeypatch.delenv(CACHE)
+    assert main(_photo_command(command, photos, tmp_path / "first")) == 0
+    assert os.environ[CACHE] == str(CONVOLUTION_CACHE_CAPACITY) == "64"
+    monkeypatch.setenv(CACHE, "7")
+    assert main(_photo_command(command, photos, tmp_path / "second")) == 0
+    assert os.environ[CACHE] == "7"

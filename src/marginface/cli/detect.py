@@ -9,6 +9,7 @@ the command functions, so ``--help`` stays light.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from .options import _add_progress_option
@@ -17,8 +18,26 @@ __all__ = [
     "add_detect_parser",
     "add_detector_options",
     "detector_from_args",
+    "limit_convolution_cache",
     "run_detect",
 ]
+
+CONVOLUTION_CACHE_CAPACITY = 64
+"""Compiled CPU convolutions oneDNN keeps in a detecting process (its default: 1024)."""
+
+
+def limit_convolution_cache() -> None:
+    """Cap oneDNN's cache of compiled CPU convolutions at :data:`CONVOLUTION_CACHE_CAPACITY`
+    for this process, unless ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is already set.
+
+    oneDNN compiles one primitive per input shape and keeps up to 1024. MTCNN's R-Net and O-Net
+    run on as many crops as the last stage passed, a new batch shape almost every chunk of
+    photos, so over a photo folder the default cache grows the process by hundreds of MiB
+    (docs/benchmarks.md: `align` on 1,537 LFW photos, peak RSS 1.21 -> 0.76 GB, same time).
+    oneDNN reads the variable when it first compiles a convolution: call this before the
+    detector runs. The photo commands (``detect``, ``align``, ``convert --detector``) call it.
+    """
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(CONVOLUTION_CACHE_CAPACITY))
 
 
 def _nonnegative(text: str) -> int:
@@ -54,8 +73,11 @@ def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> 
 
 
 def detector_from_args(args: argparse.Namespace) -> object:
-    """The detector the options name (:func:`marginface.detect.load_detector`)."""
+    """The detector the options name (:func:`marginface.detect.load_detector`), with the
+    process's convolution cache limited (:func:`limit_convolution_cache`)."""
     from ..detect import load_detector
+
+    limit_convolution_cache()
 
     return load_detector(
         args.detector,

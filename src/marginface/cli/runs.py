@@ -352,6 +352,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from ..convert import run_convert
 
+    if getattr(args, "detector", None):
+        from .detect import limit_convolution_cache
+
+        limit_convolution_cache()
+
     return run_convert(args, echo=lambda text: _final(args, text))
 
 
