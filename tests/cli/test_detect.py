@@ -138,13 +138,13 @@ CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
 
 def _photo_command(command: str, photos, out) -> list[str]:
+    if command == "detect":
+        return ["detect", str(photos), "--out", str(out / "faces.jsonl")]
+    if command == "align":
+        return ["align", str(photos), "--out", str(out / "aligned"), "--detector", "mtcnn"]
     good = out / "good"  # convert reads a folder of identities: no unreadable file
     shutil.copytree(photos, good, ignore=shutil.ignore_patterns("junk"))
-    return {
-        "detect": ["detect", str(photos), "--out", str(out / "faces.jsonl")],
-        "align": ["align", str(photos), "--out", str(out / "aligned"), "--detector", "mtcnn"],
-        "convert": ["convert", str(good), str(out / "rec"), "--detector", "mtcnn"],
-    }[command]
+    return ["convert", str(good), str(out / "rec"), "--detector", "mtcnn"]
 
 
 @pytest.mark.parametrize("command", ["detect", "align", "convert"])

@@ -32,10 +32,10 @@ def limit_convolution_cache() -> None:
 
     oneDNN compiles one primitive per input shape and keeps up to 1024. MTCNN's R-Net and O-Net
     run on as many crops as the last stage passed, a new batch shape almost every chunk of
-    photos, so over a photo folder the default cache grows the process by hundreds of MiB
-    (docs/benchmarks.md: `align` on 1,537 LFW photos, peak RSS 1.21 -> 0.76 GB, same time).
-    oneDNN reads the variable when it first compiles a convolution: call this before the
-    detector runs. The photo commands (``detect``, ``align``, ``convert --detector``) call it.
+    photos, so over a photo folder the default cache grows the process with the photos
+    (docs/benchmarks.md, "`align`'s memory"). oneDNN reads the variable when it first compiles
+    a convolution: call this before the detector runs. The photo commands (``detect``,
+    ``align``, ``convert --detector``) call it.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(CONVOLUTION_CACHE_CAPACITY))
 

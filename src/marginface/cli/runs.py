@@ -352,7 +352,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from ..convert import run_convert
 
-    if getattr(args, "detector", None):
+    if args.detector:
         from .detect import limit_convolution_cache
 
         limit_convolution_cache()
