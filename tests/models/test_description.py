@@ -72,7 +72,8 @@ def test_round_trip_through_dict_and_json():
 def test_a_description_from_a_newer_format_is_one_line():
     data = _description().to_dict() | {"format_version": DESCRIPTION_FORMAT_VERSION + 1}
     with pytest.raises(
-        ValueError, match=r"^model\.json has model description format 2, newer"
+        ValueError,
+        match=rf"^model\.json has model description format {DESCRIPTION_FORMAT_VERSION + 1}, newer",
     ) as e:
         ModelDescription.from_dict(data, source="model.json")
     assert "upgrade marginface" in str(e.value) and "\n" not in str(e.value)
@@ -199,16 +200,46 @@ def test_bgr_description_reverses_the_channels(tmp_path):
 
 
 def test_a_file_without_description_and_no_options_says_which_are_needed(tmp_path):
-    torch.save(_r18().state_dict(), tmp_path / "backbone.pth")
+    from marginface.models import create_model
+
+    bare = create_model("mbf", embedding_dim=16, in_channels=3, image_size=32)
+    torch.save(bare.state_dict(), tmp_path / "mbf.pth")
     with pytest.raises(ValueError) as error:
-        load_backbone(tmp_path / "backbone.pth")
+        load_backbone(tmp_path / "mbf.pth")
     message = str(error.value)
     assert "\n" not in message and "carries no marginface description" in message
     for needed in ("model= (--model", "embedding_dim= (--embedding-dim)", "image_size="):
         assert needed in message
     # the options insightface's files need today still work
+    torch.save(_r18().state_dict(), tmp_path / "backbone.pth")
     loaded = load_backbone(tmp_path / "backbone.pth", model="r18", embedding_dim=16, image_size=32)
     assert loaded(torch.randn(1, 3, 32, 32)).shape == (1, 16)
+
+
+@pytest.mark.parametrize(("depth", "dim", "side"), [(18, 16, 32), (34, 8, 48), (50, 12, 16)])
+def test_an_arcface_torch_backbone_is_recognised_from_its_tensors(tmp_path, depth, dim, side):
+    """insightface's backbone.pth carries no description: its depth, D and side are read from
+    the blocks per stage and fc.weight's shape, so it loads without options."""
+    torch.manual_seed(depth)
+    model = IResNet(depth, dim, image_size=side).eval()
+    torch.save(model.state_dict(), tmp_path / "backbone.pth")
+    loaded, description = load_described_backbone(tmp_path / "backbone.pth")
+    assert (description.architecture, description.embedding_dim) == (f"r{depth}", dim)
+    assert description.image_size == (side, side)
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+
+
+def test_a_state_dict_that_is_not_an_iresnet_is_not_recognised():
+    from marginface.models.iresnet import infer_iresnet
+
+    state = IResNet(18, 8, image_size=32).state_dict()
+    assert infer_iresnet(state) == ("r18", 8, 32)
+    state.pop("layer4.1.conv1.weight")  # blocks (2, 2, 2, 1): no depth has them
+    assert infer_iresnet(state) is None
+    assert infer_iresnet({"fc.weight": torch.zeros(8, 100), "conv1.weight": torch.zeros(1)}) is None
+    assert infer_iresnet({"weight": torch.zeros(3)}) is None
 
 
 def test_a_newer_description_in_a_file_is_one_line(tmp_path):
@@ -252,7 +283,52 @@ def test_cli_evaluate_backbone_needs_no_option_for_a_described_file(tmp_path, ca
     args = ["evaluate", "--backbone", str(path), "--data-dir", str(tmp_path), "--device", "cpu"]
     assert main(args) == 0
     assert "tiny_accuracy" in capsys.readouterr().out
-    torch.save(_r18().state_dict(), tmp_path / "bare.pth")
+    from marginface.models import create_model
+
+    bare = create_model("mbf", embedding_dim=16, in_channels=3, image_size=32)
+    torch.save(bare.state_dict(), tmp_path / "bare.pth")
     assert main([*args[:2], str(tmp_path / "bare.pth"), *args[3:]]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "carries no marginface description" in err
+
+
+def test_per_channel_mean_and_std_round_trip_and_normalise_each_channel():
+    mean = (122.782 / 255, 117.001 / 255, 104.298 / 255)
+    description = ModelDescription(
+        architecture="r18", embedding_dim=8, mean=list(mean), std=256 / 255, face_crop="dlib-chip"
+    )
+    assert description.mean == pytest.approx(mean) and isinstance(description.mean, tuple)
+    again = ModelDescription.from_json(description.to_json())
+    assert again == description and again.face_crop == "dlib-chip"
+    pixels = torch.randint(0, 256, (2, 3, 4, 5), dtype=torch.uint8)
+    out = description.normalise(pixels)
+    for c, avg in enumerate((122.782, 117.001, 104.298)):  # dlib's (x - avg[c]) / 256
+        expected = (pixels[:, c].double() - avg) / 256
+        assert torch.allclose(out[:, c].double(), expected, atol=1e-6)
+
+
+def test_one_value_per_channel_that_are_equal_read_as_one_number():
+    description = ModelDescription(architecture="r18", embedding_dim=8, mean=[0.5, 0.5, 0.5])
+    assert description.mean == 0.5
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("mean", [0.5, 0.5], r"mean must be a finite number or 3 finite numbers"),
+        ("mean", [0.5, float("nan"), 0.5], r"mean must be a finite number or 3"),
+        ("std", [1.0, 0.0, 1.0], r"std must be > 0"),
+        ("std", "wide", r"std must be a finite number, got 'wide'"),
+        ("face_crop", "square", r"face_crop must be one of arcface, dlib-chip, mtcnn-box"),
+    ],
+)
+def test_bad_per_channel_values_and_face_crops_are_named(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        ModelDescription(architecture="r18", embedding_dim=8, **{key: value})
+
+
+def test_a_format_1_description_still_reads():
+    data = _description().to_dict()
+    data.pop("face_crop")
+    data["format_version"] = 1
+    assert ModelDescription.from_dict(data).face_crop is None

@@ -300,4 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .detect import add_detect_parser
 
     add_detect_parser(sub, common)
+
+    from .models import add_models_parser
+
+    add_models_parser(sub, common)
     return show_defaults(parser)

@@ -136,19 +136,22 @@ class VerificationSet:
         images: ``uint8[2P, C, H, W]`` (or already ``float32`` in the model's input range).
         pairs: the pairs over ``images`` and their folds (10 for insightface's sets).
         mean, std: a ``uint8`` image enters the model as ``(x / 255 - mean) / std``, the
-            normalization of the training images (insightface: 0.5, 0.5, i.e. [-1, 1]).
+            normalization of the training images (insightface: 0.5, 0.5, i.e. [-1, 1]);
+            numbers, or one number per channel.
     """
 
     images: np.ndarray
     pairs: PairSet
-    mean: float = 0.0
-    std: float = 1.0
+    mean: float | tuple[float, ...] = 0.0
+    std: float | tuple[float, ...] = 1.0
 
     def model_input(self, batch: Any) -> Any:
         """``batch`` (a tensor slice of :attr:`images`) as float32 model input."""
         if batch.dtype.is_floating_point:
             return batch
-        return (batch.float() / 255.0 - self.mean) / self.std
+        from ..models.description import normalise_pixels
+
+        return normalise_pixels(batch, self.mean, self.std)
 
 
 @dataclass(frozen=True)

@@ -170,11 +170,9 @@ class FaceModel:
         )
 
     def model_input(self, pixels: Tensor) -> Tensor:
-        """``uint8[N, C, H, W]`` pixels → the model's input, ``(x / 255 - mean) / std`` in
-        the model's dtype on its device."""
-        d = self.description
-        x = pixels.to(self.device, torch.float32) / 255.0
-        return ((x - d.mean) / d.std).to(self.dtype)
+        """``uint8[N, C, H, W]`` pixels → the model's input, ``(x / 255 - mean[c]) / std[c]``
+        in the model's dtype on its device."""
+        return self.description.normalise(pixels.to(self.device)).to(self.dtype)
 
     @torch.no_grad()
     def embed_pixels(self, pixels: Tensor) -> Tensor:

@@ -1,6 +1,9 @@
 """A model given the way every inference command takes it: a run folder, a weights file
-(``.pt``/``.pth``/``.ckpt``/``.safetensors``, marginface's TorchScript export) or an ONNX file,
+(``.pt``/``.pth``/``.ckpt``/``.safetensors``, marginface's TorchScript export), an ONNX file, or
+the name of a pretrained model (``"dlib-resnet-v1"``, :mod:`marginface.models.catalogue`),
 opened into an embedding module and its :class:`~marginface.models.description.ModelDescription`.
+
+A path that exists wins over a pretrained name spelt the same.
 """
 
 from __future__ import annotations
@@ -50,18 +53,53 @@ def _describe_run_folder(run_dir: Path) -> tuple[Any, ModelDescription]:
     return saved, describe_saved_run(saved)
 
 
+def _no_model(path: Path) -> ValueError:
+    """The one-line error for a source that is no file, folder or pretrained name; a word
+    without a folder or suffix is taken for a misspelt name (did you mean)."""
+    from .._registry import describe_unknown
+    from ..models.catalogue import PRETRAINED
+
+    text = str(path)
+    if os.sep not in text and "/" not in text and not path.suffix:
+        return ValueError(
+            f"no model at {text}: not a run folder, a weights file or a pretrained model "
+            f"({describe_unknown([text], PRETRAINED.names(include_aliases=True))}); "
+            "`marginface models` lists the pretrained ones"
+        )
+    return ValueError(
+        f"no model at {path}: give a run folder, a weights file, an ONNX file or a pretrained "
+        "model's name (`marginface models`)"
+    )
+
+
+def _pretrained_name(source: str | os.PathLike[str]) -> str | None:
+    """``source`` when it names a pretrained model and no file or folder has that path."""
+    from ..models.catalogue import is_pretrained_name
+
+    text = os.fspath(source) if isinstance(source, str | os.PathLike) else None
+    if isinstance(text, str) and not Path(text).exists() and is_pretrained_name(text):
+        return text
+    return None
+
+
 def describe_model(source: str | os.PathLike[str]) -> ModelDescription | None:
-    """The description of a run folder, weights file or ONNX file, or None when the file
-    carries none (insightface's and AdaFace's files).
+    """The description of a run folder, weights file, ONNX file or pretrained model's name,
+    or None when the file carries none (insightface's and AdaFace's files).
 
     Raises:
-        ValueError: no such file or folder; a malformed or newer description (file named).
+        ValueError: no such file, folder or name; a malformed or newer description (file
+            named).
     """
+    name = _pretrained_name(source)
+    if name is not None:
+        from ..models.catalogue import find_pretrained
+
+        return find_pretrained(name).description
     path = Path(source)
     if path.is_dir():
         return _describe_run_folder(path)[1]
     if not path.is_file():
-        raise ValueError(f"no model at {path}: give a run folder, a weights file or an ONNX file")
+        raise _no_model(path)
     from ..models.description import read_description
 
     return read_description(path)
@@ -73,16 +111,25 @@ def open_model(
     """The embedding module (eval mode, on ``device``) and description of ``source``.
 
     Args:
-        source: a run folder (its checkpoint), a weights file or an ONNX file.
+        source: a run folder (its checkpoint), a weights file, an ONNX file, or a pretrained
+            model's name (:func:`~marginface.models.catalogue.open_pretrained`: its file is
+            found on this machine, never downloaded here).
         device: where the module is put. Default: the CPU.
         **options: for a file without description (insightface's ``backbone.pth``): the options
             of :func:`~marginface.models.pretrained.load_described_backbone` (``model``,
             ``embedding_dim``, ``image_size``, ``bgr``...); ignored for a run folder.
 
     Raises:
-        ValueError: no such file or folder; a file without description and no ``model`` (one
-            line naming the options needed); a damaged checkpoint; a file that does not fit.
+        ValueError: no such file, folder or name; a file without description and no ``model``
+            (one line naming the options needed); a damaged checkpoint; a file that does not
+            fit.
     """
+    name = _pretrained_name(source)
+    if name is not None:
+        from ..models.catalogue import open_pretrained
+
+        module, description, _ = open_pretrained(name, device=device)
+        return module, description
     path = Path(source)
     if path.is_dir():
         from ..train.run import load_run
@@ -91,7 +138,7 @@ def open_model(
         run = load_run(path, device=device, saved=saved)
         return run.model, description
     if not path.is_file():
-        raise ValueError(f"no model at {path}: give a run folder, a weights file or an ONNX file")
+        raise _no_model(path)
     from ..models.pretrained import load_described_backbone
 
     given = {k: v for k, v in options.items() if v is not None}

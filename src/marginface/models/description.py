@@ -20,7 +20,9 @@ TorchScript, any file  a JSON file beside it: ``FILE`` + ``.json`` (``model.ts.j
 =====================  ===========================================================
 
 A description of a newer format version than this marginface reads is a one-line
-``ValueError`` naming the file; so is a malformed one.
+``ValueError`` naming the file; so is a malformed one. Format 2 added per-channel ``mean`` and
+``std`` (a number, or one number per channel) and ``face_crop`` (how faces were cut from photos:
+:data:`FACE_CROPS`); a format-1 description reads as before.
 """
 
 from __future__ import annotations
@@ -39,17 +41,19 @@ __all__ = [
     "COLOUR_ORDERS",
     "DESCRIPTION_FORMAT_VERSION",
     "DESCRIPTION_KEY",
+    "FACE_CROPS",
     "ModelDescription",
     "describe_run",
     "description_of_state",
     "is_torchscript",
     "marginface_version",
+    "normalise_pixels",
     "read_description",
     "sidecar_path",
     "write_description_sidecar",
 ]
 
-DESCRIPTION_FORMAT_VERSION = 1
+DESCRIPTION_FORMAT_VERSION = 2
 """The format version this marginface writes and the newest it reads."""
 
 DESCRIPTION_KEY = "marginface.description"
@@ -58,6 +62,18 @@ DESCRIPTION_KEY = "marginface.description"
 COLOUR_ORDERS = ("rgb", "bgr", "grey")
 """The channel orders a description may name: RGB, BGR (the images are reversed on the
 channel axis before the model), or one grey channel."""
+
+FACE_CROPS = ("arcface", "dlib-chip", "mtcnn-box")
+"""How a model's faces are cut from photos (``ModelDescription.face_crop``):
+
+* ``"arcface"``: a similarity transform of the five landmarks onto insightface's ArcFace
+  template (112×112, scaled to other sizes; :func:`marginface.data.align.norm_crop`);
+* ``"dlib-chip"``: dlib's face chip (150×150, padding 0.25), reproduced from the five landmarks
+  (:mod:`marginface.data.face_chip`);
+* ``"mtcnn-box"``: facenet-pytorch's crop, the detector's box (plus a margin) resized to the
+  input size, no rotation.
+
+None: not recorded (a marginface training run on crops it was given)."""
 
 _INSIGHTFACE_NORMALISED = ("insightface",)
 """Datasets whose images enter the model as ``(x / 255 - 0.5) / 0.5``; the others as
@@ -88,8 +104,10 @@ class ModelDescription:
         image_size: ``(H, W)`` of the input in pixels. Default: ``(112, 112)``.
         architecture_options: further keyword options of the architecture (``dropout``...).
         colour: channel order, one of :data:`COLOUR_ORDERS`. Default: ``"rgb"``.
-        mean, std: a ``uint8`` pixel ``x`` enters the model as ``(x / 255 - mean) / std``.
-            Defaults: 0.5, 0.5 (insightface's ``[-1, 1]``).
+        mean, std: a ``uint8`` pixel ``x`` of channel ``c`` enters the model as
+            ``(x / 255 - mean[c]) / std[c]``; a number is the same for every channel, a tuple
+            has one number per channel (in the model's channel order). Defaults: 0.5, 0.5
+            (insightface's ``[-1, 1]``).
         flip: whether evaluation averaged the embeddings of the image and its mirror.
         loss: the training loss's registered name, or None (unknown).
         loss_options: its options (``{"margin": 0.5, "scale": 64.0}``...).
@@ -97,6 +115,8 @@ class ModelDescription:
         threshold: a cosine threshold (same identity when ``cos >= threshold``) calibrated on
             ``threshold_set`` for false accept rate ``threshold_far``; None when not calibrated.
         threshold_far, threshold_set: see ``threshold``.
+        face_crop: how the faces the model takes are cut from photos, one of
+            :data:`FACE_CROPS`, or None (not recorded).
         marginface_version: the version that wrote the description.
         format_version: the description's format version (:data:`DESCRIPTION_FORMAT_VERSION`).
     """
@@ -107,8 +127,8 @@ class ModelDescription:
     image_size: tuple[int, int] = (112, 112)
     architecture_options: dict[str, Any] = field(default_factory=dict)
     colour: str = "rgb"
-    mean: float = 0.5
-    std: float = 0.5
+    mean: float | tuple[float, ...] = 0.5
+    std: float | tuple[float, ...] = 0.5
     flip: bool = False
     loss: str | None = None
     loss_options: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +136,7 @@ class ModelDescription:
     threshold: float | None = None
     threshold_far: float | None = None
     threshold_set: str | None = None
+    face_crop: str | None = None
     marginface_version: str = field(default_factory=marginface_version)
     format_version: int = DESCRIPTION_FORMAT_VERSION
 
@@ -146,15 +167,13 @@ class ModelDescription:
                 "(grey is one channel, rgb/bgr more)"
             )
         for name in ("mean", "std"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if self.std <= 0:
+            object.__setattr__(self, name, self._channel_values(name, getattr(self, name)))
+        if any(s <= 0 for s in self._per_channel(self.std)):
             raise ValueError(f"std must be > 0, got {self.std!r}")
+        if self.face_crop is not None and self.face_crop not in FACE_CROPS:
+            raise ValueError(
+                f"face_crop must be one of {', '.join(FACE_CROPS)} or None, got {self.face_crop!r}"
+            )
         if not isinstance(self.flip, bool):
             raise ValueError(f"flip must be a bool, got {self.flip!r}")
         if self.threshold is not None and not -1.0 <= float(self.threshold) <= 1.0:
@@ -165,6 +184,34 @@ class ModelDescription:
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ValueError(f"format_version must be an int >= 1, got {version!r}")
 
+    def _channel_values(self, name: str, value: Any) -> float | tuple[float, ...]:
+        """``value`` as a float, or a tuple of ``in_channels`` floats; else a ValueError."""
+
+        def finite(item: Any) -> bool:
+            return (
+                not isinstance(item, bool) and isinstance(item, int | float) and math.isfinite(item)
+            )
+
+        if isinstance(value, tuple | list):
+            if len(value) != self.in_channels or not all(finite(v) for v in value):
+                raise ValueError(
+                    f"{name} must be a finite number or {self.in_channels} finite numbers "
+                    f"(one per channel), got {value!r}"
+                )
+            values = tuple(float(v) for v in value)
+            return values[0] if len(set(values)) == 1 else values
+        if not finite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        return value
+
+    def _per_channel(self, value: float | tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(value) if isinstance(value, tuple) else (float(value),) * self.in_channels
+
+    def normalise(self, pixels: Any) -> Any:
+        """``uint8[N, C, H, W]`` pixels (a tensor) → the model's float32 input,
+        ``(x / 255 - mean[c]) / std[c]`` per channel ``c`` (:func:`normalise_pixels`)."""
+        return normalise_pixels(pixels, self.mean, self.std)
+
     @property
     def side(self) -> int:
         """The input's side when square (``image_size[0]``), as the architectures take it."""
@@ -174,6 +221,9 @@ class ModelDescription:
         """The description as plain JSON types (``image_size`` as a list)."""
         data = dataclasses.asdict(self)
         data["image_size"] = list(self.image_size)
+        for name in ("mean", "std"):
+            if isinstance(data[name], tuple):
+                data[name] = list(data[name])
         data["verification"] = {
             k: _finite_or_none(v) if v is not None else None for k, v in self.verification.items()
         }
@@ -240,6 +290,24 @@ class ModelDescription:
 
 
 _VERIFICATION_WORDS = ("accuracy", "tar@far", "val@far", "auc", "eer", "ijb", "tpir", "rank")
+
+
+def normalise_pixels(
+    pixels: Any, mean: float | tuple[float, ...], std: float | tuple[float, ...]
+) -> Any:
+    """``uint8[N, C, H, W]`` pixels (a torch tensor) → float32 ``(x / 255 - mean[c]) / std[c]``.
+
+    ``mean`` and ``std`` are numbers (every channel) or one number per channel, as a
+    :class:`ModelDescription` holds them (dlib's ResNet: per-channel means, one scale).
+    """
+    import torch
+
+    x = pixels.float() / 255.0
+    if isinstance(mean, tuple | list):
+        mean = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    if isinstance(std, tuple | list):
+        std = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    return (x - mean) / std
 
 
 def describe_run(

@@ -33,6 +33,7 @@ __all__ = [
     "IRESNET_LAYERS",
     "IBasicBlock",
     "IResNet",
+    "infer_iresnet",
     "iresnet18",
     "iresnet50",
     "rename_legacy_keys",
@@ -219,3 +220,31 @@ def iresnet18(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
 def iresnet50(embedding_dim: int = 512, **kwargs: Any) -> IResNet:
     """IResNet-50 (blocks 3, 4, 14, 3); insightface's ``r50``."""
     return IResNet(50, embedding_dim, **kwargs)
+
+
+def infer_iresnet(state_dict: Any) -> tuple[str, int, int] | None:
+    """The insightface name, embedding size ``D`` and input side of an IResNet state_dict
+    written by insightface's ``arcface_torch`` (or marginface), read from its keys and shapes;
+    None when the tensors are not an IResNet's.
+
+    The depth is the number of blocks per stage (``layerS.B.conv1.weight``) matched against
+    :data:`IRESNET_LAYERS`; ``D`` is ``fc.weight``'s rows; the side is ``16·√(in/512)`` from
+    ``fc.weight``'s columns ``512·(side/16)²`` (112 for ``512·7·7``).
+    """
+    if not isinstance(state_dict, MutableMapping | dict) or "fc.weight" not in state_dict:
+        return None
+    blocks = [0, 0, 0, 0]
+    for key in state_dict:
+        match = re.fullmatch(r"layer([1-4])\.(\d+)\.conv1\.weight", str(key))
+        if match:
+            stage, block = int(match.group(1)) - 1, int(match.group(2))
+            blocks[stage] = max(blocks[stage], block + 1)
+    depth = next((d for d, layers in IRESNET_LAYERS.items() if tuple(blocks) == layers), None)
+    fc = state_dict["fc.weight"]
+    if depth is None or getattr(fc, "ndim", 0) != 2 or "conv1.weight" not in state_dict:
+        return None
+    cells = int(fc.shape[1]) // 512
+    grid = round(cells**0.5)
+    if grid * grid * 512 != int(fc.shape[1]):
+        return None
+    return f"r{depth}", int(fc.shape[0]), grid * 16

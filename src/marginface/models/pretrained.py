@@ -40,7 +40,7 @@ from .description import (
     read_description,
     sidecar_path,
 )
-from .iresnet import rename_legacy_keys
+from .iresnet import infer_iresnet, rename_legacy_keys
 from .registry import create_model, list_models
 
 __all__ = [
@@ -413,7 +413,12 @@ def load_described_backbone(
             state, depth = adaface_to_iresnet(state, source=source)
             model = model or f"r{depth}"
         if model is None and found is None:
-            raise ValueError(_missing_options_message(source))
+            recognised = infer_iresnet(state)  # insightface's arcface_torch backbone.pth
+            if recognised is None:
+                raise ValueError(_missing_options_message(source))
+            model, recognised_dim, recognised_side = recognised
+            embedding_dim = embedding_dim or recognised_dim
+            image_size = image_size if image_size is not None else recognised_side
         if found is not None and (model is None or model == found.architecture):
             options = {**found.architecture_options, **options}
             model = found.architecture

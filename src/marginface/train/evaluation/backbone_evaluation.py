@@ -61,8 +61,8 @@ def evaluate_backbone(
     device: torch.device | str = "cpu",
     batch_size: int = 256,
     flip: bool = True,
-    mean: float = 0.5,
-    std: float = 0.5,
+    mean: float | tuple[float, ...] = 0.5,
+    std: float | tuple[float, ...] = 0.5,
 ) -> dict[str, float]:
     """Verification metrics of ``model`` (``Tensor[N, 3, s, s] -> Tensor[N, D]``, RGB input
     ``(x / 255 - 0.5) / 0.5``) by cosine similarity.
@@ -78,8 +78,9 @@ def evaluate_backbone(
         batch_size: images per forward pass. Default: 256.
         flip: embed the horizontally flipped images too (insightface's flip test). Default:
             True.
-        mean, std: a pixel ``x`` enters the model as ``(x / 255 - mean) / std``. Defaults:
-            0.5, 0.5 (insightface's; a marginface file's description says its own).
+        mean, std: a pixel ``x`` enters the model as ``(x / 255 - mean) / std`` (numbers, or
+            one per channel). Defaults: 0.5, 0.5 (insightface's; a marginface file's
+            description says its own).
 
     Returns:
         ``{"<set>_accuracy", "<set>_accuracy_std", "<set>_threshold", "<set>_xnorm",
