@@ -205,6 +205,18 @@ def opensphere_d_theta(cos_theta: Tensor, labels: Tensor, kind: str, m: float) -
         return torch.cos(m_theta / m) - cos_theta
 
 
+def sphereface_r_loss_weight(variant: str) -> float:
+    """Their constructors' default ``lw``: 50 for ``SphereFaceR_H`` and ``_S``, 1 for ``_N``."""
+    return 1.0 if variant == "N" else 50.0
+
+
+def sphereface_r_factor(variant: str, s: float = 30.0) -> float:
+    """The constant their loss carries over the cross-entropy at the default ``lw``: ``lw/s``
+    (``_H``, ``_S``; 50/s) or ``lw`` (``_N``; 1)."""
+    weight = sphereface_r_loss_weight(variant)
+    return weight if variant == "N" else weight / s
+
+
 def sphereface_r_loss(
     x: Tensor,
     weight: Tensor,
@@ -214,14 +226,18 @@ def sphereface_r_loss(
     kind: str = "v0",
     s: float = 30.0,
     m: float = 1.5,
-    lw: float = 50.0,
+    lw: float | None = None,
     t: float = 0.01,
 ) -> Tensor:
     """OpenSphere ``SphereFaceR_H`` / ``_N`` / ``_S`` ``forward`` (``steps`` empty, so ``m``
-    fixed; ``_N``'s constructor as written raises a NameError, its forward is restated), on
+    fixed; ``_N``'s constructor as written raises a NameError, its forward is restated), with
+    their loss weight ``lw`` defaulting as their constructors do (50 for ``_H`` and ``_S``, 1 for
+    ``_N``), on
     unit-norm centers ``weight`` (``Tensor[C, D]``; theirs normalizes its ``(D, C)`` weight in
     place first): ``cos θ = x·w/‖x‖``, logits ``s·(cos θ + Δ)`` (H) or ``‖x‖·(cos θ + Δ)`` (N, S);
     loss ``lw·CE/s`` (H), ``lw·CE`` (N), ``lw·CE/s + mean(t·|‖x‖ - s|)`` (S)."""
+    if lw is None:
+        lw = sphereface_r_loss_weight(variant)
     magnitude = torch.norm(x, p=2, dim=1, keepdim=True)  # (N, 1)
     cos_theta = x @ weight.t() / magnitude
     d_theta = opensphere_d_theta(cos_theta, labels, kind, m)

@@ -120,3 +120,16 @@ def test_drop_outliers_leaves_the_flagged_samples_out_of_the_new_run(subcenter_r
 def test_drop_outliers_needs_drop_non_dominant(tmp_path, capsys):
     assert main(["train", *TINY, "--drop-outliers", "--out", str(tmp_path / "x")]) == 2
     assert "--drop-outliers goes with --drop-non-dominant" in capsys.readouterr().err
+
+
+def test_drop_outliers_that_flags_every_sample_names_the_option(subcenter_run, tmp_path, capsys):
+    """``--drop-outliers 0`` flags every training sample (each is more than 0° from its class's
+    dominant sub-center): the error names the option and its value, not an empty dataset, and
+    no run is written."""
+    out = tmp_path / "empty"
+    args = ["train", "--drop-non-dominant", str(subcenter_run), "--out", str(out)]
+    assert main([*args, "--epochs", "1", "--drop-outliers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--drop-outliers 0" in err and "every one of the 120 training samples" in err, err
+    assert "has no training images" not in err
+    assert not (out / "checkpoint.pt").exists()

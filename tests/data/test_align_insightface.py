@@ -1,9 +1,10 @@
 """``norm_crop(..., alignment="insightface")`` (marginface.data.align.insightface_similarity):
-insightface's crops to 0 grey levels, against its arithmetic restated here: ``estimate_norm``
-builds the template in float32 (``arcface_dst * ratio``, ``+ 8·ratio`` in x for multiples of
-128) and scikit-image's ``SimilarityTransform.estimate`` (Umeyama 1991, eqs. 38-43) runs on the
-float32 landmarks: means, centring, covariance, determinant, SVD and rank in float32; ``d`` and
-the matrix ``T`` in float64."""
+insightface's IJB crops to 0 grey levels, against its arithmetic restated here: ``eval_ijbc.py``
+builds its 112×112 template in float32 as the 96×112 table plus 8 in x (other sizes: scaled as
+``face_align.estimate_norm`` scales, ``· ratio``, ``+ 8·ratio`` in x for multiples of 128) and
+scikit-image's ``SimilarityTransform.estimate`` (Umeyama 1991, eqs. 38-43) runs on the float32
+landmarks: means, centring, covariance, determinant, SVD and rank in float32; ``d`` and the
+matrix ``T`` in float64."""
 
 from __future__ import annotations
 
@@ -12,25 +13,46 @@ import numpy as np
 import pytest
 from tests._face_fixtures import lfw_jpegs, lfw_rgb
 
-from marginface.data.align import insightface_similarity, norm_crop
+from marginface.data.align import (
+    ARCFACE_TEMPLATE,
+    insightface_similarity,
+    insightface_template,
+    norm_crop,
+)
 
 __all__ = ["lfw_jpegs", "lfw_rgb"]  # fixtures
 
 ARCFACE_DST = np.array(
     [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655],
      [70.7299, 92.2041]], dtype=np.float32,
-)  # fmt: skip
+)  # fmt: skip  face_align's arcface_dst
+
+
+def _eval_ijbc_template():
+    """eval_ijbc.py's ``Embedding.src``: the 96×112 table in float32, then 8 added to x."""
+    src = np.array(
+        [[30.2946, 51.6963], [65.5318, 51.5014], [48.0252, 71.7366], [33.5493, 92.3655],
+         [62.7299, 92.2041]], dtype=np.float32,
+    )  # fmt: skip
+    src[:, 0] += 8.0
+    return src
 
 
 def _estimate_norm(lmk, image_size=112):
-    """insightface's estimate_norm with scikit-image's Umeyama, step by step."""
+    """eval_ijbc.py's template (scaled as insightface's estimate_norm scales its own for other
+    sizes) with scikit-image's Umeyama, step by step."""
     if image_size % 112 == 0:
         ratio, diff_x = float(image_size) / 112.0, 0
     else:
         ratio = float(image_size) / 128.0
         diff_x = 8.0 * ratio
-    dst = ARCFACE_DST * ratio
+    dst = _eval_ijbc_template() * ratio
     dst[:, 0] += diff_x
+    return _umeyama_float32(lmk, dst)
+
+
+def _umeyama_float32(lmk, dst):
+    """scikit-image's SimilarityTransform.estimate(lmk, dst) on float32 points, step by step."""
     src = lmk
     num, dim = src.shape
     src_mean, dst_mean = src.mean(axis=0), dst.mean(axis=0)
@@ -92,3 +114,36 @@ def test_the_rank_one_branch_and_bad_values():
         norm_crop(np.zeros((50, 50, 3), np.uint8), line, alignment="float32")
     with pytest.raises(ValueError, match="image_size must be a multiple of 112 or 128"):
         insightface_similarity(line, 100)
+
+
+def test_the_template_is_eval_ijbc_s_float32_construction():
+    """At 112: float32(62.7299) + 8 = 70.72990417 for the right mouth corner's x, where
+    face_align's arcface_dst holds float32(70.7299) = 70.72989655; every other coordinate is the
+    same float32. Other sizes: the 112 template scaled (and shifted 8·size/128 for 128s)."""
+    template = insightface_template(112)
+    assert template.dtype == np.float32
+    assert np.array_equal(template, _eval_ijbc_template())
+    assert template[4, 0] == np.float32(62.7299) + np.float32(8.0) != np.float32(70.7299)
+    same = np.ones((5, 2), dtype=bool)
+    same[4, 0] = False
+    assert np.array_equal(template[same], ARCFACE_TEMPLATE[same])
+    assert np.array_equal(insightface_template(224), _eval_ijbc_template() * np.float32(2.0))
+    expected_256 = _eval_ijbc_template() * np.float32(2.0)
+    expected_256[:, 0] += np.float32(16.0)
+    assert np.array_equal(insightface_template(256), expected_256)
+    with pytest.raises(ValueError, match="image_size must be a multiple of 112 or 128"):
+        insightface_template(100)
+
+
+def test_the_crops_differ_from_arcface_dst_s_in_some_pixels(lfw_rgb):
+    """The one coordinate's 7.6e-6 px moves some pixels of some crops by one grey level: the
+    template is not a no-op change (the eval_ijbc.py crops are not face_align's)."""
+    moved = 0
+    for k, lmk in enumerate(_landmark_sets(30, seed=3)):
+        image = lfw_rgb[k % len(lfw_rgb)]
+        ours = norm_crop(image, lmk, alignment="insightface")
+        matrix = _umeyama_float32(lmk, ARCFACE_DST.copy())  # face_align.estimate_norm's, at 112
+        face_align = cv2.warpAffine(image, matrix, (112, 112), borderValue=0.0)
+        assert np.abs(ours.astype(int) - face_align).max() <= 1
+        moved += not np.array_equal(ours, face_align)
+    assert moved >= 1

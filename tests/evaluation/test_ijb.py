@@ -436,3 +436,27 @@ def test_ijb_command_on_a_backbone_file(ijb_folder, tmp_path, capsys):
         assert main(["--quiet", *bad] if bad[0] == "ijb" else bad) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_insightface_crops_cached_with_the_old_template_are_embedded_again(ijb_folder, tmp_path):
+    """The "insightface" crops follow eval_ijbc.py's template now: features cached under the
+    key they had before (``KEY|align=insightface``) are not read back for them."""
+    root, _ = ijb_folder
+    layout = read_ijb_layout(root, "IJBC")
+    cache = tmp_path / "f.npz"
+    embed = _projection_embedder()
+    # the file as the old code left it: written under the old key
+    embed_ijb_images(
+        layout, embed, cache=cache, cache_key="m|align=insightface", alignment="float64"
+    )
+    calls = []
+
+    def counting(x):
+        calls.append(x.shape[0])
+        return embed(x)
+
+    embed_ijb_images(layout, counting, cache=cache, cache_key="m", alignment="insightface")
+    assert sum(calls) == 2 * len(layout.names)  # every image and its flip embedded again
+    calls.clear()
+    embed_ijb_images(layout, counting, cache=cache, cache_key="m", alignment="insightface")
+    assert calls == []  # the new key reads back

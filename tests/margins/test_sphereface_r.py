@@ -15,7 +15,7 @@ import marginface
 from marginface.margins import SphereFaceRMargin
 from marginface.weight_regularizers import MinimumHypersphericalEnergy
 
-from .._facex_reference import sphereface_plus_loss, sphereface_r_loss
+from .._facex_reference import sphereface_plus_loss, sphereface_r_factor, sphereface_r_loss
 
 TOLERANCE = 1e-10
 N, C, D, STEPS, LR = 16, 11, 6, 3, 0.5
@@ -78,7 +78,7 @@ H_CASES = [
 def test_sphereface_r_reproduces_opensphere(options: dict, theirs: dict, impl: str) -> None:
     variant = theirs["variant"]
     s = theirs.get("s", 30.0)
-    factor = 50.0 if variant == "N" else 50.0 / s  # their lw (/ s)
+    factor = sphereface_r_factor(variant, s)  # their default lw (/ s)
     reference = lambda x, w, y: sphereface_r_loss(x, w, y, **theirs)  # noqa: E731
     errors = _parity("sphereface-r", options, reference, factor, impl)
     assert max(errors.values()) <= TOLERANCE, errors
@@ -191,7 +191,7 @@ def measured_table() -> list[str]:
     """docs/parity.md's rows: ``name options: dense loss/∂x/∂W | chunked ...``."""
     lines = []
     for options, theirs in H_CASES:
-        factor = 50.0 if theirs["variant"] == "N" else 50.0 / theirs.get("s", 30.0)
+        factor = sphereface_r_factor(theirs["variant"], theirs.get("s", 30.0))
         cells = []
         for impl in ("dense", "chunked"):
             reference = lambda x, w, y, t=theirs: sphereface_r_loss(x, w, y, **t)  # noqa: E731

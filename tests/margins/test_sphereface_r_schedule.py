@@ -14,7 +14,7 @@ import marginface
 from marginface.margins import SphereFaceRMargin
 from marginface.margins.sphereface_r import scheduled_margin
 
-from .._facex_reference import sphereface_r_loss
+from .._facex_reference import sphereface_r_factor, sphereface_r_loss
 from .test_sphereface_r import LR, TOLERANCE, C, D, _batch, _tangent
 
 SCHEDULE_STEPS = 6
@@ -59,7 +59,7 @@ def _schedule_parity(variant: str, kind: str, dm: float, steps: list[int], impl:
         "sphereface-r", C, D, impl=impl, dtype=torch.float64, feature_norm=feature_norm,
         **extra, **options,
     )  # fmt: skip
-    factor = 50.0 if variant == "N" else 50.0 / 30.0  # their lw (/ s)
+    factor = sphereface_r_factor(variant)  # their default lw (/ s)
     theirs = _TheirSchedule(dm, steps, variant, kind)
     ours_margins = []
     errors = {"loss": 0.0, "∂x": 0.0, "∂W": 0.0}

@@ -3,9 +3,17 @@ threads and floating-point mode, and a fresh run's initial weights."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from marginface.train.build import configure_process, flushes_denormals, load_initial_state
+from marginface.config import config_from_dict
+from marginface.train.build import (
+    build_training,
+    configure_process,
+    flushes_denormals,
+    load_bundle,
+    load_initial_state,
+)
 
 
 def test_configure_process_sets_the_threads_and_flushes_denormals():
@@ -44,3 +52,13 @@ def test_load_initial_state_none_leaves_the_weights():
     load_initial_state(model, head, None)
     after = [*model.parameters(), *head.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_an_exclude_that_leaves_no_training_image_is_named():
+    """``exclude`` listing every position of the (limited) training set: the error says that
+    ``exclude`` emptied it, not only that the dataset has no images."""
+    config = config_from_dict({"dataset": "digits", "limit": 4, "exclude": [0, 1, 2, 3]})
+    bundle = load_bundle(config)
+    assert len(bundle.train) == 0
+    with pytest.raises(ValueError, match="no training images left: exclude leaves out all 4"):
+        build_training(config, bundle, device=torch.device("cpu"))

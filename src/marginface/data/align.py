@@ -37,11 +37,13 @@ from .._validation import check_choice, is_same_or_inside, read_utf8_text
 __all__ = [
     "ALIGNMENTS",
     "ARCFACE_TEMPLATE",
+    "TEMPLATE_96X112",
     "FolderAlignment",
     "align_folder",
     "arcface_template",
     "check_output_folder",
     "insightface_similarity",
+    "insightface_template",
     "norm_crop",
     "read_landmarks",
     "similarity_transform",
@@ -49,8 +51,9 @@ __all__ = [
 
 ALIGNMENTS = ("float64", "insightface")
 """How the similarity is computed: ``"float64"`` (:func:`similarity_transform`, the default of
-:func:`norm_crop`) or ``"insightface"`` (:func:`insightface_similarity`: the float32 template and
-estimate of insightface's ``face_align.estimate_norm``, to the grey level of its crops)."""
+:func:`norm_crop`) or ``"insightface"`` (:func:`insightface_similarity`: the float32 template
+of insightface's ``eval_ijbc.py`` and scikit-image's float32 estimate, to the grey level of its
+crops)."""
 
 ARCFACE_TEMPLATE = np.array(
     [
@@ -63,7 +66,21 @@ ARCFACE_TEMPLATE = np.array(
     dtype=np.float32,
 )
 """The five landmark positions of insightface's 112×112 ArcFace crops, ``float32[5, 2]`` (x, y)
-in pixels (insightface's ``arcface_dst``)."""
+in pixels (insightface's ``arcface_dst``, ``face_align.estimate_norm``'s template)."""
+
+TEMPLATE_96X112 = np.array(
+    [
+        [30.2946, 51.6963],
+        [65.5318, 51.5014],
+        [48.0252, 71.7366],
+        [33.5493, 92.3655],
+        [62.7299, 92.2041],
+    ],
+    dtype=np.float32,
+)
+"""The same five landmarks in a 96×112 crop, ``float32[5, 2]`` (x, y) pixels: the table
+insightface's ``eval_ijbc.py`` builds its 112×112 template from, 8 pixels added to x in
+float32 (:func:`insightface_template`)."""
 
 
 def _cv2() -> Any:
@@ -142,17 +159,49 @@ def similarity_transform(landmarks: object, template: object) -> np.ndarray:
     return np.hstack([scale * rotation, translation[:, None]])
 
 
-def insightface_similarity(landmarks: object, image_size: int = 112) -> np.ndarray:
-    """The matrix insightface's ``face_align.estimate_norm`` computes, in its arithmetic.
+def insightface_template(image_size: int = 112) -> np.ndarray:
+    """The template ``alignment="insightface"`` maps the landmarks onto, ``float32[5, 2]``.
 
-    insightface builds the template in float32 (``arcface_dst · ratio``, then ``+ 8·ratio`` in
-    x for multiples of 128) and hands float32 landmarks to scikit-image's
+    At 112 pixels, insightface's ``eval_ijbc.py`` construction, in float32:
+    ``T₁₁₂ = TEMPLATE_96X112 + (8, 0)`` (:data:`TEMPLATE_96X112`); other sizes scale it as
+    ``face_align.estimate_norm`` scales its template: ``T₁₁₂ · (size/112)`` for a multiple of
+    112, ``T₁₁₂ · (size/128)`` plus ``8·size/128`` in x for a multiple of 128 (float32).
+    ``T₁₁₂`` equals :data:`ARCFACE_TEMPLATE` (``estimate_norm``'s ``arcface_dst``) but for the
+    right mouth corner's x: ``float32(62.7299) + 8 = 70.72990417`` there,
+    ``float32(70.7299) = 70.72989655`` in ``arcface_dst``. Default: 112.
+
+    Raises:
+        ValueError: ``image_size`` not a positive multiple of 112 or 128.
+    """
+    arcface_template(image_size)  # checks image_size
+    template = TEMPLATE_96X112.copy()
+    template[:, 0] += np.float32(8.0)  # eval_ijbc.py's 112×112 template
+    if image_size % 112 == 0:
+        return template * np.float32(image_size / 112.0)
+    ratio = np.float32(image_size / 128.0)
+    scaled = template * ratio
+    scaled[:, 0] += np.float32(8.0) * ratio
+    return scaled
+
+
+def insightface_similarity(landmarks: object, image_size: int = 112) -> np.ndarray:
+    """The matrix insightface's IJB evaluation (``eval_ijbc.py``) computes, in its arithmetic.
+
+    The template is :func:`insightface_template` (float32: ``eval_ijbc.py``'s 112×112 one,
+    scaled as ``face_align.estimate_norm`` scales for other sizes), and float32 landmarks go to
+    scikit-image's
     ``SimilarityTransform.estimate`` (Umeyama), which then computes the means, the centred
     points, the covariance ``A = dstᶜᵀ srcᶜ / 5``, its determinant, SVD and rank in float32, and
     the rotation ``U diag(d) Vᵀ`` (``d`` float64; ``U Vᵀ`` in float32 when ``A`` has rank 1),
     the scale ``(S·d) / Σ var(srcᶜ)`` and the translation ``dst̄ - scale·R src̄`` in float64. The
     result differs from :func:`similarity_transform` (float64 throughout) by ~1e-6, which moves
-    a pixel of the crop by one grey level in most images.
+    a pixel of the crop by one grey level in most images. ``face_align.estimate_norm``'s
+    template (:data:`ARCFACE_TEMPLATE`) differs from this one by 7.6e-6 pixels in one coordinate,
+    which also moves a pixel by one grey level in some crops.
+
+    Args:
+        landmarks: ``[5, 2]`` (x, y) pixels in the source image (read as float32).
+        image_size: side of the crop, a multiple of 112 or 128. Default: 112.
 
     Returns:
         ``float64[2, 3]`` for ``cv2.warpAffine``.
@@ -161,15 +210,8 @@ def insightface_similarity(landmarks: object, image_size: int = 112) -> np.ndarr
         ValueError: malformed or degenerate landmarks (as :func:`similarity_transform`).
     """
     _check_landmarks("landmarks", landmarks)
-    arcface_template(image_size)  # checks image_size
+    dst = insightface_template(image_size)  # float32 (5, 2); checks image_size
     src = np.asarray(landmarks, dtype=np.float32)  # (5, 2)
-    if image_size % 112 == 0:
-        ratio, shift = float(image_size) / 112.0, 0.0
-    else:
-        ratio = float(image_size) / 128.0
-        shift = 8.0 * ratio
-    dst = ARCFACE_TEMPLATE * np.float32(ratio)  # float32 (5, 2)
-    dst[:, 0] += np.float32(shift)
     src_mean, dst_mean = src.mean(axis=0), dst.mean(axis=0)  # float32 (2,)
     src_c, dst_c = src - src_mean, dst - dst_mean
     covariance = dst_c.T @ src_c / np.float32(src.shape[0])  # float32 (2, 2)

@@ -320,7 +320,8 @@ def embed_ijb_images(
             ``cache_key``, else (re)written.
         cache_key: what identifies the model (e.g. its checkpoint's path, size and time).
         progress: called with ``(images done, total)`` after each batch.
-        alignment: ``"insightface"`` (its float32 estimate: its crops to the grey level) or
+        alignment: ``"insightface"`` (eval_ijbc.py's float32 template and estimate: its crops to
+            the grey level, :func:`~marginface.data.align.insightface_similarity`) or
             ``"float64"`` (:func:`~marginface.data.align.norm_crop`). Default: insightface.
     """
     from .._validation import check_choice
@@ -331,10 +332,11 @@ def embed_ijb_images(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    # features cached before the insightface arithmetic existed were float64 crops: same key
-    digest = _names_digest(
-        layout.names, cache_key if alignment == "float64" else f"{cache_key}|align={alignment}"
-    )
+    # features cached before the insightface arithmetic existed were float64 crops: same key;
+    # "insightface" crops made before its template became eval_ijbc.py's (70.72990417, not
+    # 70.72989655) are not read back: a new key
+    suffix = {"float64": "", "insightface": "|align=insightface|template=eval_ijbc"}[alignment]
+    digest = _names_digest(layout.names, f"{cache_key}{suffix}")
     if cache is not None and Path(cache).is_file():
         cached = _read_cache(Path(cache), digest, len(layout.names))
         if cached is not None:

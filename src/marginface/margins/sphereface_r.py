@@ -263,7 +263,17 @@ class SphereFaceRMargin(Margin):
         return {"t": torch.cat([m, torch.full_like(m, straight)])}
 
     def regularizer(self, norms: Tensor | None) -> Tensor | None:
-        """``t·|‖x‖ - s|`` per sample with ``feature_norm="soft"``, else None."""
+        """``t·|‖x‖ - s|`` per sample with ``feature_norm="soft"``, else None.
+
+        ``norms``: ``Tensor[N]`` (the head's row norms,
+        :func:`~marginface.executors.dense.row_norms`); returns ``Tensor[N]``. At the kink
+        ``‖x‖ = s`` the subgradient taken is 0 (``torch.abs``'s): ``∂/∂‖x‖ = t·sign(‖x‖ - s)``,
+        so a row whose computed norm is ``s`` exactly gets no gradient from the penalty. The
+        authors' code takes the same 0 at their own ``torch.norm``, but the two norms round
+        differently (ours is pre-scaled by ``max_j |x_j|``): a row that ours rounds to ``s`` and
+        theirs to just below gets ``-t`` there, so ``∂x`` differs by ``(t/N)·x̂`` on that row
+        only (tests/margins/test_sphereface_r_kink.py; docs/losses.md).
+        """
         if self.feature_norm != "soft":
             return None
         if norms is None:

@@ -123,7 +123,10 @@ def build_training(
             f"world size {world}"
         )
     if len(bundle.train) == 0:
-        raise ValueError(f"dataset {config.dataset!r} has no training images")
+        left_out = (
+            f" left: exclude leaves out all {len(config.exclude)} of them" if config.exclude else ""
+        )
+        raise ValueError(f"dataset {config.dataset!r} has no training images{left_out}")
     if config.amp == "fp16" and device.type != "cuda":
         raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
     meta = run_meta(bundle, world)

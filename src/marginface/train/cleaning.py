@@ -164,7 +164,8 @@ def continue_with_dominant_centers(
 
     Raises:
         ValueError: the run has one center per class already, ``drop_outliers`` is not an
-            angle in ``[0, 180]``, or a bad override (all checked before the embedding pass).
+            angle in ``[0, 180]``, or a bad override (all checked before the embedding pass);
+            ``drop_outliers`` leaves no training sample (named as ``--drop-outliers``).
     """
     run = load_run(run_dir, device=resolve_device(device))
     loss = run.loss
@@ -192,6 +193,13 @@ def continue_with_dominant_centers(
     if drop_outliers is not None:
         outliers = loss.find_outliers(embeddings, labels, threshold_degrees=drop_outliers)
         values["exclude"] = sorted({*config.exclude, *outliers.indices.tolist()})
+        if len(values["exclude"]) >= len(labels):
+            raise ValueError(
+                f"--drop-outliers {drop_outliers:g} flags every one of the {len(labels)} training "
+                f"samples ({len(outliers.indices)} farther than {drop_outliers:g} degrees from "
+                "their class's dominant sub-center, the rest excluded already), leaving nothing "
+                "to train on; give a larger angle (the paper: 75)"
+            )
         config = config_from_dict(values, source=source)
     loss.drop_non_dominant_centers(dominant)
     state = {
