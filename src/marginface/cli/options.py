@@ -437,7 +437,8 @@ def add_backbone_source_arguments(group: Any) -> None:
         type=Path,
         metavar="FILE",
         help="a backbone state_dict (.pth/.pt/.ckpt/.safetensors: insightface's backbone.pth, "
-        "an AdaFace IR checkpoint, marginface's export), opened safely",
+        "an AdaFace IR checkpoint, marginface's export), opened safely; for evaluate also a "
+        "pretrained model's name (`marginface models`)",
     )
     source.add_argument(
         "--onnx", type=Path, metavar="FILE", help="an ONNX embedding model (w600k_r50.onnx...)"

@@ -124,15 +124,21 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     if args.out is not None:
         _check_output_file(args.out, "--out")
     device = resolve_device(args.device)
-    model, description = load_described_backbone(  # a marginface file says what it is
-        args.backbone,
-        onnx=args.onnx,
-        model=args.model,
-        embedding_dim=args.embedding_dim,
-        image_size=None if args.onnx is not None else args.image_size,  # checked below
-        bgr=args.bgr or None,
-        device=device,
-    )
+    from ..models.catalogue import is_pretrained_name, open_pretrained
+
+    backbone = args.backbone
+    if backbone is not None and not Path(backbone).exists() and is_pretrained_name(str(backbone)):
+        model, description, _ = open_pretrained(str(backbone), device=device)  # by name
+    else:
+        model, description = load_described_backbone(  # a marginface file says what it is
+            backbone,
+            onnx=args.onnx,
+            model=args.model,
+            embedding_dim=args.embedding_dim,
+            image_size=None if args.onnx is not None else args.image_size,  # checked below
+            bgr=args.bgr or None,
+            device=device,
+        )
     if args.onnx is None and args.image_size is None:
         image_size = description.side  # the file's own (112 for a file without description)
     else:
