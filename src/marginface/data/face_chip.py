@@ -1,0 +1,225 @@
+"""dlib's face chips from MTCNN's five landmarks: the 150×150 crop dlib's face recognition
+network (``dlib_face_recognition_resnet_model_v1``) expects.
+
+dlib makes a chip with ``get_face_chip(image, shape, size=150, padding=0.25)``, ``shape`` being
+its 5-point shape predictor's output (outer and inner corners of both eyes, and the base of
+the nose, under the nose). Restated from dlib 20.0's ``get_face_chip_details``,
+``chip_details`` and ``extract_image_chips`` (``dlib/image_transforms/interpolation.h``):
+
+1. **Template.** Five mean-face points ``u`` in a unit face square (:data:`DLIB_5POINT_MEAN_FACE`)
+   are placed in the chip frame as ``q = size · (padding + u) / (1 + 2·padding)``: the unit
+   square grows by ``padding`` on each side and the whole is scaled to ``size``.
+2. **Fit.** ``find_similarity_transform(q → shape)``: Umeyama's least-squares similarity
+   (rotation without reflection, uniform scale ``s``, translation) from the chip frame **to the
+   image**, i.e. the residual is measured in image pixels.
+3. **Rectangle.** The chip becomes a rectangle centred on ``T(size/2, size/2)``, of side
+   ``size·s`` (dlib's ``centered_drect``: corners ``size·s - 1`` apart), turned by the angle of
+   ``T``.
+4. **Sampling.** Chip pixel ``(0, 0)`` is sent to the rectangle's (rotated) top-left corner
+   and ``(size - 1, 0)``, ``(0, size - 1)`` to its top-right and bottom-left ones, so chip pixel
+   ``c`` (integer coordinates at pixel centres, as OpenCV) samples the image at
+
+       E(c) = T(size/2, size/2) + R · k · (c - (size - 1)/2),   k = (size·s - 1) / (size - 1),
+
+   bilinearly, a pixel whose 2×2 neighbourhood leaves the image being black, and the value
+   truncated to an integer. When the rectangle is more than about twice the chip's side (its
+   half has a larger area than the chip), dlib first halves the image (``pyramid_down<2>``) as
+   often as needed and samples that level; a 250×250 LFW photo never triggers it.
+
+:func:`dlib_chip` does steps 2–4 with the five landmarks of :mod:`marginface.detect` (MTCNN:
+eye centres, nose tip, mouth corners) and :data:`MTCNN_DLIB_TEMPLATE`, the mean position of
+those five points in dlib's unit face square, fitted on LFW photos
+(``benchmarks/fit_dlib_chip_template.py``); it warps with OpenCV (bilinear, rounding to the
+nearest integer, edge pixels blended with black), not dlib's sampler, so that even with dlib's
+own transform its chip is dlib's to within one grey level (0.49 on average: truncation against
+rounding). How close the chips and dlib's descriptors of them come on LFW:
+``benchmarks/bench_dlib_chip.py`` and docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._validation import check_int, check_real
+from .align import _check_landmarks, _cv2, similarity_transform
+
+__all__ = [
+    "DLIB_5POINT_MEAN_FACE",
+    "MTCNN_DLIB_TEMPLATE",
+    "chip_pixel_map",
+    "dlib_chip",
+    "dlib_chip_matrix",
+    "dlib_chip_template",
+]
+
+DLIB_5POINT_MEAN_FACE = np.array(
+    [
+        [0.8595674595992, 0.2134981538014],  # outer corner of the eye on the image's right
+        [0.6460604764104, 0.2289674387677],  # its inner corner
+        [0.1205750620789, 0.2137274526848],  # outer corner of the eye on the image's left
+        [0.3340850613712, 0.2290642403242],  # its inner corner
+        [0.4901123135679, 0.6277975316475],  # base of the nose
+    ]
+)
+"""dlib's template for its 5-point shape predictor, ``float64[5, 2]`` (x, y) in the unit face
+square, in the predictor's part order (the constants of ``get_face_chip_details``). Not used by
+:func:`dlib_chip`; it documents dlib's frame and lets a test compare :func:`chip_pixel_map`
+with ``dlib.get_face_chip``."""
+
+MTCNN_DLIB_TEMPLATE = np.array(
+    [
+        [0.235928, 0.216248],  # left eye centre (image left)
+        [0.775094, 0.216077],  # right eye centre
+        [0.502138, 0.544257],  # nose tip
+        [0.268766, 0.813460],  # left mouth corner
+        [0.738899, 0.815487],  # right mouth corner
+    ]
+)
+"""MTCNN's five landmarks (:mod:`marginface.detect`, in its order) in dlib's unit face square,
+``float64[5, 2]`` (x, y): the coordinate-wise median, over 648 LFW photos (the 300
+alphabetically first identities of lfw-deepfunneled), of MTCNN's landmarks mapped into dlib's
+chip frame by the transform dlib fits to its own 5-point shape of the same face
+(``benchmarks/fit_dlib_chip_template.py`` prints it)."""
+
+
+def _check_size_padding(size: object, padding: object) -> tuple[int, float]:
+    size = check_int("size", size, minimum=2)
+    padding = check_real("padding", padding, nonnegative=True)
+    return size, padding
+
+
+def dlib_chip_template(size: int = 150, padding: float = 0.25) -> np.ndarray:
+    """:data:`MTCNN_DLIB_TEMPLATE` in dlib's chip frame, ``float64[5, 2]``.
+
+    ``q = size · (padding + u) / (1 + 2·padding)``, as dlib places its own template. A point
+    ``q`` of the frame lands on chip pixel ``(size - 1)/2 + (q - size/2) / (1 - (1 - 1/s)/size)``
+    (``s``: image pixels per chip unit; :func:`chip_pixel_map`), i.e. ``q - 0.5`` when the
+    chip keeps the image's scale and within 0.2 px of it for ``s >= 0.5`` at ``size=150``.
+
+    Args:
+        size: the chip's side in pixels, ``>= 2``. Default: 150 (dlib's recognition network).
+        padding: the margin around the unit face square, in units of its side, ``>= 0``.
+            Default: 0.25 (``dlib.get_face_chip``'s).
+
+    Raises:
+        TypeError: ``size`` not an int, ``padding`` not a real number.
+        ValueError: ``size < 2``, ``padding`` negative or not finite.
+    """
+    size, padding = _check_size_padding(size, padding)
+    return size * (padding + MTCNN_DLIB_TEMPLATE) / (1.0 + 2.0 * padding)
+
+
+def chip_pixel_map(centre: object, scale: float, angle: float, size: int) -> np.ndarray:
+    """The map from a chip's pixels to the image that dlib's ``extract_image_chip`` samples
+    for a square ``chip_details`` (rectangle centred on ``centre``, side ``size·scale``, turned
+    by ``angle``), ``float64[2, 3]``.
+
+    ``E(c) = centre + R(angle) · k · (c - (size - 1)/2)`` with ``k = (size·scale - 1)/(size - 1)``
+    (module docstring, step 4). ``cv2.warpAffine(image, E, (size, size),
+    flags=INTER_LINEAR | WARP_INVERSE_MAP)`` samples what dlib samples (no image pyramid).
+
+    Args:
+        centre: ``(x, y)``, image pixels: ``T(size/2, size/2)``, the rectangle's centre.
+        scale: image pixels per chip unit (``s``), ``> 1/size``.
+        angle: radians, the rotation of ``T`` (``atan2`` of its first column).
+        size: the chip's side in pixels, ``>= 2``.
+
+    Raises:
+        TypeError, ValueError: ``size`` not an int ``>= 2``; ``scale`` or ``angle`` not
+            finite, or ``scale <= 1/size`` (a rectangle under one pixel, which dlib would turn
+            inside out); ``centre`` not two finite numbers.
+    """
+    size = check_int("size", size, minimum=2)
+    scale = check_real("scale", scale, positive=True)
+    angle = check_real("angle", angle)
+    point = np.asarray(centre, dtype=np.float64) if not isinstance(centre, str) else None
+    if point is None or point.shape != (2,) or not np.isfinite(point).all():
+        raise ValueError(f"centre must be two finite numbers (x, y), got {centre!r}")
+    if size * scale <= 1.0:
+        raise ValueError(
+            f"scale must exceed 1/size = {1.0 / size:.3g} (a chip rectangle of at least one "
+            f"image pixel), got {scale!r}"
+        )
+    k = (size * scale - 1.0) / (size - 1.0)
+    rotation = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+    linear = k * rotation
+    offset = point - linear @ np.full(2, (size - 1) / 2.0)
+    return np.hstack([linear, offset[:, None]])
+
+
+def dlib_chip_matrix(
+    landmarks: object, size: int = 150, padding: float = 0.25, *, template: object = None
+) -> np.ndarray:
+    """The chip-pixel → image map of the dlib chip for five landmarks, ``float64[2, 3]``.
+
+    dlib's steps 2–4 (module docstring): ``T = [sR | t]``, the least-squares similarity from
+    the template (chip frame, ``q``) onto ``landmarks`` (image) (Umeyama, residual in image
+    pixels: :func:`marginface.data.align.similarity_transform` from ``q`` to ``landmarks``);
+    then :func:`chip_pixel_map` with ``centre = T(size/2, size/2)``, ``scale = |s|``,
+    ``angle = atan2(sR[1, 0], sR[0, 0])``.
+
+    Args:
+        landmarks: ``[5, 2]`` (x, y) image pixels, MTCNN's order (left eye, right eye, nose
+            tip, left and right mouth corners; "left" as seen in the image).
+        size: chip side in pixels, ``>= 2``. Default: 150.
+        padding: margin around the unit face square, ``>= 0``. Default: 0.25.
+        template: ``[5, 2]`` points in the unit face square to use instead of
+            :data:`MTCNN_DLIB_TEMPLATE` (e.g. :data:`DLIB_5POINT_MEAN_FACE` with dlib's own 5
+            points). Default: ``None``.
+
+    Raises:
+        TypeError, ValueError: as :func:`dlib_chip_template`; landmarks or template not
+            ``(5, 2)``, not finite, or all coinciding; landmarks so close together that the
+            chip would cover under one image pixel.
+    """
+    size, padding = _check_size_padding(size, padding)
+    unit = MTCNN_DLIB_TEMPLATE if template is None else _check_landmarks("template", template)
+    points = _check_landmarks("landmarks", landmarks)
+    frame = size * (padding + unit) / (1.0 + 2.0 * padding)
+    transform = similarity_transform(frame, points)  # chip frame -> image, [sR | t]
+    centre = transform[:, :2] @ np.full(2, size / 2.0) + transform[:, 2]
+    scale = float(np.hypot(transform[0, 0], transform[1, 0]))
+    angle = math.atan2(transform[1, 0], transform[0, 0])
+    if size * scale <= 1.0:
+        raise ValueError(
+            f"landmarks span too few pixels for a chip (scale {scale:.3g} image pixels per "
+            f"chip pixel): {points.tolist()}"
+        )
+    return chip_pixel_map(centre, scale, angle, size)
+
+
+def dlib_chip(
+    image: np.ndarray, landmarks: object, size: int = 150, padding: float = 0.25
+) -> np.ndarray:
+    """The dlib face chip of the face whose MTCNN landmarks are ``landmarks``.
+
+    ``chip[r, c] = bilinear(image, E(c, r))`` with ``E`` = :func:`dlib_chip_matrix`, by
+    ``cv2.warpAffine`` (``WARP_INVERSE_MAP``, black outside the image), as
+    :func:`marginface.data.align.norm_crop` warps.
+
+    Args:
+        image: ``uint8[H, W, 3]`` (any channel order: it is kept; ``uint8[H, W]`` and other
+            channel counts work too). dlib's networks take RGB.
+        landmarks: ``[5, 2]`` (x, y) image pixels, MTCNN's order.
+        size: chip side in pixels, ``>= 2``. Default: 150 (dlib's recognition network).
+        padding: margin around the unit face square, ``>= 0``. Default: 0.25.
+
+    Returns:
+        ``uint8[size, size, C]`` (``uint8[size, size]`` for a 2-D image).
+
+    Raises:
+        TypeError, ValueError: naming the argument: ``image`` not a non-empty uint8 array of
+            2 or 3 dimensions; bad ``landmarks``, ``size`` or ``padding``
+            (:func:`dlib_chip_matrix`).
+    """
+    if not isinstance(image, np.ndarray) or image.ndim not in (2, 3) or 0 in image.shape:
+        shape = getattr(image, "shape", type(image).__name__)
+        raise ValueError(f"image must be a non-empty (H, W, 3) or (H, W) array, got {shape}")
+    if image.dtype != np.uint8:
+        raise ValueError(f"image must be uint8, got {image.dtype}")
+    matrix = dlib_chip_matrix(landmarks, size, padding)
+    cv2 = _cv2()
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    return cv2.warpAffine(image, matrix, (size, size), flags=flags, borderValue=0.0)
