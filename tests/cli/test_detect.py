@@ -63,7 +63,7 @@ def test_align_with_the_detector(photos, tmp_path, capsys):
     out = tmp_path / "aligned"
     assert main(["align", str(photos), "--out", str(out), "--detector", "mtcnn"]) == 0
     text = capsys.readouterr().out
-    assert "3 aligned 112x112 crop(s) from 4 photo(s)" in text and "1 unreadable" in text
+    assert "3 aligned 112x112 arcface crop(s) from 4 photo(s)" in text and "1 unreadable" in text
     assert len(list(out.rglob("*.jpg"))) == 3
     assert read_photo(next(out.rglob("*.jpg"))).shape == (112, 112, 3)
     # the positional OUT works too, and --faces all names each face
@@ -159,3 +159,32 @@ def test_the_photo_commands_cap_the_convolution_cache(photos, tmp_path, monkeypa
     monkeypatch.setenv(CACHE, "7")
     assert main(_photo_command(command, photos, tmp_path / "second")) == 0
     assert os.environ[CACHE] == "7"
+
+
+def test_align_for_a_model_cuts_its_own_crops(photos, tmp_path, capsys):
+    """``--for-model dlib-resnet-v1``: dlib chips of 150 px, equal to cut_face's; a model that
+    takes chips refuses a landmarks file; a model name that is not known is one line."""
+    from marginface.data.face_crops import cut_face
+    from marginface.data.face_photos import select_faces
+
+    out = tmp_path / "chips"
+    args = ["align", str(photos), "--out", str(out), "--detector", "mtcnn"]
+    assert main([*args, "--for-model", "dlib-resnet-v1"]) == 0
+    assert "3 aligned 150x150 dlib-chip crop(s)" in capsys.readouterr().out
+    written = sorted(out.rglob("*.jpg"))
+    assert len(written) == 3
+    name = written[0].relative_to(out)
+    image = read_photo(photos / name)
+    faces = MTCNN().detect(image)[0]
+    k = select_faces(faces, image.shape, "largest")[0]
+    expected = cut_face(image, faces.landmarks[k], faces.boxes[k], crop="dlib-chip", size=150)
+    got = read_photo(written[0])
+    assert got.shape == (150, 150, 3)
+    assert np.abs(got.astype(int) - expected.astype(int)).mean() < 3  # JPEG's loss only
+    landmarks = tmp_path / "points.csv"
+    landmarks.write_text("name,x1,y1,x2,y2,x3,y3,x4,y4,x5,y5\n")
+    bad = ["align", str(photos), str(landmarks), str(tmp_path / "o2")]
+    assert main([*bad, "--for-model", "dlib-resnet-v1"]) == 2
+    _one_line_error(capsys, "takes dlib-chip crops", "--detector mtcnn")
+    assert main([*args[:3], str(tmp_path / "o3"), *args[4:], "--for-model", "dlib-resnt"]) == 2
+    _one_line_error(capsys, "did you mean 'dlib-resnet-v1'")

@@ -53,7 +53,19 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, help="output folder (instead of the positional OUT)")
     parser.add_argument(
-        "--size", type=int, default=112, help="crop side, a multiple of 112 or 128 (default 112)"
+        "--size",
+        type=int,
+        default=None,
+        help="crop side, a multiple of 112 or 128 for ArcFace crops (default 112, or "
+        "--for-model's input side)",
+    )
+    parser.add_argument(
+        "--for-model",
+        metavar="MODEL",
+        default=None,
+        help="cut the faces the way MODEL takes them (its description's face_crop and input "
+        "size): a pretrained model's name (dlib-resnet-v1: dlib chips of 150 px), a run folder "
+        "or a weights file (default: ArcFace-template crops)",
     )
     parser.add_argument(
         "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
@@ -93,10 +105,33 @@ def _align_paths(args: argparse.Namespace) -> tuple[Path | None, Path]:
     return (None, paths[0]) if args.detector else (paths[0], paths[1])
 
 
+def _crop_for(args: argparse.Namespace) -> tuple[str, int]:
+    """``(crop kind, side)``: ``--for-model``'s description (its ``face_crop``, ArcFace when it
+    records none, and input side) unless ``--size`` is given; else ArcFace crops of ``--size``
+    (112)."""
+    if args.for_model is None:
+        return "arcface", args.size or 112
+    from ..inference.source import describe_model
+
+    description = describe_model(args.for_model)
+    if description is None:
+        raise ValueError(
+            f"--for-model {args.for_model} carries no description: say the crop with --size "
+            "(ArcFace-template crops)"
+        )
+    return description.face_crop or "arcface", args.size or description.side
+
+
 def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     """Align the folder (on its landmarks file or on the faces detected here); print what was
     written and, with a detector, what the report lists."""
     landmarks, out = _align_paths(args)
+    crop, args.size = _crop_for(args)
+    if landmarks is not None and crop != "arcface":
+        raise ValueError(
+            f"--for-model {args.for_model} takes {crop} crops, which a landmarks file does not "
+            "give here: detect the faces with --detector mtcnn instead"
+        )
     if landmarks is None:
         from .._progress import counting
         from ..data.face_photos import align_photos
@@ -114,10 +149,12 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
                 report=args.report,
                 progress=progress,
                 alignment=args.alignment,
+                crop=crop,
             )
         listed = len(result.no_face) + len(result.several_faces) + len(result.unreadable)
         echo(
-            f"{result.written} aligned {args.size}x{args.size} crop(s) from {result.photos} "
+            f"{result.written} aligned {args.size}x{args.size} {crop} crop(s) from "
+            f"{result.photos} "
             f"photo(s) written to {result.out}"
             + (
                 f"; {len(result.no_face)} with no face, {len(result.several_faces)} with "

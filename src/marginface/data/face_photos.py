@@ -1,11 +1,12 @@
-"""Photos in, faces out: read any photo, detect its faces, align them to 112×112 crops.
+"""Photos in, faces out: read any photo, detect its faces, cut them as a model takes them.
 
 :func:`read_photo` decodes one file as ``uint8[H, W, 3]`` RGB (EXIF orientation applied; grey,
 CMYK, palette and 16-bit images converted); :func:`detect_photos` runs a detector
 (:mod:`marginface.detect`) over files; :func:`align_photos` goes from a folder of photos
 (``SRC/<identity>/<image>``) to a folder of aligned crops with the same layout, ready for
 ``marginface convert``: per photo it keeps the largest face, the most central one, or all of
-them, and aligns it with :func:`marginface.data.align.norm_crop` on its five landmarks. Photos
+them, and cuts it with :func:`marginface.data.face_crops.cut_face` (by default
+:func:`marginface.data.align.norm_crop`'s 112×112 ArcFace crop on its five landmarks). Photos
 with no face, with several faces or that cannot be read are listed in a report file, never
 dropped silently.
 """
@@ -21,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import atomic_write_bytes, atomic_write_text
-from .._validation import check_choice
+from .._validation import check_choice, check_int
 from ..detect import Faces, load_detector
-from .align import ALIGNMENTS, _cv2, arcface_template, check_output_folder, norm_crop
+from .align import ALIGNMENTS, _cv2, arcface_template, check_output_folder
+from .face_crops import CROP_KINDS, cut_face
 from .imaging import IMAGE_EXTENSIONS
 
 __all__ = [
@@ -196,6 +198,7 @@ def align_photos(
     min_face_size: float = 20.0,
     alignment: str = "float64",
     suffix: str | None = None,
+    crop: str = "arcface",
 ) -> PhotoAlignment:
     """Detect and align every photo of ``src``: ``src/NAME`` → ``out/NAME`` (same relative path
     and format; with ``faces="all"``, ``out/STEM_K.EXT`` for the K-th face, best score first).
@@ -205,7 +208,7 @@ def align_photos(
         out: the output folder (created); must not be, be inside or hold ``src``.
         detector: ``"mtcnn"``, MTCNN's weights or a detector object. Default: ``"mtcnn"``.
         faces: ``"largest"``, ``"central"`` or ``"all"`` (:func:`select_faces`).
-        image_size: crop side, a multiple of 112 or 128. Default: 112.
+        image_size: crop side; for ``crop="arcface"`` a multiple of 112 or 128. Default: 112.
         workers: threads decoding and writing (0: one per CPU, at most 8).
         device: where the detector runs. Default: CPU.
         report: the TSV listing photos with no face, several faces or unreadable
@@ -216,13 +219,20 @@ def align_photos(
             (:func:`~marginface.data.align.norm_crop`). Default: ``"float64"``.
         suffix: write every crop in this format (e.g. ``".png"``, lossless) instead of the
             photo's own. Default: None (the photo's).
+        crop: how the face is cut, one of :data:`~marginface.data.face_crops.CROP_KINDS`
+            (:func:`~marginface.data.face_crops.cut_face`; a model's description names its
+            own, ``face_crop``). Default: ``"arcface"``.
 
     Raises:
         ValueError: bad options or folders (named), a detector that cannot be loaded.
     """
     check_choice("faces", faces, FACE_CHOICES)
     check_choice("alignment", alignment, ALIGNMENTS)
-    arcface_template(image_size)  # checks image_size before any work
+    check_choice("crop", crop, CROP_KINDS)
+    if crop == "arcface":
+        arcface_template(image_size)  # checks image_size before any work
+    else:
+        check_int("image_size", image_size, minimum=2)
     cv2 = _cv2()
     src, out = Path(src), Path(out)
     photos = list_photos(src)
@@ -261,12 +271,19 @@ def align_photos(
                     lines.append(f"{name}\tseveral_faces\t{found.count} faces, kept {faces}")
                 chosen = select_faces(found, image.shape, faces)
                 for k in chosen:
-                    crop = norm_crop(image, found.landmarks[k], image_size, alignment=alignment)
+                    face = cut_face(
+                        image,
+                        found.landmarks[k],
+                        found.boxes[k],
+                        crop=crop,
+                        size=image_size,
+                        alignment=alignment,
+                    )
                     target = name if suffix is None else Path(name).with_suffix(suffix).as_posix()
                     if faces == "all":
                         stem = Path(target)
                         target = stem.with_name(f"{stem.stem}_{k}{stem.suffix}").as_posix()
-                    pending.append(pool.submit(write, target, crop))
+                    pending.append(pool.submit(write, target, face))
                     while len(pending) > 4 * threads:  # bounded: crops are not all held
                         pending.pop(0).result()
                 written += len(chosen)
