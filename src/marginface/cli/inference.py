@@ -301,7 +301,7 @@ def cmd_gallery_build(args: argparse.Namespace) -> int:
     names, rows, examples = _embed_identities(args, model, args.folder)
     gallery = Gallery(
         model.description,
-        model_source=str(Path(args.model).resolve()),
+        model_source=_model_source(args.model),
         index_kind=args.index,
         approximate_above=args.approximate_above,
     )
@@ -318,6 +318,17 @@ def _describe_index(args: argparse.Namespace, gallery: Any) -> None:
     if index.recall_at_10 is not None:
         line += f"; recall@10 against exact search: {index.recall_at_10:.4f}"
     _echo(args, line)
+
+
+def _model_source(model: Path) -> str:
+    """What a gallery records of its model: a pretrained model's name as it is (the file is
+    found again wherever this install keeps it), a path made absolute."""
+    from ..models.catalogue import is_pretrained_name
+
+    text = str(model)
+    if not model.exists() and is_pretrained_name(text):
+        return text
+    return str(model.resolve())
 
 
 def _gallery_model(args: argparse.Namespace, gallery: Any) -> Any:

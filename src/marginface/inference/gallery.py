@@ -112,7 +112,8 @@ class Gallery:
 
     Attributes:
         description: the model's description (embedding size, threshold...).
-        model_source: the model it was built with (a path), used by ``search`` by default.
+        model_source: the model it was built with (a path, or a pretrained model's name), used
+            by ``search`` by default.
         identities: the identity names, ``G``.
         sums: ``float32[G, D]``, each identity's sum of unit embeddings.
         counts: ``int64[G]``, images per identity.
