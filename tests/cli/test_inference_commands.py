@@ -42,7 +42,7 @@ def test_embed_writes_one_row_per_usable_image_and_resumes(digits_run, faces, tm
     assert "15 image(s) embedded, 0 already" in captured.out and "2 skipped" in captured.out
     assert "skipped 2 image(s)" in captured.err
     assert "2/broken.png: cannot decode image" in captured.err
-    assert "3/big.png: FaceModel needs aligned 8x8 crops" in captured.err
+    assert "3/big.png: the image is 20x20, the model takes aligned 8x8 crops" in captured.err
     saved = read_embeddings(out)
     assert len(saved["paths"]) == 15
     assert list(saved["identities"]) == [p.split("/")[0] for p in saved["paths"]]
@@ -96,7 +96,7 @@ def test_verify_prints_one_line(digits_run, faces, capsys):
     assert main(["verify", str(digits_run), str(a), str(b), "--threshold", "1.01"]) == 0
     assert ": different at threshold 1.0100" in capsys.readouterr().out
     assert main(["verify", str(digits_run), str(a), str(faces / "3" / "big.png")]) == 2
-    assert "FaceModel needs aligned 8x8 crops" in _one_line_error(capsys)
+    assert "the model takes aligned 8x8 crops" in _one_line_error(capsys)
 
 
 def _build(digits_run, faces, gallery, *extra):

@@ -90,9 +90,9 @@ def test_a_crop_of_another_size_is_refused_unless_an_aligner_is_given(digits_run
     photo = np.zeros((20, 16), dtype=np.uint8)
     with pytest.raises(ValueError) as error:
         model.embed(photo)
-    assert str(error.value).startswith(
-        "FaceModel needs aligned 8x8 crops; align photos with `marginface align` first"
-    )
+    assert str(error.value).startswith("images[0] is 20x16, the model takes aligned 8x8 crops")
+    assert "detector='mtcnn'" in str(error.value)
+    assert "align --detector mtcnn --for-model" in str(error.value)
     seen = []
 
     def aligner(image: np.ndarray) -> np.ndarray:

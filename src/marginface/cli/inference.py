@@ -65,6 +65,20 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="no flip test (default: as evaluated)",
     )
+    photos = parser.add_argument_group("raw photos instead of aligned crops")
+    photos.add_argument(
+        "--detector",
+        default=None,
+        help="detect the face of every image that is not of the model's input size and cut it "
+        "as the model's description says: mtcnn, or an SCRFD FILE.onnx (default: none, "
+        "aligned crops only)",
+    )
+    photos.add_argument(
+        "--faces",
+        choices=("largest", "central"),
+        default="largest",
+        help="with --detector: which face of a photo with several (default largest)",
+    )
     foreign = parser.add_argument_group("a weights file without marginface's description")
     foreign.add_argument(
         "--arch", help="its architecture: r18 ... r200, mbf, vit_t (default: the description's)"
@@ -80,12 +94,21 @@ def _face_model(args: argparse.Namespace, source: Any) -> Any:
     from ..inference import FaceModel
     from ..train.distributed import resolve_device
 
+    detector = None
+    if args.detector is not None:
+        from ..detect import load_detector
+        from .detect import limit_convolution_cache
+
+        limit_convolution_cache()
+        detector = load_detector(args.detector, device=resolve_device(args.device))
     try:
         return FaceModel(
             source,
             device=resolve_device(args.device),
             batch_size=args.batch_size,
             flip=args.flip,
+            detector=detector,
+            faces=args.faces,
             model=args.arch,
             embedding_dim=args.embedding_dim,
             image_size=args.image_size,

@@ -48,6 +48,34 @@ class Verification:
         return f"cosine {self.cosine:.4f}: {verdict} at threshold {self.threshold:.4f}{at}"
 
 
+def _aligner_for(
+    description: ModelDescription,
+    aligner: Aligner | None,
+    detector: Any,
+    faces: str,
+    device: torch.device | str,
+) -> Aligner | None:
+    """``aligner``, or a :class:`FaceCutter` cutting the description's crop with ``detector``."""
+    if detector is None:
+        return aligner
+    if aligner is not None:
+        raise ValueError("give aligner or detector, not both: a detector makes the aligner")
+    from .photo_faces import FaceCutter
+
+    if description.in_channels != 3:
+        raise ValueError(
+            f"detector: the model takes {description.in_channels}-channel crops; the face "
+            "detectors find faces in RGB photos of a 3-channel model"
+        )
+    return FaceCutter(
+        detector,
+        crop=description.face_crop or "arcface",
+        size=description.side,
+        faces=faces,
+        device=device,
+    )
+
+
 def _check_batch_size(batch_size: object) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise TypeError(f"batch_size must be an int, got {batch_size!r}")
@@ -63,11 +91,12 @@ class FaceModel:
     colour order, pixel normalisation, flip test, calibrated threshold): a run folder, a
     weights file or an ONNX file that marginface wrote needs no other option.
 
-    **Aligned crops only for now**: each image must already be the face aligned to the model's
-    input size (112x112 for insightface-style models), e.g. by ``marginface align``. An image of
-    another size is a ``ValueError`` ("FaceModel needs aligned 112x112 crops; align photos with
-    `marginface align` first"), unless an ``aligner`` is given: the hook where a face detector
-    plugs in.
+    **Photos or aligned crops.** An image of the model's input size is taken as an aligned
+    crop. With ``detector`` (``"mtcnn"``), an image of another size is a photo: its face is
+    detected, chosen (``faces``) and cut the way the model's description says
+    (``face_crop``: ArcFace template, dlib chip, detector box; :class:`FaceCutter`). Without a
+    detector such an image is a ``ValueError`` naming both ways (``detector="mtcnn"``, or
+    ``marginface align --for-model MODEL``). ``aligner`` is the general hook.
 
     Args:
         source: a run folder, a weights file (``.pt``/``.pth``/``.safetensors``, marginface's
@@ -81,7 +110,13 @@ class FaceModel:
             summed then normalised). Default (None): as the model was evaluated
             (:attr:`ModelDescription.flip`).
         aligner: ``aligner(uint8[H, W, 3]) -> uint8[h, w, 3]``, called on images that are not
-            of the model's input size; None (default): such images are an error.
+            of the model's input size; None (default): such images are an error, unless
+            ``detector`` is given.
+        detector: ``"mtcnn"``, an SCRFD ``.onnx`` file or a detector object: photos of
+            another size are cut by a :class:`FaceCutter` made from the description. Default:
+            None (aligned crops only). Not with ``aligner``.
+        faces: with ``detector``: which face of a photo with several, ``"largest"`` or
+            ``"central"``. Default: ``"largest"``.
         **options: for a file without description (insightface's ``backbone.pth``): ``model``,
             ``embedding_dim``, ``image_size``, ``bgr`` (as ``evaluate --backbone`` takes them).
 
@@ -98,11 +133,14 @@ class FaceModel:
         batch_size: int = 64,
         flip: bool | None = None,
         aligner: Aligner | None = None,
+        detector: Any = None,
+        faces: str = "largest",
         **options: Any,
     ) -> None:
         from .source import open_model
 
         module, description = open_model(source, device=device, **options)
+        aligner = _aligner_for(description, aligner, detector, faces, device)
         self._setup(module, description, device, dtype, batch_size, flip, aligner)
         self.source = source
 

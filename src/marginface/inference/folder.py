@@ -169,7 +169,8 @@ def _decode(root: Path, relative: str, model: FaceModel) -> tuple[str, np.ndarra
             str(root / relative), channels=d.in_channels, size=d.image_size, aligner=model.aligner
         )
     except (ValueError, OSError) as error:
-        return relative, str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return relative, reason.replace(str(root / relative), "the image")
     return relative, pixels[0].numpy()
 
 

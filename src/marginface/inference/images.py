@@ -10,9 +10,9 @@ Conventions (the usual ones of each library):
 * a tensor: torchvision's ``(3, H, W)`` or ``(N, 3, H, W)``, ``uint8`` in ``[0, 255]`` or
   floating point in ``[0, 1]``.
 
-Every image must already be an aligned crop of the model's input size (``112x112`` for
-insightface-style models): a detector that aligns photos is a separate step (``marginface
-align``), or the ``aligner`` hook.
+An image of the model's input size is an aligned crop; any other goes to the ``aligner``
+(``FaceModel(..., detector="mtcnn")`` makes one, :class:`~marginface.inference.FaceCutter`),
+or is an error naming the ways to cut it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ Aligner = Callable[[np.ndarray], np.ndarray]
 
 def _wrong_size(got: tuple[int, int], size: tuple[int, int], what: str) -> ValueError:
     return ValueError(
-        f"FaceModel needs aligned {size[0]}x{size[1]} crops; align photos with `marginface "
-        f"align` first ({what} is {got[0]}x{got[1]})"
+        f"{what} is {got[0]}x{got[1]}, the model takes aligned {size[0]}x{size[1]} crops: "
+        "for photos, give a detector (FaceModel(..., detector='mtcnn'), --detector mtcnn), or "
+        "cut them first with `marginface align --detector mtcnn --for-model MODEL`"
     )
 
 
