@@ -8,7 +8,8 @@ The table is :data:`MODELS`, a :class:`~marginface._registry.Registry` (names ca
 
 The face backbones are registered under insightface's ``get_model`` names (r18 ... r200, mbf,
 mbf_large, vit_t, vit_s, vit_b; docs/backbones.md); ``iresnet18`` and ``iresnet50`` build the
-same models as r18 and r50.
+same models as r18 and r50. ``inception-resnet-v1`` is facenet-pytorch's FaceNet backbone
+(160×160, 512-D; :mod:`.inception_resnet_v1`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from .._registry import Registry
+from .inception_resnet_v1 import InceptionResnetV1
 from .iresnet import IResNet
 from .mobilefacenet import mbf, mbf_large
 from .seed_cnn import SeedCNN
@@ -48,6 +50,8 @@ MODELS.add("mbf_large", mbf_large)
 MODELS.add("vit_t", vit_t)
 MODELS.add("vit_s", vit_s)
 MODELS.add("vit_b", vit_b)
+# facenet-pytorch's names in the module; only the published weights' shapes (512, RGB)
+MODELS.add("inception-resnet-v1", InceptionResnetV1)
 
 
 def register_model(name: str, *aliases: str) -> Callable[[F], F]:
