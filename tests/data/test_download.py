@@ -152,8 +152,30 @@ def test_env_data_dir_is_used(tmp_path, monkeypatch):
 
 
 def test_remote_file_needs_a_digest_with_urls():
-    with pytest.raises(ValueError, match="no sha256 or md5"):
+    with pytest.raises(ValueError, match=r"no sha256 or md5 \(pass unverified=True"):
         RemoteFile("a", urls=("http://127.0.0.1/a",))
+    assert RemoteFile("a", urls=("http://127.0.0.1/a",), unverified=True).digest is None
+
+
+def test_unverified_file_is_kept_complete_and_unchecked(local_mirror, served_labels, tmp_path):
+    """``unverified=True``: no digest to compare, but the transfer must still be complete."""
+    url = f"{local_mirror.url}/{LABELS}"
+    remote = RemoteFile(LABELS, urls=(url,), unverified=True)
+    assert remote.digest is None and remote.algorithm == "sha256"
+    seen: list[tuple[int, int | None]] = []
+    path = download_file(
+        remote, tmp_path / "out", progress=lambda got, total: seen.append((got, total))
+    )
+    assert path.read_bytes() == served_labels.read_bytes()
+    size = served_labels.stat().st_size
+    assert seen and seen[-1] == (size, size)  # the Content-Length is the total
+    assert [got for got, _ in seen] == sorted(got for got, _ in seen)
+    truncated = RemoteFile(
+        LABELS, urls=(f"{local_mirror.url}/truncated/{LABELS}",), unverified=True
+    )
+    with pytest.raises(DownloadError, match=TRUNCATED):
+        download_file(truncated, tmp_path / "other")
+    assert _leftovers(tmp_path / "other") == []
 
 
 def test_default_folder_is_the_cache(local_mirror, served_labels, tmp_path, monkeypatch):

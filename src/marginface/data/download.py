@@ -14,6 +14,11 @@ file in the data folder (see :mod:`.locations`) or downloads the missing ones:
 * when no URL answers (offline, 404, refused), :class:`DataFilesMissingError` lists the missing
   files, where to put them (``--data-dir`` / ``MARGINFACE_DATA``) and where to get them.
 
+A file whose publisher gives no digest can be fetched only when the caller says so
+(``RemoteFile(unverified=True)``): the transfer is still checked for completeness
+(``Content-Length``) and written atomically, but nothing vouches for its bytes; the caller
+reports its digest (:mod:`marginface.models.download` does).
+
 Files the user put in the data folder are used as they are: they may be legitimate re-packed
 copies, so they are checked by their parser (IDX header, archive structure), not by digest.
 """
@@ -28,7 +33,7 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -38,6 +43,7 @@ from .._validation import check_real
 from .locations import DATA_ENV, find_file, resolve_data_dir
 
 __all__ = [
+    "ByteProgress",
     "ChecksumError",
     "DataFilesMissingError",
     "DownloadDeadlineError",
@@ -54,6 +60,10 @@ logger = logging.getLogger(__name__)
 _CHUNK_BYTES = 1 << 20
 DEADLINE_ENV = "MARGINFACE_DOWNLOAD_DEADLINE"
 DEFAULT_DEADLINE = 900.0
+
+ByteProgress = Callable[[int, int | None], None]
+"""``progress(received, total)``: bytes received so far and the ``Content-Length`` (None when
+the server sends none), called after each chunk."""
 
 
 class ChecksumError(ValueError):
@@ -84,6 +94,8 @@ class RemoteFile:
         aliases: other accepted local names (e.g. the un-gzipped IDX or a folder already
             extracted from an archive).
         size: size in bytes, for messages (None if unknown).
+        unverified: no digest is known and the caller accepts the bytes unchecked (only a
+            complete transfer is kept). Default: False: a file with URLs needs a digest.
     """
 
     name: str
@@ -92,19 +104,23 @@ class RemoteFile:
     md5: str | None = None
     aliases: tuple[str, ...] = ()
     size: int | None = None
+    unverified: bool = False
 
     def __post_init__(self) -> None:
-        if self.urls and self.sha256 is None and self.md5 is None:
-            raise ValueError(f"RemoteFile {self.name!r} has URLs but no sha256 or md5")
+        if self.urls and self.sha256 is None and self.md5 is None and not self.unverified:
+            raise ValueError(
+                f"RemoteFile {self.name!r} has URLs but no sha256 or md5 (pass unverified=True "
+                "to accept its bytes unchecked)"
+            )
 
     @property
     def algorithm(self) -> str:
-        """``"sha256"`` when known, else ``"md5"``."""
-        return "sha256" if self.sha256 is not None else "md5"
+        """``"md5"`` when only the md5 is known, else ``"sha256"``."""
+        return "md5" if self.sha256 is None and self.md5 is not None else "sha256"
 
     @property
     def digest(self) -> str | None:
-        """The expected hex digest under :attr:`algorithm`."""
+        """The expected hex digest under :attr:`algorithm` (None for an unverified file)."""
         return self.sha256 if self.sha256 is not None else self.md5
 
     def with_mirrors(self, mirrors: Sequence[str]) -> RemoteFile:
@@ -123,14 +139,20 @@ def file_digest(path: str | os.PathLike[str], algorithm: str = "sha256") -> str:
 
 
 def _stream_into(
-    out: BinaryIO, url: str, remote: RemoteFile, timeout: float, deadline: float
+    out: BinaryIO,
+    url: str,
+    remote: RemoteFile,
+    timeout: float,
+    deadline: float,
+    progress: ByteProgress | None = None,
 ) -> None:
-    """Stream ``url`` into ``out`` while hashing it; raise unless complete, verified and done
-    within ``deadline`` seconds in all."""
+    """Stream ``url`` into ``out`` while hashing it; raise unless complete, verified (unless
+    ``remote.unverified``) and done within ``deadline`` seconds in all."""
     started = time.monotonic()
     hasher = hashlib.new(remote.algorithm)
     with urllib.request.urlopen(url, timeout=min(timeout, deadline)) as response:
         expected_length = response.headers.get("Content-Length")
+        total = int(expected_length) if expected_length is not None else None
         received = 0
         while True:
             # read1: return what has arrived instead of waiting for a full chunk, so a server
@@ -141,6 +163,8 @@ def _stream_into(
             out.write(chunk)
             hasher.update(chunk)
             received += len(chunk)
+            if progress is not None:
+                progress(received, total)
             if time.monotonic() - started > deadline:
                 raise DownloadDeadlineError(
                     f"{url}: not complete after the download deadline of {deadline:g} s "
@@ -150,7 +174,7 @@ def _stream_into(
     if expected_length is not None and received != int(expected_length):
         raise OSError(f"connection closed after {received} of {expected_length} bytes")
     actual = hasher.hexdigest()
-    if actual != remote.digest:
+    if remote.digest is not None and actual != remote.digest:
         raise ChecksumError(
             f"{remote.algorithm} of {remote.name} downloaded from {url} is {actual}, "
             f"expected {remote.digest}; the file was removed"
@@ -177,6 +201,7 @@ def download_file(
     *,
     timeout: float = 30.0,
     deadline: float | None = None,
+    progress: ByteProgress | None = None,
 ) -> Path:
     """Download ``remote`` into ``folder`` (created if missing), verified and atomically.
 
@@ -191,9 +216,11 @@ def download_file(
         deadline: seconds the whole download of one URL may take, however the server paces
             its bytes. Default: :func:`default_deadline` (900 s, or
             ``$MARGINFACE_DOWNLOAD_DEADLINE``).
+        progress: ``progress(received, total)`` after each chunk (:data:`ByteProgress`).
+            Default: None.
 
     Returns:
-        The path of the verified file.
+        The path of the verified file (complete but unchecked when ``remote.unverified``).
 
     Raises:
         ChecksumError: a URL served bytes with the wrong digest (and no other URL served the
@@ -213,7 +240,7 @@ def download_file(
     target_folder.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target_folder)  # of any file: the next download cleans up
     try:
-        return _download_into(remote, target_folder, timeout, deadline)
+        return _download_into(remote, target_folder, timeout, deadline, progress)
     except BaseException:
         if created and not any(target_folder.iterdir()):
             target_folder.rmdir()
@@ -221,7 +248,11 @@ def download_file(
 
 
 def _download_into(
-    remote: RemoteFile, target_folder: Path, timeout: float, deadline: float
+    remote: RemoteFile,
+    target_folder: Path,
+    timeout: float,
+    deadline: float,
+    progress: ByteProgress | None,
 ) -> Path:
     failures: list[str] = []
     checksum_failure: ChecksumError | None = None
@@ -230,7 +261,7 @@ def _download_into(
         logger.info("downloading %s from %s", remote.name, url)
         try:
             with atomic_write(destination, suffix=".part") as out:
-                _stream_into(out, url, remote, timeout, deadline)
+                _stream_into(out, url, remote, timeout, deadline, progress)
         except ChecksumError as error:
             checksum_failure = error
             failures.append(str(error))

@@ -155,13 +155,18 @@ def load_backbone_weights(
     file does not fit: how many keys are missing and unexpected (with examples), integer or
     quantized tensors where the model's are floating point (never cast silently: int8 weights
     cast to float are other weights), which tensors have other shapes, or the first
-    convolution's channel count.
+    convolution's channel count. A model that defines ``adapt_state_dict(state)`` gets the file's
+    tensors through it first (:class:`~.inception_resnet_v1.InceptionResnetV1` drops the
+    classifier that facenet-pytorch's published files carry).
 
     Raises:
         ValueError: as above.
     """
     state = dict(state)
     rename_legacy_keys(state)  # marginface's names before insightface's
+    adapt = getattr(model, "adapt_state_dict", None)
+    if callable(adapt):  # keys a foreign file carries beside the backbone (facenet's logits)
+        state = dict(adapt(state))
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]

@@ -8,7 +8,8 @@ The table is :data:`MODELS`, a :class:`~marginface._registry.Registry` (names ca
 
 The face backbones are registered under insightface's ``get_model`` names (r18 ... r200, mbf,
 mbf_large, vit_t, vit_s, vit_b; docs/backbones.md); ``iresnet18`` and ``iresnet50`` build the
-same models as r18 and r50.
+same models as r18 and r50. ``inception-resnet-v1`` is facenet-pytorch's FaceNet backbone
+(160×160, 512-D; :mod:`.inception_resnet_v1`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 
 from .._registry import Registry
 from .dlib_resnet import dlib_resnet_v1
+from .inception_resnet_v1 import InceptionResnetV1
 from .iresnet import IResNet
 from .mobilefacenet import mbf, mbf_large
 from .seed_cnn import SeedCNN
@@ -51,6 +53,8 @@ MODELS.add("vit_s", vit_s)
 MODELS.add("vit_b", vit_b)
 # dlib's face recognition ResNet v1 (150x150 chips -> 128-d); load_dlib_resnet reads its weights
 MODELS.add("dlib-resnet-v1", dlib_resnet_v1)
+# facenet-pytorch's names in the module; only the published weights' shapes (512, RGB)
+MODELS.add("inception-resnet-v1", InceptionResnetV1)
 
 
 def register_model(name: str, *aliases: str) -> Callable[[F], F]:
