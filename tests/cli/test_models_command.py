@@ -13,7 +13,7 @@ from marginface.models.catalogue import find_pretrained, pretrained_file
 
 @pytest.fixture(autouse=True)
 def _empty_homes(tmp_path, monkeypatch):
-    monkeypatch.setenv("MARGINFACE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MARGINFACE_CACHE", str(tmp_path / "home"))
     monkeypatch.setenv("INSIGHTFACE_HOME", str(tmp_path / "insightface"))
 
 

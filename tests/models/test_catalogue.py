@@ -20,7 +20,7 @@ from marginface.models.catalogue import (
 @pytest.fixture(autouse=True)
 def _empty_homes(tmp_path, monkeypatch):
     """No cache and no insightface folder of the machine's: each test sees its own."""
-    monkeypatch.setenv("MARGINFACE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MARGINFACE_CACHE", str(tmp_path / "home"))
     monkeypatch.setenv("INSIGHTFACE_HOME", str(tmp_path / "insightface"))
 
 
@@ -57,9 +57,9 @@ def test_names_are_spelt_loosely_and_unknown_ones_suggest_the_nearest():
         find_pretrained(3)
 
 
-def test_the_cache_follows_marginface_home(tmp_path, monkeypatch):
+def test_the_cache_follows_marginface_cache(tmp_path, monkeypatch):
     assert model_cache_dir() == tmp_path / "home" / "models"
-    monkeypatch.delenv("MARGINFACE_HOME")
+    monkeypatch.delenv("MARGINFACE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert model_cache_dir() == tmp_path / "xdg" / "marginface" / "models"
 
@@ -105,3 +105,41 @@ def test_face_model_and_describe_model_take_names(tmp_path, monkeypatch):
     (tmp_path / "buffalo_l").mkdir()
     with pytest.raises(ValueError, match="buffalo_l"):
         describe_model("buffalo_l")  # read as a run folder, which it is not
+
+
+def test_fetch_pretrained_downloads_checks_and_then_reads_locally(tmp_path, monkeypatch):
+    """fetch_pretrained against a server on 127.0.0.1: a verified download lands in the cache
+    under the entry's file name; a wrong checksum leaves nothing; a model that cannot be
+    downloaded says where to put it; a file already here is not downloaded again."""
+    import dataclasses
+    import hashlib
+
+    from tests.data.conftest import LocalMirror
+
+    from marginface.data.download import ChecksumError
+    from marginface.models import catalogue
+
+    served = tmp_path / "served"
+    served.mkdir()
+    payload = b"weights" * 1000
+    (served / "w.pt").write_bytes(payload)
+    entry = find_pretrained("facenet-vggface2")
+    with LocalMirror(served) as mirror:
+        url = f"{mirror.url}/w.pt"
+        wrong = dataclasses.replace(entry, url=url, sha256="0" * 64)
+        monkeypatch.setattr(catalogue, "find_pretrained", lambda name: wrong)
+        with pytest.raises(ChecksumError):
+            catalogue.fetch_pretrained("facenet-vggface2", progress=False)
+        assert not model_cache_dir().exists() or not any(model_cache_dir().iterdir())
+        right = dataclasses.replace(wrong, sha256=hashlib.sha256(payload).hexdigest())
+        monkeypatch.setattr(catalogue, "find_pretrained", lambda name: right)
+        path = catalogue.fetch_pretrained("facenet-vggface2", progress=False)
+        assert path == model_cache_dir() / entry.filename and path.read_bytes() == payload
+        count = len(mirror.requests)
+        assert catalogue.fetch_pretrained("facenet-vggface2", progress=False) == path
+        assert len(mirror.requests) == count
+    monkeypatch.undo()
+    monkeypatch.setenv("MARGINFACE_CACHE", str(tmp_path / "home"))
+    monkeypatch.setenv("INSIGHTFACE_HOME", str(tmp_path / "insightface"))
+    with pytest.raises(ValueError, match=r"marginface cannot download 'insightface-buffalo-l'"):
+        catalogue.fetch_pretrained("buffalo_l")

@@ -72,6 +72,4 @@ class FaceCutter:
         k = chosen[0]
         self.last_box = np.asarray(found.boxes[k], dtype=np.float32)
         self.last_landmarks = np.asarray(found.landmarks[k], dtype=np.float32)
-        return cut_face(
-            photo, found.landmarks[k], found.boxes[k], crop=self.crop, size=self.size
-        )
+        return cut_face(photo, found.landmarks[k], found.boxes[k], crop=self.crop, size=self.size)

@@ -7,7 +7,7 @@ accuracy measured here (docs/pretrained.md, docs/benchmarks.md). A file is found
 
 1. in an installed Python package that ships it (dlib's ResNet in ``face_recognition_models``,
    CC0; nothing is downloaded);
-2. in marginface's model cache, :func:`model_cache_dir` (``$MARGINFACE_HOME/models``, else
+2. in marginface's model cache, :func:`model_cache_dir` (``$MARGINFACE_CACHE/models``, else
    ``~/.cache/marginface/models``), where :func:`fetch_pretrained` downloads it on request;
 3. where the program that publishes it keeps it (insightface's ``~/.insightface/models/...``,
    or ``$INSIGHTFACE_HOME``), for files that cannot be downloaded by marginface.
@@ -30,11 +30,14 @@ from .description import ModelDescription
 __all__ = [
     "PRETRAINED",
     "PretrainedModel",
+    "fetch_pretrained",
     "find_pretrained",
     "is_pretrained_name",
     "list_pretrained",
     "model_cache_dir",
+    "open_pretrained",
     "pretrained_file",
+    "where_to_put",
 ]
 
 _DLIB_MEAN = (122.782 / 255, 117.001 / 255, 104.298 / 255)
@@ -214,13 +217,47 @@ def is_pretrained_name(text: str) -> bool:
 
 
 def model_cache_dir() -> Path:
-    """Where downloaded weights are kept: ``$MARGINFACE_HOME/models``, else
-    ``$XDG_CACHE_HOME/marginface/models``, else ``~/.cache/marginface/models``."""
-    home = os.environ.get("MARGINFACE_HOME")
-    if home:
-        return Path(home).expanduser() / "models"
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(cache).expanduser() / "marginface" / "models"
+    """Where downloaded weights are kept: ``$MARGINFACE_CACHE/models``, else
+    ``$XDG_CACHE_HOME/marginface/models``, else ``~/.cache/marginface/models``
+    (:func:`marginface.models.download.default_models_dir`)."""
+    from .download import default_models_dir
+
+    return default_models_dir()
+
+
+def fetch_pretrained(name: str, *, allow_unverified: bool = False, progress: Any = True) -> Path:
+    """The local file of the pretrained model ``name``: found on this machine
+    (:func:`pretrained_file`), else downloaded into :func:`model_cache_dir` and checked against
+    the entry's SHA-256 (:func:`marginface.models.download.fetch_weights`: nothing is left in
+    the cache by a failed or wrong download).
+
+    Args:
+        name: a :data:`PRETRAINED` name.
+        allow_unverified: use a download whose SHA-256 marginface does not know (the entry's
+            ``sha256`` is None), its checksum logged. Default: False (refused, the checksum
+            reported, the file kept in the cache for a verified call).
+        progress: as :func:`~marginface.models.download.fetch_weights` takes it.
+
+    Raises:
+        ValueError: an unknown name; a model marginface cannot download (one line saying where
+            to get it); what :func:`~marginface.models.download.fetch_weights` raises.
+    """
+    entry = find_pretrained(name)
+    found = pretrained_file(entry)
+    if found is not None:
+        return found
+    if entry.url is None:
+        raise ValueError(f"marginface cannot download {entry.name!r}: {where_to_put(entry)}")
+    from .download import fetch_weights
+
+    return fetch_weights(
+        entry.url,
+        entry.sha256,
+        cache_dir=model_cache_dir(),
+        filename=entry.filename,
+        allow_unverified=allow_unverified,
+        progress=progress,
+    )
 
 
 def _package_file(package: str, relative: str) -> Path | None:
