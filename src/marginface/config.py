@@ -343,6 +343,7 @@ class TrainConfig:
             self.recipe = dataset_recipe(self.dataset)
         self._recipe_filled = filled  # not a field: neither saved nor compared
         _check_types(self)
+        _check_shown_options(self.loss_options, self.dataset_options)
         bad = [v for v in self.exclude if isinstance(v, bool) or not isinstance(v, int) or v < 0]
         if bad:
             raise ConfigValueError(
@@ -433,6 +434,25 @@ class TrainConfig:
         return getattr(self, "_recipe_filled", ())
 
 
+def _check_shown_options(loss_options: dict[str, Any], dataset_options: dict[str, Any]) -> None:
+    """The table entries the recipe line formats, checked before it does (the loss and the
+    loader check the rest when built): ``loss_options`` ``scale`` a finite number > 0 (or None,
+    SphereFace's feature-norm scale), ``dataset_options`` ``rgb`` true or false."""
+    from ._validation import check_real
+
+    scale = loss_options.get("scale")
+    if scale is not None:
+        try:
+            check_real("loss_options scale", scale, positive=True)
+        except (TypeError, ValueError) as error:
+            raise ConfigValueError("loss_options", str(error)) from None
+    rgb = dataset_options.get("rgb")
+    if rgb is not None and not isinstance(rgb, bool):
+        raise ConfigValueError(
+            "dataset_options", f"dataset_options rgb must be true or false, got {rgb!r}"
+        )
+
+
 def _recipe_summary(config: TrainConfig) -> str:
     size = config.image_size
     if size is None:
@@ -443,7 +463,10 @@ def _recipe_summary(config: TrainConfig) -> str:
     rgb = config.dataset_options.get("rgb")
     channels = " RGB" if rgb is True else (" grey" if rgb is False else "")
     options = resolve_loss_options(config.loss, config.loss_options, config.recipe)
-    loss = config.loss + "".join(f" {k}={v:g}" for k, v in options.items() if k == "scale")
+    loss = config.loss
+    if "scale" in options:  # a number checked when the configuration was built, or None
+        scale = options["scale"]
+        loss += " scale=‖x‖" if scale is None else f" scale={scale:g}"
     schedule = {"polynomial": "poly"}.get(config.schedule, config.schedule)
     return (
         f"{config.model}, {config.embedding_dim}-D, {loss}, {config.optimizer} lr {config.lr:g}"
