@@ -16,8 +16,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from marginface import _atomic
 from marginface._atomic import DiskFullError
 from marginface.train.state import checkpoint_writer
-from marginface.train.state.checkpoint_writer import CheckpointWriter
 from marginface.train.state.checkpoint import CheckpointError
+from marginface.train.state.checkpoint_writer import CheckpointWriter
 from marginface.train.state.sharded_checkpoint import save_failure
 
 STAGING = Path("/runs/r/.checkpoint.3.tmp")
