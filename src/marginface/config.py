@@ -453,7 +453,7 @@ def _check_shown_options(loss_options: dict[str, Any], dataset_options: dict[str
         )
 
 
-def _recipe_summary(config: TrainConfig) -> str:
+def _recipe_summary(config: TrainConfig, in_channels: int | None = None) -> str:
     size = config.image_size
     if size is None:
         own = _dataset_key(config.dataset) == "insightface"
@@ -461,7 +461,9 @@ def _recipe_summary(config: TrainConfig) -> str:
     else:
         size_text = f"{size}x{size}"
     rgb = config.dataset_options.get("rgb")
-    channels = " RGB" if rgb is True else (" grey" if rgb is False else "")
+    if in_channels is not None:  # what the loaded images are
+        rgb = {3: True, 1: False}.get(in_channels, in_channels)
+    channels = {True: " RGB", False: " grey", None: ""}.get(rgb, f" {rgb} channels")
     options = resolve_loss_options(config.loss, config.loss_options, config.recipe)
     loss = config.loss
     if "scale" in options:  # a number checked when the configuration was built, or None
@@ -474,13 +476,20 @@ def _recipe_summary(config: TrainConfig) -> str:
     )
 
 
-def describe_recipe(config: TrainConfig, spell: Callable[[str], str] | None = None) -> str | None:
+def describe_recipe(
+    config: TrainConfig,
+    spell: Callable[[str], str] | None = None,
+    *,
+    in_channels: int | None = None,
+) -> str | None:
     """One line naming the recipe ``config`` took and how to override it, e.g. ``recipe: face
-    (dataset lfw): r18, 512-D, arcface scale=64, sgd lr 0.1 poly, 112x112; override with
+    (dataset lfw): r18, 512-D, arcface scale=64, sgd lr 0.1 poly, 112x112 RGB; override with
     --model/--embedding-dim/... or --recipe sphere``; None when no key came from the recipe
     (every one was set explicitly, or the recipe only left the image size and the loader's
     options unset). ``spell(key)`` names a key's option (default:
-    ``--key-name``; the command line passes its own spelling).
+    ``--key-name``; the command line passes its own spelling). ``in_channels``: the channels of
+    the images the run trains on (1: "grey", 3: "RGB"), once loaded; None: the colour is said
+    only when ``dataset_options`` sets ``rgb``.
 
     Raises:
         ValueError: ``config.loss`` is not a registered loss.
@@ -493,7 +502,8 @@ def describe_recipe(config: TrainConfig, spell: Callable[[str], str] | None = No
     spell = spell or (lambda key: "--" + key.replace("_", "-"))
     flags = "/".join(spell(key) for key in shown)
     return (
-        f"recipe: {config.recipe} (dataset {config.dataset}): {_recipe_summary(config)}; "
+        f"recipe: {config.recipe} (dataset {config.dataset}): "
+        f"{_recipe_summary(config, in_channels)}; "
         f"override with {flags} or --recipe {other}"
     )
 
