@@ -36,6 +36,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_with",
     "default_file_mode",
+    "looks_like_full_disk",
     "remove_stale_temporaries",
 ]
 
@@ -74,7 +75,15 @@ _FULL_DISK_WORDS = ("no space left on device", "os error 28", "disk quota exceed
 ``SafetensorError``, a writer's ``RuntimeError`` wrapping the ``OSError`` as text)."""
 
 
-def _looks_like_full_disk(error: BaseException, folder: Path, written: int = 0) -> bool:
+def looks_like_full_disk(error: BaseException, folder: Path, written: int = 0) -> bool:
+    """Whether ``error`` (or an exception it wraps) says that ``folder``'s file system is full.
+
+    True for an ``OSError`` with an errno of :data:`DISK_FULL_ERRNOS`, an error whose text says
+    "No space left on device" (or "os error 28", "Disk quota exceeded"), or torch's zip
+    writer's ``RuntimeError`` that hides the errno ("file write failed", "unexpected pos 704 vs
+    598") when ``folder`` has at most ``max(written, 64 KiB)`` bytes free. ``written``: the
+    bytes the failed write had produced (0: unknown).
+    """
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:  # a wrapper names it, or its cause does
@@ -153,7 +162,7 @@ def _temporary_beside(target: Path, suffix: str, mode: int | None) -> Iterator[P
         with contextlib.suppress(OSError):
             size = temporary.stat().st_size
             temporary.unlink()
-        if _looks_like_full_disk(error, folder, size):
+        if looks_like_full_disk(error, folder, size):
             raise DiskFullError(
                 errno.ENOSPC, f"disk full: could not write {target}", str(target)
             ) from error

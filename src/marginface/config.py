@@ -343,6 +343,7 @@ class TrainConfig:
             self.recipe = dataset_recipe(self.dataset)
         self._recipe_filled = filled  # not a field: neither saved nor compared
         _check_types(self)
+        _check_shown_options(self.loss_options, self.dataset_options)
         bad = [v for v in self.exclude if isinstance(v, bool) or not isinstance(v, int) or v < 0]
         if bad:
             raise ConfigValueError(
@@ -433,7 +434,26 @@ class TrainConfig:
         return getattr(self, "_recipe_filled", ())
 
 
-def _recipe_summary(config: TrainConfig) -> str:
+def _check_shown_options(loss_options: dict[str, Any], dataset_options: dict[str, Any]) -> None:
+    """The table entries the recipe line formats, checked before it does (the loss and the
+    loader check the rest when built): ``loss_options`` ``scale`` a finite number > 0 (or None,
+    SphereFace's feature-norm scale), ``dataset_options`` ``rgb`` true or false."""
+    from ._validation import check_real
+
+    scale = loss_options.get("scale")
+    if scale is not None:
+        try:
+            check_real("loss_options scale", scale, positive=True)
+        except (TypeError, ValueError) as error:
+            raise ConfigValueError("loss_options", str(error)) from None
+    rgb = dataset_options.get("rgb")
+    if rgb is not None and not isinstance(rgb, bool):
+        raise ConfigValueError(
+            "dataset_options", f"dataset_options rgb must be true or false, got {rgb!r}"
+        )
+
+
+def _recipe_summary(config: TrainConfig, in_channels: int | None = None) -> str:
     size = config.image_size
     if size is None:
         own = _dataset_key(config.dataset) == "insightface"
@@ -441,9 +461,14 @@ def _recipe_summary(config: TrainConfig) -> str:
     else:
         size_text = f"{size}x{size}"
     rgb = config.dataset_options.get("rgb")
-    channels = " RGB" if rgb is True else (" grey" if rgb is False else "")
+    if in_channels is not None:  # what the loaded images are
+        rgb = {3: True, 1: False}.get(in_channels, in_channels)
+    channels = {True: " RGB", False: " grey", None: ""}.get(rgb, f" {rgb} channels")
     options = resolve_loss_options(config.loss, config.loss_options, config.recipe)
-    loss = config.loss + "".join(f" {k}={v:g}" for k, v in options.items() if k == "scale")
+    loss = config.loss
+    if "scale" in options:  # a number checked when the configuration was built, or None
+        scale = options["scale"]
+        loss += " scale=‖x‖" if scale is None else f" scale={scale:g}"
     schedule = {"polynomial": "poly"}.get(config.schedule, config.schedule)
     return (
         f"{config.model}, {config.embedding_dim}-D, {loss}, {config.optimizer} lr {config.lr:g}"
@@ -451,13 +476,20 @@ def _recipe_summary(config: TrainConfig) -> str:
     )
 
 
-def describe_recipe(config: TrainConfig, spell: Callable[[str], str] | None = None) -> str | None:
+def describe_recipe(
+    config: TrainConfig,
+    spell: Callable[[str], str] | None = None,
+    *,
+    in_channels: int | None = None,
+) -> str | None:
     """One line naming the recipe ``config`` took and how to override it, e.g. ``recipe: face
-    (dataset lfw): r18, 512-D, arcface scale=64, sgd lr 0.1 poly, 112x112; override with
+    (dataset lfw): r18, 512-D, arcface scale=64, sgd lr 0.1 poly, 112x112 RGB; override with
     --model/--embedding-dim/... or --recipe sphere``; None when no key came from the recipe
     (every one was set explicitly, or the recipe only left the image size and the loader's
     options unset). ``spell(key)`` names a key's option (default:
-    ``--key-name``; the command line passes its own spelling).
+    ``--key-name``; the command line passes its own spelling). ``in_channels``: the channels of
+    the images the run trains on (1: "grey", 3: "RGB"), once loaded; None: the colour is said
+    only when ``dataset_options`` sets ``rgb``.
 
     Raises:
         ValueError: ``config.loss`` is not a registered loss.
@@ -470,7 +502,8 @@ def describe_recipe(config: TrainConfig, spell: Callable[[str], str] | None = No
     spell = spell or (lambda key: "--" + key.replace("_", "-"))
     flags = "/".join(spell(key) for key in shown)
     return (
-        f"recipe: {config.recipe} (dataset {config.dataset}): {_recipe_summary(config)}; "
+        f"recipe: {config.recipe} (dataset {config.dataset}): "
+        f"{_recipe_summary(config, in_channels)}; "
         f"override with {flags} or --recipe {other}"
     )
 

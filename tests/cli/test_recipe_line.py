@@ -100,3 +100,28 @@ def test_bad_recipe_names_the_option(capsys):
     err = capsys.readouterr().err
     assert "--recipe must be one of auto, face, sphere, got 'faces'" in err
     assert "Traceback" not in err
+
+
+def test_the_recipe_line_says_the_colour_the_run_trains_on(faces, tmp_path, capsys):
+    """A ``dataset_options`` table set explicitly replaces the recipe's ``{rgb = true}``: the
+    folder loader's own default (grey) applies and the line says "grey", as the model's one
+    input channel; with ``rgb = true`` in the table, "RGB"; the sphere recipe on digits (which
+    sets no colour) says "grey" too, from the loaded images."""
+    import torch
+
+    run = tmp_path / "grey"
+    assert main(_train(faces, run, "--set", "dataset_options={min_images_per_identity=2}")) == 0
+    (line,) = _recipe_lines(capsys.readouterr().err)
+    assert "16x16 grey;" in line, line
+    weights = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
+    first = next(v for k, v in weights.items() if k.endswith("weight") and v.dim() == 4)
+    assert first.shape[1] == 1  # the first convolution takes one channel: grey indeed
+    run = tmp_path / "rgb"
+    options = "dataset_options={min_images_per_identity=2, rgb=true}"
+    assert main(_train(faces, run, "--set", options)) == 0
+    (line,) = _recipe_lines(capsys.readouterr().err)
+    assert "16x16 RGB;" in line, line
+    digits = ["train", "--limit", "40", "--epochs", "1", "--batch-size", "20", "--threads", "1"]
+    assert main([*digits, "--device", "cpu", "--out", str(tmp_path / "digits")]) == 0
+    (line,) = _recipe_lines(capsys.readouterr().err)
+    assert "the dataset's own size grey;" in line, line

@@ -22,16 +22,11 @@ from marginface.data.align import (
 
 __all__ = ["lfw_jpegs", "lfw_rgb"]  # fixtures
 
+# face_align's arcface_dst
 ARCFACE_DST = np.array(
-    [
-        [38.2946, 51.6963],
-        [73.5318, 51.5014],
-        [56.0252, 71.7366],
-        [41.5493, 92.3655],
-        [70.7299, 92.2041],
-    ],
-    dtype=np.float32,
-)  # fmt: skip  face_align's arcface_dst
+    [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655],
+     [70.7299, 92.2041]], dtype=np.float32,
+)  # fmt: skip
 
 
 def _eval_ijbc_template():

@@ -170,3 +170,28 @@ def test_training_logs_a_coarse_grid_beside_the_accuracy(caplog):
     assert line.startswith("[tiny] insightface's 0.01 threshold grid is too coarse")
     assert f"({metrics.coarse_folds} of 10 folds" in line
     assert f"its accuracy {metrics.accuracy:.5f} measures the grid" in line
+
+
+def test_counts_are_shown_as_integers_and_rates_as_decimals():
+    """An LFW face run's ``pairs`` (300) and ``num_queries`` (535), IJB's probe and gallery
+    counts: integers, not ``300.0000``; a rate that happens to be whole stays a decimal."""
+    from marginface.report import format_table
+
+    metrics = {
+        "pairs": 300.0,
+        "num_queries": 535.0,
+        "ijbc_G1_probes_mated": 35.0,
+        "ijbc_G1_probes_non_mated": 88.0,
+        "ijbc_G1_gallery": 1772.0,
+        "precision_at_1": 1.0,
+        "map_at_r": 0.25,
+    }
+    rows = other_metrics(metrics, set())
+    values = {row["metric"]: row["value"] for row in rows}
+    for key in ("pairs", "num_queries", "ijbc_G1_probes_mated", "ijbc_G1_gallery"):
+        assert type(values[key]) is int and values[key] == metrics[key]
+    assert type(values["precision_at_1"]) is float
+    cells = dict(line.split() for line in format_table(rows, ("metric", "value")).splitlines()[2:])
+    assert cells["pairs"] == "300" and cells["num_queries"] == "535"
+    assert cells["ijbc_G1_probes_mated"] == "35" and cells["ijbc_G1_gallery"] == "1772"
+    assert cells["precision_at_1"] == "1.0000" and cells["map_at_r"] == "0.2500"

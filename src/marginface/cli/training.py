@@ -86,8 +86,11 @@ def _fit(
         out,
         progress=progress_mode(args),
         progress_seconds=args.progress_seconds,
-        # which defaults the dataset chose and how to override them, once the run starts
-        start_message=describe_recipe(config, spell=option_name),
+        # which defaults the dataset chose, the colour it trains on and how to override them,
+        # once the run starts
+        start_message=lambda meta: describe_recipe(
+            config, spell=option_name, in_channels=meta.get("in_channels")
+        ),
         callbacks=[_epoch_printer(args)],
         initial_state=initial_state,
         checkpointing=CheckpointPolicy(

@@ -374,8 +374,9 @@ class IjbResult:
     Attributes:
         verification: 1:1 (:class:`~marginface.evaluation.ijb.IjbVerificationMetrics`).
         identification: 1:N by gallery: ``"G1"``, ``"G2"`` (``gallery_rule``), their
-            ``"mean"`` (as insightface's per-gallery script prints it: rank-k and TPIR averaged
-            over the two galleries, probe and gallery counts summed) and ``"G1+G2"``
+            ``"mean"`` (as insightface's per-gallery script prints it: rank-k pooled over the
+            probes, ``Σ hits / Q``, TPIR averaged over the two galleries; probe and gallery
+            counts summed) and ``"G1+G2"``
             (insightface's rule); empty without the 1:N files.
         scores: ``float64[P]`` the 1:1 pair scores (``layout.pair_label`` their labels).
         template_ids, template_features: ``int64[T]`` and ``float[T, D]``, each template's
@@ -452,15 +453,26 @@ def evaluate_ijb(
 
 
 def _mean_of_galleries(galleries: list[IdentificationMetrics]) -> IdentificationMetrics:
-    """Rank-k and TPIR averaged over the galleries (insightface's per-gallery script prints
-    the mean of G1 and G2); probe and gallery counts summed."""
+    """The "mean" row of insightface's per-gallery script (``ijb_evals.py``'s
+    ``run_model_test_1N``), over galleries searched by the same ``Q`` probes.
+
+    Rank-k pools the counts: ``Σ_g (mates among the k best in g) / Q``, ``Q`` the probes
+    (each probe is mated in one gallery: e.g. ``(35 + 29) / 123``, not the mean of the two
+    galleries' rates); TPIR at each FPIR is the plain mean of the galleries' TPIRs, as theirs. Probe
+    and gallery counts summed.
+    """
     first = galleries[0]
+    probes = first.num_mated + first.num_non_mated  # Q: every gallery is searched by all
+    counts = {k: sum(round(g.rank[k] * g.num_mated) for g in galleries) for k in first.rank}
     return IdentificationMetrics(
-        rank={k: float(np.mean([g.rank[k] for g in galleries])) for k in first.rank},
+        rank={k: counts[k] / probes if probes else 0.0 for k in first.rank},
         tpir_at_fpir={
             f: float(np.mean([g.tpir_at_fpir[f] for g in galleries])) for f in first.tpir_at_fpir
         },
-        rule=f"mean of {len(galleries)} galleries ({first.rule})",
+        rule=(
+            f"insightface's mean of {len(galleries)} galleries: rank-k pooled over the probes, "
+            f"TPIR averaged ({first.rule})"
+        ),
         num_mated=sum(g.num_mated for g in galleries),
         num_non_mated=sum(g.num_non_mated for g in galleries),
         num_gallery=sum(g.num_gallery for g in galleries),

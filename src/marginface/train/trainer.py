@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,8 @@ class Trainer:
         progress_label: shown before every progress line (``compare``: the loss's name).
         start_message: logged (INFO, the main rank) once the run's data, model and state are
             built, just before the first step (``train``: the recipe it took), so a run that
-            cannot start shows only its error.
+            cannot start shows only its error; or a function of the run's ``meta`` (``in_channels``,
+            ``image_size``, ``num_classes``...) returning that line (or None).
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
             (not resumed) run before its first step, e.g. a sub-center run cut to one center
@@ -120,7 +122,7 @@ class Trainer:
         progress: bool | str = False,
         progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
         progress_label: str = "",
-        start_message: str | None = None,
+        start_message: str | Callable[[dict[str, Any]], str | None] | None = None,
         callbacks: list[EpochCallback] | None = None,
         initial_state: dict[str, Any] | None = None,
         checkpointing: CheckpointPolicy | None = None,
@@ -389,8 +391,11 @@ class Trainer:
             if created and self.is_main:
                 remove_if_empty(run_dir)  # a run that could not start leaves no empty folder
             raise
-        if self.start_message and self.is_main:
-            logger.info(self.start_message)
+        message = self.start_message
+        if callable(message):  # told what was built: the images' channels, size, classes
+            message = message(self.meta)
+        if message and self.is_main:
+            logger.info(message)
         if self.is_main:
             save_config(self.config, run_dir / CONFIG_NAME)
         resumed = self._resume_at  # a step checkpoint: verification rows up to its step

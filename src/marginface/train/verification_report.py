@@ -29,6 +29,7 @@ from ..report import Image, Section, Table, Text
 from .evaluation.evaluate import Evaluation
 
 __all__ = [
+    "COUNT_METRICS",
     "TABLE_INTRO",
     "draw_verification_pictures",
     "other_metrics",
@@ -139,16 +140,30 @@ def verification_table(
     return rows, columns, shown
 
 
+COUNT_METRICS = ("pairs", "num_queries", "probes_mated", "probes_non_mated", "gallery")
+"""Metric names that count things (test pairs, retrieval queries, IJB probes and gallery
+templates), alone or after a set's prefix (``ijbc_G1_probes_mated``): stored as floats in
+``evaluation.json``, shown as integers."""
+
+
+def _is_count(key: str) -> bool:
+    return any(key == name or key.endswith(f"_{name}") for name in COUNT_METRICS)
+
+
 def other_metrics(metrics: Mapping[str, object], shown: set[str]) -> list[dict[str, object]]:
     """``metric``/``value`` rows of every metric not in ``shown`` that has a finite value
-    (no ``accuracy -`` row for open-set data); the coarse-grid flags are left to the notes."""
-    return [
-        {"metric": key, "value": value}
-        for key, value in metrics.items()
-        if key not in shown
-        and not key.endswith("_grid_too_coarse_folds")
-        and math.isfinite(_number(value))
-    ]
+    (no ``accuracy -`` row for open-set data); the coarse-grid flags are left to the notes.
+    Counts (:data:`COUNT_METRICS`) with a whole value are ``int`` (shown ``300``, not
+    ``300.0000``); rates stay floats."""
+    rows: list[dict[str, object]] = []
+    for key, value in metrics.items():
+        number = _number(value)
+        if key in shown or key.endswith("_grid_too_coarse_folds") or not math.isfinite(number):
+            continue
+        if _is_count(key) and number.is_integer():
+            value = int(number)
+        rows.append({"metric": key, "value": value})
+    return rows
 
 
 def _projection_labels(evaluation: Evaluation) -> tuple[np.ndarray, str, bool] | None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..._atomic import DiskFullError
-from .layout import CHECKPOINT_NAME
+from .layout import CHECKPOINT_NAME, SHARDED_CHECKPOINT_NAME
 from .pending_checkpoint import PendingCheckpoint
 from .preemption import StopSignals, agree, preempted
 from .run_state import RunObjects, describe_kept, save_run_state
@@ -152,7 +152,9 @@ class CheckpointWriter:
         if asynchronous and distributed and self._group is None:
             self._group = dist.new_group(backend="gloo")  # every rank is here: collective
         step = position.step if position is not None else 0
+        name = SHARDED_CHECKPOINT_NAME if distributed else CHECKPOINT_NAME
         written = self._disk_full_said(
+            self.run_dir / name,
             lambda: save_run_state(
                 self.run_dir,
                 objects,
@@ -163,7 +165,7 @@ class CheckpointWriter:
                 asynchronous=asynchronous,
                 process_group=self._group,
                 **run,
-            )
+            ),
         )
         self.last_time = time.monotonic()
         if isinstance(written, PendingCheckpoint):
@@ -177,7 +179,7 @@ class CheckpointWriter:
             return
         pending, epoch, step = self._pending
         self._pending = None
-        self._disk_full_said(pending.finish)
+        self._disk_full_said(pending.path, pending.finish)
         self.kept = (epoch, step)
 
     def abandon(self) -> None:
@@ -186,11 +188,12 @@ class CheckpointWriter:
             self._pending[0].abandon()
             self._pending = None
 
-    def _disk_full_said(self, work: Any) -> Any:
+    def _disk_full_said(self, path: Path, work: Any) -> Any:
+        """``work()``; a full disk re-raised naming ``path``, the checkpoint being written
+        (``checkpoint.pt``, or the folder ``checkpoint/`` of a sharded run), and what is kept."""
         try:
             return work()
         except DiskFullError as error:
-            path = self.run_dir / CHECKPOINT_NAME
             raise DiskFullError(
                 error.errno,
                 f"disk full: could not write {path} (free some space); {self.way_forward()}",

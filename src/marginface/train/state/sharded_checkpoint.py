@@ -38,6 +38,7 @@ the tensors and loads them (any world size) from that index, never reading ``.me
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -58,7 +59,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from ..._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text
+from ..._atomic import DISK_FULL_ERRNOS, DiskFullError, atomic_write_text, looks_like_full_disk
 from ...head import MarginSoftmaxLoss
 from ...head.state import class_state_view, per_class_parameters
 from .checkpoint import CheckpointError
@@ -272,8 +273,11 @@ def _tensor_state(
 def save_failure(error: CheckpointException, staging: Path) -> Exception:
     """One exception for DCP's ``CheckpointException`` (every rank's failure with its
     traceback, 80 lines and more): :class:`~marginface._atomic.DiskFullError` naming the file
-    when a rank's write found the disk full, else :class:`OSError` or
-    :class:`~marginface.train.state.checkpoint.CheckpointError` with the first failure in a line."""
+    when a rank's write found the disk full (an ``ENOSPC``-like errno, or, as the one-process
+    write recognises it, torch's zip writer's ``RuntimeError`` "file write failed" / "unexpected
+    pos 704 vs 598" with the disk out of space: :func:`~marginface._atomic.looks_like_full_disk`),
+    else :class:`OSError` or :class:`~marginface.train.state.checkpoint.CheckpointError` with the
+    first failure in a line."""
     failures = sorted(error.failures.items())
     for _, (failure, _trace) in failures:
         cause: BaseException | None = failure
@@ -282,6 +286,11 @@ def save_failure(error: CheckpointException, staging: Path) -> Exception:
                 where = cause.filename or staging
                 return DiskFullError(cause.errno, f"disk full: could not write {where}", str(where))
             cause = cause.__cause__ or cause.__context__
+    for _, (failure, _trace) in failures:
+        if looks_like_full_disk(failure, staging.parent):  # the errno hidden in the text
+            return DiskFullError(
+                errno.ENOSPC, f"disk full: could not write {staging}", str(staging)
+            )
     if not failures:
         return CheckpointError(f"could not write the sharded checkpoint {staging}")
     rank, (failure, _) = failures[0]
