@@ -188,3 +188,17 @@ def test_align_for_a_model_cuts_its_own_crops(photos, tmp_path, capsys):
     _one_line_error(capsys, "takes dlib-chip crops", "--detector mtcnn")
     assert main([*args[:3], str(tmp_path / "o3"), *args[4:], "--for-model", "dlib-resnt"]) == 2
     _one_line_error(capsys, "did you mean 'dlib-resnet-v1'")
+
+
+def test_embed_takes_raw_photos_with_a_detector(photos, tmp_path, capsys):
+    """``embed dlib-resnet-v1 PHOTOS --detector mtcnn``: each photo's face cut as a dlib chip
+    and embedded; the unreadable one skipped and named."""
+    from marginface.inference.folder import read_embeddings
+
+    out = tmp_path / "e.npz"
+    args = ["embed", "dlib-resnet-v1", str(photos), "--out", str(out), "--detector", "mtcnn"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "3 image(s) embedded" in captured.out and "junk/broken.jpg" in captured.err
+    saved = read_embeddings(out)
+    assert len(saved["paths"]) == 3 and saved["embeddings"].shape == (3, 128)

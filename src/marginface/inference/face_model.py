@@ -58,8 +58,6 @@ def _aligner_for(
     """``aligner``, or a :class:`FaceCutter` cutting the description's crop with ``detector``."""
     if detector is None:
         return aligner
-    if aligner is not None:
-        raise ValueError("give aligner or detector, not both: a detector makes the aligner")
     from .photo_faces import FaceCutter
 
     if description.in_channels != 3:
@@ -139,6 +137,8 @@ class FaceModel:
     ) -> None:
         from .source import open_model
 
+        if detector is not None and aligner is not None:
+            raise ValueError("give aligner or detector, not both: a detector makes the aligner")
         module, description = open_model(source, device=device, **options)
         aligner = _aligner_for(description, aligner, detector, faces, device)
         self._setup(module, description, device, dtype, batch_size, flip, aligner)
