@@ -208,11 +208,12 @@ def dlib_model_or_skip(name: str) -> str:
 
 @pytest.mark.slow
 def test_template_reproduces_dlibs_chips_on_lfw_photos():
-    """dlib's five shape points in our chip lie within 5 px of where they lie in dlib's chip
-    (mean distance of the five; under 3 px averaged over the six photos: 1.4 to 4.2, mean 2.4
-    when written; equal least-squares weights give 2.3 to 5.7, mean 3.4), and dlib's descriptors
-    of the two chips have a cosine above 0.97 (0.98 to 0.997 when written).
-    benchmarks/bench_dlib_chip.py has the figures over 500 photos."""
+    """dlib's five shape points in our chip lie within 4.5 px of where they lie in dlib's chip
+    (mean distance of the five; under 2.5 px averaged over the six photos: 0.8 to 3.4, mean 1.9
+    when written; equal least-squares weights give 2.3 to 5.7, mean 3.4, and fail), and dlib's
+    descriptors of the two chips have a cosine above 0.975 (0.985 to 0.999 when written).
+    benchmarks/bench_dlib_chip.py has the figures over 498 photos."""
+
     from PIL import Image
 
     from marginface.detect import MTCNN
@@ -254,8 +255,8 @@ def test_template_reproduces_dlibs_chips_on_lfw_photos():
         a = np.asarray(net.compute_face_descriptor(dlib.get_face_chip(photo, shape, 150, 0.25)))
         b = np.asarray(net.compute_face_descriptor(dlib_chip(photo, landmarks)))
         cosines.append(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-    assert max(errors) < 5.0 and np.mean(errors) < 3.0, errors
-    assert min(cosines) > 0.97, cosines
+    assert max(errors) < 4.5 and np.mean(errors) < 2.5, errors
+    assert min(cosines) > 0.975, cosines
 
 
 def in_chip(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:

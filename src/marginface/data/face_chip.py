@@ -27,12 +27,15 @@ the nose, under the nose). Restated from dlib 20.0's ``get_face_chip_details``,
    often as needed and samples that level; a 250×250 LFW photo never triggers it.
 
 :func:`dlib_chip` does steps 2–4 with the five landmarks of :mod:`marginface.detect` (MTCNN:
-eye centres, nose tip, mouth corners) and :data:`MTCNN_DLIB_TEMPLATE`, the mean position of
-those five points in dlib's unit face square, fitted on LFW photos
-(``benchmarks/fit_dlib_chip_template.py``); it warps with OpenCV (bilinear, rounding to the
-nearest integer, edge pixels blended with black), not dlib's sampler, so that even with dlib's
-own transform its chip is dlib's to within one grey level (0.49 on average: truncation against
-rounding). How close the chips and dlib's descriptors of them come on LFW:
+eye centres, nose tip, mouth corners), :data:`MTCNN_DLIB_TEMPLATE` (the median position of
+those five points in dlib's unit face square over LFW photos) and a weighted fit
+(:data:`MTCNN_DLIB_WEIGHTS`: dlib's chip follows the eyes), both from
+``benchmarks/fit_dlib_chip_template.py``. It warps with OpenCV (bilinear, rounding to the
+nearest integer, edge pixels blended with black), not dlib's sampler: given dlib's own
+transform, its chip is dlib's to within one grey level inside the image (0.49 on average:
+rounding against truncation). It has no image pyramid: for a face more than about twice the
+chip's size (``s > 2``), dlib samples a halved, smoothed image and this samples the full one
+(more aliasing). How close the chips and dlib's descriptors of them come on LFW:
 ``benchmarks/bench_dlib_chip.py`` and docs/benchmarks.md.
 """
 
@@ -80,13 +83,13 @@ MTCNN_DLIB_TEMPLATE = np.array(
     ]
 )
 """MTCNN's five landmarks (:mod:`marginface.detect`, in its order) in dlib's unit face square,
-``float64[5, 2]`` (x, y): the coordinate-wise median, over 648 LFW photos (the 300
-alphabetically first identities of lfw-deepfunneled), of MTCNN's landmarks mapped into dlib's
-chip frame by the transform dlib fits to its own 5-point shape of the same face
-(``benchmarks/fit_dlib_chip_template.py`` prints it)."""
+``float64[5, 2]`` (x, y): the coordinate-wise median, over 646 LFW photos (those of the 300
+alphabetically first identities of lfw-deepfunneled, 648, less 2 where dlib found no face), of
+MTCNN's landmarks mapped into dlib's chip frame by the transform dlib fits to its own 5-point
+shape of the same face (``benchmarks/fit_dlib_chip_template.py`` prints it)."""
 
 
-MTCNN_DLIB_WEIGHTS = np.array([1.0, 1.0, 0.25, 0.1, 0.1])
+MTCNN_DLIB_WEIGHTS = np.array([1.0, 1.0, 0.25, 0.0, 0.0])
 """The weight of each MTCNN landmark in :func:`dlib_chip_matrix`'s least squares, ``float64[5]``
 (eyes, nose tip, mouth corners). dlib's template is four eye corners and the nose base, so its
 chip follows the eyes; MTCNN's nose tip and mouth corners also move with pose and expression,
@@ -94,8 +97,9 @@ away from where they sit in dlib's frame (median absolute deviation 2.6–3.7 ch
 size 150 against 1.0–1.2 for the eye centres). Chosen on the fit set from
 ``{0, 0.1, 0.25, 0.5, 1}`` for the nose and for the mouth (eyes 1) as the pair placing dlib's
 own five points nearest where dlib's chip has them (mean distance;
-``benchmarks/fit_dlib_chip_template.py``): 1.6 chip pixels (median) on other LFW photos
-against 2.3 with equal weights (``benchmarks/bench_dlib_chip.py``)."""
+``benchmarks/fit_dlib_chip_template.py``): 1.5 chip pixels (median) on 498 other LFW photos
+against 2.3 with equal weights (``benchmarks/bench_dlib_chip.py``). The mouth corners get no
+weight: the chip ignores them."""
 
 
 def _check_size_padding(size: object, padding: object) -> tuple[int, float]:
