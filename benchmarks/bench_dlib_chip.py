@@ -16,8 +16,9 @@ it (IoU >= 0.3):
 Printed, as medians and 95th percentiles over the photos (5th percentiles for the cosines):
 the mean absolute difference from dlib's chip (grey levels, over pixels and RGB channels);
 the landmark-position error (dlib's five shape points in marginface's chip against in dlib's,
-mean Euclidean distance, chip pixels), also for the alternative fit landmarks → template (the
-residual in chip pixels, as norm_crop fits, instead of dlib's template → image); the cosine
+mean Euclidean distance, chip pixels; also MTCNN's own five points); the same for the chip with
+equal least-squares weights instead of MTCNN_DLIB_WEIGHTS, and with equal weights fitted
+landmarks → template (residual in chip pixels, as norm_crop fits) instead; the cosine
 and Euclidean distance between dlib's 128-D descriptors (``face_recognition_model_v1``'s
 ``compute_face_descriptor`` on the 150×150 chip) of dlib's chip and of the other chip. dlib
 calls two faces the same person below a Euclidean distance of 0.6.
@@ -43,7 +44,6 @@ from dlib_chip_common import (
     matching_landmarks,
     read_photos,
 )
-
 from marginface.data.align import similarity_transform
 from marginface.data.face_chip import (
     chip_pixel_map,
@@ -57,8 +57,8 @@ SIZE, PADDING = 150, 0.25
 
 
 def alternative_matrix(landmarks: np.ndarray) -> np.ndarray:
-    """The chip map when the similarity is fitted landmarks → template (residual in the chip
-    frame), then inverted; the pixel map as dlib's."""
+    """The chip map when the similarity is fitted landmarks → template with equal weights
+    (residual in the chip frame, as norm_crop fits), then inverted; the pixel map as dlib's."""
     forward = similarity_transform(landmarks, dlib_chip_template(SIZE, PADDING))  # image -> q
     inverse = np.linalg.inv(np.vstack([forward, [0.0, 0.0, 1.0]]))[:2]  # q -> image
     centre = inverse[:, :2] @ np.full(2, SIZE / 2.0) + inverse[:, 2]
@@ -96,12 +96,16 @@ def main() -> None:
     pipe = DlibPipeline(SIZE, PADDING)
     detector = MTCNN()
     net = dlib.face_recognition_model_v1(dlib_model("dlib_face_recognition_resnet_model_v1.dat"))
-    rows = {k: [] for k in ("pix", "pix_floor", "lm", "lm_alt", "lm_mtcnn")}
-    chips_dlib, chips_ours, chips_floor = [], [], []
+    rows = {
+        k: [] for k in ("pix", "pix_equal", "pix_floor", "lm", "lm_equal", "lm_alt", "lm_mtcnn")
+    }
+    chips = {k: [] for k in ("dlib", "ours", "equal", "floor")}
     skipped = {"no dlib face": 0, "no matching MTCNN face": 0}
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     for i in range(0, len(names), 32):
         chunk = names[i : i + 32]
-        for name, faces in zip(chunk, detector.detect([photos[n] for n in chunk])):
+        found = detector.detect([photos[n] for n in chunk])
+        for name, faces in zip(chunk, found, strict=True):
             photo = photos[name]
             got = pipe.face(photo)
             if got is None:
@@ -112,58 +116,70 @@ def main() -> None:
             if landmarks is None:
                 skipped["no matching MTCNN face"] += 1
                 continue
-            theirs = dlib.get_face_chip(photo, shape, SIZE, PADDING)
-            ours = dlib_chip(photo, landmarks, SIZE, PADDING)
-            e_dlib, e_ours = face.pixel_map(), dlib_chip_matrix(landmarks, SIZE, PADDING)
-            flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-            floor = cv2.warpAffine(photo, e_dlib, (SIZE, SIZE), flags=flags, borderValue=0.0)
+            e_dlib = face.pixel_map()
+            e_ours = dlib_chip_matrix(landmarks, SIZE, PADDING)
+            e_equal = dlib_chip_matrix(landmarks, SIZE, PADDING, weights=np.ones(5))
+            made = {
+                "dlib": dlib.get_face_chip(photo, shape, SIZE, PADDING),
+                "ours": dlib_chip(photo, landmarks, SIZE, PADDING),
+                "equal": cv2.warpAffine(photo, e_equal, (SIZE, SIZE), flags=flags),
+                "floor": cv2.warpAffine(photo, e_dlib, (SIZE, SIZE), flags=flags),
+            }
+            for key, chip in made.items():
+                chips[key].append(chip)
+            for key, chip in (("pix", "ours"), ("pix_equal", "equal"), ("pix_floor", "floor")):
+                difference = made[chip].astype(int) - made["dlib"]
+                rows[key].append(float(np.abs(difference).mean()))
             truth = in_chip(e_dlib, face.parts)
-            rows["pix"].append(float(np.abs(ours.astype(int) - theirs).mean()))
-            rows["pix_floor"].append(float(np.abs(floor.astype(int) - theirs).mean()))
-            rows["lm"].append(
-                float(np.linalg.norm(in_chip(e_ours, face.parts) - truth, axis=1).mean())
+            for key, matrix in (
+                ("lm", e_ours),
+                ("lm_equal", e_equal),
+                ("lm_alt", alternative_matrix(landmarks)),
+            ):
+                distances = np.linalg.norm(in_chip(matrix, face.parts) - truth, axis=1)
+                rows[key].append(float(distances.mean()))
+            distances = np.linalg.norm(
+                in_chip(e_ours, landmarks) - in_chip(e_dlib, landmarks), axis=1
             )
-            alt = in_chip(alternative_matrix(landmarks), face.parts)
-            rows["lm_alt"].append(float(np.linalg.norm(alt - truth, axis=1).mean()))
-            template_px = in_chip(e_ours, landmarks)  # where MTCNN's own points land
-            rows["lm_mtcnn"].append(
-                float(np.linalg.norm(template_px - in_chip(e_dlib, landmarks), axis=1).mean())
-            )
-            chips_dlib.append(theirs)
-            chips_ours.append(ours)
-            chips_floor.append(floor)
+            rows["lm_mtcnn"].append(float(distances.mean()))
 
-    def descriptors(chips: list[np.ndarray]) -> np.ndarray:
-        return np.array([np.asarray(d) for d in net.compute_face_descriptor(chips)])
+    def descriptors(key: str) -> np.ndarray:
+        return np.array([np.asarray(d) for d in net.compute_face_descriptor(chips[key])])
 
-    d_dlib, d_ours, d_floor = (descriptors(c) for c in (chips_dlib, chips_ours, chips_floor))
+    described = {key: descriptors(key) for key in chips}
 
-    def cosines(a: np.ndarray, b: np.ndarray) -> list[float]:
+    def cosines(key: str) -> list[float]:
+        a, b = described["dlib"], described[key]
         return list((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1))
+
+    def distances(key: str) -> list[float]:
+        return list(np.linalg.norm(described["dlib"] - described[key], axis=1))
 
     elapsed = time.perf_counter() - start
     print(
         f"{len(names)} LFW photos (seed {args.seed}, identities after the first 300); "
-        f"compared {len(chips_ours)}; skipped {skipped}; {elapsed:.0f} s\n"
+        f"compared {len(chips['ours'])}; skipped {skipped}; {elapsed:.0f} s\n"
     )
-    print("| measure | median | tail | range |")
+    print("| against dlib's chip | median | tail | range |")
     print("|---|---|---|---|")
-    print(summary("mean abs. grey-level difference from dlib's chip, ours", rows["pix"]))
+    print(summary("mean abs. grey-level difference, ours", rows["pix"]))
+    print(summary("... ours with equal weights", rows["pix_equal"]))
     print(summary("... OpenCV with dlib's own map (sampler floor)", rows["pix_floor"]))
-    print(summary("dlib's 5 points, ours vs dlib's chip, px (mean of 5)", rows["lm"]))
-    print(summary("... fitting landmarks → template instead", rows["lm_alt"]))
-    print(summary("MTCNN's 5 points, ours vs dlib's chip, px (mean of 5)", rows["lm_mtcnn"]))
-    print(summary("cosine of dlib descriptors, dlib's chip vs ours", cosines(d_dlib, d_ours), True))
-    print(summary("... vs OpenCV with dlib's map", cosines(d_dlib, d_floor), True))
-    print(
-        summary(
-            "Euclidean distance of descriptors, vs ours",
-            list(np.linalg.norm(d_dlib - d_ours, axis=1)),
-        )
-    )
-    print(summary("... vs OpenCV with dlib's map", list(np.linalg.norm(d_dlib - d_floor, axis=1))))
+    print(summary("dlib's 5 points' position error, ours, px (mean of 5)", rows["lm"]))
+    print(summary("... ours with equal weights", rows["lm_equal"]))
+    print(summary("... equal weights, fit landmarks → template", rows["lm_alt"]))
+    print(summary("MTCNN's 5 points' position error, ours, px (mean of 5)", rows["lm_mtcnn"]))
+    print(summary("cosine of dlib's descriptors, ours", cosines("ours"), True))
+    print(summary("... ours with equal weights", cosines("equal"), True))
+    print(summary("... OpenCV with dlib's own map", cosines("floor"), True))
+    print(summary("Euclidean distance of dlib's descriptors, ours", distances("ours")))
+    print(summary("... ours with equal weights", distances("equal")))
+    print(summary("... OpenCV with dlib's own map", distances("floor")))
     print()
-    command = f"PYTHONPATH=src nice -n 10 python benchmarks/bench_dlib_chip.py --photos {args.photos} --seed {args.seed}"
+    command = (
+        "PYTHONPATH=src nice -n 10 python benchmarks/bench_dlib_chip.py "
+        f"--photos {args.photos} --seed {args.seed}"
+    )
     for line in machine_lines(load_before, os.getloadavg(), command):
         print(line)
 

@@ -16,7 +16,10 @@ with Pillow:
    square: ``u = q · (1 + 2·padding) / size - padding``.
 
 The template is the coordinate-wise median of ``u`` over the photos (robust to the odd
-mislocated landmark; the mean is printed beside it). Also printed: the spread (median absolute
+mislocated landmark; the mean is printed beside it). Then the least-squares weights
+(MTCNN_DLIB_WEIGHTS): eyes 1, nose and mouth each from {0, 0.1, 0.25, 0.5, 1}, the pair whose
+chips put dlib's own five shape points nearest where dlib's chip has them (mean distance over
+the fit photos, chip pixels). Also printed: the spread (median absolute
 deviation, in chip pixels at size 150), the template at size 150 / padding 0.25, its
 difference from the module's constant, and, for comparison, the same five points read off
 dlib's 68-point mean face (eye centres as the means of the six eye-contour points, nose tip
@@ -26,6 +29,7 @@ point 30, mouth corners 48 and 54; ``get_face_chip_details``'s 68-point branch).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -40,8 +44,7 @@ from dlib_chip_common import (
     matching_landmarks,
     read_photos,
 )
-
-from marginface.data.face_chip import dlib_chip_template
+from marginface.data.face_chip import MTCNN_DLIB_WEIGHTS, dlib_chip_matrix, dlib_chip_template
 from marginface.detect import MTCNN
 
 POINTS = ("left eye", "right eye", "nose tip", "left mouth", "right mouth")
@@ -85,11 +88,11 @@ def main() -> None:
     photos = read_photos(names)
     dlib_pipe = DlibPipeline(size, padding)
     detector = MTCNN()
-    units, skipped = [], {"no dlib face": 0, "no matching MTCNN face": 0}
+    units, pairs, skipped = [], [], {"no dlib face": 0, "no matching MTCNN face": 0}
     for i in range(0, len(names), 32):
         chunk = names[i : i + 32]
         found = detector.detect([photos[n] for n in chunk])
-        for name, faces in zip(chunk, found):
+        for name, faces in zip(chunk, found, strict=True):
             got = dlib_pipe.face(photos[name])
             if got is None:
                 skipped["no dlib face"] += 1
@@ -101,6 +104,7 @@ def main() -> None:
                 continue
             q = face.frame_of(landmarks, size)
             units.append(q * (1 + 2 * padding) / size - padding)
+            pairs.append((landmarks, face))
     units = np.stack(units)  # [N, 5, 2]
     median = np.median(units, axis=0)
     mean = units.mean(axis=0)
@@ -110,7 +114,7 @@ def main() -> None:
     print(f"skipped: {skipped}; {time.perf_counter() - start:.0f} s")
     np.set_printoptions(precision=6, suppress=True)
     print("\nMTCNN_DLIB_TEMPLATE (median, unit face square):")
-    for point, row in zip(POINTS, median):
+    for point, row in zip(POINTS, median, strict=True):
         print(f"        [{row[0]:.6f}, {row[1]:.6f}],  # {point}")
     print("\nmean - median (unit square):\n", mean - median)
     print(f"\nmedian absolute deviation, chip pixels (size {size}, padding {padding}):\n", mad)
@@ -120,6 +124,37 @@ def main() -> None:
     print(dlib_chip_template(size, padding) - size * (padding + median) / (1 + 2 * padding))
     print("\n68-point mean face's points minus this fit, chip pixels:")
     print((mean68_template() - median) * size / (1 + 2 * padding))
+
+    print("\nMTCNN_DLIB_WEIGHTS: mean distance (chip px) of dlib's 5 points, our chip vs dlib's")
+    best = None
+    for nose, mouth in itertools.product(WEIGHT_GRID, WEIGHT_GRID):
+        weights = [1.0, 1.0, nose, mouth, mouth]
+        errors = [
+            part_error(face, landmarks, median, weights, size, padding) for landmarks, face in pairs
+        ]
+        mean_error = float(np.mean(errors))
+        print(
+            f"  nose {nose:<4} mouth {mouth:<4}: mean {mean_error:.3f}, median "
+            f"{np.median(errors):.3f}, p95 {np.percentile(errors, 95):.3f}"
+        )
+        if best is None or mean_error < best[0]:
+            best = (mean_error, weights)
+    print(f"chosen (least mean): {best[1]}; the module's: {MTCNN_DLIB_WEIGHTS.tolist()}")
+
+
+WEIGHT_GRID = (0.0, 0.1, 0.25, 0.5, 1.0)
+
+
+def part_error(face, landmarks, unit, weights, size, padding) -> float:
+    """Mean distance, in chip pixels, between dlib's five shape points in the chip made from
+    MTCNN's ``landmarks`` (template ``unit``, ``weights``) and in dlib's own chip."""
+    ours = dlib_chip_matrix(landmarks, size, padding, template=unit, weights=weights)
+    theirs = face.pixel_map()
+
+    def in_chip(matrix: np.ndarray) -> np.ndarray:
+        return (face.parts - matrix[:, 2]) @ np.linalg.inv(matrix[:, :2]).T
+
+    return float(np.linalg.norm(in_chip(ours) - in_chip(theirs), axis=1).mean())
 
 
 if __name__ == "__main__":

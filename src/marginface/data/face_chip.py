@@ -27,12 +27,15 @@ the nose, under the nose). Restated from dlib 20.0's ``get_face_chip_details``,
    often as needed and samples that level; a 250×250 LFW photo never triggers it.
 
 :func:`dlib_chip` does steps 2–4 with the five landmarks of :mod:`marginface.detect` (MTCNN:
-eye centres, nose tip, mouth corners) and :data:`MTCNN_DLIB_TEMPLATE`, the mean position of
-those five points in dlib's unit face square, fitted on LFW photos
-(``benchmarks/fit_dlib_chip_template.py``); it warps with OpenCV (bilinear, rounding to the
-nearest integer, edge pixels blended with black), not dlib's sampler, so that even with dlib's
-own transform its chip is dlib's to within one grey level (0.49 on average: truncation against
-rounding). How close the chips and dlib's descriptors of them come on LFW:
+eye centres, nose tip, mouth corners), :data:`MTCNN_DLIB_TEMPLATE` (the median position of
+those five points in dlib's unit face square over LFW photos) and a weighted fit
+(:data:`MTCNN_DLIB_WEIGHTS`: dlib's chip follows the eyes), both from
+``benchmarks/fit_dlib_chip_template.py``. It warps with OpenCV (bilinear, rounding to the
+nearest integer, edge pixels blended with black), not dlib's sampler: given dlib's own
+transform, its chip is dlib's to within one grey level inside the image (0.49 on average:
+rounding against truncation). It has no image pyramid: for a face more than about twice the
+chip's size (``s > 2``), dlib samples a halved, smoothed image and this samples the full one
+(more aliasing). How close the chips and dlib's descriptors of them come on LFW:
 ``benchmarks/bench_dlib_chip.py`` and docs/benchmarks.md.
 """
 
@@ -43,15 +46,17 @@ import math
 import numpy as np
 
 from .._validation import check_int, check_real
-from .align import _check_landmarks, _cv2, similarity_transform
+from .align import _check_landmarks, _cv2
 
 __all__ = [
     "DLIB_5POINT_MEAN_FACE",
     "MTCNN_DLIB_TEMPLATE",
+    "MTCNN_DLIB_WEIGHTS",
     "chip_pixel_map",
     "dlib_chip",
     "dlib_chip_matrix",
     "dlib_chip_template",
+    "weighted_similarity",
 ]
 
 DLIB_5POINT_MEAN_FACE = np.array(
@@ -78,10 +83,23 @@ MTCNN_DLIB_TEMPLATE = np.array(
     ]
 )
 """MTCNN's five landmarks (:mod:`marginface.detect`, in its order) in dlib's unit face square,
-``float64[5, 2]`` (x, y): the coordinate-wise median, over 648 LFW photos (the 300
-alphabetically first identities of lfw-deepfunneled), of MTCNN's landmarks mapped into dlib's
-chip frame by the transform dlib fits to its own 5-point shape of the same face
-(``benchmarks/fit_dlib_chip_template.py`` prints it)."""
+``float64[5, 2]`` (x, y): the coordinate-wise median, over 646 LFW photos (those of the 300
+alphabetically first identities of lfw-deepfunneled, 648, less 2 where dlib found no face), of
+MTCNN's landmarks mapped into dlib's chip frame by the transform dlib fits to its own 5-point
+shape of the same face (``benchmarks/fit_dlib_chip_template.py`` prints it)."""
+
+
+MTCNN_DLIB_WEIGHTS = np.array([1.0, 1.0, 0.25, 0.0, 0.0])
+"""The weight of each MTCNN landmark in :func:`dlib_chip_matrix`'s least squares, ``float64[5]``
+(eyes, nose tip, mouth corners). dlib's template is four eye corners and the nose base, so its
+chip follows the eyes; MTCNN's nose tip and mouth corners also move with pose and expression,
+away from where they sit in dlib's frame (median absolute deviation 2.6–3.7 chip pixels at
+size 150 against 1.0–1.2 for the eye centres). Chosen on the fit set from
+``{0, 0.1, 0.25, 0.5, 1}`` for the nose and for the mouth (eyes 1) as the pair placing dlib's
+own five points nearest where dlib's chip has them (mean distance;
+``benchmarks/fit_dlib_chip_template.py``): 1.5 chip pixels (median) on 498 other LFW photos
+against 2.3 with equal weights (``benchmarks/bench_dlib_chip.py``). The mouth corners get no
+weight: the chip ignores them."""
 
 
 def _check_size_padding(size: object, padding: object) -> tuple[int, float]:
@@ -94,9 +112,9 @@ def dlib_chip_template(size: int = 150, padding: float = 0.25) -> np.ndarray:
     """:data:`MTCNN_DLIB_TEMPLATE` in dlib's chip frame, ``float64[5, 2]``.
 
     ``q = size · (padding + u) / (1 + 2·padding)``, as dlib places its own template. A point
-    ``q`` of the frame lands on chip pixel ``(size - 1)/2 + (q - size/2) / (1 - (1 - 1/s)/size)``
-    (``s``: image pixels per chip unit; :func:`chip_pixel_map`), i.e. ``q - 0.5`` when the
-    chip keeps the image's scale and within 0.2 px of it for ``s >= 0.5`` at ``size=150``.
+    ``q`` of the frame lands on chip pixel ``(size - 1)/2 + (q - size/2)·(size - 1)/(size - 1/s)``
+    (``s``: image pixels per chip unit; :func:`chip_pixel_map`), i.e. on ``q - 0.5`` when the
+    chip keeps the image's scale, and within 0.3 px of it for any ``s >= 0.5`` at size 150.
 
     Args:
         size: the chip's side in pixels, ``>= 2``. Default: 150 (dlib's recognition network).
@@ -149,16 +167,62 @@ def chip_pixel_map(centre: object, scale: float, angle: float, size: int) -> np.
     return np.hstack([linear, offset[:, None]])
 
 
+def weighted_similarity(source: object, target: object, weights: object) -> np.ndarray:
+    r"""The similarity ``x ↦ s R x + t`` minimizing :math:`\sum_i w_i \|y_i - (s R x_i + t)\|^2`
+    from ``source`` (``x``) onto ``target`` (``y``), ``float64[2, 3]`` ``[sR | t]``.
+
+    Umeyama's closed form with weights normalized to sum 1: weighted means ``x̄``, ``ȳ``,
+    ``Σ_xy = Σ w_i y'_i x'_iᵀ`` of the centred points, its SVD ``U Σ Vᵀ``,
+    ``D = diag(1, det(U Vᵀ))``, ``R = U D Vᵀ``, ``s = tr(Σ D) / Σ w_i |x'_i|²``,
+    ``t = ȳ - s R x̄``. Equal weights give
+    :func:`marginface.data.align.similarity_transform`.
+
+    Args:
+        source, target: ``[5, 2]`` points (x, y).
+        weights: ``[5]`` finite, ``>= 0``, not all 0.
+
+    Raises:
+        ValueError: malformed or degenerate points; bad ``weights``.
+    """
+    x = _check_landmarks("source", source)
+    y = _check_landmarks("target", target)
+    w = _check_weights(weights)
+    x_mean, y_mean = w @ x, w @ y
+    xc, yc = x - x_mean, y - y_mean
+    covariance = (yc * w[:, None]).T @ xc  # (2, 2)
+    u, sigma, vt = np.linalg.svd(covariance)
+    d = np.array([1.0, 1.0 if np.linalg.det(u) * np.linalg.det(vt) >= 0 else -1.0])
+    rotation = (u * d) @ vt
+    variance = float(w @ (xc**2).sum(axis=1))
+    if variance <= 0.0:
+        raise ValueError(f"source points with weight coincide: {x.tolist()}, weights {w.tolist()}")
+    scale = float((sigma * d).sum() / variance)
+    translation = y_mean - scale * rotation @ x_mean
+    return np.hstack([scale * rotation, translation[:, None]])
+
+
+def _check_weights(weights: object) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64) if not isinstance(weights, str) else None
+    if w is None or w.shape != (5,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights must be five finite numbers >= 0, not all 0, got {weights!r}")
+    return w / w.sum()
+
+
 def dlib_chip_matrix(
-    landmarks: object, size: int = 150, padding: float = 0.25, *, template: object = None
+    landmarks: object,
+    size: int = 150,
+    padding: float = 0.25,
+    *,
+    template: object = None,
+    weights: object = None,
 ) -> np.ndarray:
     """The chip-pixel → image map of the dlib chip for five landmarks, ``float64[2, 3]``.
 
     dlib's steps 2–4 (module docstring): ``T = [sR | t]``, the least-squares similarity from
-    the template (chip frame, ``q``) onto ``landmarks`` (image) (Umeyama, residual in image
-    pixels: :func:`marginface.data.align.similarity_transform` from ``q`` to ``landmarks``);
-    then :func:`chip_pixel_map` with ``centre = T(size/2, size/2)``, ``scale = |s|``,
-    ``angle = atan2(sR[1, 0], sR[0, 0])``.
+    the template (chip frame, ``q``) onto ``landmarks`` (image), residual in image pixels as
+    dlib fits, each point weighted (:func:`weighted_similarity`; dlib weighs its five points
+    equally, this uses :data:`MTCNN_DLIB_WEIGHTS` for MTCNN's); then :func:`chip_pixel_map`
+    with ``centre = T(size/2, size/2)``, ``scale = |s|``, ``angle = atan2(sR[1, 0], sR[0, 0])``.
 
     Args:
         landmarks: ``[5, 2]`` (x, y) image pixels, MTCNN's order (left eye, right eye, nose
@@ -168,17 +232,21 @@ def dlib_chip_matrix(
         template: ``[5, 2]`` points in the unit face square to use instead of
             :data:`MTCNN_DLIB_TEMPLATE` (e.g. :data:`DLIB_5POINT_MEAN_FACE` with dlib's own 5
             points). Default: ``None``.
+        weights: ``[5]`` least-squares weights, ``>= 0``. Default: :data:`MTCNN_DLIB_WEIGHTS`
+            with the MTCNN template, equal weights with a ``template`` given.
 
     Raises:
         TypeError, ValueError: as :func:`dlib_chip_template`; landmarks or template not
             ``(5, 2)``, not finite, or all coinciding; landmarks so close together that the
-            chip would cover under one image pixel.
+            chip would cover under one image pixel; bad ``weights``.
     """
     size, padding = _check_size_padding(size, padding)
     unit = MTCNN_DLIB_TEMPLATE if template is None else _check_landmarks("template", template)
+    if weights is None:
+        weights = MTCNN_DLIB_WEIGHTS if template is None else np.ones(5)
     points = _check_landmarks("landmarks", landmarks)
     frame = size * (padding + unit) / (1.0 + 2.0 * padding)
-    transform = similarity_transform(frame, points)  # chip frame -> image, [sR | t]
+    transform = weighted_similarity(frame, points, weights)  # chip frame -> image, [sR | t]
     centre = transform[:, :2] @ np.full(2, size / 2.0) + transform[:, 2]
     scale = float(np.hypot(transform[0, 0], transform[1, 0]))
     angle = math.atan2(transform[1, 0], transform[0, 0])
