@@ -37,8 +37,11 @@ def test_every_entry_says_what_it_takes_and_where_it_comes_from():
 
 def test_dlib_resnet_v1_is_dlibs_input_layer():
     """dlib's input_rgb_image_sized<150>: (x - avg[c]) / 256, avg = 122.782, 117.001, 104.298."""
+    from marginface.models.dlib_resnet import DLIB_MEAN_RGB, DLIB_SCALE
+
     d = find_pretrained("dlib-resnet-v1").description
     assert (d.embedding_dim, d.image_size, d.colour) == (128, (150, 150), "rgb")
+    assert d.mean == tuple(m / 255 for m in DLIB_MEAN_RGB) and d.std == DLIB_SCALE / 255
     for mean, avg in zip(d.mean, (122.782, 117.001, 104.298), strict=True):
         assert mean * 255 == pytest.approx(avg)
     assert d.std * 255 == pytest.approx(256)
