@@ -146,3 +146,29 @@ def test_fetch_pretrained_downloads_checks_and_then_reads_locally(tmp_path, monk
     monkeypatch.setenv("INSIGHTFACE_HOME", str(tmp_path / "insightface"))
     with pytest.raises(ValueError, match=r"marginface cannot download 'insightface-buffalo-l'"):
         catalogue.fetch_pretrained("buffalo_l")
+
+
+def test_a_facenet_file_put_in_the_cache_is_used_by_name(tmp_path):
+    """facenet-pytorch's published layout (a state_dict with its ``logits`` classifier) under
+    the entry's file name in the cache: ``FaceModel("facenet-vggface2")`` reads it, 160 px
+    RGB, ``(x - 127.5) / 128``, 512-D unit rows."""
+    import numpy as np
+    import torch
+
+    from marginface.models.inception_resnet_v1 import InceptionResnetV1
+
+    torch.manual_seed(0)
+    network = InceptionResnetV1().eval()
+    state = dict(network.state_dict())
+    state["logits.weight"] = torch.zeros(8631, 512)
+    state["logits.bias"] = torch.zeros(8631)
+    path = model_cache_dir() / "20180402-114759-vggface2.pt"
+    path.parent.mkdir(parents=True)
+    torch.save(state, path)
+    model = FaceModel("facenet-vggface2")
+    pixels = np.random.default_rng(0).integers(0, 256, (160, 160, 3), dtype=np.uint8)
+    got = model.embed(pixels)
+    x = (torch.from_numpy(pixels).permute(2, 0, 1)[None].float() - 127.5) / 128
+    with torch.no_grad():
+        expected = torch.nn.functional.normalize(network(x), dim=1).numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5)

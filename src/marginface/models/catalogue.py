@@ -336,7 +336,7 @@ def _read(entry: PretrainedModel, path: Path) -> Any:
 
         return load_dlib_resnet(path)
     if entry.loader == "state_dict":
-        from .inception_resnet_v1 import load_inception_resnet_v1
+        from .facenet import load_inception_resnet_v1
 
         return load_inception_resnet_v1(path)
     from .pretrained import OnnxBackbone
