@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from .._registry import Registry
+from .dlib_resnet import dlib_resnet_v1
 from .iresnet import IResNet
 from .mobilefacenet import mbf, mbf_large
 from .seed_cnn import SeedCNN
@@ -48,6 +49,8 @@ MODELS.add("mbf_large", mbf_large)
 MODELS.add("vit_t", vit_t)
 MODELS.add("vit_s", vit_s)
 MODELS.add("vit_b", vit_b)
+# dlib's face recognition ResNet v1 (150x150 chips -> 128-d); load_dlib_resnet reads its weights
+MODELS.add("dlib-resnet-v1", dlib_resnet_v1)
 
 
 def register_model(name: str, *aliases: str) -> Callable[[F], F]:
