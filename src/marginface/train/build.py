@@ -253,7 +253,8 @@ def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
     """Load ``config.dataset`` with its options, fed as ``config.model_input`` says
     (:func:`~marginface.train.model_input.convert_bundle`: colour and pixel normalisation of a
     pretrained model); ``config.limit`` keeps a seeded random subset of the training images,
-    then ``config.exclude`` (positions in that subset) are left out (``exclude=False``: kept, the positions ``config.exclude`` and the outliers CSV refer to).
+    then ``config.exclude`` (positions in that subset) are left out (``exclude=False``: kept,
+    the positions ``config.exclude`` and the outliers CSV refer to).
 
     Raises:
         ConfigValueError: an ``exclude`` position beyond the training set.
