@@ -105,7 +105,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "embedding_dim": None,
         "loss": "arcface",
         "optimizer": "sgd",
-        "lr": 0.01,
+        "lr": 3e-5,
         "weight_decay": 0.0,
         "schedule": "cosine",
         "image_size": None,
@@ -128,7 +128,7 @@ RECIPES: dict[str, dict[str, Any]] = {
   their own size (112 in insightface's sets), image folders are read in RGB.
 * ``finetune``: a pretrained model (``init_from``) adapted to one's own identities on a CPU:
   its architecture, ``D``, input size and ``model_input`` (None here: read from its
-  description), ArcFace at ``s = 30``, SGD at lr 0.01 without weight decay, cosine, 10 epochs,
+  description), ArcFace at ``s = 30``, SGD at lr 3e-5 without weight decay, cosine, 10 epochs,
   centers from the class means, 3 stages frozen; the reasons are in
   :mod:`marginface.train.finetune_recipe`.
 """

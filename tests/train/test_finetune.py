@@ -51,7 +51,7 @@ def test_init_from_a_pretrained_name_chooses_the_finetune_recipe_and_the_models_
         "face_crop": "dlib-chip",
     }
     assert (config.optimizer, config.lr, config.weight_decay, config.schedule) == (
-        "sgd", 0.01, 0.0, "cosine",
+        "sgd", 3e-5, 0.0, "cosine",
     )  # fmt: skip
     assert (config.epochs, config.freeze_stages, config.center_init) == (10, 3, "class-mean")
     assert config.resolved().loss_options == {"scale": 30.0}
@@ -69,7 +69,7 @@ def test_the_recipe_line_names_the_model_input_and_the_fine_tuning_choices():
     assert line == (
         "recipe: finetune (from dlib-resnet-v1, dataset yaleb): dlib-resnet-v1, 128-D, 150x150 "
         "rgb (x/255 - (0.4815, 0.4588, 0.409)) / 1.004, dlib-chip crops; arcface scale=30, sgd "
-        "lr 0.01 cosine, 10 epochs, 3 of 6 stages frozen, centers from class means; override "
+        "lr 3e-05 cosine, 10 epochs, 3 of 6 stages frozen, centers from class means; override "
         "with --loss/--optimizer/--lr/--weight-decay/--schedule/--epochs/--freeze-stages/"
         "--center-init or --recipe face"
     )

@@ -25,7 +25,7 @@ _TRAIN_FLAGS: list[tuple[str, str, type, str]] = [
         "(3-D CurricularFace s=30, seed-cnn, Adam 1e-3): the defaults of the options marked "
         "'by dataset' (the face recipe also reads a folder dataset in RGB); finetune (chosen "
         "by --init-from NAME): the pretrained model's architecture and input, ArcFace s=30, SGD "
-        "lr 0.01 cosine, 10 epochs, early stages frozen, centers from class means",
+        "lr 3e-5 cosine, 10 epochs, early stages frozen, centers from class means",
     ),
     ("--data-dir", "data_dir", str, "folder holding the dataset's files"),
     ("--image-size", "image_size", int, "resize images to this side"),
