@@ -113,7 +113,7 @@ def measure(model: torch.nn.Module, test: ImageSet) -> dict[str, Any]:
         rank1_min=min(ranks),
         rank1_max=max(ranks),
         images=len(labels),
-        identities=int(len(np.unique(labels))),
+        identities=len(np.unique(labels)),
         embed_seconds=time.perf_counter() - began,
     )
     return result
