@@ -114,7 +114,7 @@ def test_recipe_defaults_returns_fresh_tables():
 @pytest.mark.parametrize("bad", ["faces", "", "AUTO"])
 def test_bad_recipe_is_named(bad):
     with pytest.raises(
-        ConfigValueError, match=f"recipe must be one of auto, face, sphere, got {bad!r}"
+        ConfigValueError, match=f"recipe must be one of auto, face, sphere, finetune, got {bad!r}"
     ):
         TrainConfig(recipe=bad)
     with pytest.raises(ValueError, match="recipe must be one of"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import types
 import typing
 from collections.abc import Callable
@@ -27,9 +26,12 @@ from ._toml import dump_toml
 __all__ = [
     "AMP_MODES",
     "BY_RECIPE",
+    "CENTER_INITS",
     "FACE_DATASETS",
+    "FINETUNE_KEYS",
     "OPTIMIZERS",
     "PIPELINE_SCALE",
+    "PLAIN_DEFAULTS",
     "RECIPES",
     "RECIPE_KEYS",
     "RECIPE_NAMES",
@@ -71,9 +73,11 @@ keeps): the sphere recipe's embeddings are 3-D, where ``s = 30`` (the MNIST reci
 ``scale`` argument (AdaCos, which chooses its own) get nothing."""
 
 
-RECIPE_NAMES = ("auto", "face", "sphere")
-"""Values of ``TrainConfig.recipe``: ``auto`` (the dataset chooses, :func:`dataset_recipe`),
-``face`` or ``sphere``."""
+RECIPE_NAMES = ("auto", "face", "sphere", "finetune")
+"""Values of ``TrainConfig.recipe``: ``auto`` (``finetune`` when ``init_from`` names a
+described model, else the dataset chooses, :func:`dataset_recipe`) or a recipe's name."""
+
+CENTER_INITS = ("random", "class-mean")  # TrainConfig.center_init, as train.finetune_recipe's
 
 RECIPES: dict[str, dict[str, Any]] = {
     "sphere": {
@@ -98,8 +102,23 @@ RECIPES: dict[str, dict[str, Any]] = {
         "image_size": 112,
         "dataset_options": {},
     },
+    "finetune": {
+        "model": None,
+        "embedding_dim": None,
+        "loss": "arcface",
+        "optimizer": "sgd",
+        "lr": 3e-5,
+        "weight_decay": 0.0,
+        "schedule": "cosine",
+        "image_size": None,
+        "dataset_options": {},
+        "epochs": 10,
+        "freeze_stages": None,
+        "center_init": "class-mean",
+    },
 }
-"""The two recipes' values of the keys they choose (:data:`RECIPE_KEYS`).
+"""The recipes' values of the keys they choose (:data:`RECIPE_KEYS`; ``finetune`` also
+:data:`FINETUNE_KEYS`).
 
 * ``sphere``: the MNIST recipe (``examples/mnist_seed.toml``): the seeds' small CNN, a 3-D
   embedding that makes the sphere pictures, CurricularFace at ``s = 30``
@@ -109,10 +128,24 @@ RECIPES: dict[str, dict[str, Any]] = {
   and the polynomial decay (power 1), 112×112 input. Per dataset (:data:`FACE_DATASETS`): the
   small photo sets (LFW, ORL, Extended Yale B) take IResNet-18, insightface records keep
   their own size (112 in insightface's sets), image folders are read in RGB.
+* ``finetune``: a pretrained model (``init_from``) adapted to one's own identities on a CPU:
+  its architecture, ``D``, input size and ``model_input`` (None here: read from its
+  description), ArcFace at ``s = 30``, SGD at lr 3e-5 without weight decay, cosine, 10 epochs,
+  centers from the class means, 3 stages frozen; the reasons are in
+  :mod:`marginface.train.finetune_recipe`.
 """
 
 RECIPE_KEYS = tuple(RECIPES["face"])
-"""The configuration keys a recipe chooses when they are not set explicitly."""
+"""The configuration keys every recipe chooses when they are not set explicitly."""
+
+FINETUNE_KEYS = ("epochs", "freeze_stages", "center_init")
+"""Keys the finetune recipe chooses too; face and sphere take :data:`PLAIN_DEFAULTS`."""
+
+_FINETUNE_FIXED = ("model", "embedding_dim", "image_size")  # fixed by the pretrained weights
+
+PLAIN_DEFAULTS: dict[str, Any] = {"epochs": 20, "freeze_stages": 0, "center_init": "random"}
+"""The values of :data:`FINETUNE_KEYS` under the face and sphere recipes."""
+
 
 FACE_DATASETS: dict[str, dict[str, Any]] = {
     "insightface": {"image_size": None},
@@ -149,8 +182,10 @@ def dataset_recipe(dataset: str) -> str:
 
 
 def recipe_defaults(recipe: str, dataset: str) -> dict[str, Any]:
-    """The values of :data:`RECIPE_KEYS` that ``recipe`` (``auto``, ``face`` or ``sphere``)
-    gives a run on ``dataset`` (a new dict, tables copied).
+    """The values of :data:`RECIPE_KEYS` and :data:`FINETUNE_KEYS` that ``recipe`` (``auto``,
+    ``face``, ``sphere`` or ``finetune``) gives a run on ``dataset`` (a new dict, tables
+    copied). The finetune recipe's model keys are None here: the pretrained model's
+    description fills them (:class:`TrainConfig`).
 
     Raises:
         ValueError: ``recipe`` is not one of :data:`RECIPE_NAMES`.
@@ -159,7 +194,7 @@ def recipe_defaults(recipe: str, dataset: str) -> dict[str, Any]:
         raise ValueError(f"recipe must be one of {', '.join(RECIPE_NAMES)}, got {recipe!r}")
     if recipe == "auto":
         recipe = dataset_recipe(dataset)
-    values = dict(RECIPES[recipe])
+    values = {**PLAIN_DEFAULTS, **RECIPES[recipe]}
     if recipe == "face":
         values.update(FACE_DATASETS.get(_dataset_key(dataset), {}))
     return {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
@@ -207,7 +242,21 @@ class TrainConfig:
     explicitly wins over the recipe. ``recipe`` is stored resolved (``face`` or ``sphere``).
 
     Recipe:
-        recipe: ``auto`` (default: by dataset), ``face`` or ``sphere``.
+        recipe: ``auto`` (default: ``finetune`` when ``init_from`` names a pretrained model or
+            a file carrying a marginface description, else by dataset), ``face``, ``sphere``
+            or ``finetune``.
+    Fine-tuning (docs/training.md, "Fine-tuning a pretrained model"):
+        init_from: the backbone's starting weights: a pretrained model's name or a backbone
+            file (without a description it needs ``model``). None (default): random weights.
+        model_input: how pixels enter the model: ``mean``, ``std`` (a number or one per
+            channel: ``(x / 255 - mean[c]) / std[c]``), ``colour`` (the images are converted)
+            and ``face_crop`` (:mod:`marginface.train.model_input`). Default: ``{}``, the
+            pipeline's; by the finetune recipe: the pretrained model's.
+        freeze_stages: the first K stages get no gradient and keep their BatchNorm statistics
+            (:mod:`marginface.train.finetune`). Default: by recipe: finetune 3 where the
+            architecture defines stages, else 0.
+        center_init: ``random`` or ``class-mean`` (the normalised mean of the class's
+            normalised embeddings). Default: by recipe: finetune class-mean, else random.
     Data:
         dataset: a registered dataset name (``marginface.data.list_datasets()``). Default: digits.
         data_dir: where the dataset's files are (else ``MARGINFACE_DATA``, else the cache).
@@ -234,7 +283,7 @@ class TrainConfig:
             the loss's own (64 for ArcFace). The saved ``config.toml`` holds the resolved
             options.
     Optimization:
-        epochs, batch_size: Defaults 20, 128.
+        epochs, batch_size: Defaults 20 (by recipe: finetune 10), 128.
         optimizer: ``adam``, ``adamw`` or ``sgd``. Default: by recipe: face sgd, sphere adam.
         lr: peak learning rate. Default: by recipe: face 0.1, sphere 1e-3 (Keras Adam's).
         weight_decay: decoupled for adamw, L2 for adam/sgd. Default: by recipe: face 5e-4,
@@ -289,6 +338,7 @@ class TrainConfig:
 
     dataset: str = "digits"
     recipe: str = "auto"
+    init_from: str | None = None
     data_dir: str | None = None
     image_size: int | None = BY_RECIPE
     limit: int | None = None
@@ -297,9 +347,12 @@ class TrainConfig:
     model: str = BY_RECIPE
     embedding_dim: int = BY_RECIPE
     model_options: dict[str, Any] = field(default_factory=dict)
+    model_input: dict[str, Any] = field(default_factory=dict)
+    freeze_stages: int = BY_RECIPE
+    center_init: str = BY_RECIPE
     loss: str = BY_RECIPE
     loss_options: dict[str, Any] = field(default_factory=dict)
-    epochs: int = 20
+    epochs: int = BY_RECIPE
     batch_size: int = 128
     optimizer: str = BY_RECIPE
     lr: float = BY_RECIPE
@@ -337,82 +390,42 @@ class TrainConfig:
             raise ConfigValueError(
                 "recipe", f"recipe must be one of {', '.join(RECIPE_NAMES)}, got {self.recipe!r}"
             )
+        from .train.config_values import KeyValueError, check_shown_options, check_values
+        from .train.finetune_recipe import check_finetune_keys, finetune_description, model_values
+
+        if self.init_from is not None and not isinstance(self.init_from, str):
+            raise TypeError(f"config key 'init_from' must be str or None, got {self.init_from!r}")
+        keys = (*RECIPE_KEYS, *FINETUNE_KEYS)
+        filled = tuple(key for key in keys if getattr(self, key) is BY_RECIPE)
         chosen = recipe_defaults(self.recipe, self.dataset)
-        filled = tuple(key for key in RECIPE_KEYS if getattr(self, key) is BY_RECIPE)
-        for key in filled:
-            setattr(self, key, chosen[key])
-        if self.recipe == "auto":
-            self.recipe = dataset_recipe(self.dataset)
-        self._recipe_filled = filled  # not a field: neither saved nor compared
-        _check_types(self)
-        _check_shown_options(self.loss_options, self.dataset_options)
-        bad = [v for v in self.exclude if isinstance(v, bool) or not isinstance(v, int) or v < 0]
-        if bad:
-            raise ConfigValueError(
-                "exclude", f"exclude must list training-set positions (ints >= 0), got {bad[0]!r}"
+        try:
+            if self.recipe == "finetune" or (self.recipe == "auto" and self.init_from):
+                found = finetune_description(self.init_from, self.recipe)
+                if found is not None:
+                    self.recipe = "finetune"
+                    chosen = recipe_defaults(self.recipe, self.dataset)
+                    chosen.update(model_values(
+                        found, source=str(self.init_from), model_input=self.model_input,
+                        given={k: getattr(self, k) for k in keys if k not in filled},
+                        model_options=self.model_options,
+                        folder=_dataset_key(self.dataset) == "folder",
+                    ))  # fmt: skip
+                    self.model_input = chosen.pop("model_input")
+                    self.model_options = chosen.pop("model_options")
+            for key in filled:
+                setattr(self, key, chosen[key])
+            if self.recipe == "auto":
+                self.recipe = dataset_recipe(self.dataset)
+            # not a field: neither saved nor compared; the keys the recipe itself chose
+            self._recipe_filled = tuple(key for key in filled if key in RECIPES[self.recipe])
+            _check_types(self)
+            check_shown_options(self.loss_options, self.dataset_options)
+            self.model_input = check_finetune_keys(
+                self.model, self.model_input, self.center_init, self.freeze_stages
             )
-        self.exclude = sorted(set(self.exclude))
-        if not 0 < self.sample_rate <= 1:
-            raise ConfigValueError(
-                "sample_rate", f"sample_rate must be in (0, 1], got {self.sample_rate!r}"
-            )
-        if self.workers < 0:
-            raise ConfigValueError("workers", f"workers must be >= 0, got {self.workers!r}")
-        if not math.isfinite(self.dist_timeout) or self.dist_timeout <= 0:
-            raise ConfigValueError(
-                "dist_timeout", f"dist_timeout must be > 0 seconds, got {self.dist_timeout!r}"
-            )
-        if self.verify_every is not None and self.verify_every < 1:
-            raise ConfigValueError(
-                "verify_every", f"verify_every must be >= 1 or unset, got {self.verify_every!r}"
-            )
-        if not math.isfinite(self.poly_power) or self.poly_power <= 0:
-            raise ConfigValueError(
-                "poly_power", f"poly_power must be a finite number > 0, got {self.poly_power!r}"
-            )
-        from .data.ijb import IJB_TARGETS
-
-        if self.ijb_target not in IJB_TARGETS:
-            raise ConfigValueError(
-                "ijb_target",
-                f"ijb_target must be one of {', '.join(IJB_TARGETS)}, got {self.ijb_target!r}",
-            )
-        names = ("epochs", "batch_size", "embedding_dim", "eval_batch_size", "step_epochs")
-        for name in (*names, "grad_accumulation", "ijb_every"):
-            if getattr(self, name) < 1:
-                raise ConfigValueError(name, f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.grad_accumulation > self.batch_size:
-            raise ConfigValueError(
-                "grad_accumulation",
-                f"grad_accumulation = {self.grad_accumulation} must be <= batch_size "
-                f"({self.batch_size}): each micro-batch needs an image",
-            )
-        for name in ("image_size", "limit", "threads"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigValueError(name, f"{name} must be >= 1 or unset, got {value!r}")
-        for name, choices in (
-            ("optimizer", OPTIMIZERS),
-            ("schedule", SCHEDULES),
-            ("amp", AMP_MODES),
-        ):
-            if getattr(self, name) not in choices:
-                raise ConfigValueError(
-                    name, f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
-                )
-        for name in ("lr", "weight_decay", "momentum", "warmup_epochs", "gamma"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ConfigValueError(name, f"{name} must be a finite number >= 0, got {value!r}")
-        if self.lr <= 0:
-            raise ConfigValueError("lr", f"lr must be > 0, got {self.lr!r}")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ConfigValueError(
-                "grad_clip", f"grad_clip must be > 0 or unset, got {self.grad_clip!r}"
-            )
-        from .data.augment import check_augment_options
-
-        self.augment = check_augment_options(self.augment)
+            check_values(self)
+        except KeyValueError as error:
+            raise ConfigValueError(error.key, str(error)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (deep copy) of every field."""
@@ -436,25 +449,6 @@ class TrainConfig:
         return getattr(self, "_recipe_filled", ())
 
 
-def _check_shown_options(loss_options: dict[str, Any], dataset_options: dict[str, Any]) -> None:
-    """The table entries the recipe line formats, checked before it does (the loss and the
-    loader check the rest when built): ``loss_options`` ``scale`` a finite number > 0 (or None,
-    SphereFace's feature-norm scale), ``dataset_options`` ``rgb`` true or false."""
-    from ._validation import check_real
-
-    scale = loss_options.get("scale")
-    if scale is not None:
-        try:
-            check_real("loss_options scale", scale, positive=True)
-        except (TypeError, ValueError) as error:
-            raise ConfigValueError("loss_options", str(error)) from None
-    rgb = dataset_options.get("rgb")
-    if rgb is not None and not isinstance(rgb, bool):
-        raise ConfigValueError(
-            "dataset_options", f"dataset_options rgb must be true or false, got {rgb!r}"
-        )
-
-
 def _recipe_summary(config: TrainConfig, in_channels: int | None = None) -> str:
     size = config.image_size
     if size is None:
@@ -472,6 +466,10 @@ def _recipe_summary(config: TrainConfig, in_channels: int | None = None) -> str:
         scale = options["scale"]
         loss += " scale=‖x‖" if scale is None else f" scale={scale:g}"
     schedule = {"polynomial": "poly"}.get(config.schedule, config.schedule)
+    if config.recipe == "finetune":
+        from .train.finetune_recipe import finetune_summary
+
+        return finetune_summary(config, loss, schedule)
     return (
         f"{config.model}, {config.embedding_dim}-D, {loss}, {config.optimizer} lr {config.lr:g}"
         f" {schedule}, {size_text}{channels}"
@@ -498,15 +496,17 @@ def describe_recipe(
     """
     # the keys the recipe chose, but not its no-op values (no resize, no loader options)
     shown = [key for key in config.recipe_filled if getattr(config, key) not in (None, {})]
+    if config.recipe == "finetune":  # the model's own keys are not overrides
+        shown = [key for key in shown if key not in (*_FINETUNE_FIXED, "dataset_options")]
     if not shown:
         return None
     other = "sphere" if config.recipe == "face" else "face"
     spell = spell or (lambda key: "--" + key.replace("_", "-"))
     flags = "/".join(spell(key) for key in shown)
+    origin = f"from {config.init_from}, " if config.recipe == "finetune" else ""
     return (
-        f"recipe: {config.recipe} (dataset {config.dataset}): "
-        f"{_recipe_summary(config, in_channels)}; "
-        f"override with {flags} or --recipe {other}"
+        f"recipe: {config.recipe} ({origin}dataset {config.dataset}): "
+        f"{_recipe_summary(config, in_channels)}; override with {flags} or --recipe {other}"
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from marginface.cli import build_parser
 from marginface.cli.options import _TRAIN_FLAGS, DefaultsHelpFormatter, config_default_text
-from marginface.config import RECIPE_KEYS, RECIPES, TrainConfig
+from marginface.config import FINETUNE_KEYS, PLAIN_DEFAULTS, RECIPE_KEYS, RECIPES, TrainConfig
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -81,6 +81,8 @@ def test_training_options_show_the_configuration_defaults(command):
             assert f"default: by dataset: face recipe {_shown(face)[0]}" in paragraph, paragraph
             if sphere is not None:
                 assert f"/ sphere recipe {_shown(sphere)[0]})" in paragraph, paragraph
+        elif key in FINETUNE_KEYS:  # the finetune recipe's keys: the others' value first
+            assert f"(default: {_shown(PLAIN_DEFAULTS[key])[0]} (finetune recipe:" in paragraph
         else:
             value = fields[key].default
             shown = "none" if value is None else _shown(value)[0]
@@ -96,7 +98,7 @@ def test_recipe_dependent_defaults_read_from_the_tables():
         "default: by dataset: face recipe 112 (none on insightface) / sphere recipe the "
         "dataset's own"
     )
-    assert config_default_text("epochs") == "default: 20"
+    assert config_default_text("epochs") == "default: 20 (finetune recipe: 10)"
     assert config_default_text("augment") == "default: {}"
     with pytest.raises(ValueError, match="unknown configuration key 'epoch'"):
         config_default_text("epoch")

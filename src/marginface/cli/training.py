@@ -114,22 +114,25 @@ def _fit(
 
 
 def _train_from_backbone(args: argparse.Namespace) -> int:
-    """``train --init-from FILE``: a new run whose backbone starts from FILE's weights (a
-    backbone state_dict: fine-tuning); the class centers, optimizer and schedule start
-    afresh."""
-    from ..models.pretrained import read_backbone_state
+    """``train --init-from NAME|FILE``: a new run whose backbone starts from a pretrained
+    model's weights (a name of ``marginface models``) or a file's (a state_dict). A model with
+    a description (every pretrained name, a file marginface wrote) takes the finetune recipe:
+    its architecture, input size and pixel normalisation, a small learning rate, early stages
+    frozen, centers at the class means (config.py, RECIPES); a file without one takes the
+    dataset's recipe and needs --model. The optimizer and schedule start afresh."""
+    from ..train.finetune import pretrained_state
 
     if args.resume:
-        raise ValueError("--init-from starts a new run from FILE's weights; it cannot --resume")
-    config = _config_from_args(args)
+        raise ValueError("--init-from starts a new run from its weights; it cannot --resume")
+    config = _config_from_args(args)  # config.init_from: the recipe, the model's input
     out = args.out or Path("runs") / f"{config.dataset}-{config.loss}"
-    # read now (an unreadable file is named before anything is built); loaded into the model
-    # the run builds for its data (its channels and size), which names the file if it does
-    # not fit (train/build.py, load_initial_state)
-    state, _ = read_backbone_state(args.init_from, config.model)
-    initial_state = {"model": state, "source": str(args.init_from)}
+    # read now (an unreadable file, a pretrained file not on this machine: named before
+    # anything is built); loaded into the model the run builds for its data, which names the
+    # file if it does not fit (train/build.py, load_initial_state)
+    state = pretrained_state(config.init_from, config.model)
+    initial_state = {"model": state, "source": str(config.init_from)}
     result = _fit(args, config, out, initial_state=initial_state)
-    _echo(args, f"backbone {config.model} was initialized from {args.init_from}")
+    _echo(args, f"backbone {config.model} was initialized from {config.init_from}")
     return result
 
 

@@ -24,6 +24,8 @@ from ..data.augment import BatchAugmentation, build_augmentation
 from ..data.base import StreamedImageSet
 from ..models import create_model
 from ..registry import create_loss
+from .finetune import freeze_stages
+from .model_input import convert_bundle
 from .optim import build_optimizer, build_scheduler
 from .state.run_state import RunObjects
 
@@ -131,6 +133,8 @@ def build_training(
         raise ValueError("amp='fp16' needs a CUDA device; use amp='bf16' on CPU")
     meta = run_meta(bundle, world)
     model, head = model_and_loss_for_meta(config, meta, device=device, process_group=process_group)
+    # frozen stages (fine-tuning): no gradient, not in the optimizer, BatchNorm statistics kept
+    frozen = {id(p) for p in freeze_stages(model, config.freeze_stages)}
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
     forward_model = model
@@ -145,7 +149,7 @@ def build_training(
         forward_model = DistributedDataParallel(model, device_ids=device_ids)
     steps = steps_per_epoch(len(bundle.train), config.batch_size)
     optimizer = build_optimizer(
-        list(model.parameters()) + list(head.parameters()),
+        [p for p in model.parameters() if id(p) not in frozen] + list(head.parameters()),
         config.optimizer,
         lr=config.lr,
         weight_decay=config.weight_decay,
@@ -195,7 +199,16 @@ def load_initial_state(model: nn.Module, head: nn.Module, state: dict[str, Any] 
     """
     if state is None:
         return
-    if "source" in state:
+    own = model.state_dict()
+    if "source" in state and any(key.startswith(("stem.", "stages.")) for key in own):
+        # a model whose own names are IResNet's old ones (dlib-resnet-v1): load_backbone_weights
+        # would rename them as IResNet's (models/iresnet.py, rename_legacy_keys)
+        try:
+            model.load_state_dict(state["model"], strict=True)
+        except RuntimeError as error:
+            reason = " ".join(str(error).split())[:300]
+            raise ValueError(f"{state['source']} does not fit the model: {reason}") from None
+    elif "source" in state:
         from ..models.pretrained import load_backbone_weights
 
         load_backbone_weights(model, state["model"], source=str(state["source"]))
@@ -240,9 +253,11 @@ def _exclude(images: Any, positions: list[int]) -> Any:
 
 
 def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
-    """Load ``config.dataset`` with its options; ``config.limit`` keeps a seeded random subset
-    of the training images, then ``config.exclude`` (positions in that subset) are left out
-    (``exclude=False``: kept, the positions ``config.exclude`` and the outliers CSV refer to).
+    """Load ``config.dataset`` with its options, fed as ``config.model_input`` says
+    (:func:`~marginface.train.model_input.convert_bundle`: colour and pixel normalisation of a
+    pretrained model); ``config.limit`` keeps a seeded random subset of the training images,
+    then ``config.exclude`` (positions in that subset) are left out (``exclude=False``: kept,
+    the positions ``config.exclude`` and the outliers CSV refer to).
 
     Raises:
         ConfigValueError: an ``exclude`` position beyond the training set.
@@ -252,7 +267,7 @@ def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
         options["data_dir"] = config.data_dir
     if config.image_size is not None:
         options["image_size"] = config.image_size
-    bundle = load_dataset(config.dataset, **options)
+    bundle = convert_bundle(load_dataset(config.dataset, **options), config.model_input)
     train = _limit(bundle.train, config.limit, config.seed)
     if exclude and config.exclude:
         train = _exclude(train, config.exclude)

@@ -47,6 +47,7 @@ from .failures import (
     first_non_finite,
     training_failures,
 )
+from .finetune import init_centers_from_class_means, pretrained_state
 from .loader_errors import next_batch as _next_batch
 from .progress import (
     DEFAULT_PROGRESS_SECONDS,
@@ -103,7 +104,8 @@ class Trainer:
             ``image_size``, ``num_classes``...) returning that line (or None).
         callbacks: called with each epoch's log row after its checkpoint is written.
         initial_state: ``{"model": state_dict, "loss": state_dict}`` loaded into a fresh
-            (not resumed) run before its first step, e.g. a sub-center run cut to one center
+            (not resumed) run before its first step (else ``config.init_from``'s weights, when
+            set), e.g. a sub-center run cut to one center
             per class (:func:`~marginface.train.cleaning.continue_with_dominant_centers`);
             ``"loss"`` may be left out (``train --init-from``: a pretrained backbone, new
             class centers). The optimizer and schedule start afresh.
@@ -211,6 +213,22 @@ class Trainer:
         self.images_per_epoch = self.batches.images_per_epoch(
             self.steps_per_epoch, config.batch_size
         )  # the training images of the epoch's global batches
+
+    def _start_weights(self) -> None:
+        """A fresh run's first weights: ``initial_state``, else ``config.init_from``'s
+        backbone (:func:`~.finetune.pretrained_state`); then, with ``center_init =
+        "class-mean"`` and no centers given, the class centers at the class-mean embeddings
+        (:func:`~.finetune.init_centers_from_class_means`)."""
+        config, state = self.config, self.initial_state
+        if state is None and config.init_from is not None:
+            weights = pretrained_state(config.init_from, config.model)
+            state = {"model": weights, "source": str(config.init_from)}
+        load_initial_state(self.model, self.head, state)
+        if config.center_init == "class-mean" and not (state and "loss" in state):
+            init_centers_from_class_means(
+                self.model, self.head, self.bundle.train, batch_size=config.eval_batch_size,
+                device=self.device, channels_last=config.channels_last,
+            )  # fmt: skip
 
     def _objects(self) -> RunObjects:
         """What the run's checkpoint saves and restores (:mod:`.run_state`)."""
@@ -386,7 +404,7 @@ class Trainer:
                 start, history = self._restore(saved), self.history
                 del saved  # the checkpoint's tensors are in the run's objects now
             else:
-                load_initial_state(self.model, self.head, self.initial_state)
+                self._start_weights()
         except BaseException:
             if created and self.is_main:
                 remove_if_empty(run_dir)  # a run that could not start leaves no empty folder

@@ -46,8 +46,8 @@ from torch import Tensor, nn
 
 from ...config import TrainConfig, config_from_dict
 from ...head import reshardable_state_dict
-from ...models.description import describe_run
 from ..history import read_history
+from ..model_input import describe_training_run
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .class_state import class_state_targets, local_optimizer_state
 from .kept_checkpoints import kept_checkpoints, link_as, prune_kept
@@ -472,7 +472,7 @@ def _plain_state(
         "config": config.to_dict(),
         "meta": meta,
         "history": [dict(row) for row in history],
-        "description": describe_run(config.to_dict(), meta, history).to_dict(),
+        "description": describe_training_run(config.to_dict(), meta, history).to_dict(),
     }
 
 
