@@ -63,9 +63,10 @@ def _loaded_after(argv: list[str]) -> dict:
     return {**json.loads(last), "output": "\n".join(output)}
 
 
-STANDARD_LIBRARY_ONLY = ("marginface._progress", "marginface.config")
+STANDARD_LIBRARY_ONLY = ("marginface._progress", "marginface._toml", "marginface.config")
 """Package modules the parser may read: the progress modes and the configuration's defaults
-(``--help`` shows them); each imports only the standard library (checked below)."""
+(``--help`` shows them; the configuration's TOML writer comes with them); each imports only the
+standard library and each other (checked below)."""
 
 
 @pytest.mark.parametrize("module", STANDARD_LIBRARY_ONLY)
@@ -83,7 +84,7 @@ def test_the_modules_help_reads_import_only_the_standard_library(module: str) ->
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
     assert [m for m in loaded if not m.startswith("marginface")] == []
-    assert set(loaded) <= {"marginface", module}, loaded
+    assert set(loaded) <= {"marginface", module, *STANDARD_LIBRARY_ONLY}, loaded
 
 
 @pytest.mark.parametrize("command", sorted({"", *_subcommands(), *_leaf_commands()}))

@@ -98,7 +98,7 @@ def test_explicit_options_and_the_sphere_recipe(faces, tmp_path, capsys):
 def test_bad_recipe_names_the_option(capsys):
     assert main(["train", "--recipe", "faces", "--epochs", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--recipe must be one of auto, face, sphere, got 'faces'" in err
+    assert "--recipe must be one of auto, face, sphere, finetune, got 'faces'" in err
     assert "Traceback" not in err
 
 

@@ -32,10 +32,10 @@ def add_models_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--unverified",
         action="store_true",
         help="with --download: accept a file whose SHA-256 marginface does not know, printing "
-        "its checksum (default: refused)",
+        "its checksum (default: off, such a file is refused)",
     )
     models.add_argument(
-        "--json", action="store_true", help="print the table as JSON (default: a text table)"
+        "--json", action="store_true", help="print the table as JSON (default: off, a text table)"
     )
     models.set_defaults(func="marginface.cli.models:cmd_models")
 
