@@ -15,6 +15,8 @@ Python floats or NumPy arrays.
 * :mod:`~marginface.evaluation.ijb` -- IJB-B/C template pooling, 1:1 TAR@FAR and 1:N
   rank/TPIR (insightface's protocol); :mod:`~marginface.data.ijb` reads the dataset,
   embeds it with any backbone and caches the features.
+* :func:`clopper_pearson`, :func:`supported_rate` -- the exact binomial interval of a measured
+  error rate, and the smallest rate a number of trials supports.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
 * :func:`error_versus_reject`, :func:`pair_quality` -- a quality score's error-versus-reject
   curve (MagFace's feature magnitude).
@@ -32,6 +34,7 @@ from .bin_verification import (
     kfold_folds,
     threshold_at_far,
 )
+from .binomial import DEFAULT_MIN_ERRORS, binomial_cdf, clopper_pearson, supported_rate
 from .closed_set import closed_set_accuracy, cosine_to_centers, l2_normalize
 from .ijb import (
     IJB_FAR_TARGETS,
@@ -61,6 +64,7 @@ from .verification import (
 __all__ = [
     "ACCURACY_THRESHOLDS",
     "DEFAULT_FAR_TARGETS",
+    "DEFAULT_MIN_ERRORS",
     "IJB_FAR_TARGETS",
     "NUM_FOLDS",
     "VAL_THRESHOLDS",
@@ -73,6 +77,8 @@ __all__ = [
     "best_threshold",
     "bin_set_metrics",
     "bin_verification_metrics",
+    "binomial_cdf",
+    "clopper_pearson",
     "closed_set_accuracy",
     "cosine_to_centers",
     "equal_error_rate",
@@ -91,6 +97,7 @@ __all__ = [
     "roc_auc",
     "roc_curve",
     "sample_pairs",
+    "supported_rate",
     "tar_at_far",
     "target_and_nearest_angles",
     "template_features",
