@@ -219,12 +219,22 @@ def test_evaluate_stores_a_threshold_that_verify_uses(digits_run, faces, tmp_pat
     run = tmp_path / "run"
     shutil.copytree(digits_run, run)
     assert main(["evaluate", str(run), "--device", "cpu"]) == 0
-    assert "description (threshold for `marginface verify`/`search`)" in capsys.readouterr().out
+    out = capsys.readouterr().out
     description = describe_model(run)
     evaluation = evaluate_run(run)
     scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
     assert description.threshold == pytest.approx(threshold_at_far(scores, same, 1e-3))
     assert description.threshold_far == 1e-3
+    # the threshold printed is the one saved, with its FAR, the pairs and the interval
+    impostors = int((~same).sum())
+    accepted = int(np.sum(scores[~same] >= description.threshold))
+    saved = [line for line in out.splitlines() if line.startswith("saved for")]
+    assert len(saved) == 1, out
+    assert f"threshold {description.threshold:.6f} for FAR 0.001: {accepted:,} of " in saved[0]
+    assert f"{impostors:,} impostor pairs accepted" in saved[0]
+    assert "95% exact interval" in saved[0] and f"all {len(same):,} pairs of" in saved[0]
+    assert "threshold (best accuracy, 10 folds)" in out  # the table's other threshold says so
+    assert f"{accepted:,} of {impostors:,} impostor pairs" in description.threshold_set
     assert description.verification["auc"] == pytest.approx(evaluation.metrics["auc"])
     a = faces / "0" / "0.png"
     assert main(["verify", str(run), str(a), str(a)]) == 0

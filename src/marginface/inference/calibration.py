@@ -39,6 +39,7 @@ __all__ = [
     "calibrate_threshold",
     "labelled_pair_scores",
     "pair_sample_note",
+    "supports_far",
     "threshold_at_far",
     "unsupported_message",
 ]
@@ -130,7 +131,7 @@ class Calibration:
     @property
     def supported(self) -> bool:
         """Whether :attr:`far` is at least :attr:`supported_far`."""
-        return _supports(self.far, self.impostors, self.min_errors)
+        return supports_far(self.far, self.impostors, self.min_errors)
 
     def summary(self) -> str:
         """One line: the threshold, the target and measured FAR with its interval, the
@@ -146,8 +147,9 @@ class Calibration:
         return text + (f" ({self.pairs})" if self.pairs else "")
 
 
-def _supports(far: float, impostors: int, min_errors: int) -> bool:
-    """``far · impostors >= min_errors`` (with a little room for ``0.001 · 10000``)."""
+def supports_far(far: float, impostors: int, min_errors: int = DEFAULT_MIN_ERRORS) -> bool:
+    """Whether ``impostors`` pairs can measure ``far``: ``far · impostors >= min_errors``
+    (with a little room for floats: ``0.001 · 10000`` is supported)."""
     return far * impostors >= min_errors * (1.0 - 1e-9)
 
 
@@ -211,7 +213,7 @@ def calibrate_threshold(
                 f"{y.shape[0] - genuine:,} impostor pairs (of one identity each, or two)"
             )
     impostors = int((~y).sum()) if y.ndim == 1 else 0
-    if impostors and not _supports(far, impostors, min_errors):
+    if impostors and not supports_far(far, impostors, min_errors):
         message = unsupported_message(far, impostors, min_errors)
         if unsupported == "raise":
             raise ValueError(message)
