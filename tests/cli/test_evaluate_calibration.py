@@ -35,7 +35,7 @@ def test_few_impostors_save_the_first_supported_far_with_a_warning(digits_run, t
     assert line.startswith(f"threshold {saved.threshold:.6f} for FAR 0.1: ")
     assert "of 300 impostor pairs accepted" in line and "support FAR >= 0.0333" in line
     assert warning == (
-        "the test set's 300 impostor pairs (the test set's all 435 pairs of 30 images) support "
+        "the test set's 300 impostor pairs (all 435 pairs of 30 test images) support "
         "FAR >= 0.0333, not 0.001 (it needs 10,000): the threshold saved is for FAR 0.1"
     )
 

@@ -233,6 +233,7 @@ def test_evaluate_stores_a_threshold_that_verify_uses(digits_run, faces, tmp_pat
     assert f"threshold {description.threshold:.6f} for FAR 0.001: {accepted:,} of " in saved[0]
     assert f"{impostors:,} impostor pairs accepted" in saved[0]
     assert "95% exact interval" in saved[0] and f"all {len(same):,} pairs of" in saved[0]
+    assert "test images" in saved[0]
     assert "threshold (best accuracy, 10 folds)" in out  # the table's other threshold says so
     assert f"{accepted:,} of {impostors:,} impostor pairs" in description.threshold_set
     assert description.verification["auc"] == pytest.approx(evaluation.metrics["auc"])

@@ -43,7 +43,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if warning:  # FAR 1e-3 not supported by the test pairs: said before what was saved
             print(f"warning: {warning}", file=sys.stderr, flush=True)
         if line:
-            _final(args, f"saved for `marginface verify`/`search`: {line}")
+            _echo(args, f"saved for `marginface verify`/`search`: {line}")
         _echo(args, f"description: {saved_path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
@@ -90,7 +90,7 @@ def _describe_evaluated(run_dir: Path, evaluation, found, *, flip: bool | None):
     if same.all() or not same.any():
         return None
     impostors = int((~same).sum())
-    pairs = f"the test set's {pair_sample_note(evaluation.embeddings.shape[0])}"
+    pairs = pair_sample_note(evaluation.embeddings.shape[0], images="test images")
     results = {k: (v if math.isfinite(v) else None) for k, v in evaluation.metrics.items()}
     description = found.replace(
         flip=found.flip if flip is None else flip,  # as these embeddings were made

@@ -235,14 +235,16 @@ def calibrate_threshold(
     )
 
 
-def pair_sample_note(num_images: int, *, max_pairs: int = 1_000_000, seed: int = 0) -> str:
+def pair_sample_note(
+    num_images: int, *, max_pairs: int = 1_000_000, seed: int = 0, images: str = "images"
+) -> str:
     """How :func:`labelled_pair_scores` draws the pairs of ``num_images`` images, in words:
     ``"all 499,500 pairs of 1,000 images"`` or ``"1,000,000 distinct pairs of 5,000 images
-    drawn with seed 0"``."""
+    drawn with seed 0"`` (``images``: the word for them, e.g. ``"test images"``)."""
     total = num_images * (num_images - 1) // 2
     if total <= max_pairs:
-        return f"all {total:,} pairs of {num_images:,} images"
-    return f"{max_pairs:,} distinct pairs of {num_images:,} images drawn with seed {seed}"
+        return f"all {total:,} pairs of {num_images:,} {images}"
+    return f"{max_pairs:,} distinct pairs of {num_images:,} {images} drawn with seed {seed}"
 
 
 def labelled_pair_scores(
