@@ -17,6 +17,8 @@ Python floats or NumPy arrays.
   embeds it with any backbone and caches the features.
 * :func:`clopper_pearson`, :func:`supported_rate` -- the exact binomial interval of a measured
   error rate, and the smallest rate a number of trials supports.
+* :class:`OpenSetReport`, :func:`open_set_counts` -- a 1:N search's decisions on probes of
+  known identity: rank-1, mated accepted right/wrong/rejected, non-mated rejected/accepted.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
 * :func:`error_versus_reject`, :func:`pair_quality` -- a quality score's error-versus-reject
   curve (MagFace's feature magnitude).
@@ -34,7 +36,13 @@ from .bin_verification import (
     kfold_folds,
     threshold_at_far,
 )
-from .binomial import DEFAULT_MIN_ERRORS, binomial_cdf, clopper_pearson, supported_rate
+from .binomial import (
+    DEFAULT_MIN_ERRORS,
+    binomial_cdf,
+    clopper_pearson,
+    rate_is_supported,
+    supported_rate,
+)
 from .closed_set import closed_set_accuracy, cosine_to_centers, l2_normalize
 from .ijb import (
     IJB_FAR_TARGETS,
@@ -46,6 +54,7 @@ from .ijb import (
     template_features,
     template_pair_scores,
 )
+from .open_set import OpenSetReport, open_set_counts
 from .pairs import NUM_FOLDS, PairSet, pair_scores, sample_pairs
 from .quality import ErrorVersusReject, error_versus_reject, pair_quality
 from .retrieval import retrieval_metrics
@@ -72,6 +81,7 @@ __all__ = [
     "ErrorVersusReject",
     "IdentificationMetrics",
     "IjbVerificationMetrics",
+    "OpenSetReport",
     "PairSet",
     "VerificationMetrics",
     "best_threshold",
@@ -91,8 +101,10 @@ __all__ = [
     "kfold_accuracy",
     "kfold_folds",
     "l2_normalize",
+    "open_set_counts",
     "pair_quality",
     "pair_scores",
+    "rate_is_supported",
     "retrieval_metrics",
     "roc_auc",
     "roc_curve",

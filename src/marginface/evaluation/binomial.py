@@ -28,7 +28,13 @@ import math
 
 import numpy as np
 
-__all__ = ["DEFAULT_MIN_ERRORS", "binomial_cdf", "clopper_pearson", "supported_rate"]
+__all__ = [
+    "DEFAULT_MIN_ERRORS",
+    "binomial_cdf",
+    "clopper_pearson",
+    "rate_is_supported",
+    "supported_rate",
+]
 
 DEFAULT_MIN_ERRORS = 10
 """Expected errors a measured rate needs to be reported: 10 (the rate from 10 events has a
@@ -135,3 +141,9 @@ def supported_rate(n: int, min_errors: int = DEFAULT_MIN_ERRORS) -> float:
     if isinstance(min_errors, bool) or not isinstance(min_errors, int) or min_errors < 1:
         raise ValueError(f"min_errors must be an int >= 1, got {min_errors!r}")
     return math.inf if n == 0 else min_errors / int(n)
+
+
+def rate_is_supported(rate: float, n: int, min_errors: int = DEFAULT_MIN_ERRORS) -> bool:
+    """Whether ``n`` trials can measure ``rate``: ``rate · n >= min_errors``, with a little
+    room for floats (``0.001 · 10000`` is supported)."""
+    return rate * n >= min_errors * (1.0 - 1e-9)

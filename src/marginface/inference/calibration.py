@@ -30,7 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..evaluation.binomial import DEFAULT_MIN_ERRORS, clopper_pearson, supported_rate
+from ..evaluation.binomial import (
+    DEFAULT_MIN_ERRORS,
+    clopper_pearson,
+    rate_is_supported,
+    supported_rate,
+)
 from ..evaluation.verification import roc_curve
 
 __all__ = [
@@ -150,7 +155,7 @@ class Calibration:
 def supports_far(far: float, impostors: int, min_errors: int = DEFAULT_MIN_ERRORS) -> bool:
     """Whether ``impostors`` pairs can measure ``far``: ``far · impostors >= min_errors``
     (with a little room for floats: ``0.001 · 10000`` is supported)."""
-    return far * impostors >= min_errors * (1.0 - 1e-9)
+    return rate_is_supported(far, impostors, min_errors)
 
 
 def unsupported_message(far: float, impostors: int, min_errors: int = DEFAULT_MIN_ERRORS) -> str:
