@@ -269,7 +269,7 @@ def test_search_with_truth_reports_the_known_and_unknown_probes(
     assert "truth (folders):" in out
     assert "probes: 10: 6 mated (identity in the gallery), 4 non-mated" in out
     assert (
-        f"mated: rank-1 {counts['rank1'] / 6:.4f} ({counts['rank1']} of 6); at threshold 0.5000: "
+        f"mated: rank-1 {counts['rank1'] / 6:.4f} ({counts['rank1']} of 6); at threshold 0.5: "
         f"{counts['accepted_right']} accepted right, {counts['accepted_wrong']} accepted wrong, "
         f"{counts['rejected_mated']} rejected" in out
     )

@@ -38,6 +38,8 @@ def test_no_threshold_accepts_every_probe():
     counts = open_set_counts(RIGHT, MATED, SCORES, None)
     assert counts["accepted_right"] == 4 and counts["accepted_wrong"] == 2
     assert counts["rejected_mated"] == 0 and counts["accepted_non_mated"] == 4
+    line = OpenSetReport(None, **counts).lines()[1]
+    assert "; no threshold: every probe accepted: 4 accepted right, 2 accepted wrong" in line
 
 
 def test_rates_and_intervals():
@@ -52,7 +54,7 @@ def test_rates_and_intervals():
     lines = report.lines()
     assert lines[0] == "probes: 10: 6 mated (identity in the gallery), 4 non-mated"
     assert lines[1].startswith(
-        "mated: rank-1 0.6667 (4 of 6); at threshold 0.5000: 3 accepted right, 1 accepted "
+        "mated: rank-1 0.6667 (4 of 6); at threshold 0.5: 3 accepted right, 1 accepted "
         "wrong, 2 rejected: FNIR 0.5000 (95% exact interval"
     )
     assert lines[2].startswith("non-mated: 2 rejected, 2 accepted: FPIR 0.5000 (95% exact")

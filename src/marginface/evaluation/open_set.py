@@ -118,7 +118,7 @@ class OpenSetReport:
         at = (
             "no threshold: every probe accepted"
             if self.threshold is None
-            else (f"at threshold {self.threshold:.4f}")
+            else (f"at threshold {self.threshold:.6g}")
         )
         lo, hi = self.fnir_interval
         out = [
