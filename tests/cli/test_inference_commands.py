@@ -219,14 +219,102 @@ def test_evaluate_stores_a_threshold_that_verify_uses(digits_run, faces, tmp_pat
     run = tmp_path / "run"
     shutil.copytree(digits_run, run)
     assert main(["evaluate", str(run), "--device", "cpu"]) == 0
-    assert "description (threshold for `marginface verify`/`search`)" in capsys.readouterr().out
+    out = capsys.readouterr().out
     description = describe_model(run)
     evaluation = evaluate_run(run)
     scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
     assert description.threshold == pytest.approx(threshold_at_far(scores, same, 1e-3))
     assert description.threshold_far == 1e-3
+    # the threshold printed is the one saved, with its FAR, the pairs and the interval
+    impostors = int((~same).sum())
+    accepted = int(np.sum(scores[~same] >= description.threshold))
+    saved = [line for line in out.splitlines() if line.startswith("saved for")]
+    assert len(saved) == 1, out
+    assert f"threshold {description.threshold:.6f} for FAR 0.001: {accepted:,} of " in saved[0]
+    assert f"{impostors:,} impostor pairs accepted" in saved[0]
+    assert "95% exact interval" in saved[0] and f"all {len(same):,} pairs of" in saved[0]
+    assert "test images" in saved[0]
+    assert "threshold (best accuracy, 10 folds)" in out  # the table's other threshold says so
+    assert f"{accepted:,} of {impostors:,} impostor pairs" in description.threshold_set
     assert description.verification["auc"] == pytest.approx(evaluation.metrics["auc"])
     a = faces / "0" / "0.png"
     assert main(["verify", str(run), str(a), str(a)]) == 0
     line = capsys.readouterr().out
     assert "same at threshold" in line and "(FAR 0.001)" in line
+
+
+def test_search_with_truth_reports_the_known_and_unknown_probes(
+    digits_run, faces, tmp_path, capsys
+):
+    from marginface.evaluation.open_set import open_set_counts
+
+    gallery_dir = tmp_path / "gallery"
+    known = write_identities(tmp_path / "known", [0, 1, 2], 3)
+    _build(digits_run, known, gallery_dir)
+    probes = write_identities(tmp_path / "probes", [0, 1, 2, 7, 8], 2, offset=5)
+    capsys.readouterr()
+    args = ["search", str(gallery_dir), str(probes), "--threshold", "0.5", "--truth", "folders"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    # restated: the best template of each probe and its cosine
+    gallery = Gallery.load(gallery_dir)
+    names = sorted(f"{d}/{n}.png" for d in (0, 1, 2, 7, 8) for n in (5, 6))
+    embeddings = FaceModel(digits_run).embed([str(probes / name) for name in names])
+    similarity = embeddings @ gallery.templates.T
+    best = np.asarray(gallery.identities)[similarity.argmax(axis=1)]
+    truth = [name.split("/")[0] for name in names]
+    mated = np.asarray([t in gallery.identities for t in truth])
+    right = best == np.asarray(truth)
+    counts = open_set_counts(right, mated, similarity.max(axis=1), 0.5)
+    assert "truth (folders):" in out
+    assert "probes: 10: 6 mated (identity in the gallery), 4 non-mated" in out
+    assert (
+        f"mated: rank-1 {counts['rank1'] / 6:.4f} ({counts['rank1']} of 6); at threshold 0.5: "
+        f"{counts['accepted_right']} accepted right, {counts['accepted_wrong']} accepted wrong, "
+        f"{counts['rejected_mated']} rejected" in out
+    )
+    assert (
+        f"non-mated: {counts['rejected_non_mated']} rejected, {counts['accepted_non_mated']} "
+        "accepted: FPIR" in out
+    )
+    assert "FNIR at FPIR 0.1: not measurable: it needs >= 100 non-mated probes" in out
+    # a CSV says the same
+    rows = "probe,identity\n" + "".join(f"{n},{t}\n" for n, t in zip(names, truth, strict=True))
+    (tmp_path / "truth.csv").write_text(rows)
+    assert main([*args[:-1], str(tmp_path / "truth.csv")]) == 0
+    assert (
+        capsys.readouterr().out.split("truth (")[1].split("\n", 1)[1]
+        == out.split("truth (")[1].split("\n", 1)[1]
+    )
+
+
+def test_search_with_bad_truth_is_one_line_and_writes_nothing(digits_run, faces, tmp_path, capsys):
+    def _refused(capsys) -> str:  # one line on stderr, nothing on stdout (no table)
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+        return captured.err
+
+    gallery_dir = tmp_path / "gallery"
+    _build(digits_run, faces, gallery_dir)
+    probes = write_identities(tmp_path / "probes", [7, 8], 2, offset=5)
+    out = tmp_path / "r.json"
+    base = ["search", str(gallery_dir), str(probes), "--out", str(out), "--truth"]
+    capsys.readouterr()
+    # identities none of which is in the gallery (0-4)
+    assert main([*base, "folders"]) == 2
+    err = _refused(capsys)
+    assert "none of the probes' 2 identities ('7', '8') is in the gallery's 5" in err
+    # a malformed CSV, and one that misses probes
+    bad = tmp_path / "truth.csv"
+    bad.write_text("7/5.png;7\n")
+    assert main([*base, str(bad)]) == 2
+    assert "row 1: expected 'probe,identity', got '7/5.png;7'" in _refused(capsys)
+    bad.write_text("7/5.png,0\n")
+    assert main([*base, str(bad)]) == 2
+    assert "gives no identity for 3 of the 4 probes (first: '7/6.png'" in _refused(capsys)
+    # probes outside identity folders
+    assert (
+        main(["search", str(gallery_dir), str(probes / "7" / "5.png"), "--truth", "folders"]) == 2
+    )
+    assert "is not in an identity folder" in _refused(capsys)
+    assert not out.exists()

@@ -149,7 +149,10 @@ def test_calibrate_then_verify_at_the_stored_threshold(digits_run, tmp_path):
     rng = np.random.default_rng(1)
     scores = np.r_[rng.uniform(0.5, 1.0, 50), rng.uniform(-1.0, 0.6, 1000)]
     same = np.r_[np.ones(50, bool), np.zeros(1000, bool)]
-    threshold = model.calibrate(scores=scores, same=same, far=0.01, name="synthetic")
+    calibration = model.calibrate(scores=scores, same=same, far=0.01, name="synthetic")
+    threshold = calibration.threshold
+    assert threshold == threshold_at_far(scores, same, 0.01)
+    assert calibration.impostors == 1000 and calibration.false_accepts <= 10
     assert model.description.threshold == threshold and model.description.threshold_far == 0.01
     itself = model.verify(pixels[0], pixels[0])
     assert itself.same is True and itself.cosine == pytest.approx(1.0, abs=1e-6)
@@ -160,6 +163,19 @@ def test_calibrate_then_verify_at_the_stored_threshold(digits_run, tmp_path):
         assert FaceModel(digits_run).description.threshold == threshold
     finally:
         (digits_run / "description.json").unlink()
+
+
+def test_calibrate_refuses_a_far_its_pairs_cannot_support(digits_run):
+    model = FaceModel(digits_run)
+    rng = np.random.default_rng(2)
+    scores = np.r_[rng.uniform(0.5, 1.0, 300), rng.uniform(-1.0, 0.6, 300)]
+    same = np.r_[np.ones(300, bool), np.zeros(300, bool)]
+    with pytest.raises(ValueError, match=r"far 0.001 needs at least 10,000 impostor pairs"):
+        model.calibrate(scores=scores, same=same, far=1e-3)
+    assert model.description.threshold is None  # nothing stored
+    with pytest.warns(UserWarning, match="these pairs hold 300"):
+        model.calibrate(scores=scores, same=same, far=1e-3, unsupported="warn")
+    assert model.description.threshold_far == 1e-3
 
 
 def test_threshold_at_far_is_the_lowest_threshold_within_the_rate():

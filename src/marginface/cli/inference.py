@@ -420,6 +420,14 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     search.add_argument(
         "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
     )
+    search.add_argument(
+        "--truth",
+        metavar="folders|FILE.csv",
+        help="the probes' identities: 'folders' (PHOTOS/<identity>/<image>) or a CSV of "
+        "probe,identity; then search also reports rank-1, the known (mated) probes accepted "
+        "right/wrong or rejected, the unknown ones rejected or accepted (FPIR), FNIR at the "
+        "threshold and at FPIR 0.01 and 0.1 where the probes support them (default: none)",
+    )
     search.add_argument("--out", type=Path, help="results as .csv or .json (default: none)")
     search.add_argument("--html", type=Path, help="an HTML page with thumbnails (default: none)")
     search.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
@@ -448,6 +456,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         root, relative = args.photos.parent, [args.photos.name]
     else:
         raise ValueError(f"no image or folder at {args.photos}")
+    truth = None
+    if args.truth is not None:  # read and checked before any image is embedded
+        from ..inference.truth import read_truth
+
+        truth = dict(zip(relative, read_truth(args.truth, relative, root=root), strict=True))
+        gallery.mated(list(truth.values()))
     skipped: list[tuple[str, str]] = []
     names: list[str] = []
     rows = []
@@ -459,7 +473,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     _report_skipped(skipped)
     if not rows:
         raise ValueError(f"no usable image in {args.photos} ({len(skipped)} skipped)")
-    results = gallery.search(np.concatenate(rows), names, k=args.top_k, threshold=args.threshold)
+    embeddings = np.concatenate(rows)
+    results = gallery.search(embeddings, names, k=args.top_k, threshold=args.threshold)
+    report = None
+    if truth is not None:  # before anything is printed or written: its errors stop it all
+        report = gallery.open_set(
+            embeddings, [truth[name] for name in names], threshold=args.threshold
+        )
     threshold = args.threshold if args.threshold is not None else gallery.description.threshold
     if threshold is None:
         print(
@@ -479,6 +499,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         for r in results
     ]
     print(format_table(table))
+    if report is not None:
+        print(f"truth ({args.truth}):")
+        for line in report.lines():
+            print(f"  {line}")
     if args.out is not None:
         _write_results(args.out, results)
         _echo(args, f"written to {args.out}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .output import _echo, _final
@@ -30,7 +31,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     path = write_evaluation(evaluation, path)
-    rows = [{"metric": k, "value": v} for k, v in evaluation.metrics.items()]
+    rows = [{"metric": _shown_metric(k), "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _print_grid_notes(evaluation.metrics)
     _final(args, f"written to {path}")
@@ -38,35 +39,97 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         Path(args.run_dir), evaluation, describe_saved_run(saved), flip=args.flip
     )
     if described is not None:
-        _echo(args, f"description (threshold for `marginface verify`/`search`): {described}")
+        saved_path, line, warning = described
+        if warning:  # FAR 1e-3 not supported by the test pairs: said before what was saved
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+        if line:
+            _echo(args, f"saved for `marginface verify`/`search`: {line}")
+        _echo(args, f"description: {saved_path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
         _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
     return 0
 
 
-def _describe_evaluated(run_dir: Path, evaluation, found, *, flip: bool | None, far: float = 1e-3):
+def _shown_metric(name: str) -> str:
+    """The name a metric is printed under: the 10-fold best-accuracy ``threshold`` says so,
+    so that it is not read as the threshold ``verify``/``search`` use."""
+    return "threshold (best accuracy, 10 folds)" if name == "threshold" else name
+
+
+EVALUATE_FARS = (1e-3, 1e-2, 1e-1)
+"""The FARs ``evaluate`` calibrates for, the first its test pairs support (1e-3 when they can)."""
+
+
+def _describe_evaluated(run_dir: Path, evaluation, found, *, flip: bool | None):
     """``RUN/description.json``: the run's description with these results and the cosine
-    threshold for FAR ``far`` on the test set's pairs (every pair, or a million drawn), which
-    ``FaceModel``, ``verify`` and ``search`` then use; None when the test set has no genuine or
-    no impostor pair."""
+    threshold for the first FAR of :data:`EVALUATE_FARS` the test set's pairs support (every
+    pair of the test images, or a million distinct ones drawn;
+    :func:`~marginface.inference.calibration.calibrate_threshold`), which ``FaceModel``,
+    ``verify`` and ``search`` then use.
+
+    Returns:
+        ``(path, line, warning)``: ``line`` says the threshold saved (to 6 decimals), its FAR,
+        the impostor pairs accepted and their count, the measured FAR's exact interval, the
+        TAR and the smallest FAR the pairs support; ``warning`` says why FAR 1e-3 was not
+        supported, else ``""``. When the pairs support none of the FARs the description is
+        saved without threshold and ``line`` is ``""``. None when the test set has no genuine
+        or no impostor pair.
+    """
     import math
 
-    from ..inference.calibration import labelled_pair_scores, threshold_at_far
+    from ..evaluation.binomial import DEFAULT_MIN_ERRORS, supported_rate
+    from ..inference.calibration import (
+        calibrate_threshold,
+        labelled_pair_scores,
+        pair_sample_note,
+        supports_far,
+    )
     from ..inference.source import save_description
 
     scores, same = labelled_pair_scores(evaluation.embeddings, evaluation.labels)
     if same.all() or not same.any():
         return None
-    threshold = threshold_at_far(scores, same, far)
+    impostors = int((~same).sum())
+    pairs = pair_sample_note(evaluation.embeddings.shape[0], images="test images")
     results = {k: (v if math.isfinite(v) else None) for k, v in evaluation.metrics.items()}
     description = found.replace(
         flip=found.flip if flip is None else flip,  # as these embeddings were made
         verification=results,
-        threshold=min(max(threshold, -1.0), 1.0),
-        threshold_far=far,
-        threshold_set="test pairs of marginface evaluate",
+        threshold=None,
+        threshold_far=None,
+        threshold_set=None,
     )
-    return save_description(run_dir, description)
+    supported = [far for far in EVALUATE_FARS if supports_far(far, impostors)]
+    if not supported:
+        warning = (
+            f"the test set's {impostors:,} impostor pairs ({pairs}) support FAR >= "
+            f"{supported_rate(impostors):.3g}, above {EVALUATE_FARS[-1]:g} (it needs "
+            f"{math.ceil(DEFAULT_MIN_ERRORS / EVALUATE_FARS[-1]):,}): no threshold saved"
+        )
+        return save_description(run_dir, description), "", warning
+    far = supported[0]
+    calibration = calibrate_threshold(scores, same, far, pairs=pairs)
+    threshold = min(max(calibration.threshold, -1.0), 1.0)
+    lower, upper = calibration.far_interval
+    description = description.replace(
+        threshold=threshold,
+        threshold_far=far,
+        threshold_set=(
+            f"test pairs of marginface evaluate: {pairs}; {calibration.false_accepts:,} of "
+            f"{impostors:,} impostor pairs accepted (FAR {calibration.measured_far:.3g}, 95% "
+            f"exact interval {lower:.3g}-{upper:.3g})"
+        ),
+    )
+    line = f"threshold {threshold:.6f} " + calibration.summary().split(" ", 2)[2]
+    warning = ""
+    if far != EVALUATE_FARS[0]:
+        warning = (
+            f"the test set's {impostors:,} impostor pairs ({pairs}) support FAR >= "
+            f"{calibration.supported_far:.3g}, not {EVALUATE_FARS[0]:g} (it needs "
+            f"{math.ceil(DEFAULT_MIN_ERRORS / EVALUATE_FARS[0]):,}): the threshold saved is "
+            f"for FAR {far:g}"
+        )
+    return save_description(run_dir, description), line, warning
 
 
 def _print_grid_notes(metrics: dict[str, float]) -> None:

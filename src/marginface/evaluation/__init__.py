@@ -15,6 +15,10 @@ Python floats or NumPy arrays.
 * :mod:`~marginface.evaluation.ijb` -- IJB-B/C template pooling, 1:1 TAR@FAR and 1:N
   rank/TPIR (insightface's protocol); :mod:`~marginface.data.ijb` reads the dataset,
   embeds it with any backbone and caches the features.
+* :func:`clopper_pearson`, :func:`supported_rate` -- the exact binomial interval of a measured
+  error rate, and the smallest rate a number of trials supports.
+* :class:`OpenSetReport`, :func:`open_set_counts` -- a 1:N search's decisions on probes of
+  known identity: rank-1, mated accepted right/wrong/rejected, non-mated rejected/accepted.
 * :func:`retrieval_metrics` -- leave-one-out precision@1 and MAP@R.
 * :func:`error_versus_reject`, :func:`pair_quality` -- a quality score's error-versus-reject
   curve (MagFace's feature magnitude).
@@ -32,6 +36,13 @@ from .bin_verification import (
     kfold_folds,
     threshold_at_far,
 )
+from .binomial import (
+    DEFAULT_MIN_ERRORS,
+    binomial_cdf,
+    clopper_pearson,
+    rate_is_supported,
+    supported_rate,
+)
 from .closed_set import closed_set_accuracy, cosine_to_centers, l2_normalize
 from .ijb import (
     IJB_FAR_TARGETS,
@@ -43,6 +54,7 @@ from .ijb import (
     template_features,
     template_pair_scores,
 )
+from .open_set import OpenSetReport, open_set_counts
 from .pairs import NUM_FOLDS, PairSet, pair_scores, sample_pairs
 from .quality import ErrorVersusReject, error_versus_reject, pair_quality
 from .retrieval import retrieval_metrics
@@ -61,6 +73,7 @@ from .verification import (
 __all__ = [
     "ACCURACY_THRESHOLDS",
     "DEFAULT_FAR_TARGETS",
+    "DEFAULT_MIN_ERRORS",
     "IJB_FAR_TARGETS",
     "NUM_FOLDS",
     "VAL_THRESHOLDS",
@@ -68,11 +81,14 @@ __all__ = [
     "ErrorVersusReject",
     "IdentificationMetrics",
     "IjbVerificationMetrics",
+    "OpenSetReport",
     "PairSet",
     "VerificationMetrics",
     "best_threshold",
     "bin_set_metrics",
     "bin_verification_metrics",
+    "binomial_cdf",
+    "clopper_pearson",
     "closed_set_accuracy",
     "cosine_to_centers",
     "equal_error_rate",
@@ -85,12 +101,15 @@ __all__ = [
     "kfold_accuracy",
     "kfold_folds",
     "l2_normalize",
+    "open_set_counts",
     "pair_quality",
     "pair_scores",
+    "rate_is_supported",
     "retrieval_metrics",
     "roc_auc",
     "roc_curve",
     "sample_pairs",
+    "supported_rate",
     "tar_at_far",
     "target_and_nearest_angles",
     "template_features",

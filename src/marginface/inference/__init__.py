@@ -8,14 +8,16 @@ reaches into training.
 """
 
 from ..models.description import ModelDescription
-from .calibration import threshold_at_far
+from .calibration import Calibration, calibrate_threshold, threshold_at_far
 from .face_model import FaceModel, Verification
 from .source import describe_model, open_model, save_description
 
 __all__ = [
+    "Calibration",
     "FaceModel",
     "ModelDescription",
     "Verification",
+    "calibrate_threshold",
     "describe_model",
     "open_model",
     "save_description",

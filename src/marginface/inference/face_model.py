@@ -17,8 +17,9 @@ import torch
 from numpy.typing import ArrayLike
 from torch import Tensor, nn
 
+from ..evaluation.binomial import DEFAULT_MIN_ERRORS
 from ..models.description import ModelDescription
-from .calibration import threshold_at_far
+from .calibration import Calibration, calibrate_threshold
 from .images import Aligner, ImageInput, pixel_batch
 
 __all__ = ["FaceModel", "Verification"]
@@ -296,10 +297,16 @@ class FaceModel:
         scores: ArrayLike | None = None,
         far: float = 1e-3,
         name: str = "custom",
-    ) -> float:
+        min_errors: int = DEFAULT_MIN_ERRORS,
+        unsupported: str = "raise",
+    ) -> Calibration:
         """Choose the verification threshold for false accept rate ``far`` on labelled pairs
         and store it in :attr:`description` (``threshold``, ``threshold_far``,
         ``threshold_set``); :func:`~marginface.inference.save_description` keeps it.
+
+        ``far`` must be one the pairs can measure: ``far · impostors >= min_errors`` (e.g. FAR
+        1e-3 needs 10,000 impostor pairs; every cross-identity pair of a labelled image set,
+        :func:`~marginface.inference.calibration.labelled_pair_scores`, gives many).
 
         Args:
             first, second: the pairs' images (lists of equal length), or None with ``scores``.
@@ -307,9 +314,18 @@ class FaceModel:
             scores: ``float[P]`` cosines already computed, instead of images.
             far: the target false accept rate in ``(0, 1]``. Default: 1e-3.
             name: the verification set's name, kept in the description.
+            min_errors: false accepts expected at ``far`` for it to count as supported.
+                Default: 10.
+            unsupported: ``"raise"`` (default) or ``"warn"`` when the pairs cannot support
+                ``far`` (:func:`~marginface.inference.calibration.calibrate_threshold`).
 
         Returns:
-            The threshold (:func:`~marginface.inference.calibration.threshold_at_far`).
+            The :class:`~marginface.inference.calibration.Calibration`: the threshold, the FAR
+            measured there with its exact 95 % interval, the counts, the TAR.
+
+        Raises:
+            ValueError: no ``same``; pairs of one kind only; ``far`` the pairs cannot support
+                (with ``unsupported="raise"``), naming the numbers. Nothing is stored then.
         """
         if same is None:
             raise ValueError("same is required: True/False for each pair")
@@ -317,8 +333,12 @@ class FaceModel:
             if first is None or second is None:
                 raise ValueError("give the pairs' images (first, second) or their scores")
             scores = self.similarity(first, second)
-        threshold = threshold_at_far(scores, same, far)
-        self.description = self.description.replace(
-            threshold=min(max(threshold, -1.0), 1.0), threshold_far=float(far), threshold_set=name
+        calibration = calibrate_threshold(
+            scores, same, far, min_errors=min_errors, unsupported=unsupported
         )
-        return threshold
+        self.description = self.description.replace(
+            threshold=min(max(calibration.threshold, -1.0), 1.0),
+            threshold_far=float(far),
+            threshold_set=name,
+        )
+        return calibration

@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from ..evaluation.binomial import DEFAULT_MIN_ERRORS, rate_is_supported
 from ..evaluation.ijb import IdentificationMetrics
+from ..evaluation.open_set import OpenSetReport
 from ..models.description import ModelDescription, marginface_version
 from .index import INDEX_KINDS, TemplateIndex
 
@@ -74,6 +76,12 @@ def _manifest_problem(manifest: dict[str, Any]) -> str:
     if not isinstance(manifest.get("index", {}), dict):
         return "'index' is not a dict"
     return ""
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    """``'a', 'b', 'c' ...`` for a message."""
+    text = ", ".join(repr(name) for name in names[:shown])
+    return text + (" ..." if len(names) > shown else "")
 
 
 @dataclass(frozen=True)
@@ -301,6 +309,90 @@ class Gallery:
             np.arange(len(self), dtype=np.int64),
             fpir_targets=fpir_targets,
         )
+
+    def open_set(
+        self,
+        probes: np.ndarray,
+        probe_identities: list[str],
+        *,
+        threshold: float | None = None,
+        fpir_targets: tuple[float, ...] = (0.01, 0.1),
+        min_errors: int = DEFAULT_MIN_ERRORS,
+    ) -> OpenSetReport:
+        """How search decides on probes of known identity
+        (:class:`~marginface.evaluation.open_set.OpenSetReport`): rank-1, the mated probes
+        accepted right, accepted wrong and rejected, the non-mated ones rejected and accepted
+        (FPIR), FNIR at the threshold and, from :meth:`identification`, FNIR ``= 1 - TPIR`` at
+        each FPIR target the non-mated probes support (``f · non_mated >= min_errors``).
+
+        A probe's best identity is the template of largest cosine (exact, ``probes @
+        templates.T``); it is accepted when that cosine is ``>= threshold``, as :meth:`search`.
+
+        Args:
+            probes: ``float32[Q, D]`` unit embeddings.
+            probe_identities: each probe's identity; those not in the gallery are non-mated.
+            threshold: default (None): the description's calibrated threshold, else none (every
+                probe accepted).
+            fpir_targets: Default: 0.01, 0.1.
+            min_errors: false alarms an FPIR target needs to be reported. Default: 10.
+
+        Raises:
+            ValueError: an empty gallery; another embedding size; lengths that differ; no
+                probe of an identity in the gallery (one line naming a few of each).
+        """
+        from ..evaluation.open_set import open_set_counts
+
+        if len(self) == 0:
+            raise ValueError("the gallery is empty: add identities with `marginface gallery add`")
+        probes = self._probe_array(probes)
+        if len(probe_identities) != probes.shape[0]:
+            raise ValueError(
+                f"{len(probe_identities)} probe identities for {probes.shape[0]} probes"
+            )
+        mated = self.mated(probe_identities)
+        similarity = probes @ self.templates.T  # (Q, G)
+        best = similarity.argmax(axis=1)
+        names = np.asarray(self.identities, dtype=object)[best]
+        right = mated & (names == np.asarray(probe_identities, dtype=object))
+        if threshold is None:
+            threshold = self.description.threshold
+        counts = open_set_counts(right, mated, similarity.max(axis=1), threshold)
+        tpir = self.identification(probes, probe_identities, fpir_targets=fpir_targets)
+        non_mated = int((~mated).sum())
+        fnir = {
+            f: (1.0 - v if rate_is_supported(f, non_mated, min_errors) else None)
+            for f, v in tpir.tpir_at_fpir.items()
+        }
+        return OpenSetReport(
+            threshold=threshold, fnir_at_fpir=fnir, min_errors=min_errors, **counts
+        )
+
+    def mated(self, probe_identities: list[str]) -> np.ndarray:
+        """``bool[Q]``: which probe identities are in the gallery (the mated probes).
+
+        Raises:
+            ValueError: none is (one line naming a few of the probes' and the gallery's
+                identities): a truth that does not name the gallery's identities.
+        """
+        known = set(self.identities)
+        mated = np.asarray([name in known for name in probe_identities], bool)
+        if not mated.any():
+            theirs = sorted(set(probe_identities))
+            raise ValueError(
+                f"none of the probes' {len(theirs)} identities ({_few(theirs)}) is in the "
+                f"gallery's {len(self)} ({_few(self.identities)}): the names must be the "
+                "gallery's (its folder names at `gallery build`)"
+            )
+        return mated
+
+    def _probe_array(self, probes: np.ndarray) -> np.ndarray:
+        probes = np.asarray(probes, np.float32)
+        if probes.ndim != 2 or probes.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"the gallery holds {self.embedding_dim}-D templates, the probes are "
+                f"{probes.shape[-1]}-D: search with the model the gallery was built with"
+            )
+        return probes
 
     # ------------------------------------------------------------------ the folder
     def save(self, folder: str | os.PathLike[str]) -> Path:
