@@ -431,3 +431,16 @@ def test_cli_evaluates_an_image_folder_with_a_pairs_file(tmp_path, capsys):
     (tmp_path / "faces" / "Ann_A" / "Ann_A_0001.jpg").unlink()
     assert main(args) == 2
     assert "Ann_A_0001.jpg is not in" in capsys.readouterr().err
+
+
+def test_a_model_that_owns_stem_and_stages_names_loads_them_as_they_are():
+    """IResNet's names before insightface's (``stem.``, ``stages.``) are renamed for IResNet
+    only: dlib's ResNet owns such names and loads its own state_dict unchanged."""
+    from marginface.models.dlib_resnet import DlibResNet
+    from marginface.models.pretrained import load_backbone_weights
+
+    torch.manual_seed(0)
+    source, target = DlibResNet(), DlibResNet()
+    load_backbone_weights(target, source.state_dict(), source="dlib.pt")
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(target.state_dict()[name], tensor), name

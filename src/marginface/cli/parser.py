@@ -116,10 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--init-from",
         type=Path,
-        metavar="FILE",
-        help="start the backbone from FILE's weights (a state_dict: insightface's "
-        "backbone.pth, .safetensors, an AdaFace IR checkpoint), --model naming its "
-        "architecture; the class centers, optimizer and schedule start afresh (fine-tuning)",
+        metavar="NAME|FILE",
+        help="fine-tune: start the backbone from a pretrained model (a name of `marginface "
+        "models`, or a file carrying marginface's description: the finetune recipe takes its "
+        "architecture, input and normalisation) or from a bare state_dict FILE (insightface's "
+        "backbone.pth, .safetensors, an AdaFace IR checkpoint; --model naming its "
+        "architecture); the class centers, optimizer and schedule start afresh",
     )
     add_checkpoint_options(train)
     _add_progress_option(train)

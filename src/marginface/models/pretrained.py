@@ -40,7 +40,7 @@ from .description import (
     read_description,
     sidecar_path,
 )
-from .iresnet import infer_iresnet, rename_legacy_keys
+from .iresnet import IResNet, infer_iresnet, rename_legacy_keys
 from .registry import create_model, list_models
 
 __all__ = [
@@ -163,7 +163,8 @@ def load_backbone_weights(
         ValueError: as above.
     """
     state = dict(state)
-    rename_legacy_keys(state)  # marginface's names before insightface's
+    if isinstance(model, IResNet):  # an IResNet's names before they were insightface's
+        rename_legacy_keys(state)  # (other models may own stem./stages. names: dlib's)
     adapt = getattr(model, "adapt_state_dict", None)
     if callable(adapt):  # keys a foreign file carries beside the backbone (facenet's logits)
         state = dict(adapt(state))

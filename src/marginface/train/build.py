@@ -199,16 +199,7 @@ def load_initial_state(model: nn.Module, head: nn.Module, state: dict[str, Any] 
     """
     if state is None:
         return
-    own = model.state_dict()
-    if "source" in state and any(key.startswith(("stem.", "stages.")) for key in own):
-        # a model whose own names are IResNet's old ones (dlib-resnet-v1): load_backbone_weights
-        # would rename them as IResNet's (models/iresnet.py, rename_legacy_keys)
-        try:
-            model.load_state_dict(state["model"], strict=True)
-        except RuntimeError as error:
-            reason = " ".join(str(error).split())[:300]
-            raise ValueError(f"{state['source']} does not fit the model: {reason}") from None
-    elif "source" in state:
+    if "source" in state:
         from ..models.pretrained import load_backbone_weights
 
         load_backbone_weights(model, state["model"], source=str(state["source"]))
