@@ -51,11 +51,12 @@ def nms(
     *,
     overlap: str = "union",
     inclusive: bool = False,
+    order: str = "stable",
 ) -> Tensor:
     """Greedy non-maximum suppression: the indices of the boxes kept, best score first.
 
-    Visits the boxes by decreasing score (a stable sort: equal scores keep their order) and
-    drops every later box whose overlap with a kept one is above ``threshold``.
+    Visits the boxes by decreasing score and drops every later box whose overlap with a kept
+    one is above ``threshold``.
 
     Args:
         boxes: ``[K, 4]`` ``(x1, y1, x2, y2)``.
@@ -65,6 +66,13 @@ def nms(
             the smaller box's area (MTCNN's last stage). Default: ``"union"``.
         inclusive: pixel-inclusive sizes ``x2 - x1 + 1`` (MTCNN's MATLAB heritage) instead of
             ``x2 - x1``. Default: False.
+        order: how equal scores are visited. ``"stable"``: a stable descending sort, the
+            lower index first (torchvision's ``nms`` since 0.12); a box is dropped when its
+            overlap is ``> threshold``. ``"numpy"``: the reverse of NumPy's default
+            ``np.argsort(scores)`` (ascending, kind ``"quicksort"``, which is not stable: on
+            NumPy 2 with AVX-512 or AVX2 a sorting network decides the order of ties), as
+            facenet-pytorch's ``nms_numpy`` visits them; a box is kept only when its overlap is
+            ``<= threshold`` (so a NaN overlap drops it). Default: ``"stable"``.
 
     Returns:
         ``int64[k]`` indices into ``boxes``.
@@ -76,13 +84,18 @@ def nms(
             f"boxes must be [K, 4] and scores [K], got {tuple(boxes.shape)} and "
             f"{tuple(scores.shape)}"
         )
-    order = torch.sort(scores, descending=True, stable=True).indices
-    x1, y1, x2, y2 = boxes[order].unbind(1)
+    check_choice("order", order, ("stable", "numpy"))
+    if order == "numpy":
+        ascending = np.argsort(scores.detach().cpu().numpy())
+        visit = torch.from_numpy(np.ascontiguousarray(ascending[::-1])).to(boxes.device)
+    else:
+        visit = torch.sort(scores, descending=True, stable=True).indices
+    x1, y1, x2, y2 = boxes[visit].unbind(1)
     one = 1.0 if inclusive else 0.0
     area = (x2 - x1 + one) * (y2 - y1 + one)  # (K,)
-    alive = torch.ones(order.shape[0], dtype=torch.bool, device=boxes.device)
+    alive = torch.ones(visit.shape[0], dtype=torch.bool, device=boxes.device)
     keep = []
-    for i in range(order.shape[0]):
+    for i in range(visit.shape[0]):
         if not alive[i]:
             continue
         keep.append(i)
@@ -96,8 +109,8 @@ def nms(
             ratio = inter / torch.minimum(area[i], area[rest])
         else:
             ratio = inter / (area[i] + area[rest] - inter)
-        alive[rest] &= ~(ratio > threshold)
-    return order[torch.tensor(keep, dtype=torch.int64, device=boxes.device)]
+        alive[rest] &= (ratio <= threshold) if order == "numpy" else ~(ratio > threshold)
+    return visit[torch.tensor(keep, dtype=torch.int64, device=boxes.device)]
 
 
 def square_boxes(boxes: Tensor) -> Tensor:

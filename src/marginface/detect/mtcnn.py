@@ -193,6 +193,7 @@ class MTCNN(nn.Module):
                     threshold,
                     overlap=overlap,
                     inclusive=overlap == "min",
+                    order="numpy" if overlap == "min" else "stable",
                 )
             ]
             for members in (torch.nonzero(image == i).flatten() for i in image.unique())
@@ -252,7 +253,7 @@ class MTCNN(nn.Module):
         valid = (ey > y - 1) & (ex > x - 1)
         crops = [
             F.interpolate(
-                batch[i : i + 1, :, y[k] - 1 : ey[k], x[k] - 1 : ex[k]],
+                batch[i, :, y[k] - 1 : ey[k], x[k] - 1 : ex[k]].unsqueeze(0),
                 size=(side, side),
                 mode="area",
             )
