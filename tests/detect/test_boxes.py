@@ -18,7 +18,11 @@ def test_nms_union_by_hand():
     boxes = _t([[0, 0, 10, 10], [5, 0, 15, 10], [100, 100, 110, 110]])
     scores = _t([0.9, 0.8, 0.7])
     assert nms(boxes, scores, 0.3).tolist() == [0, 2]
-    assert nms(boxes, scores, 1 / 3).tolist() == [0, 1, 2]  # only strictly above is dropped
+    # the float32 IoU 0.33333334 is above the float64 1/3, as torchvision compares them
+    assert nms(boxes, scores, 1 / 3).tolist() == [0, 2]
+    half = _t([[0, 0, 10, 10], [0, 0, 10, 5]])  # IoU 50/100 exactly
+    assert nms(half, scores[:2], 0.5).tolist() == [0, 1]  # only strictly above is dropped
+    assert nms(half, scores[:2], 0.49).tolist() == [0]
     assert nms(boxes, _t([0.1, 0.8, 0.7]), 0.3).tolist() == [1, 2]
 
 
