@@ -23,6 +23,17 @@ defaults of facenet-pytorch 2.6.0's ``MTCNN.detect`` (whose weights this reads,
 NMS runs per image, so a batch gives each image what it alone would give (facenet-pytorch
 separates the images of a batch by shifting their boxes, which can let boxes of neighbouring
 images with negative coordinates meet).
+
+**Bit for bit.** On CPU (float32), each image's boxes, scores and landmarks equal those of
+facenet-pytorch's ``detect_face`` run on that image alone, whatever the batch
+(``tests/detect/test_mtcnn.py`` runs facenet-pytorch's own code): the networks are called
+per image with the shapes and memory layouts facenet-pytorch gives them (PyTorch chooses a
+convolution kernel by the batch size and layout, and the kernels round differently): each
+pyramid level in channels-last memory, the crops of one image contiguous, in calls of at most
+512; the NMS of stages 1 and 2 as torchvision's (stable order, float64 comparison, more than
+1,000 boxes re-sorted), the last as ``nms_numpy`` (:func:`~marginface.detect.boxes.nms`,
+``order``). The area resampling and max pooling are computed faster with the same values
+(:mod:`.mtcnn_ops`).
 """
 
 from __future__ import annotations
@@ -104,7 +115,8 @@ class MTCNN(nn.Module):
             Default: ``(0.6, 0.7, 0.7)``.
         factor: the pyramid's step between scales, in (0, 1). Default: 0.709.
         max_side: an image whose longer side exceeds this many pixels is first shrunk to it
-            (area averaging) and its boxes and landmarks mapped back; None never shrinks.
+            (area averaging, rounded to uint8 like a resized photo) and its boxes and
+            landmarks mapped back; None never shrinks.
             Default: 1600 (no effect on LFW's 250×250).
         device: where the networks run (``"cpu"``, ``"cuda"``...). Default: CPU.
 
