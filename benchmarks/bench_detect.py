@@ -1,9 +1,23 @@
 """MTCNN on LFW: the share of photos whose main face is found, and the time per 250×250 photo
-on this CPU (1 and 2 threads), batched (16 photos of one size per call) and one at a time.
+on this CPU (1 and 2 threads), batched (16 photos of one size per call) and one at a time;
+and (``--versus N``) the comparison with facenet-pytorch 2.6.0's own ``detect_face``.
 
     PYTHONPATH=src python benchmarks/bench_detect.py --time-sample 500 --find-every 1
+    PYTHONPATH=src python benchmarks/bench_detect.py --versus 560 --skip-timing --skip-find
 
 (``--skip-timing`` / ``--skip-find`` run one half; ``--find-threads`` sets the find run's).
+
+``--versus N``: the first N LFW photos, one thread, in chunks of 16: facenet-pytorch's
+``detect_face`` one photo per call (as its ``MTCNN.detect`` runs a photo; loaded by
+``tests/detect/_facenet_pytorch.py``, with torchvision's ``batched_nms`` restated in Python
+when torchvision is absent), marginface with the 16 as one batch, and marginface one photo per
+call, the three interleaved, the first of them rotating from chunk to chunk. Per photo: the
+boxes, scores and landmarks equal bit for bit, within 1e-4 (px and probability), or worse
+(another face count or a larger difference). Times: per chunk, wall (``perf_counter``) and
+CPU (``process_time``) ms per photo; medians over the chunks, and the ratio of the medians.
+The Python ``batched_nms`` stand-in is slower than torchvision's C++ one: its time is
+measured too, and the ratio is also given against facenet-pytorch without it (a lower bound
+of the ratio against facenet-pytorch with torchvision).
 
 The photos are read from ``../shared/data/lfw/lfw-deepfunneled.tar.gz`` (13,233 JPEGs, one
 main face each, centred by deep funnelling). "Found" means a face whose box holds the photo's
@@ -57,6 +71,98 @@ def time_per_photo(detector: MTCNN, images: list[np.ndarray], batch: int) -> flo
     return (time.perf_counter() - start) / len(images)
 
 
+def versus_facenet(count: int) -> None:
+    """The ``--versus`` comparison (see the module docstring); prints markdown lines."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.detect._facenet_pytorch import load_facenet_mtcnn
+
+    torch.set_num_threads(1)
+    reference, detector = load_facenet_mtcnn(), MTCNN()
+    stand_in = reference.module.batched_nms
+    nms_seconds = [0.0, 0.0]  # wall, CPU
+
+    def timed_nms(*args):
+        wall, cpu = time.perf_counter(), time.process_time()
+        kept = stand_in(*args)
+        nms_seconds[0] += time.perf_counter() - wall
+        nms_seconds[1] += time.process_time() - cpu
+        return kept
+
+    reference.module.batched_nms = timed_nms
+    images = [image for _, image in lfw_photos(1, count)]
+    runs = {
+        "facenet": lambda chunk: [reference.detect(image) for image in chunk],
+        "batched": lambda chunk: detector.detect(chunk),
+        "single": lambda chunk: [detector.detect(image)[0] for image in chunk],
+    }
+    for run in runs.values():  # warm-up
+        run(images[:2])
+    times = {name: ([], []) for name in runs}  # wall, CPU ms per photo, per chunk
+    nms_ms, counts = [], {"exact": 0, "1e-4": 0, "worse": 0}
+    worst = 0.0
+    for number, start in enumerate(range(0, len(images), 16)):
+        chunk = images[start : start + 16]
+        names = list(runs)
+        names = names[number % 3 :] + names[: number % 3]
+        out = {}
+        for name in names:
+            nms_seconds[:] = [0.0, 0.0]
+            wall, cpu = time.perf_counter(), time.process_time()
+            out[name] = runs[name](chunk)
+            times[name][0].append(1000 * (time.perf_counter() - wall) / len(chunk))
+            times[name][1].append(1000 * (time.process_time() - cpu) / len(chunk))
+            if name == "facenet":
+                nms_ms.append([1000 * t / len(chunk) for t in nms_seconds])
+        for (boxes, scores, points), ours, alone in zip(
+            out["facenet"], out["batched"], out["single"], strict=True
+        ):
+            for faces in (ours, alone):
+                expected = (boxes, scores, points)
+                got = (faces.boxes, faces.scores, faces.landmarks)
+                if any(a.shape != np.shape(b) for a, b in zip(got, expected, strict=True)):
+                    counts["worse"] += faces is ours
+                    continue
+                gap = max(
+                    (float(np.abs(a - np.asarray(b, np.float32)).max(initial=0.0)))
+                    for a, b in zip(got, expected, strict=True)
+                )
+                worst = max(worst, gap) if faces is ours else worst
+                if faces is ours:
+                    counts["exact" if gap == 0 else "1e-4" if gap <= 1e-4 else "worse"] += 1
+                elif gap != 0:
+                    counts.setdefault("one-at-a-time not exact", 0)
+                    counts["one-at-a-time not exact"] += 1
+    total = len(images)
+    print(
+        f"| equality, {total} LFW photos (batched) | {counts['exact']} exact | "
+        f"{counts['1e-4']} within 1e-4 | {counts['worse']} worse | largest gap {worst:g} |"
+    )
+    if "one-at-a-time not exact" in counts:
+        print(f"one photo per call: {counts['one-at-a-time not exact']} photos not exact")
+    median = {name: (np.median(w), np.median(c)) for name, (w, c) in times.items()}
+    stand_in_ms = np.median(np.asarray(nms_ms), axis=0)  # wall, CPU
+    print("| 1 thread, ms/photo (median of chunks) | wall | CPU |")
+    print("|---|---|---|")
+    for name, label in [
+        ("facenet", "facenet-pytorch detect_face, 1 photo/call"),
+        ("batched", "marginface MTCNN, 16 photos/call"),
+        ("single", "marginface MTCNN, 1 photo/call"),
+    ]:
+        print(f"| {label} | {median[name][0]:.1f} | {median[name][1]:.1f} |")
+    print(
+        f"| (facenet-pytorch's Python batched_nms stand-in inside it) | {stand_in_ms[0]:.1f} | "
+        f"{stand_in_ms[1]:.1f} |"
+    )
+    for name in ("batched", "single"):
+        wall, cpu = median[name]
+        print(
+            f"ratio facenet/{name}: wall {median['facenet'][0] / wall:.2f}x, "
+            f"CPU {median['facenet'][1] / cpu:.2f}x; without the NMS stand-in: wall "
+            f"{(median['facenet'][0] - stand_in_ms[0]) / wall:.2f}x, "
+            f"CPU {(median['facenet'][1] - stand_in_ms[1]) / cpu:.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-sample", type=int, default=500, help="photos timed")
@@ -65,8 +171,11 @@ def main() -> None:
     parser.add_argument("--find-threads", type=int, default=1, help="threads of the find run")
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-find", action="store_true")
+    parser.add_argument("--versus", type=int, default=0, help="photos against facenet-pytorch")
     args = parser.parse_args()
     load_before = os.getloadavg()
+    if args.versus:
+        versus_facenet(args.versus)
     detector = MTCNN()
     if not args.skip_timing:
         images = [image for _, image in lfw_photos(1, args.time_sample)]

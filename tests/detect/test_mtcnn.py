@@ -1,5 +1,6 @@
-"""MTCNN (marginface.detect.mtcnn) against the cascade restated in ``_mtcnn_reference.py`` on
-real LFW photos, batching, input kinds, huge images and the constructor's checks.
+"""MTCNN (marginface.detect.mtcnn) against facenet-pytorch's own ``detect_face`` (bit for bit)
+and against the cascade restated in ``_mtcnn_reference.py`` on real LFW photos, batching, input
+kinds, huge images and the constructor's checks.
 
 Tolerances: coordinates are float32 values below 512 px, whose spacing is 3e-5 to 6e-5; a box
 goes through a few regressions whose dot products may be summed in another order (batch size,
@@ -45,6 +46,23 @@ def test_equals_the_restated_cascade_on_lfw(detector, lfw_rgb, mtcnn_weights):
         assert np.all(np.diff(faces.scores) <= 0)  # best first
         found += faces.count >= 1
     assert found >= 11  # LFW photos: one main face each, near the centre
+
+
+def test_equals_facenet_pytorch_bit_for_bit_on_lfw(detector, lfw_rgb, facenet_mtcnn):
+    # facenet-pytorch 2.6.0's own detect_face, one photo per call as MTCNN.detect runs it;
+    # marginface with the 24 photos as one batch: boxes, scores and landmarks identical
+    torch.set_num_threads(1)
+    batched = detector.detect(lfw_rgb)
+    faces = 0
+    for index, (image, ours) in enumerate(zip(lfw_rgb, batched, strict=True)):
+        boxes, scores, landmarks = facenet_mtcnn.detect(image)
+        what = f"photo {index}"
+        assert ours.boxes.shape == boxes.shape, what
+        assert np.array_equal(ours.boxes, boxes.astype(np.float32)), what
+        assert np.array_equal(ours.scores, scores.astype(np.float32)), what
+        assert np.array_equal(ours.landmarks, landmarks.astype(np.float32)), what
+        faces += ours.count
+    assert faces >= 24
 
 
 def test_the_main_face_is_where_lfw_puts_it(detector, lfw_rgb):

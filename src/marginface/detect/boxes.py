@@ -51,11 +51,15 @@ def nms(
     *,
     overlap: str = "union",
     inclusive: bool = False,
+    order: str = "stable",
 ) -> Tensor:
     """Greedy non-maximum suppression: the indices of the boxes kept, best score first.
 
-    Visits the boxes by decreasing score (a stable sort: equal scores keep their order) and
-    drops every later box whose overlap with a kept one is above ``threshold``.
+    Visits the boxes by decreasing score and drops every later box whose overlap with a kept
+    one is above ``threshold``. The overlaps are float32 arithmetic in torchvision's order:
+    ``w = max(0, min(x2, x2') - max(x1, x1') + e)`` (``e`` = 1 if ``inclusive`` else 0), ``h``
+    likewise, ``inter = w·h``, areas ``(x2 - x1 + e)·(y2 - y1 + e)``, and
+    ``inter / (area + area' - inter)`` or ``inter / min(area, area')``.
 
     Args:
         boxes: ``[K, 4]`` ``(x1, y1, x2, y2)``.
@@ -65,39 +69,102 @@ def nms(
             the smaller box's area (MTCNN's last stage). Default: ``"union"``.
         inclusive: pixel-inclusive sizes ``x2 - x1 + 1`` (MTCNN's MATLAB heritage) instead of
             ``x2 - x1``. Default: False.
+        order: how boxes of equal scores are visited and the overlap compared:
+
+            - ``"stable"``: a stable descending sort (the lower index first); a box is dropped
+              when its overlap is ``> threshold`` compared in float64 (torchvision's ``nms``
+              since 0.12). The indices come out in visiting order.
+            - ``"torchvision"``: as ``"stable"``, and with more than 1,000 boxes the kept
+              indices, in increasing order, re-sorted by ``torch.sort(descending=True)`` (not
+              stable), as torchvision's ``batched_nms`` returns them for one image.
+            - ``"numpy"``: the reverse of NumPy's default ``np.argsort(scores)`` (ascending,
+              kind ``"quicksort"``, which is not stable: on NumPy 2 with AVX-512 or AVX2 a
+              sorting network decides the order of equal scores), a box kept only when its
+              overlap is ``<= threshold`` in float32 (a NaN overlap drops it): facenet-pytorch
+              2.6.0's ``nms_numpy``.
+
+            Default: ``"stable"``.
 
     Returns:
-        ``int64[k]`` indices into ``boxes``.
+        ``int64[k]`` indices into ``boxes``, on its device.
     """
     check_choice("overlap", overlap, ("union", "min"))
+    check_choice("order", order, ("stable", "torchvision", "numpy"))
     threshold = check_real("threshold", threshold, nonnegative=True, at_most=1.0)
     if boxes.ndim != 2 or boxes.shape[-1] != 4 or scores.shape != boxes.shape[:1]:
         raise ValueError(
             f"boxes must be [K, 4] and scores [K], got {tuple(boxes.shape)} and "
             f"{tuple(scores.shape)}"
         )
-    order = torch.sort(scores, descending=True, stable=True).indices
-    x1, y1, x2, y2 = boxes[order].unbind(1)
-    one = 1.0 if inclusive else 0.0
-    area = (x2 - x1 + one) * (y2 - y1 + one)  # (K,)
-    alive = torch.ones(order.shape[0], dtype=torch.bool, device=boxes.device)
-    keep = []
-    for i in range(order.shape[0]):
-        if not alive[i]:
-            continue
-        keep.append(i)
-        rest = slice(i + 1, None)
-        width = (torch.minimum(x2[i], x2[rest]) - torch.maximum(x1[i], x1[rest]) + one).clamp(min=0)
-        height = (torch.minimum(y2[i], y2[rest]) - torch.maximum(y1[i], y1[rest]) + one).clamp(
-            min=0
+    values = scores.detach().cpu()
+    if order == "numpy":
+        visit = np.ascontiguousarray(np.argsort(values.numpy())[::-1])
+    else:
+        visit = torch.sort(values, descending=True, stable=True).indices.numpy()
+    corners = boxes.detach().cpu().numpy()[visit].astype(np.float32, copy=False)
+    if order == "numpy":
+        limit = np.float32(threshold)
+
+        def suppressed(ratio: np.ndarray) -> np.ndarray:
+            return ~(ratio <= limit)
+    else:
+
+        def suppressed(ratio: np.ndarray) -> np.ndarray:
+            return ratio.astype(np.float64) > threshold
+
+    kept = _greedy(corners, overlap, np.float32(1 if inclusive else 0), suppressed)
+    keep = visit[kept]
+    if order == "torchvision" and visit.shape[0] > 1000:
+        keep = np.sort(keep)
+        keep = keep[torch.sort(values[keep], descending=True).indices.numpy()]
+    return torch.from_numpy(np.ascontiguousarray(keep, dtype=np.int64)).to(boxes.device)
+
+
+_BLOCK = 1024  # boxes whose overlaps are computed as one matrix
+
+
+def _greedy(corners: np.ndarray, overlap: str, one: np.float32, suppressed) -> list[int]:
+    """Positions kept when ``corners`` (float32 ``[K, 4]``) are visited in order."""
+    x1, y1, x2, y2 = (np.ascontiguousarray(corners[:, i]) for i in range(4))
+    area = (x2 - x1 + one) * (y2 - y1 + one)
+    zero = np.float32(0)
+
+    def dropped(rows: np.ndarray, cols: slice) -> np.ndarray:
+        w = np.maximum(
+            zero,
+            np.minimum(x2[rows, None], x2[None, cols])
+            - np.maximum(x1[rows, None], x1[None, cols])
+            + one,
         )
-        inter = width * height
+        h = np.maximum(
+            zero,
+            np.minimum(y2[rows, None], y2[None, cols])
+            - np.maximum(y1[rows, None], y1[None, cols])
+            + one,
+        )
+        inter = w * h
         if overlap == "min":
-            ratio = inter / torch.minimum(area[i], area[rest])
+            ratio = inter / np.minimum(area[rows, None], area[None, cols])
         else:
-            ratio = inter / (area[i] + area[rest] - inter)
-        alive[rest] &= ~(ratio > threshold)
-    return order[torch.tensor(keep, dtype=torch.int64, device=boxes.device)]
+            ratio = inter / (area[rows, None] + area[None, cols] - inter)
+        return suppressed(ratio)
+
+    count = corners.shape[0]
+    alive = np.ones(count, dtype=bool)
+    keep = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if count <= _BLOCK:
+            matrix = dropped(np.arange(count), slice(None))
+            for i in range(count):
+                if alive[i]:
+                    keep.append(i)
+                    alive[i + 1 :] &= ~matrix[i, i + 1 :]
+            return keep
+        for i in range(count):
+            if alive[i]:
+                keep.append(i)
+                alive[i + 1 :] &= ~dropped(np.array([i]), slice(i + 1, None))[0]
+    return keep
 
 
 def square_boxes(boxes: Tensor) -> Tensor:

@@ -23,6 +23,17 @@ defaults of facenet-pytorch 2.6.0's ``MTCNN.detect`` (whose weights this reads,
 NMS runs per image, so a batch gives each image what it alone would give (facenet-pytorch
 separates the images of a batch by shifting their boxes, which can let boxes of neighbouring
 images with negative coordinates meet).
+
+**Bit for bit.** On CPU (float32), each image's boxes, scores and landmarks equal those of
+facenet-pytorch's ``detect_face`` run on that image alone, whatever the batch
+(``tests/detect/test_mtcnn.py`` runs facenet-pytorch's own code): the networks are called
+per image with the shapes and memory layouts facenet-pytorch gives them (PyTorch chooses a
+convolution kernel by the batch size and layout, and the kernels round differently): each
+pyramid level in channels-last memory, the crops of one image contiguous, in calls of at most
+512; the NMS of stages 1 and 2 as torchvision's (stable order, float64 comparison, more than
+1,000 boxes re-sorted), the last as ``nms_numpy`` (:func:`~marginface.detect.boxes.nms`,
+``order``). The area resampling and max pooling are computed faster with the same values
+(:mod:`.mtcnn_ops`).
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from torch import Tensor, nn
 from .._validation import check_device, check_int, check_real
 from .boxes import Faces, nms, square_boxes
 from .mtcnn_nets import ONet, PNet, RNet
+from .mtcnn_ops import area_crops, area_resize, integral_images
 from .weights import INSTALL_HINT, WeightsError, read_mtcnn_weights
 
 __all__ = ["MTCNN", "pyramid_scales", "to_image_batch"]
@@ -103,7 +115,8 @@ class MTCNN(nn.Module):
             Default: ``(0.6, 0.7, 0.7)``.
         factor: the pyramid's step between scales, in (0, 1). Default: 0.709.
         max_side: an image whose longer side exceeds this many pixels is first shrunk to it
-            (area averaging) and its boxes and landmarks mapped back; None never shrinks.
+            (area averaging, rounded to uint8 like a resized photo) and its boxes and
+            landmarks mapped back; None never shrinks.
             Default: 1600 (no effect on LFW's 250×250).
         device: where the networks run (``"cpu"``, ``"cuda"``...). Default: CPU.
 
@@ -167,14 +180,14 @@ class MTCNN(nn.Module):
         for index, array in enumerate(arrays):
             groups.setdefault(array.shape[:2], []).append(index)
         for (height, width), indices in groups.items():
-            batch = torch.from_numpy(np.stack([arrays[i] for i in indices])).to(self.device)
-            batch = batch.permute(0, 3, 1, 2).float()  # (B, 3, H, W), 0..255
+            pixels = torch.from_numpy(np.stack([arrays[i] for i in indices])).to(self.device)
             ratio = 1.0
             if self.max_side is not None and max(height, width) > self.max_side:
                 ratio = self.max_side / max(height, width)
                 size = (max(1, round(height * ratio)), max(1, round(width * ratio)))
-                batch = F.interpolate(batch, size=size, mode="area")
-            for index, faces in zip(indices, self._cascade(batch), strict=True):
+                shrunk = F.interpolate(pixels.permute(0, 3, 1, 2).float(), size=size, mode="area")
+                pixels = shrunk.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+            for index, faces in zip(indices, self._cascade(pixels), strict=True):
                 if ratio != 1.0:
                     scale = np.float32(1.0 / ratio)
                     faces = Faces(faces.boxes * scale, faces.scores, faces.landmarks * scale)
@@ -193,21 +206,28 @@ class MTCNN(nn.Module):
                     threshold,
                     overlap=overlap,
                     inclusive=overlap == "min",
+                    order="numpy" if overlap == "min" else "torchvision",
                 )
             ]
             for members in (torch.nonzero(image == i).flatten() for i in image.unique())
         ]
         return torch.cat(kept) if kept else image.new_zeros(0)
 
-    def _proposals(self, batch: Tensor) -> tuple[Tensor, Tensor]:
+    def _proposals(self, batch: Tensor, integral: Tensor) -> tuple[Tensor, Tensor]:
         """Stage 1: ``boxes[K, 5]`` (corners, probability) and ``image[K]``."""
         height, width = batch.shape[2:]
         found, images = [], []
         for scale in pyramid_scales(height, width, self.min_face_size, self.factor):
-            level = F.interpolate(
-                batch, size=(int(height * scale + 1), int(width * scale + 1)), mode="area"
-            )
-            regression, probability = self.pnet((level - 127.5) * 0.0078125)
+            size = (int(height * scale + 1), int(width * scale + 1))
+            try:
+                level = area_resize(integral, size)
+            except ValueError:  # windows too large for integer sums: PyTorch's own resize
+                level = F.interpolate(batch, size=size, mode="area")
+            level = (level - 127.5) * 0.0078125
+            # one image per call: facenet-pytorch's kernels (PyTorch picks a convolution
+            # by the batch size), so each image's numbers are the ones it would get alone
+            outs = [self.pnet(level[i : i + 1]) for i in range(level.shape[0])]
+            regression, probability = (torch.cat(parts) for parts in zip(*outs, strict=True))
             face = probability[:, 1]  # (B, h, w)
             cells = torch.nonzero(face >= self.thresholds[0])  # (K, 3): image, row, column
             corner = cells[:, 1:].to(face.dtype).flip(1)  # (K, 2): column, row
@@ -239,10 +259,13 @@ class MTCNN(nn.Module):
         return square_boxes(moved), image
 
     @staticmethod
-    def _crops(batch: Tensor, boxes: Tensor, image: Tensor, side: int) -> tuple[Tensor, Tensor]:
+    def _crops(
+        batch: Tensor, integral: Tensor, boxes: Tensor, image: Tensor, side: int
+    ) -> tuple[Tensor, Tensor]:
         """Each box's pixels inside its image (integer corners, truncated and clipped to the
-        image) resized to ``side × side`` by area averaging and normalized; with the mask of
-        boxes that have any pixel inside (the others are dropped)."""
+        image) resized to ``side × side`` by area averaging and normalized (contiguous, as
+        facenet-pytorch's crops); with the mask of boxes that have any pixel inside (the
+        others are dropped)."""
         height, width = batch.shape[2:]
         corners = boxes[:, :4].trunc().int().cpu().numpy()
         x = np.maximum(corners[:, 0], 1)
@@ -250,17 +273,19 @@ class MTCNN(nn.Module):
         ex = np.minimum(corners[:, 2], width)
         ey = np.minimum(corners[:, 3], height)
         valid = (ey > y - 1) & (ex > x - 1)
-        crops = [
-            F.interpolate(
-                batch[i : i + 1, :, y[k] - 1 : ey[k], x[k] - 1 : ex[k]],
-                size=(side, side),
-                mode="area",
-            )
-            for k, i in enumerate(image.tolist())
-            if valid[k]
-        ]
-        stacked = torch.cat(crops) if crops else batch.new_zeros(0, 3, side, side)
-        return (stacked - 127.5) * 0.0078125, torch.from_numpy(valid).to(boxes.device)
+        inside = np.stack([x, y, ex, ey], axis=1)[valid]
+        crops, exact = area_crops(integral, image[torch.from_numpy(valid)], inside, side)
+        if not exact.all():  # windows too large for integer sums: PyTorch's own resize
+            images = image[torch.from_numpy(valid)].tolist()
+            every = batch.new_zeros(len(images), 3, side, side)
+            every[torch.from_numpy(exact)] = crops
+            for k in np.flatnonzero(~exact):
+                i, (x1, y1, x2, y2) = images[k], inside[k]
+                every[k] = F.interpolate(
+                    batch[i, :, y1 - 1 : y2, x1 - 1 : x2].unsqueeze(0), (side, side), mode="area"
+                )[0]
+            crops = every
+        return (crops - 127.5) * 0.0078125, torch.from_numpy(valid).to(boxes.device)
 
     @staticmethod
     def _regress(boxes: Tensor, offsets: Tensor) -> Tensor:
@@ -279,14 +304,16 @@ class MTCNN(nn.Module):
         )
         return moved
 
-    def _cascade(self, batch: Tensor) -> list[Faces]:
-        """The three stages on ``batch`` (``float32[B, 3, H, W]``, 0..255)."""
-        boxes, image = self._proposals(batch)
+    def _cascade(self, pixels: Tensor) -> list[Faces]:
+        """The three stages on ``pixels`` (``uint8[B, H, W, 3]``)."""
+        batch = pixels.permute(0, 3, 1, 2).float()  # (B, 3, H, W), 0..255, channels-last
+        integral = integral_images(pixels)
+        boxes, image = self._proposals(batch, integral)
         points = boxes.new_zeros(0, 5, 2)
         if boxes.shape[0]:
-            crops, valid = self._crops(batch, boxes, image, 24)
+            crops, valid = self._crops(batch, integral, boxes, image, 24)
             boxes, image = boxes[valid], image[valid]
-            offsets, probability = _chunked(self.rnet, crops)
+            offsets, probability = _per_image(self.rnet, crops, image)
             score = probability[:, 1]
             passed = score > self.thresholds[1]
             boxes = torch.cat([boxes[passed, :4], score[passed, None]], dim=1)
@@ -295,9 +322,9 @@ class MTCNN(nn.Module):
             boxes = square_boxes(self._regress(boxes[keep], offsets[keep]))
             image = image[keep]
         if boxes.shape[0]:
-            crops, valid = self._crops(batch, boxes, image, 48)
+            crops, valid = self._crops(batch, integral, boxes, image, 48)
             boxes, image = boxes[valid], image[valid]
-            offsets, marks, probability = _chunked(self.onet, crops)
+            offsets, marks, probability = _per_image(self.onet, crops, image)
             score = probability[:, 1]
             passed = score > self.thresholds[2]
             boxes = torch.cat([boxes[passed, :4], score[passed, None]], dim=1)
@@ -325,7 +352,15 @@ class MTCNN(nn.Module):
         ]
 
 
-def _chunked(net: nn.Module, crops: Tensor) -> tuple[Tensor, ...]:
-    """``net`` over ``crops`` in chunks of 512, outputs concatenated."""
-    outs = [net(crops[i : i + _CHUNK]) for i in range(0, crops.shape[0], _CHUNK)]
+def _per_image(net: nn.Module, crops: Tensor, image: Tensor) -> tuple[Tensor, ...]:
+    """``net`` over each image's crops (``image`` sorted) in chunks of at most 512, as
+    facenet-pytorch calls it for one image, outputs concatenated."""
+    bounds = np.flatnonzero(np.diff(image.cpu().numpy())) + 1
+    starts = [0, *bounds.tolist()]
+    stops = [*bounds.tolist(), crops.shape[0]]
+    outs = [
+        net(crops[i : min(i + _CHUNK, stop)])
+        for start, stop in zip(starts, stops, strict=True)
+        for i in range(start, stop, _CHUNK)
+    ]
     return tuple(torch.cat(parts) for parts in zip(*outs, strict=True))
