@@ -81,7 +81,7 @@ def cached_mtcnn_weights(cache_dir: str | os.PathLike[str] | None = None) -> Pat
 def fetch_mtcnn_weights(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
-    url: str = MTCNN_WEIGHTS_URL,
+    url: str | None = None,
     progress: bool = True,
     timeout: float = 30.0,
 ) -> Path:
@@ -91,7 +91,7 @@ def fetch_mtcnn_weights(
     Args:
         cache_dir: the model cache. Default: :func:`marginface.models.download.default_models_dir`.
         url: the address pattern, ``{name}`` standing for ``pnet``/``rnet``/``onet``.
-            Default: :data:`MTCNN_WEIGHTS_URL` (a mirror may be given; the bytes are checked
+            Default (None): :data:`MTCNN_WEIGHTS_URL` (a mirror may be given; the bytes are checked
             against :data:`MTCNN_WEIGHTS_SHA256` whatever the address).
         progress: show the download's progress. Default: True.
         timeout: seconds to wait for a connection or any byte. Default: 30.
@@ -103,6 +103,8 @@ def fetch_mtcnn_weights(
     """
     from ..models.download import fetch_weights
 
+    if url is None:
+        url = MTCNN_WEIGHTS_URL
     if not isinstance(url, str) or "{name}" not in url:
         raise ValueError(f"url must hold '{{name}}' (pnet, rnet, onet), got {url!r}")
     folder = mtcnn_cache_dir(cache_dir)
