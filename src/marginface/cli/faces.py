@@ -63,13 +63,6 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, help="output folder (instead of the positional OUT)")
     parser.add_argument(
-        "--faces-from",
-        type=Path,
-        metavar="FACES.jsonl",
-        help="`marginface detect`'s output: cut the faces it found (no detection here; "
-        "--faces chooses among a photo's faces)",
-    )
-    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace the contents of an OUT that holds files (default: refused); the new "
@@ -94,9 +87,19 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
     )
     _add_alignment_option(parser, default="float64")
-    detection = parser.add_argument_group("detecting the faces here (no landmarks file)")
+    detection = parser.add_argument_group(
+        "the faces: detected here (--detector) or read from detect's output (--faces-from)"
+    )
     add_detector_options(detection, required=False)
     add_faces_option(detection, all_faces=True)
+    detection.add_argument(
+        "--faces-from",
+        type=Path,
+        metavar="FACES.jsonl",
+        help="`marginface detect`'s output: cut the faces it found (no detection here; "
+        "--faces chooses among a photo's faces) (default: none; a .jsonl LANDMARKS is read "
+        "alike)",
+    )
     detection.add_argument(
         "--report",
         type=Path,

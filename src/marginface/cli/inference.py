@@ -173,11 +173,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
     with counting("embedding", unit="images") as progress:
         result = embed_folder(model, args.folder, args.out, workers=args.workers, progress=progress)
     _report_skipped(result.skipped)
-    if not result.embedded and result.skipped:
-        kept = f"{result.out} left as it was" if result.out.exists() else "nothing written"
+    if result.total == 0:  # every image refused: no empty file, and the status says so
         raise ValueError(
             f"none of the {len(result.skipped)} image(s) of {args.folder} could be embedded "
-            f"(listed above); {kept}"
+            f"(listed above); nothing written to {result.out}"
         )
     _echo(
         args,
