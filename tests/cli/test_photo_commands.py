@@ -230,6 +230,10 @@ def test_embed_gallery_search_with_a_detector_on_hard_photos(hard, tmp_path, cap
         err = capsys.readouterr().err
         assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("marginface")
         assert not target.exists(), argv
+    manifest = (gallery / "manifest.json").read_bytes()
+    assert main(["gallery", "add", str(gallery), str(faceless), *detector]) == 2
+    assert "none of the 2 image(s)" in capsys.readouterr().err
+    assert (gallery / "manifest.json").read_bytes() == manifest
 
 
 @pytest.mark.parametrize(
