@@ -119,6 +119,29 @@ def measure(model: torch.nn.Module, test: ImageSet) -> dict[str, Any]:
     return result
 
 
+def write_yaleb_photos(data_dir: Path, out: Path) -> None:
+    """Yale B's illumination images (the loader's, marginface.data.yaleb) as PNG files."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    from marginface.data.yaleb import _YALEB_MEMBER
+
+    count = 0
+    with tarfile.open(data_dir / "yaleb" / "CroppedYale.tar.gz") as archive:
+        for member in archive:
+            found = _YALEB_MEMBER.search(member.name)
+            if found is None or not member.isfile():
+                continue
+            with Image.open(io.BytesIO(archive.extractfile(member).read())) as image:
+                target = out / found.group(1) / (Path(member.name).stem + ".png")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                image.convert("L").save(target)
+                count += 1
+    print(f"{count} images written under {out}")
+
+
 def small_eval_slice(train: ImageSet) -> ImageSet:
     keep = np.concatenate([np.flatnonzero(train.labels == k)[:2] for k in np.unique(train.labels)])
     return ImageSet(train.images[keep], train.labels[keep], train.class_names)
@@ -136,7 +159,20 @@ def show(name: str, r: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--dataset", choices=("auto", "orl", "yaleb"), default="auto")
+    parser.add_argument(
+        "--dataset",
+        choices=("auto", "orl", "yaleb", "folder"),
+        default="auto",
+        help="folder: --data-dir is FOLDER/<identity>/<image> (e.g. Yale B's dlib chips)",
+    )
+    parser.add_argument(
+        "--write-yaleb-photos",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="only write Yale B's illumination images as DIR/<subject>/<image>.png, for "
+        "`marginface align DIR --out CHIPS --detector mtcnn --for-model dlib-resnet-v1`",
+    )
     parser.add_argument("--losses", default="arcface,cosface")
     parser.add_argument("--epochs", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--lr", type=float, default=None, help="default: the recipe's")
@@ -144,6 +180,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_finetune"))
     args = parser.parse_args()
+    if args.write_yaleb_photos is not None:
+        write_yaleb_photos(Path(args.data_dir), args.write_yaleb_photos)
+        return
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     pretrained, _, _ = open_pretrained("dlib-resnet-v1")
@@ -151,6 +190,9 @@ def main() -> None:
     bundles: dict[str, DatasetBundle] = {}
     for name in ("orl", "yaleb") if args.dataset == "auto" else (args.dataset,):
         bundles[name] = load_bundle(base_config(name, args.data_dir, args.threads))
+        if name == "folder":
+            found = bundles[name]
+            print(f"folder {args.data_dir}: {len(found.train)} + {len(found.test)} images")
         report["before"][name] = measure(pretrained, bundles[name].test)
         show(f"{name} before", report["before"][name])
     chosen = min(report["before"], key=lambda n: report["before"][n]["rank1_mean"])

@@ -98,7 +98,7 @@ def pair_worker(
     from .data.face_photos import PhotoError, read_photo, select_faces
     from .detect import load_detector
 
-    check_choice("faces", faces, ("largest", "central"))
+    check_choice("faces", faces, ("subject", "largest", "central"))
     check_choice("alignment", alignment, ALIGNMENTS)
     if size % 112 and size % 128:
         raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")

@@ -189,7 +189,7 @@ def convert_folder(
     crop: int | None = None,
     workers: int | None = None,
     detector: object = None,
-    faces: str = "largest",
+    faces: str = "subject",
     alignment: str = "float64",
 ) -> FolderConversion:
     """Write ``SRC/<identity>/<image>`` as an insightface dataset folder (module docstring).
@@ -306,7 +306,7 @@ def convert_pairs(
     quality: int = 95,
     workers: int | None = None,
     detector: object = None,
-    faces: str = "largest",
+    faces: str = "subject",
     alignment: str = "float64",
 ) -> PairsConversion:
     """Write the pairs of an LFW-format pairs file as an insightface ``.bin`` verification set.
@@ -327,9 +327,9 @@ def convert_pairs(
         workers: decoding threads. Default: ``os.cpu_count()``.
 
         detector: None, or ``"mtcnn"``, MTCNN's weights, an SCRFD ``.onnx`` or a detector
-            object: each image's face (``faces``: ``"largest"`` or ``"central"``) is detected
-            and aligned to ``image_size`` (``alignment``, as ``convert --detector`` aligns a
-            training folder); an image with no face is stored as its centred ``crop`` and
+            object: each image's face (``faces``: ``"subject"``, ``"largest"`` or
+            ``"central"``) is detected and aligned to ``image_size`` (``alignment``, as
+            ``convert --detector`` aligns a training folder); an image with no face is stored as its centred ``crop`` and
             listed in ``OUT.report.tsv``.
 
     Returns:

@@ -60,9 +60,10 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--faces",
-        choices=("largest", "central", "all"),
-        default="largest",
-        help="with --detector: which face (all: every face, folders only) (largest)",
+        choices=("subject", "largest", "central", "all"),
+        default="subject",
+        help="with --detector: which face (subject: whole, large and central; all: every "
+        "face, folders only) (default: subject)",
     )
     parser.add_argument(
         "--alignment",

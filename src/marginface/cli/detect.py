@@ -52,8 +52,9 @@ def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> 
     parser.add_argument(
         "--detector",
         required=required,
-        help="mtcnn (facenet-pytorch 2.6.0's weights: pip install --no-deps "
-        "facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's pnet.pt, rnet.pt, onet.pt, "
+        help="mtcnn (facenet-pytorch 2.6.0's weights: marginface detect --download-weights, "
+        "or pip install --no-deps facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's "
+        "pnet.pt, rnet.pt, onet.pt, "
         "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)"
         + ("" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"),
     )
@@ -89,18 +90,21 @@ def detector_from_args(args: argparse.Namespace) -> object:
 
 
 def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """Register ``marginface detect PHOTOS... --out FILE.jsonl [--detector mtcnn]``."""
+    """Register ``marginface detect PHOTOS... --out FILE.jsonl [--detector mtcnn]`` and
+    ``marginface detect --download-weights``."""
     parser = sub.add_parser(
         "detect",
         parents=[common],
         help="find faces and five landmarks in photos -> one JSON line per face",
         description="Detect the faces of each photo (files or folders) with MTCNN; write one "
         'JSON line per face: {"file", "box": [x1, y1, x2, y2], "score", "landmarks": '
-        "[[x, y] x 5]} (eyes, nose tip, mouth corners, pixels). Photos with no face or that "
-        "cannot be read are listed in --report.",
+        "[[x, y] x 5]} (eyes, nose tip, mouth corners, pixels), which `marginface align SRC "
+        "FACES.jsonl OUT` cuts without detecting again. Photos with no face or that cannot "
+        "be read are listed in --report. --download-weights fetches MTCNN's weights "
+        "(facenet-pytorch 2.6.0's, checksum checked) into the model cache.",
     )
-    parser.add_argument("photos", type=Path, nargs="+", help="photo files or folders")
-    parser.add_argument("--out", type=Path, required=True, help="the JSON-lines file written")
+    parser.add_argument("photos", type=Path, nargs="*", help="photo files or folders")
+    parser.add_argument("--out", type=Path, help="the JSON-lines file written (required)")
     parser.add_argument(
         "--report",
         type=Path,
@@ -109,27 +113,54 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
     parser.add_argument(
         "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"
     )
+    parser.add_argument(
+        "--download-weights",
+        action="store_true",
+        help="fetch MTCNN's three weight files (2 MB, SHA-256 checked) into marginface's model "
+        "cache ($MARGINFACE_CACHE/models), then detect PHOTOS if given",
+    )
     add_detector_options(parser, required=False)
     _add_progress_option(parser)
     parser.set_defaults(func="marginface.cli.detect:run_detect", detector="mtcnn")
 
 
+def _download_weights(args: argparse.Namespace) -> None:
+    from ..detect.weights_cache import fetch_mtcnn_weights
+    from .output import _echo
+
+    folder = fetch_mtcnn_weights(progress=not getattr(args, "quiet", False))
+    _echo(args, f"MTCNN's weights (facenet-pytorch 2.6.0's, SHA-256 checked) in {folder}")
+
+
 def run_detect(args: argparse.Namespace) -> int:
-    """Detect, write the JSON lines and the report atomically; print a summary."""
+    """Detect, write the JSON lines and the report atomically; print a summary. No face in any
+    photo is an error (no empty JSON-lines file is written; the report says why)."""
     import json
 
     from .._atomic import atomic_write_text
     from ..data.face_photos import PhotoError, detect_photos, list_photos
+    from ..detect.needs import check_photo_needs
+    from .output import _echo
 
+    if args.download_weights:
+        _download_weights(args)
+        if not args.photos:
+            return 0
+    if not args.photos or args.out is None:
+        raise ValueError(
+            "expected detect PHOTOS... --out FACES.jsonl (or detect --download-weights)"
+        )
+    out = Path(args.out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the JSON-lines file to write")
+    onnx = str(args.detector).lower().endswith(".onnx")
+    check_photo_needs("detect", args.detector, opencv=onnx)  # SCRFD resizes with OpenCV
     photos = []
     for source in args.photos:
         listed = list_photos(source)
         if source.is_dir():
             listed = [(path, path.as_posix()) for path, _ in listed]
         photos += listed
-    out = Path(args.out)
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a folder; give the JSON-lines file to write")
     report = args.report or out.with_name(out.name + ".report.tsv")
     lines, problems, faces_total = [], [], 0
     results = detect_photos(photos, detector_from_args(args), workers=args.workers)
@@ -151,13 +182,18 @@ def run_detect(args: argparse.Namespace) -> int:
                 lines.append(json.dumps(record))
                 faces_total += 1
             progress(done, len(photos))
-    atomic_write_text(out, "".join(line + "\n" for line in lines))
     if problems:
         atomic_write_text(report, "name\tproblem\tdetail\n" + "\n".join(problems) + "\n")
+    else:
+        report.unlink(missing_ok=True)  # an earlier run's report would mislead
+    if not lines:
+        raise ValueError(
+            f"no face found in {len(photos)} photo(s) (listed in {report}); nothing written "
+            f"to {out}"
+        )
+    atomic_write_text(out, "".join(line + "\n" for line in lines))
     summary = f"{faces_total} face(s) in {len(photos)} photo(s) written to {out}"
     if problems:
         summary += f"; {len(problems)} photo(s) with no face or unreadable listed in {report}"
-    from .output import _echo
-
     _echo(args, summary)
     return 0

@@ -12,10 +12,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .options import add_backbone_source_arguments
 
-__all__ = ["add_align_arguments", "add_ijb_arguments", "run_align", "run_ijb"]
+__all__ = [
+    "add_align_arguments",
+    "add_faces_option",
+    "add_ijb_arguments",
+    "run_align",
+    "run_ijb",
+]
 
 
 def _positive_int(text: str) -> int:
@@ -37,8 +44,10 @@ def _add_alignment_option(parser: argparse.ArgumentParser, *, default: str) -> N
 
 
 def add_align_arguments(parser: argparse.ArgumentParser) -> None:
-    """``SRC LANDMARKS OUT`` (landmarks from your detector) or ``SRC --out OUT --detector
-    mtcnn [--faces largest|central|all]`` (detected here); ``[--size S] [--workers N]``."""
+    """``SRC LANDMARKS OUT`` (landmarks from your detector), ``SRC FACES.jsonl OUT`` (or
+    ``--faces-from``: ``marginface detect``'s output) or ``SRC --out OUT --detector mtcnn``
+    (detected here); ``[--faces subject|largest|central|all] [--size S] [--workers N]
+    [--overwrite]``."""
     from .detect import add_detector_options
 
     parser.add_argument("src", type=Path, help="image folder (e.g. SRC/<identity>/<image>)")
@@ -47,11 +56,18 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         nargs="*",
         metavar="[LANDMARKS] OUT",
-        help="without --detector: five landmarks per image, insightface's "
+        help="without --detector: the faces already found, either `marginface detect`'s "
+        "JSON lines (FACES.jsonl) or five landmarks per image in insightface's "
         "*_name_5pts_score.txt layout ('name x1 y1 ... x5 y5 score', paths relative to SRC) "
         "or the same columns as a CSV; then the output folder (same relative paths; or --out)",
     )
     parser.add_argument("--out", type=Path, help="output folder (instead of the positional OUT)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the contents of an OUT that holds files (default: refused); the new "
+        "crops replace the old ones only once all are written",
+    )
     parser.add_argument(
         "--size",
         type=int,
@@ -71,14 +87,18 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
     )
     _add_alignment_option(parser, default="float64")
-    detection = parser.add_argument_group("detecting the faces here (no landmarks file)")
+    detection = parser.add_argument_group(
+        "the faces: detected here (--detector) or read from detect's output (--faces-from)"
+    )
     add_detector_options(detection, required=False)
+    add_faces_option(detection, all_faces=True)
     detection.add_argument(
-        "--faces",
-        choices=("largest", "central", "all"),
-        default="largest",
-        help="which face of a photo to align: the largest box, the most central, or all "
-        "(OUT/STEM_K.EXT) (default largest)",
+        "--faces-from",
+        type=Path,
+        metavar="FACES.jsonl",
+        help="`marginface detect`'s output: cut the faces it found (no detection here; "
+        "--faces chooses among a photo's faces) (default: none; a .jsonl LANDMARKS is read "
+        "alike)",
     )
     detection.add_argument(
         "--report",
@@ -88,18 +108,41 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+FACES_HELP = (
+    "which face of a photo with several: subject (the one a person would pick: whole, large "
+    "and central; measured on LFW, docs/detection.md), largest (box area), central (box "
+    "centre nearest the photo's)"
+)
+
+
+def add_faces_option(parser: argparse.ArgumentParser | Any, *, all_faces: bool) -> None:
+    """``--faces subject|largest|central[|all]`` (default subject)."""
+    choices = ("subject", "largest", "central") + (("all",) if all_faces else ())
+    parser.add_argument(
+        "--faces",
+        choices=choices,
+        default="subject",
+        help=FACES_HELP + (", or all (OUT/STEM_K.EXT)" if all_faces else "") + " (default subject)",
+    )
+
+
 def _align_paths(args: argparse.Namespace) -> tuple[Path | None, Path]:
-    """``(landmarks, out)`` from the positionals and ``--out``; ValueError when they do not fit
-    the mode (``--detector`` takes no landmarks file)."""
+    """``(landmarks or faces file, out)`` from the positionals, ``--out`` and ``--faces-from``;
+    ValueError when they do not fit the mode (``--detector`` takes no landmarks file)."""
     paths = list(args.paths)
     if args.out is not None:
         paths.append(args.out)
+    if args.faces_from is not None:
+        if args.detector:
+            raise ValueError("--faces-from gives the faces already found: leave --detector out")
+        paths.insert(0, args.faces_from)
     wanted = 1 if args.detector else 2
     if len(paths) != wanted:
         usage = (
             "align SRC --out OUT --detector mtcnn"
             if args.detector
-            else "align SRC LANDMARKS OUT (or --detector mtcnn to find the faces here)"
+            else "align SRC LANDMARKS OUT, align SRC FACES.jsonl OUT (marginface detect's), or "
+            "--detector mtcnn to find the faces here"
         )
         raise ValueError(f"expected {usage}, got {len(paths)} path(s) after SRC")
     return (None, paths[0]) if args.detector else (paths[0], paths[1])
@@ -122,22 +165,39 @@ def _crop_for(args: argparse.Namespace) -> tuple[str, int]:
     return description.face_crop or "arcface", args.size or description.side
 
 
+def _nothing_written(result: Any) -> ValueError:
+    listed = f"; listed in {result.report}" if result.report.is_file() else ""
+    return ValueError(
+        f"no crop written from {result.photos} photo(s): {len(result.no_face)} with no face, "
+        f"{len(result.unreadable)} unreadable"
+        + (f", {len(result.unlisted)} without a face in the faces file" if result.unlisted else "")
+        + f"{listed}; {result.out} left as it was"
+    )
+
+
 def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
-    """Align the folder (on its landmarks file or on the faces detected here); print what was
-    written and, with a detector, what the report lists."""
+    """Align the folder (on its landmarks file, on ``detect``'s faces or on the faces detected
+    here); print what was written and what the report lists. What is missing (OpenCV, MTCNN's
+    weights, ONNX Runtime) is said before any work; a run that writes no crop is an error and
+    leaves OUT as it was."""
+    from ..data.face_records import is_face_records
+    from ..detect.needs import check_photo_needs
+
     landmarks, out = _align_paths(args)
+    check_photo_needs("align", args.detector or None)
+    faces_from = landmarks if landmarks is not None and is_face_records(landmarks) else None
     crop, args.size = _crop_for(args)
-    if landmarks is not None and crop != "arcface":
+    if landmarks is not None and faces_from is None and crop != "arcface":
         raise ValueError(
             f"--for-model {args.for_model} takes {crop} crops, which a landmarks file does not "
-            "give here: detect the faces with --detector mtcnn instead"
+            "give here: detect the faces with --detector mtcnn (or marginface detect) instead"
         )
-    if landmarks is None:
+    if landmarks is None or faces_from is not None:
         from .._progress import counting
         from ..data.face_photos import align_photos
         from .detect import detector_from_args
 
-        detector = detector_from_args(args)
+        detector = detector_from_args(args) if faces_from is None else None
         with counting("aligning", unit="photos") as progress:
             result = align_photos(
                 args.src,
@@ -150,32 +210,62 @@ def run_align(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
                 progress=progress,
                 alignment=args.alignment,
                 crop=crop,
+                faces_from=faces_from,
+                overwrite=args.overwrite,
             )
-        listed = len(result.no_face) + len(result.several_faces) + len(result.unreadable)
+        if not result.written:
+            raise _nothing_written(result)
+        listed = (
+            len(result.no_face)
+            + len(result.several_faces)
+            + len(result.unreadable)
+            + len(result.unlisted)
+        )
+        unlisted = f", {len(result.unlisted)} not in {faces_from}" if result.unlisted else ""
         echo(
             f"{result.written} aligned {args.size}x{args.size} {crop} crop(s) from "
             f"{result.photos} "
             f"photo(s) written to {result.out}"
             + (
                 f"; {len(result.no_face)} with no face, {len(result.several_faces)} with "
-                f"several, {len(result.unreadable)} unreadable: listed in {result.report}"
+                f"several (kept: {args.faces}), {len(result.unreadable)} unreadable{unlisted}: "
+                f"listed in {result.report}"
                 if listed
                 else ""
             )
         )
         return 0
-    from ..data.align import align_folder
+    return _align_landmarks(args, landmarks, out, echo)
 
-    result = align_folder(
-        args.src,
-        landmarks,
-        out,
-        image_size=args.size,
-        workers=args.workers,
-        alignment=args.alignment,
-    )
+
+def _align_landmarks(
+    args: argparse.Namespace, landmarks: Path, out: Path, echo: Callable[[str], None]
+) -> int:
+    """``align SRC LANDMARKS OUT``: staged beside OUT, published only when complete."""
+    import shutil
+
+    from ..data.align import align_folder, check_output_folder
+    from ..data.face_photos import _prepare_output, _publish
+
+    check_output_folder(args.src, out)
+    stage = _prepare_output(out, args.overwrite)
+    try:
+        result = align_folder(
+            args.src,
+            landmarks,
+            stage,
+            image_size=args.size,
+            workers=args.workers,
+            alignment=args.alignment,
+        )
+        if not result.written:
+            raise ValueError(f"no crop written from {landmarks}; {out} left as it was")
+        _publish(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     echo(
-        f"{result.written} aligned {args.size}x{args.size} crop(s) written to {result.out}"
+        f"{result.written} aligned {args.size}x{args.size} crop(s) written to {out}"
         + (f"; {result.unlisted} image(s) without landmarks skipped" if result.unlisted else "")
     )
     return 0

@@ -73,12 +73,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         "as the model's description says: mtcnn, or an SCRFD FILE.onnx (default: none, "
         "aligned crops only)",
     )
-    photos.add_argument(
-        "--faces",
-        choices=("largest", "central"),
-        default="largest",
-        help="with --detector: which face of a photo with several (default largest)",
-    )
+    from .faces import add_faces_option
+
+    add_faces_option(photos, all_faces=False)
     foreign = parser.add_argument_group("a weights file without marginface's description")
     foreign.add_argument(
         "--arch", help="its architecture: r18 ... r200, mbf, vit_t (default: the description's)"
@@ -96,6 +93,9 @@ def _face_model(args: argparse.Namespace, source: Any) -> Any:
 
     detector = None
     if args.detector is not None:
+        from ..detect.needs import check_photo_needs
+
+        check_photo_needs(f"{args.command} --detector", args.detector, model=source)
         from ..detect import load_detector
         from .detect import limit_convolution_cache
 
@@ -173,6 +173,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
     with counting("embedding", unit="images") as progress:
         result = embed_folder(model, args.folder, args.out, workers=args.workers, progress=progress)
     _report_skipped(result.skipped)
+    if result.total == 0:  # every image refused: no empty file, and the status says so
+        raise ValueError(
+            f"none of the {len(result.skipped)} image(s) of {args.folder} could be embedded "
+            f"(listed above); nothing written to {result.out}"
+        )
     _echo(
         args,
         f"{result.embedded} image(s) embedded, {result.already} already in {result.out}, "

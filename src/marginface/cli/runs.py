@@ -422,8 +422,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from ..convert import run_convert
 
     if args.detector:
+        from ..detect.needs import check_photo_needs
         from .detect import limit_convolution_cache
 
+        check_photo_needs("convert --detector", args.detector)  # before any work
         limit_convolution_cache()
 
     return run_convert(args, echo=lambda text: _final(args, text))

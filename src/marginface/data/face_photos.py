@@ -29,6 +29,7 @@ from .face_crops import CROP_KINDS, cut_face
 from .imaging import IMAGE_EXTENSIONS
 
 __all__ = [
+    "DEFAULT_FACES",
     "FACE_CHOICES",
     "PhotoAlignment",
     "PhotoError",
@@ -37,13 +38,19 @@ __all__ = [
     "list_photos",
     "read_photo",
     "select_faces",
+    "subject_scores",
 ]
 
-FACE_CHOICES = ("largest", "central", "all")
-"""Which faces of a photo :func:`align_photos` keeps: the largest box, the box whose centre is
-nearest the photo's centre, or every face."""
+FACE_CHOICES = ("subject", "largest", "central", "all")
+"""Which faces of a photo :func:`align_photos` keeps: the subject (whole, large and central,
+:func:`subject_scores`), the largest box, the box whose centre is nearest the photo's centre,
+or every face."""
+
+DEFAULT_FACES = "subject"
+"""The photo commands' default face choice (measured on LFW, docs/detection.md)."""
 
 _CHUNK = 32  # photos decoded, detected and written per round
+_CHUNK_PIXELS = 64_000_000  # ... and at most this many pixels (192 MB of RGB) per round
 
 
 class PhotoError(ValueError):
@@ -132,8 +139,7 @@ def detect_photos(
     model = load_detector(detector, device=device, min_face_size=min_face_size)  # type: ignore[arg-type]
     threads = workers if workers > 0 else min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for start in range(0, len(photos), _CHUNK):
-            chunk = photos[start : start + _CHUNK]
+        for chunk in _chunks(photos, pool):
             images = list(pool.map(_read_or_error, [path for path, _ in chunk]))
             readable = [i for i, image in enumerate(images) if isinstance(image, np.ndarray)]
             found = model.detect([images[i] for i in readable]) if readable else []
@@ -146,14 +152,92 @@ def detect_photos(
                     yield name, image, by_index[i]
 
 
+def _pixels(path: Path) -> int:
+    """``W * H`` from the file's header (no decoding); 0 when it cannot be read."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return int(image.size[0]) * int(image.size[1])
+    except Exception:  # read_photo names the problem when it decodes the file
+        return 0
+
+
+def _chunks(
+    photos: Sequence[tuple[Path, str]], pool: ThreadPoolExecutor
+) -> Iterator[Sequence[tuple[Path, str]]]:
+    """Rounds of at most :data:`_CHUNK` photos and :data:`_CHUNK_PIXELS` pixels (one photo
+    above that goes alone): a folder of 48-megapixel photos is never held 32 at a time."""
+    for start in range(0, len(photos), _CHUNK):
+        group = photos[start : start + _CHUNK]
+        sizes = list(pool.map(_pixels, [path for path, _ in group]))
+        first, total = 0, 0
+        for i, pixels in enumerate(sizes):
+            if i > first and total + pixels > _CHUNK_PIXELS:
+                yield group[first:i]
+                first, total = i, 0
+            total += pixels
+        yield group[first:]
+
+
+def subject_scores(faces: Faces, shape: tuple[int, ...]) -> np.ndarray:
+    """``float64[K]``: how much each face looks like the photo's subject (the ``"subject"``
+    rule of :func:`select_faces`), in ``[0, 1]``.
+
+    With each box ``(x1, y1, x2, y2)`` clipped to the ``W x H`` frame (``shape`` =
+    ``(H, W, ...)``):
+
+    * ``inside = area(clipped) / area(box)``: the share of the face inside the frame
+      (1 for a whole face, about 0.7 for one cut off at the edge);
+    * ``size = sqrt(area(clipped)) / max_j sqrt(area(clipped_j))``: its visible side,
+      relative to the largest visible face of the photo;
+    * ``centre = 1 - d / (diag / 2)``: ``d`` the distance of the clipped box's centre from the
+      frame's centre, ``diag`` the frame's diagonal;
+
+    ``score = size * inside * centre``. A whole, large face near the middle scores near 1; a
+    larger face cut off at the frame's edge loses to a whole one in the middle.
+    """
+    boxes = faces.boxes.astype(np.float64).reshape(-1, 4)
+    height, width = float(shape[0]), float(shape[1])
+    area = np.maximum(boxes[:, 2] - boxes[:, 0], 0) * np.maximum(boxes[:, 3] - boxes[:, 1], 0)
+    clipped = np.stack(
+        [
+            np.clip(boxes[:, 0], 0, width),
+            np.clip(boxes[:, 1], 0, height),
+            np.clip(boxes[:, 2], 0, width),
+            np.clip(boxes[:, 3], 0, height),
+        ],
+        axis=1,
+    )
+    visible = (clipped[:, 2] - clipped[:, 0]) * (clipped[:, 3] - clipped[:, 1])
+    inside = np.where(area > 0, visible / np.maximum(area, 1e-12), 0.0)
+    side = np.sqrt(visible)
+    size = side / side.max() if side.max() > 0 else np.zeros_like(side)
+    middle = (clipped[:, :2] + clipped[:, 2:]) / 2
+    distance = np.hypot(middle[:, 0] - width / 2, middle[:, 1] - height / 2)
+    centre = np.clip(1 - distance / (np.hypot(width, height) / 2), 0, 1)
+    return size * inside * centre
+
+
 def select_faces(faces: Faces, shape: tuple[int, ...], which: str) -> list[int]:
-    """Indices of the faces kept: ``"largest"`` (box area), ``"central"`` (box centre nearest
-    the image centre, ``shape`` = ``(H, W, ...)``) or ``"all"`` (best score first)."""
+    """Indices of the faces kept, ``shape`` = ``(H, W, ...)`` the photo's:
+
+    * ``"subject"`` (the default of the photo commands): the face a person would pick in a
+      photo of one subject, whole, large and central (:func:`subject_scores`; measured on
+      LFW's photos with several faces, docs/detection.md);
+    * ``"largest"``: the largest box area;
+    * ``"central"``: the box centre nearest the image centre;
+    * ``"all"``: every face, best score first.
+
+    Ties go to the first (best-scored) face.
+    """
     check_choice("faces", which, FACE_CHOICES)
     if faces.count == 0:
         return []
     if which == "all":
         return list(range(faces.count))
+    if which == "subject":
+        return [int(np.argmax(subject_scores(faces, shape)))]
     boxes = faces.boxes.astype(np.float64)
     if which == "largest":
         area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
@@ -169,10 +253,13 @@ class PhotoAlignment:
 
     Attributes:
         photos: photos read or tried.
-        written: crops written.
+        written: crops written (0: nothing was written, ``out`` was left as it was).
         no_face, several_faces, unreadable: the photos' names in each case (all in the report;
             a photo with several faces still gives its chosen crop unless ``faces="all"``).
-        out: the output folder; report: the report file (written when a list is not empty).
+        unlisted: with ``faces_from``, the photos of ``src`` it names no face for (``detect``
+            found none, or did not see them); in the report too.
+        out: the output folder; report: the report file (written when a list is not empty,
+            removed otherwise, so no report of an earlier run remains).
     """
 
     photos: int
@@ -182,6 +269,63 @@ class PhotoAlignment:
     no_face: list[str] = field(default_factory=list)
     several_faces: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)
+
+
+def _listed_faces(
+    photos: Sequence[tuple[Path, str]], table: dict[str, Faces], workers: int
+) -> Iterator[tuple[str, np.ndarray | None, Faces | PhotoError | None]]:
+    """:func:`detect_photos`'s yield for faces already found (``table``, by name): photos it
+    does not name give ``(name, None, None)`` and are not read."""
+    threads = workers if workers > 0 else min(8, os.cpu_count() or 1)
+    listed = [(path, name) for path, name in photos if name in table]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        images: dict[str, np.ndarray | PhotoError] = {}
+        chunks = iter(_chunks(listed, pool))
+        for _path, name in photos:
+            if name not in table:
+                yield name, None, None
+                continue
+            if name not in images:
+                images.clear()
+                chunk = next(chunks)
+                read = pool.map(_read_or_error, [p for p, _ in chunk])
+                images.update(zip([n for _, n in chunk], read, strict=True))
+            image = images.pop(name)
+            if isinstance(image, PhotoError):
+                yield name, None, image
+            else:
+                yield name, image, table[name]
+
+
+def _prepare_output(out: Path, overwrite: bool) -> Path:
+    """A fresh staging folder beside ``out``; ``out`` holding files is refused unless
+    ``overwrite``."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"the output folder {out} is a file: choose a folder for the crops")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ValueError(
+            f"the output folder {out} holds files already (an earlier align?): choose another "
+            "OUT, or pass --overwrite to replace its contents"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.aligning-"))
+
+
+def _publish(stage: Path, out: Path) -> None:
+    """Put the complete staging folder at ``out``, the earlier ``out`` (if any) removed."""
+    import shutil
+    import tempfile
+
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.replaced-"))
+        os.replace(out, old / "out")
+        os.replace(stage, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(stage, out)
 
 
 def align_photos(
@@ -189,7 +333,7 @@ def align_photos(
     out: str | os.PathLike[str],
     *,
     detector: object = "mtcnn",
-    faces: str = "largest",
+    faces: str = DEFAULT_FACES,
     image_size: int = 112,
     workers: int = 0,
     device: object = None,
@@ -199,20 +343,30 @@ def align_photos(
     alignment: str = "float64",
     suffix: str | None = None,
     crop: str = "arcface",
+    faces_from: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
 ) -> PhotoAlignment:
     """Detect and align every photo of ``src``: ``src/NAME`` → ``out/NAME`` (same relative path
     and format; with ``faces="all"``, ``out/STEM_K.EXT`` for the K-th face, best score first).
 
+    The crops are written into a staging folder beside ``out``, which becomes ``out`` only
+    once every photo is done: a failed run leaves nothing half-written, and a run that cuts
+    no crop leaves ``out`` as it was (``written == 0``).
+
     Args:
         src: a folder of photos (``SRC/<identity>/<image>`` for ``convert``) or one photo.
-        out: the output folder (created); must not be, be inside or hold ``src``.
+        out: the output folder; must not be, be inside or hold ``src``; a folder holding files
+            is refused unless ``overwrite``.
         detector: ``"mtcnn"``, MTCNN's weights or a detector object. Default: ``"mtcnn"``.
-        faces: ``"largest"``, ``"central"`` or ``"all"`` (:func:`select_faces`).
+        faces: ``"subject"``, ``"largest"``, ``"central"`` or ``"all"``
+            (:func:`select_faces`). Default: ``"subject"``.
         image_size: crop side; for ``crop="arcface"`` a multiple of 112 or 128. Default: 112.
         workers: threads decoding and writing (0: one per CPU, at most 8).
         device: where the detector runs. Default: CPU.
-        report: the TSV listing photos with no face, several faces or unreadable
-            (``name<TAB>problem<TAB>detail``). Default: ``OUT_report.tsv`` beside ``out``.
+        report: the TSV listing photos with no face, several faces, unreadable or (with
+            ``faces_from``) not listed (``name<TAB>problem<TAB>detail``); written when there
+            is something to list, removed otherwise. Default: ``OUT_report.tsv`` beside
+            ``out``.
         progress: called with ``(done, total)`` after each photo.
         min_face_size: MTCNN's smallest face, pixels. Default: 20.
         alignment: ``"float64"`` or ``"insightface"``
@@ -222,13 +376,21 @@ def align_photos(
         crop: how the face is cut, one of :data:`~marginface.data.face_crops.CROP_KINDS`
             (:func:`~marginface.data.face_crops.cut_face`; a model's description names its
             own, ``face_crop``). Default: ``"arcface"``.
+        faces_from: ``marginface detect``'s JSON-lines file: the faces it found are cut, no
+            detector runs (:func:`marginface.data.face_records.read_face_records`).
+            Default: None (detect here).
+        overwrite: replace the contents of an ``out`` that holds files. Default: False.
 
     Raises:
-        ValueError: bad options or folders (named), a detector that cannot be loaded.
+        ValueError: bad options or folders (named), ``out`` holding files without
+            ``overwrite``, a detector that cannot be loaded, a ``faces_from`` file that is not
+            ``detect``'s or names no photo of ``src``.
     """
     check_choice("faces", faces, FACE_CHOICES)
     check_choice("alignment", alignment, ALIGNMENTS)
     check_choice("crop", crop, CROP_KINDS)
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be a bool, got {overwrite!r}")
     if crop == "arcface":
         arcface_template(image_size)  # checks image_size before any work
     else:
@@ -237,37 +399,98 @@ def align_photos(
     src, out = Path(src), Path(out)
     photos = list_photos(src)
     check_output_folder(src, out)
+    table = None
+    if faces_from is not None:
+        from .face_records import read_face_records
+
+        table, _ = read_face_records(faces_from, src)
+        if not any(name in table for _, name in photos):
+            raise ValueError(
+                f"{faces_from} names none of the {len(photos)} photo(s) of {src}: give the "
+                "folder detect was run on"
+            )
     report_path = Path(report) if report is not None else out.with_name(out.name + "_report.tsv")
-    root = out.resolve()
-    no_face, several, unreadable, lines = [], [], [], []
+    stage = _prepare_output(out, overwrite)
+    try:
+        counts = _align_into(
+            stage, photos, table, detector, faces, image_size, workers, device, progress,
+            min_face_size, alignment, suffix, crop, cv2,
+        )  # fmt: skip
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    written, lines, lists = counts
+    if written:
+        _publish(stage, out)
+    else:
+        import shutil
+
+        shutil.rmtree(stage, ignore_errors=True)
+    if lines:
+        atomic_write_text(report_path, "name\tproblem\tdetail\n" + "\n".join(lines) + "\n")
+    else:
+        report_path.unlink(missing_ok=True)  # an earlier run's report would mislead
+    return PhotoAlignment(photos=len(photos), written=written, out=out, report=report_path, **lists)
+
+
+def _align_into(
+    stage: Path,
+    photos: list[tuple[Path, str]],
+    table: dict[str, Faces] | None,
+    detector: object,
+    faces: str,
+    image_size: int,
+    workers: int,
+    device: object,
+    progress: Callable[[int, int], None] | None,
+    min_face_size: float,
+    alignment: str,
+    suffix: str | None,
+    crop: str,
+    cv2: object,
+) -> tuple[int, list[str], dict[str, list[str]]]:
+    """:func:`align_photos`'s work into ``stage``: ``(written, report lines, lists)``."""
+    lists: dict[str, list[str]] = {
+        "no_face": [], "several_faces": [], "unreadable": [], "unlisted": []
+    }  # fmt: skip
+    lines: list[str] = []
     written = 0
+    root = stage.resolve()
     threads = workers if workers > 0 else min(8, os.cpu_count() or 1)
 
-    def write(name: str, crop: np.ndarray) -> None:
-        target = out / name
+    def write(name: str, face: np.ndarray) -> None:
+        target = stage / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if root not in target.resolve().parents:
-            raise ValueError(f"{name}: the crop would land outside {out} (a link?)")
-        ok, encoded = cv2.imencode(target.suffix or ".png", crop[:, :, ::-1])  # RGB -> BGR
+            raise ValueError(f"{name}: the crop would land outside the output folder (a link?)")
+        ok, encoded = cv2.imencode(target.suffix or ".png", face[:, :, ::-1])  # RGB -> BGR
         if not ok:
-            raise ValueError(f"{target}: OpenCV cannot encode this format")
+            raise ValueError(f"{name}: OpenCV cannot encode the format {target.suffix!r}")
         atomic_write_bytes(target, encoded.tobytes())
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        pending = []
+    if table is None:
         results = detect_photos(
             photos, detector, workers=threads, device=device, min_face_size=min_face_size
         )
+    else:
+        results = _listed_faces(photos, table, threads)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending = []
         for done, (name, image, found) in enumerate(results, start=1):
-            if isinstance(found, PhotoError):
-                unreadable.append(name)
+            if found is None:
+                lists["unlisted"].append(name)
+                lines.append(f"{name}\tnot_in_faces_file\tno face listed for it")
+            elif isinstance(found, PhotoError):
+                lists["unreadable"].append(name)
                 lines.append(f"{name}\tunreadable\t{found}")
             elif found.count == 0:
-                no_face.append(name)
+                lists["no_face"].append(name)
                 lines.append(f"{name}\tno_face\t")
             else:
                 if found.count > 1:
-                    several.append(name)
+                    lists["several_faces"].append(name)
                     lines.append(f"{name}\tseveral_faces\t{found.count} faces, kept {faces}")
                 chosen = select_faces(found, image.shape, faces)
                 for k in chosen:
@@ -291,14 +514,4 @@ def align_photos(
                 progress(done, len(photos))
         for job in pending:
             job.result()
-    if lines:
-        atomic_write_text(report_path, "name\tproblem\tdetail\n" + "\n".join(lines) + "\n")
-    return PhotoAlignment(
-        photos=len(photos),
-        written=written,
-        out=out,
-        report=report_path,
-        no_face=no_face,
-        several_faces=several,
-        unreadable=unreadable,
-    )
+    return written, lines, lists

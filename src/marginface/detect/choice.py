@@ -32,9 +32,10 @@ def load_detector(
     """A detector from ``spec``.
 
     Args:
-        spec: ``"mtcnn"`` (MTCNN with facenet-pytorch's installed weights), a folder or wheel
-            holding MTCNN's weights, an SCRFD/RetinaFace ``.onnx`` file (:class:`.SCRFD`), or
-            an object with a ``detect`` method (returned as is).
+        spec: ``"mtcnn"`` (MTCNN with facenet-pytorch's weights: the installed package's, else
+            those in marginface's cache, :func:`~.weights_cache.locate_mtcnn_weights`), a
+            folder or wheel holding MTCNN's weights, an SCRFD/RetinaFace ``.onnx`` file
+            (:class:`.SCRFD`), or an object with a ``detect`` method (returned as is).
         device: where MTCNN runs (the ONNX file runs on onnxruntime's CPU provider).
             Default: CPU.
         min_face_size: MTCNN's smallest face, pixels. Default: 20.
@@ -43,14 +44,19 @@ def load_detector(
         score_threshold: the ONNX detector's score threshold. Default: 0.5.
 
     Raises:
-        ValueError: an unknown name or a file that is no detector (named).
+        ValueError: an unknown name or a file that is no detector (named);
+            :class:`~.weights.WeightsError` (a ValueError): ``"mtcnn"`` and no weights found
+            (the message says how to get them).
     """
     if hasattr(spec, "detect"):
         return spec  # type: ignore[return-value]
     from .mtcnn import MTCNN
 
     if isinstance(spec, str) and spec.lower() == "mtcnn":
-        return MTCNN(device=device, min_face_size=min_face_size)  # type: ignore[arg-type]
+        from .weights_cache import locate_mtcnn_weights
+
+        weights = locate_mtcnn_weights()
+        return MTCNN(weights, device=device, min_face_size=min_face_size)  # type: ignore[arg-type]
     if not isinstance(spec, (str, os.PathLike)):
         raise TypeError(f"detector must be 'mtcnn', a path or a detector, got {spec!r}")
     path = Path(spec)

@@ -114,8 +114,10 @@ class FaceModel:
         detector: ``"mtcnn"``, an SCRFD ``.onnx`` file or a detector object: photos of
             another size are cut by a :class:`FaceCutter` made from the description. Default:
             None (aligned crops only). Not with ``aligner``.
-        faces: with ``detector``: which face of a photo with several, ``"largest"`` or
-            ``"central"``. Default: ``"largest"``.
+        faces: with ``detector``: which face of a photo with several, ``"subject"`` (the
+            face a person would pick: whole, large and central), ``"largest"`` or
+            ``"central"`` (:func:`~marginface.data.face_photos.select_faces`). Default:
+            ``"subject"``.
         **options: for a file without description (insightface's ``backbone.pth``): ``model``,
             ``embedding_dim``, ``image_size``, ``bgr`` (as ``evaluate --backbone`` takes them).
 
@@ -133,7 +135,7 @@ class FaceModel:
         flip: bool | None = None,
         aligner: Aligner | None = None,
         detector: Any = None,
-        faces: str = "largest",
+        faces: str = "subject",
         **options: Any,
     ) -> None:
         from .source import open_model

@@ -190,7 +190,9 @@ def embed_folder(
         model: the :class:`FaceModel`.
         folder: the images, ``FOLDER/<identity>/<image>`` or flat.
         out: the output file; an existing one is resumed (its rows kept, its images skipped);
-            it must have been written with a model of the same embedding size.
+            it must have been written with a model of the same embedding size. It is written
+            only when an image was embedded: a run that embeds none (every image refused)
+            leaves no file, or the earlier one as it was (``result.embedded == 0``).
         workers: threads decoding images (0: one per CPU, at most 8).
         flush_every: rewrite ``out`` (atomically) after this many new images. Default: 2048.
         progress: ``progress(done, total)`` after each batch (the command line's bar).
@@ -199,8 +201,8 @@ def embed_folder(
         :class:`EmbedResult`.
 
     Raises:
-        ValueError: ``folder`` is not a folder; ``out`` is not an embeddings file or holds
-            another embedding size; an unknown suffix.
+        ValueError: ``folder`` is not a folder or holds no images; ``out`` is not an
+            embeddings file or holds another embedding size; an unknown suffix.
     """
     out = Path(out)
     root = Path(folder)
@@ -209,6 +211,11 @@ def embed_folder(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"workers must be an int >= 0, got {workers!r}")
     images = list_images(root)
+    if not images:
+        raise ValueError(
+            f"{root} holds no images ({', '.join(IMAGE_SUFFIXES)}): nothing to embed, nothing "
+            "written"
+        )
     paths: list[str] = []
     identities: list[str] = []
     rows = np.empty((0, model.embedding_dim), np.float32)
@@ -253,7 +260,7 @@ def embed_folder(
         if since_flush >= flush_every:
             flush()
             since_flush = 0
-    if result.embedded or not out.exists():
+    if result.embedded:  # nothing embedded: no file written (an existing one is left as is)
         flush()
     result.total = len(paths)
     return result

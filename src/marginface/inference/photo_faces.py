@@ -27,8 +27,9 @@ class FaceCutter:
         crop: the crop kind, one of :data:`~marginface.data.face_crops.CROP_KINDS`
             (a model description's ``face_crop``). Default: ``"arcface"``.
         size: the crop's side in pixels (the model's input side). Default: 112.
-        faces: which face of a photo with several: ``"largest"`` or ``"central"``
-            (:func:`~marginface.data.face_photos.select_faces`). Default: ``"largest"``.
+        faces: which face of a photo with several: ``"subject"`` (whole, large and central),
+            ``"largest"`` or ``"central"`` (:func:`~marginface.data.face_photos.select_faces`).
+            Default: ``"subject"``.
         device: where the detector runs. Default: the CPU.
 
     Attributes:
@@ -46,7 +47,7 @@ class FaceCutter:
         *,
         crop: str = "arcface",
         size: int = 112,
-        faces: str = "largest",
+        faces: str = "subject",
         device: Any = None,
     ) -> None:
         from ..data.face_crops import CROP_KINDS
@@ -54,7 +55,7 @@ class FaceCutter:
 
         self.crop = check_choice("crop", crop, CROP_KINDS)
         self.size = check_int("size", size, minimum=2)
-        self.faces = check_choice("faces", faces, ("largest", "central"))
+        self.faces = check_choice("faces", faces, ("subject", "largest", "central"))
         self.detector = load_detector(detector, device=device)
         self.last_box: np.ndarray | None = None
         self.last_landmarks: np.ndarray | None = None
