@@ -329,8 +329,8 @@ def convert_pairs(
         detector: None, or ``"mtcnn"``, MTCNN's weights, an SCRFD ``.onnx`` or a detector
             object: each image's face (``faces``: ``"subject"``, ``"largest"`` or
             ``"central"``) is detected and aligned to ``image_size`` (``alignment``, as
-            ``convert --detector`` aligns a training folder); an image with no face is stored as its centred ``crop`` and
-            listed in ``OUT.report.tsv``.
+            ``convert --detector`` aligns a training folder); an image with no face is stored
+            as its centred ``crop`` and listed in ``OUT.report.tsv``.
 
     Returns:
         A :class:`PairsConversion`.
