@@ -17,7 +17,10 @@ best threshold of the other nine folds (``marginface.evaluation.verification.kfo
 Usage (docs/benchmarks.md)::
 
     python benchmarks/bench_pretrained_lfw.py --data-dir ../shared/data --work /tmp/lfw-bench \\
-        [--pipelines marginface,dlib] [--limit-pairs N] [--out result.json]
+        [--pipelines marginface,marginface-flip,dlib] [--limit-pairs N] [--out result.json]
+
+``marginface-flip`` is the same chips with the flip test (each chip's embedding summed with its
+mirror's, then normalised); the chips are kept in ``WORK/marginface_chips.npz`` and reused.
 """
 
 from __future__ import annotations
@@ -61,16 +64,21 @@ def read_rgb(path: Path) -> np.ndarray:
         return np.asarray(image.convert("RGB"))
 
 
-def marginface_embeddings(photos: list[np.ndarray]) -> tuple[np.ndarray, int, float]:
-    """``float32[N, 128]`` unit rows, the photos without a face, seconds."""
-    import torch
-
+def marginface_embeddings(
+    photos: list[np.ndarray], *, flip: bool = False, cache: Path | None = None
+) -> tuple[np.ndarray, int, float]:
+    """``float32[N, 128]`` unit rows, the photos without a face, seconds. ``flip``: the sum of
+    the chip's and its mirror's embeddings, normalised (the flip test). ``cache``: the chips
+    and misses kept in / read from this ``.npz`` (detection is the slow part)."""
     from marginface.data.face_chip import dlib_chip
     from marginface.data.face_photos import select_faces
     from marginface.detect.choice import load_detector
-    from marginface.inference import FaceModel
 
     start = time.perf_counter()
+    if cache is not None and cache.is_file():
+        with np.load(cache) as saved:
+            chips, misses = saved["chips"], int(saved["misses"])
+        return _embed_chips(chips, flip), misses, time.perf_counter() - start
     detector = load_detector("mtcnn")
     landmarks: list[np.ndarray | None] = []
     for begin in range(0, len(photos), 32):
@@ -88,10 +96,19 @@ def marginface_embeddings(photos: list[np.ndarray]) -> tuple[np.ndarray, int, fl
             for image, points in zip(photos, landmarks, strict=True)
         ]
     )
-    model = FaceModel("dlib-resnet-v1", batch_size=64)
+    if cache is not None:
+        np.savez(cache, chips=chips, misses=misses)
+    return _embed_chips(chips, flip), misses, time.perf_counter() - start
+
+
+def _embed_chips(chips: np.ndarray, flip: bool) -> np.ndarray:
+    import torch
+
+    from marginface.inference import FaceModel
+
+    model = FaceModel("dlib-resnet-v1", batch_size=64, flip=flip)
     pixels = torch.from_numpy(chips).permute(0, 3, 1, 2).contiguous()  # (N, 3, 150, 150)
-    embeddings = model.embed_pixels(pixels).numpy()
-    return embeddings, misses, time.perf_counter() - start
+    return model.embed_pixels(pixels).numpy()
 
 
 def dlib_embeddings(photos: list[np.ndarray]) -> tuple[np.ndarray, int, float]:
@@ -163,8 +180,12 @@ def main() -> None:
     folds = np.array([p.fold for p in pairs])
     result: dict[str, object] = {"pairs": len(pairs), "photos": len(names)}
     for pipeline in args.pipelines.split(","):
-        embed = marginface_embeddings if pipeline == "marginface" else dlib_embeddings
-        embeddings, misses, seconds = embed(photos)
+        if pipeline.startswith("marginface"):
+            cache = args.work / "marginface_chips.npz"
+            flip = pipeline == "marginface-flip"
+            embeddings, misses, seconds = marginface_embeddings(photos, flip=flip, cache=cache)
+        else:
+            embeddings, misses, seconds = dlib_embeddings(photos)
         scores = np.sum(embeddings[first] * embeddings[second], axis=1)
         accuracies, thresholds = kfold_accuracy(scores, same, folds)
         result[pipeline] = {
