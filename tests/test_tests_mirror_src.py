@@ -121,12 +121,10 @@ UNTESTED: dict[str, str] = {
     "data/yaleb.py": "Extended Yale B by name: data/test_folder_datasets.py (shared archive)",
     "data/locations.py": "data and cache folder lookup: exercised by every dataset test",
     "detect/mtcnn_nets.py": "MTCNN's three networks: detect/test_mtcnn.py, against the reference",
-    "evaluation/arrays.py": "array argument checks of evaluation/: errors tested per metric",
     "inference/images.py": "image inputs of FaceModel: tested through inference/test_face_model.py",
     "inference/search_page.py": "HTML page of `search --page`: cli/test_inference_commands.py",
     "keras/_angles.py": "private Keras twin of margins/_angles.py: keras/test_parity.py",
     "margins/_compile_ops.py": "private torch.compile custom ops: executors/test_compile.py",
-    "train/loader_errors.py": "one-line worker errors: train/test_cleaning_streamed.py (corrupt)",
     "train/state/pending_checkpoint.py": "background checkpoint write: state/test_step_checkpoints",
 }
 """Modules without a test file of their own, and where they are exercised instead."""
