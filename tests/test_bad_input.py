@@ -1,4 +1,6 @@
-"""Every bad input raises ValueError/TypeError naming the argument and the value."""
+"""Every bad input raises ValueError/TypeError naming the argument and the value: the margins'
+hyperparameters and the functional API (a head's batch: tests/head/test_inputs.py; a head's
+constructor: tests/head/test_margin_softmax.py)."""
 
 from __future__ import annotations
 
@@ -21,71 +23,6 @@ from marginface.margins import (
     NormFaceMargin,
     SphereFaceMargin,
 )
-
-
-@pytest.fixture()
-def arcface() -> marginface.ArcFaceLoss:
-    return marginface.ArcFaceLoss(5, 3)
-
-
-# --------------------------------------------------------------------------- labels
-def test_labels_out_of_range(arcface) -> None:
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\].*got 5"):
-        arcface(torch.randn(2, 3), torch.tensor([0, 5]))
-    with pytest.raises(ValueError, match="got -1"):
-        arcface(torch.randn(2, 3), torch.tensor([-1, 0]))
-
-
-def test_labels_float_dtype(arcface) -> None:
-    with pytest.raises(TypeError, match=r"labels must have an integer dtype.*float32"):
-        arcface(torch.randn(2, 3), torch.tensor([0.0, 1.0]))
-    with pytest.raises(TypeError, match="torch.bool"):
-        arcface(torch.randn(2, 3), torch.tensor([True, False]))
-
-
-def test_labels_wrong_shape(arcface) -> None:
-    with pytest.raises(ValueError, match=r"labels must have shape \(N,\), got \(2, 1\)"):
-        arcface(torch.randn(2, 3), torch.tensor([[0], [1]]))
-    with pytest.raises(ValueError, match="expected N = 2, got 3"):
-        arcface(torch.randn(2, 3), torch.tensor([0, 1, 2]))
-
-
-def test_labels_not_a_tensor(arcface) -> None:
-    with pytest.raises(TypeError, match="labels must be a torch.Tensor, got list"):
-        arcface(torch.randn(2, 3), [0, 1])
-
-
-# ----------------------------------------------------------------------- embeddings
-def test_embeddings_wrong_dimension(arcface) -> None:
-    with pytest.raises(ValueError, match=r"embedding_dim = 3.*got shape \(2, 4\)"):
-        arcface(torch.randn(2, 4), torch.tensor([0, 1]))
-
-
-def test_embeddings_wrong_rank(arcface) -> None:
-    with pytest.raises(ValueError, match=r"shape \(N, D\), got \(2, 3, 1\)"):
-        arcface(torch.randn(2, 3, 1), torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match=r"got \(3,\)"):
-        arcface(torch.randn(3), torch.tensor([0]))
-
-
-def test_embeddings_non_finite(arcface) -> None:
-    x = torch.randn(3, 3)
-    x[1, 2] = float("nan")
-    with pytest.raises(ValueError, match=r"non-finite .* in 1 row"):
-        arcface(x, torch.tensor([0, 1, 2]))
-    x[1, 2] = float("inf")
-    with pytest.raises(ValueError, match="non-finite"):
-        arcface.logits(x)
-
-
-def test_embeddings_integer_dtype(arcface) -> None:
-    with pytest.raises(TypeError, match="floating dtype, got torch.int64"):
-        arcface(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 1]))
-
-
-def test_empty_batch(arcface) -> None:
-    with pytest.raises(ValueError, match="empty batch"):
-        arcface(torch.randn(0, 3), torch.tensor([], dtype=torch.long))
 
 
 # ------------------------------------------------------------------ hyperparameters
@@ -130,29 +67,6 @@ def test_invalid_hyperparameters(factory, message: str) -> None:
 def test_num_classes_below_two(name: str) -> None:
     with pytest.raises(ValueError, match="num_classes must be >= 2, got 1"):
         marginface.create_loss(name, num_classes=1, embedding_dim=3)
-
-
-def test_embedding_dim_and_sub_centers() -> None:
-    with pytest.raises(ValueError, match="embedding_dim must be >= 1, got 0"):
-        marginface.ArcFaceLoss(3, 0)
-    with pytest.raises(ValueError, match="sub_centers must be >= 1, got 0"):
-        marginface.SubCenterArcFaceLoss(3, 2, sub_centers=0)
-    with pytest.raises(TypeError, match="sub_centers must be an integer, got 2.0"):
-        marginface.SubCenterArcFaceLoss(3, 2, sub_centers=2.0)
-
-
-def test_reduction_and_impl_and_dtype() -> None:
-    with pytest.raises(ValueError, match="reduction must be one of .*got 'avg'"):
-        marginface.ArcFaceLoss(3, 2, reduction="avg")
-    with pytest.raises(ValueError, match="impl must be one of .*got 'sparse'"):
-        marginface.ArcFaceLoss(3, 2, impl="sparse")
-    with pytest.raises(TypeError, match="dtype must be a floating dtype, got torch.int64"):
-        marginface.ArcFaceLoss(3, 2, dtype=torch.long)
-
-
-def test_head_rejects_non_margin() -> None:
-    with pytest.raises(TypeError, match="margin must be a marginface Margin, got Linear"):
-        marginface.MarginSoftmaxLoss(3, 2, torch.nn.Linear(2, 2))
 
 
 # ----------------------------------------------------------------- functional API

@@ -1,5 +1,6 @@
 """Sub-center ArcFace's clean-up: dominance by counting, outlier angles computed by hand, and
-the step to one center per class (library API; the CLI is tested in test_cli_subcenters.py)."""
+the step to one center per class (library API, subcenters.py; a head's clean-up methods are
+tested in head/test_subcenter_cleanup.py, the CLI in test_cli_subcenters.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import math
 import pytest
 import torch
 
-import marginface
 from marginface.subcenters import (
     dominant_sub_centers,
     find_outliers,
@@ -92,36 +92,6 @@ def test_keep_dominant_centers_picks_one_row_per_class():
     assert torch.equal(kept, torch.stack([weight[c * K + int(k)] for c, k in enumerate(dominant)]))
 
 
-def test_drop_non_dominant_centers_turns_the_head_into_k_equals_one():
-    embeddings, labels, _ = _problem(2)
-    head = marginface.SubCenterArcFaceLoss(C, D, sub_centers=K, dtype=torch.float64)
-    before = head.weight.detach().clone()
-    dominant = head.dominant_sub_centers(embeddings, labels)
-    assert torch.equal(dominant, dominant_sub_centers(embeddings, labels, before, K))
-    head.drop_non_dominant_centers(dominant)
-    assert head.sub_centers == 1 and tuple(head.weight.shape) == (C, D)
-    assert head.weight.requires_grad and head.weight.dtype == torch.float64
-    expected = torch.stack([before[c * K + int(k)] for c, k in enumerate(dominant)])
-    assert torch.equal(head.weight.detach(), expected)
-    # the K = 1 head is an ArcFace head on the dominant centers
-    arc = marginface.ArcFaceLoss(C, D, dtype=torch.float64)
-    with torch.no_grad():
-        arc.weight.copy_(expected)
-    torch.testing.assert_close(head(embeddings, labels), arc(embeddings, labels))
-    assert "sub_centers" not in repr(head)
-    with pytest.raises(ValueError, match=r"one center per class already \(sub_centers = 1\)"):
-        head.drop_non_dominant_centers(dominant)
-
-
-def test_head_find_outliers_matches_the_function():
-    embeddings, labels, _ = _problem(3)
-    head = marginface.SubCenterArcFaceLoss(C, D, sub_centers=K, dtype=torch.float64)
-    found = head.find_outliers(embeddings, labels, threshold_degrees=60)
-    direct = find_outliers(embeddings, labels, head.weight, K, threshold_degrees=60)
-    assert torch.equal(found.indices, direct.indices) and found.indices.numel() > 0
-    torch.testing.assert_close(found.angles, direct.angles)
-
-
 @pytest.mark.parametrize(
     ("call", "error", "text"),
     [
@@ -179,10 +149,6 @@ def test_more_bad_arguments():
         sub_center_counts(embeddings, labels, weight.long(), K)
     with pytest.raises(ValueError, match=r"weight must have shape \(C·K, D\) with K = 3"):
         keep_dominant_centers(weight[:-1], torch.zeros(C, dtype=torch.long), K)
-    head = marginface.SubCenterArcFaceLoss(C, D, sub_centers=K, dtype=torch.float64)
-    head.class_range = (0, 2)  # as a sharded head holding classes 0 and 1
-    with pytest.raises(ValueError, match=r"no sample has a label in this head's classes \[0, 2\)"):
-        head.dominant_sub_centers(embeddings[:3], torch.tensor([2, 3, 3]))
 
 
 def test_a_training_set_neither_in_memory_nor_streamed_is_a_clear_error():

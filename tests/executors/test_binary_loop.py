@@ -338,22 +338,6 @@ def test_gradcheck_of_the_custom_op_path(margin):
     assert torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-6)
 
 
-def test_auto_counts_the_binary_dense_step_larger_than_the_softmax_one() -> None:
-    """A one-vs-all dense step holds BINARY_DENSE_COPIES N×C matrices, not the softmax's
-    DENSE_LOGIT_COPIES: at a budget between the two estimates (N = 64, C = 100, float32: 102,400
-    and 230,400 bytes) ArcFace stays dense and SphereFace2 / UniFace go chunked."""
-    from marginface.executors.choice import BINARY_DENSE_COPIES, DENSE_LOGIT_COPIES
-
-    budget = 200_000
-    arcface = marginface.create_loss("arcface", 100, 512, impl="auto", memory_budget=budget)
-    assert arcface.dense_step_bytes(64) == DENSE_LOGIT_COPIES * 64 * 100 * 4
-    assert arcface.executor(64) == "dense"
-    for name in ("sphereface2", "uniface"):
-        head = marginface.create_loss(name, 100, 512, impl="auto", memory_budget=budget)
-        assert head.dense_step_bytes(64) == BINARY_DENSE_COPIES * 64 * 100 * 4
-        assert head.executor(64) == "chunked"
-
-
 class _HalfCosine(UniFaceMargin):
     """``g(c) = c/2 + 0.1``: a non-target rule the custom operators and the kernels do not
     compile, so the chunked step runs the PyTorch passes of ``binary_loop``."""

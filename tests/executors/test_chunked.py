@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import marginface
-from marginface import head as head_module
 from marginface.executors import chunk_plan as chunk_plan_module
 from marginface.executors.chunked import check_chunkable, chunked_margin_cross_entropy
 from marginface.executors.dense import dense_margin_cross_entropy
@@ -265,47 +264,6 @@ def test_unchunkable_margin_raises_for_chunked() -> None:
         )
     with pytest.raises(TypeError, match="margin must be a marginface Margin"):
         check_chunkable(object())  # type: ignore[arg-type]
-
-
-def test_auto_picks_by_memory() -> None:
-    loss_fn = marginface.ArcFaceLoss(10, D, impl="auto")
-    assert loss_fn.memory_budget == head_module.DEFAULT_MEMORY_BUDGET
-    assert loss_fn.executor(4) == "dense"
-    # 4 copies of N×C float32 logits: N = 4, C = 10 takes 640 bytes
-    assert loss_fn.dense_step_bytes(4) == head_module.DENSE_LOGIT_COPIES * 4 * 10 * 4 == 640
-    tight = marginface.ArcFaceLoss(10, D, impl="auto", memory_budget=639)
-    assert tight.executor(4) == "chunked"
-    assert tight.executor(3) == "dense"  # 480 bytes fit
-    assert marginface.ArcFaceLoss(10, D, impl="auto", memory_budget=640).executor(4) == "dense"
-    assert marginface.ArcFaceLoss(10, D, impl="auto", memory_budget=0).executor(1) == "chunked"
-    wide = marginface.ArcFaceLoss(10, D, impl="auto", dtype=torch.float64, memory_budget=639)
-    assert wide.dense_step_bytes(2) == 640 and wide.executor(2) == "chunked"  # float64: 8 bytes
-    sub = marginface.SubCenterArcFaceLoss(10, D, impl="auto", sub_centers=3, memory_budget=639)
-    assert sub.dense_step_bytes(2) == 960 and sub.executor(2) == "chunked"  # N·C·K logits
-    # the default budget keeps the former size rule: chunked beyond N·C = 16M in float32
-    big = marginface.ArcFaceLoss(32768, 2, impl="auto")
-    assert big.executor(512) == "dense" and big.executor(513) == "chunked"
-    assert head_module.AUTO_CHUNKED_MIN_LOGITS == 512 * 32768
-    whole = marginface.MarginSoftmaxLoss(10, D, _WholeMatrixMargin(), impl="auto", memory_budget=0)
-    assert whole.executor(100) == "dense"  # auto never picks an executor the margin cannot run
-    assert marginface.ArcFaceLoss(10, D, impl="dense", memory_budget=0).executor(4) == "dense"
-    x, labels = make_batch(10, torch.float32)
-    assert torch.isfinite(loss_fn(x, labels))
-
-
-@pytest.mark.parametrize(
-    ("value", "error"),
-    [
-        (-1, ValueError),
-        (1.5e9, TypeError),
-        (True, TypeError),
-        ("1GB", TypeError),
-        (None, TypeError),
-    ],
-)
-def test_memory_budget_is_validated(value: object, error: type) -> None:
-    with pytest.raises(error, match="memory_budget"):
-        marginface.ArcFaceLoss(10, D, impl="auto", memory_budget=value)  # type: ignore[arg-type]
 
 
 def test_invalid_arguments_are_named() -> None:

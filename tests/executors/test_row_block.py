@@ -274,19 +274,6 @@ def test_unchunkable_margin_refused() -> None:
         marginface.MarginSoftmaxLoss(10, D, WholeMatrix(), impl="row_block")
 
 
-def test_default_row_block() -> None:
-    """Default rows per block: the fewest even blocks whose products fit 256 MiB."""
-    head = marginface.ArcFaceLoss(100_000, 8, impl="row_block", device="meta")
-    assert head.row_block_bytes(512) == 512 * 100_000 * 4
-    assert head.row_block_rows(512) == 512  # 205 MB
-    assert head.row_block_rows(2048) == 512  # 4 blocks of 512
-    assert head.row_block_rows(700) == 350  # 2 blocks, not 671 + 29
-    bf16 = marginface.ArcFaceLoss(100_000, 8, device="meta", dtype=torch.bfloat16)
-    assert bf16.row_block_bytes(1) == 200_000
-    assert marginface.ArcFaceLoss(10, 8, row_block=3).row_block_rows(512) == 3
-    assert head_module.DEFAULT_ROW_BLOCK_BYTES == 1 << 28
-
-
 def test_functional_row_block_matches_dense() -> None:
     """``chunked_margin_cross_entropy(..., row_block=)`` equals the dense function."""
     x, labels = make_batch(37, torch.float64)
