@@ -119,27 +119,47 @@ def measure(model: torch.nn.Module, test: ImageSet) -> dict[str, Any]:
     return result
 
 
-def write_yaleb_photos(data_dir: Path, out: Path) -> None:
-    """Yale B's illumination images (the loader's, marginface.data.yaleb) as PNG files."""
+def write_yaleb_chips(data_dir: Path, out: Path, pad: int = 72) -> None:
+    """Yale B's illumination images (those of marginface.data.yaleb) as dlib chips,
+    ``out/<subject>/<image>.png``: each 192x168 crop framed by ``pad`` black pixels (MTCNN
+    misses faces that touch the frame), its face found by MTCNN on a histogram-equalised copy
+    (the darkest lightings hide it otherwise), the subject face chosen, and the chip cut from
+    the framed original (``cut_face(..., crop="dlib-chip")``). Images without a face are
+    counted and left out."""
     import io
     import tarfile
 
+    import cv2
     from PIL import Image
 
+    from marginface.data.face_crops import cut_face
+    from marginface.data.face_photos import select_faces
     from marginface.data.yaleb import _YALEB_MEMBER
+    from marginface.detect import MTCNN
 
-    count = 0
+    detector = MTCNN()
+    written = missed = 0
     with tarfile.open(data_dir / "yaleb" / "CroppedYale.tar.gz") as archive:
         for member in archive:
             found = _YALEB_MEMBER.search(member.name)
             if found is None or not member.isfile():
                 continue
             with Image.open(io.BytesIO(archive.extractfile(member).read())) as image:
-                target = out / found.group(1) / (Path(member.name).stem + ".png")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                image.convert("L").save(target)
-                count += 1
-    print(f"{count} images written under {out}")
+                grey = np.asarray(image.convert("L"))
+            framed = np.pad(grey, pad)
+            faces = detector.detect(np.repeat(cv2.equalizeHist(framed)[:, :, None], 3, axis=2))[0]
+            chosen = select_faces(faces, framed.shape, "subject")
+            if not chosen:
+                missed += 1
+                continue
+            k = chosen[0]
+            rgb = np.repeat(framed[:, :, None], 3, axis=2)
+            chip = cut_face(rgb, faces.landmarks[k], faces.boxes[k], crop="dlib-chip", size=150)
+            target = out / found.group(1) / (Path(member.name).stem + ".png")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(chip).save(target)
+            written += 1
+    print(f"{written} chips written under {out}; {missed} images without a face left out")
 
 
 def small_eval_slice(train: ImageSet) -> ImageSet:
@@ -166,12 +186,12 @@ def main() -> None:
         help="folder: --data-dir is FOLDER/<identity>/<image> (e.g. Yale B's dlib chips)",
     )
     parser.add_argument(
-        "--write-yaleb-photos",
+        "--write-yaleb-chips",
         type=Path,
         default=None,
         metavar="DIR",
-        help="only write Yale B's illumination images as DIR/<subject>/<image>.png, for "
-        "`marginface align DIR --out CHIPS --detector mtcnn --for-model dlib-resnet-v1`",
+        help="only write Yale B's illumination images as dlib chips, DIR/<subject>/<image>.png "
+        "(then --dataset folder --data-dir DIR)",
     )
     parser.add_argument("--losses", default="arcface,cosface")
     parser.add_argument("--epochs", type=int, default=None, help="default: the recipe's")
@@ -180,8 +200,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_finetune"))
     args = parser.parse_args()
-    if args.write_yaleb_photos is not None:
-        write_yaleb_photos(Path(args.data_dir), args.write_yaleb_photos)
+    if args.write_yaleb_chips is not None:
+        write_yaleb_chips(Path(args.data_dir), args.write_yaleb_chips)
         return
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
