@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import marginface
-from marginface.executors import chunk_plan as chunk_plan_module
+from marginface.executors import backend as backend_module
 from marginface.executors.chunked import check_chunkable, chunked_margin_cross_entropy
 from marginface.executors.dense import dense_margin_cross_entropy
 from marginface.margins import ArcFaceMargin, Margin
@@ -293,7 +293,7 @@ def test_invalid_kernels_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
         chunked_margin_cross_entropy(*args)
     monkeypatch.setenv("MARGINFACE_KERNELS", "torch")
     assert torch.isfinite(chunked_margin_cross_entropy(*args)).all()
-    monkeypatch.setattr(chunk_plan_module, "triton_available", lambda: False)
+    monkeypatch.setattr(backend_module, "triton_available", lambda: False)
     with pytest.raises(ValueError, match="kernels='triton' needs triton installed"):
         chunked_margin_cross_entropy(*args, kernels="triton")
 
@@ -315,7 +315,7 @@ def test_the_head_and_create_loss_take_kernels(monkeypatch: pytest.MonkeyPatch) 
     from_env = marginface.create_loss("cosface", 10, D, impl="chunked")
     with pytest.raises(ValueError, match=r"MARGINFACE_KERNELS must be one of .*got 'fast'"):
         from_env(x, labels)
-    monkeypatch.setattr(chunk_plan_module, "triton_available", lambda: False)
+    monkeypatch.setattr(backend_module, "triton_available", lambda: False)
     triton_loss = marginface.create_loss("cosface", 10, D, impl="chunked", kernels="triton")
     with pytest.raises(ValueError, match="kernels='triton' needs triton installed"):
         triton_loss(x, labels)

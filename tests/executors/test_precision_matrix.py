@@ -367,7 +367,7 @@ def test_float16_weight_with_large_norms_stays_finite(name: str, norm: float, pa
         else:
             gemm = gemm_dtype(x_in, w_in)
             value = ChunkedMarginCrossEntropy.apply(
-                x_in.float(), w_in, labels, labels, margin, 1, CHUNK, gemm, "torch", None, None
+                x_in.float(), w_in, labels, labels, margin, 1, CHUNK, gemm, False, None, None
             )
             extra = margin.regularizer(x_in.float().norm(dim=1)) if margin.requires_norms else None
             value = value + extra if extra is not None else value

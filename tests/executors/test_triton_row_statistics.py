@@ -121,8 +121,8 @@ def _run(path: str, kernels: str, margin, x, weight, labels, upstream, sample=No
         )
     else:
         loss = ChunkedMarginCrossEntropy.apply(
-            x, weight, labels, labels, margin, 1, CHUNK, gemm_dtype(x, weight), kernels,
-            None, sample, None, (True, True), (), None,
+            x, weight, labels, labels, margin, 1, CHUNK, gemm_dtype(x, weight),
+            kernels == "triton", None, sample, None, (True, True), (), None,
         )  # fmt: skip
     (loss * upstream.to(loss.device)).sum().backward()
     return loss.detach(), x.grad, weight.grad

@@ -24,12 +24,14 @@ path (:mod:`~marginface.executors.chunk_workspace`, :mod:`~marginface.executors.
 nothing of size ``N×C`` is kept, the extra memory is one chunk's ``N×c`` temporaries. The target
 term is an ``N``-vector on a small autograd graph (the margin's own ``target_logit``), replayed
 in backward. The per-chunk work runs as PyTorch ops or on the Triton kernels of
-:mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`). The dense path is
+:mod:`~marginface.executors.triton_binary`. The dense path is
 :func:`~marginface.executors.margin_loss.binary_cross_entropy` of the margin's ``N×C`` logits.
 A declared rule without inter-class filtering runs on the custom operators of
 :mod:`~marginface.executors.fused_op`; the rest (and the sharded head) on the one autograd
 Function, :class:`~marginface.executors.chunked_function.ChunkedLoss`, with this module's
-:class:`BinaryReduction`.
+:class:`BinaryReduction`. Both choices are the call's
+:class:`~marginface.executors.backend.Backend`, made once at its entry
+(:func:`~marginface.executors.backend.choose_backend`).
 
 Sharded (:class:`~marginface.executors.sharding.ClassShard`): the target cosine is summed over
 ranks (only the owner's is non-zero), each rank sums its own classes' softplus terms and the
@@ -51,10 +53,11 @@ from torch import Tensor
 
 from ..margins.base import Margin
 from ..margins.binary import softplus
+from .backend import Backend
 from .binary_passes import margin_gradient as _nontarget_gradient
 from .binary_passes import margin_sums as _nontarget_sums
 from .binary_passes import rule_gradient, rule_sums
-from .binary_rule import BinaryRule, binary_rule_of, use_binary_kernels
+from .binary_rule import BinaryRule, binary_rule_of
 from .chunk_plan import gemm_dtype
 from .chunk_workspace import ChunkWorkspace
 from .chunked_function import ChunkedLoss, Seeds, TargetLeaves
@@ -67,7 +70,6 @@ __all__ = [
     "BinaryRule",
     "ChunkedBinaryLoss",
     "binary_loss",
-    "use_binary_kernels",
 ]
 
 
@@ -78,33 +80,32 @@ def binary_loss(
     labels: Tensor,
     margin: Margin,
     shard: ClassShard | None,
+    backend: Backend,
     *,
     sub_centers: int = 1,
     chunk_size: int | None = None,
-    kernels: str | None = None,
     sampled_classes: Tensor | None = None,
 ) -> Tensor:
     """Per-sample binary loss without the ``N×C`` logits, for a binary margin: the arguments
     (checked by the caller) and the return value of
     :func:`~marginface.executors.chunked.sharded_margin_cross_entropy` (``shard`` None: one
     process, ``local_labels`` the labels, as
-    :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`). ``kernels``: see
-    :func:`use_binary_kernels`. One process with a declared rule and no inter-class filtering:
-    the custom ops (:func:`fused_binary_loss`, no graph break under ``torch.compile``); else the
-    autograd Function with a :class:`BinaryReduction`."""
+    :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`). ``backend``: the
+    call's :class:`~marginface.executors.backend.Backend`: a custom-op path (one process with a
+    declared rule and no inter-class filtering) runs :func:`fused_binary_loss`, no graph break
+    under ``torch.compile``; ``"function"`` the autograd Function with a
+    :class:`BinaryReduction`; either on the Triton kernels if ``backend.triton``."""
     dtype = compute_dtype(embeddings, weight)
-    triton = use_binary_kernels(margin, kernels, embeddings, weight)
-    declared = margin.binary_kernel_parameters() is not None
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
         x = embeddings.to(dtype)
-        if shard is None and declared and margin.interclass_filtering_threshold == 0:
+        if backend.custom_ops:
             return fused_binary_loss(
                 x, weight, labels, margin, sub_centers=sub_centers, chunk_size=chunk_size,
-                triton=triton, sampled_classes=sampled_classes,
+                backend=backend, sampled_classes=sampled_classes,
             )  # fmt: skip
         return ChunkedBinaryLoss.apply(
             x, weight, margin.bias, local_labels, labels, margin, sub_centers, chunk_size,
-            gemm_dtype(embeddings, weight), shard, sampled_classes, triton,
+            gemm_dtype(embeddings, weight), shard, sampled_classes, backend.triton,
         )  # fmt: skip
 
 
@@ -118,7 +119,7 @@ class BinaryReduction:
             (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`) runs in
             place (:func:`~.binary_passes.rule_sums`), any other on its own logits.
         triton: run the per-chunk work on the kernels of
-            :mod:`~marginface.executors.triton_binary` (:func:`use_binary_kernels`).
+            :mod:`~marginface.executors.triton_binary` (the call's backend).
         dtype: the compute dtype (the bias leaf's).
     """
 
@@ -148,7 +149,7 @@ class BinaryReduction:
         if self.triton:
             from .triton_binary import triton_binary_sums
 
-            assert self.rule is not None  # use_binary_kernels: a declared rule, no filtering
+            assert self.rule is not None  # the backend's Triton rows: a declared rule
             negative = triton_binary_sums(chunks, self.rule).to(chunks.x_hat.dtype)  # (N,)
         elif self.rule is not None:  # the declared rule in place over the chunk workspace
             negative = rule_sums(chunks, self.rule, self.margin.interclass_filtering_threshold)
@@ -192,8 +193,8 @@ class ChunkedBinaryLoss:
     ``apply(x, weight, bias, local_labels, labels, margin, sub_centers, chunk_size, gemm,
     shard, sample, triton=False) -> loss[N]`` with :class:`ChunkedLoss`'s conventions. ``bias``
     is the margin's ``b``; its gradient is complete on every rank. ``triton``: run the
-    per-chunk work on the kernels of :mod:`~marginface.executors.triton_binary`
-    (:func:`use_binary_kernels`).
+    per-chunk work on the kernels of :mod:`~marginface.executors.triton_binary` (the call's
+    :class:`~marginface.executors.backend.Backend`).
     """
 
     @staticmethod
@@ -227,7 +228,7 @@ def fused_binary_loss(
     *,
     sub_centers: int,
     chunk_size: int | None,
-    triton: bool,
+    backend: Backend,
     sampled_classes: Tensor | None = None,
 ) -> Tensor:
     """The chunked binary loss ``Tensor[N]`` through the custom ops (no graph break under
@@ -239,7 +240,8 @@ def fused_binary_loss(
         x: ``Tensor[N, D]`` in the compute dtype, autocast off. weight, labels, sub_centers,
             chunk_size, sampled_classes: as
             :func:`~marginface.executors.chunked.chunked_margin_cross_entropy`.
-        triton: run the per-chunk work on the Triton kernels (decided by the caller).
+        backend: the call's :class:`~marginface.executors.backend.Backend` (a custom-op path):
+            compiled operators or their eager twin, on the Triton kernels or PyTorch ops.
     """
     k, sample = sub_centers, sampled_classes
     start = prologue(x, weight, labels, k, sample, chunk_size)
@@ -249,8 +251,8 @@ def fused_binary_loss(
     sums, cos_pass, _ = BINARY_OPS.call(
         x_hat, weight, labels, target_rows, cos_raw, margin.bias, float(margin.scale),
         float(parameters["power"]), float(parameters["offset"]), float(margin.bias_sign),
-        float(clamp), margin.gradient == "straight_through", k, chunk_size,
-        "triton" if triton else "torch", sample,
+        float(clamp), margin.gradient == "straight_through", k, chunk_size, backend.kernels,
+        sample, compiled=backend.compiled,
     )  # fmt: skip
     target_logit = margin.target_logit(cos_pass.clamp(-1.0, 1.0), margin.bias)  # (N,)
     return margin.positive_weight * softplus(-target_logit) + margin.negative_weight * sums

@@ -1,6 +1,8 @@
 """The one-vs-all reduction's compiled rule: what the custom operators
 (:mod:`~marginface.executors.fused_op`) and the Triton kernels
-(:mod:`~marginface.executors.triton_binary`) compute per logit, and the choice of kernels.
+(:mod:`~marginface.executors.triton_binary`) compute per logit (whether they run is
+:func:`~marginface.executors.backend.use_binary_kernels`'s answer, asked once per call by
+:func:`~marginface.executors.backend.choose_backend`).
 
 A binary margin declares its non-target rule as numbers
 (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`): with
@@ -20,9 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .chunk_plan import requested_kernels, use_triton_kernels
-
-__all__ = ["BinaryRule", "binary_rule_of", "use_binary_kernels"]
+__all__ = ["BinaryRule", "binary_rule_of"]
 
 
 @dataclass(frozen=True)
@@ -39,35 +39,6 @@ class BinaryRule:
     negative_weight: float
     clamp: float | None = None
     straight_through: bool = False
-
-
-def use_binary_kernels(margin: Any, kernels: str | None, x: Tensor, weight: Tensor) -> bool:
-    """Whether this call's binary reduction runs on the Triton kernels, decided once per call.
-
-    ``"torch"``: no. ``"auto"``: yes for CUDA tensors when triton imports, the GEMM dtype and
-    the weight suit the kernels, the margin declares its rule
-    (:meth:`~marginface.margins.binary.BinaryMargin.binary_kernel_parameters`), and there is no
-    inter-class filtering (a Partial FC sample runs on them, one launch per chunk of its
-    gathered rows). ``"triton"``: yes, or ``ValueError`` naming the margin and what is
-    unsupported.
-    """
-    requested = requested_kernels(kernels)
-    if requested == "torch":
-        return False
-    name = type(margin).__name__
-    problems = []
-    if margin.binary_kernel_parameters() is None:
-        problems.append(f"{name}'s non-target rule has no Triton kernel")
-    if margin.interclass_filtering_threshold > 0:
-        problems.append("interclass_filtering_threshold > 0 has no Triton kernel")
-    if requested == "auto":
-        return not problems and use_triton_kernels("auto", x, weight)
-    if problems:
-        raise ValueError(
-            f"kernels='triton' for the binary (one-vs-all) reduction of {name}: "
-            f"{'; '.join(problems)}; use kernels='torch' (or 'auto')"
-        )
-    return use_triton_kernels("triton", x, weight)  # the dtype and interpreter checks
 
 
 def binary_rule_of(margin: Any, bias: Tensor) -> BinaryRule:

@@ -3,8 +3,9 @@
 * the chunk size (:func:`default_chunk_size`, a bound on the workspace's bytes),
 * the GEMM dtype (:func:`gemm_dtype`) and whether the scale may ride in the GEMM
   (:func:`scale_in_gemm`),
-* who runs the per-chunk work, PyTorch or Triton (:func:`requested_kernels`, read once at the
-  call's entry, and :func:`use_triton_kernels`, resolved once per call for the margin at hand),
+* the constants of the choice of who runs the per-chunk work (:data:`KERNELS`,
+  :data:`KERNELS_ENV`, :data:`TRITON_DTYPES`; the choice itself, once per call, is
+  :func:`~marginface.executors.backend.choose_backend`),
 * the normalized embeddings ``x̂ = x/‖x‖`` and the per-row scale ``s_i``
   (:func:`scale_per_row`),
 * the checks of the arguments that only the chunked executor takes.
@@ -14,13 +15,12 @@ Nothing here loops over chunks; :mod:`~marginface.executors.chunk_loop` does.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .._validation import check_choice, check_int
+from .._validation import check_int
 from ..margins.base import NONTARGET_KERNELS, Margin
 from .dense import NORMALIZE_EPS, compute_dtype, row_norms
 
@@ -39,11 +39,8 @@ __all__ = [
     "gemm_dtype",
     "nontarget_kernel_of",
     "normalized_with_norms",
-    "requested_kernels",
     "scale_in_gemm",
     "scale_per_row",
-    "triton_available",
-    "use_triton_kernels",
 ]
 
 DEFAULT_CHUNK_BYTES = 1 << 24
@@ -102,84 +99,10 @@ def chunk_size_for(
     return default_chunk_size(x.shape[0], sub_centers, per_logit, per_center)
 
 
-def triton_available() -> bool:
-    """Whether :mod:`triton` imports (it is optional: ``pip install triton``)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def requested_kernels(kernels: str | None) -> str:
-    """The caller's ``kernels`` (one of :data:`KERNELS`), or the environment variable
-    :data:`KERNELS_ENV` read now when it is None (unset: ``"auto"``); ``ValueError`` naming the
-    value otherwise."""
-    if kernels is None:
-        value = os.environ.get(KERNELS_ENV, "auto") or "auto"
-        if value not in KERNELS:
-            raise ValueError(f"{KERNELS_ENV} must be one of {KERNELS}, got {value!r}")
-        return value
-    return check_choice("kernels", kernels, KERNELS)
-
-
 TRITON_NONTARGET_KERNELS = NONTARGET_KERNELS
 """The non-target rules of :data:`~marginface.margins.base.NONTARGET_KERNELS` that the Triton
 kernels have: all of them (:class:`~marginface.executors.kernel_options.NonTargetRule`). A
 margin that declares none (``nontarget_kernel()`` is None) has no Triton path."""
-
-
-def use_triton_kernels(
-    requested: str, x: Tensor, weight: Tensor, margin: Margin | None = None
-) -> bool:
-    """Whether this call's chunk loop runs on the Triton kernels, decided once per call.
-
-    ``requested``: from :func:`requested_kernels`. ``"torch"``: no. ``"auto"``: yes for CUDA
-    tensors when triton imports and the case is supported (a GEMM dtype of
-    :data:`TRITON_DTYPES` with a weight of that dtype and unit stride along D; a margin whose
-    :meth:`~marginface.margins.base.Margin.nontarget_kernel` is known and no inter-class
-    filtering), else no. ``"triton"``: yes, or ``ValueError`` saying what is unsupported.
-    ``margin`` None: the identity rule (the statistics pass alone).
-    """
-    if requested == "torch":
-        return False
-    gemm = gemm_dtype(x, weight)
-    supported = gemm in TRITON_DTYPES and weight.dtype == gemm and weight.stride(1) == 1
-    filtering = margin is not None and margin.interclass_filtering_threshold > 0
-    known_rule = margin is None or nontarget_kernel_of(margin) in TRITON_NONTARGET_KERNELS
-    if requested == "auto":
-        return (
-            x.device.type == "cuda"
-            and supported
-            and known_rule
-            and not filtering
-            and triton_available()
-        )
-    if not triton_available():
-        raise ValueError("kernels='triton' needs triton installed (pip install triton)")
-    if not supported:
-        raise ValueError(
-            f"kernels='triton' supports GEMM dtypes {TRITON_DTYPES} with a weight of that dtype "
-            f"and unit stride along D, got weight {weight.dtype} (stride {weight.stride()}) and "
-            f"GEMM dtype {gemm}; use kernels='torch'"
-        )
-    if x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(
-            "kernels='triton' on CPU tensors runs only under Triton's interpreter: set "
-            "TRITON_INTERPRET=1 before marginface.executors.triton_kernels is first imported"
-        )
-    if filtering:
-        raise ValueError(
-            "interclass_filtering_threshold > 0 has no Triton kernel; use kernels='torch' "
-            "(or leave kernels unset)"
-        )
-    if not known_rule:
-        raise ValueError(
-            f"margin {type(margin).__name__}'s nontarget_cosine has no Triton kernel (only the "
-            "rules of marginface.executors.chunk_plan.TRITON_NONTARGET_KERNELS); use "
-            "kernels='torch'"
-        )
-    return True
 
 
 def nontarget_kernel_of(margin: Margin) -> str | None:

@@ -52,6 +52,7 @@ from torch import Tensor
 
 from .._validation import check_int
 from ..margins.base import Margin
+from .backend import Backend, choose_backend, triton_available
 from .binary_loop import binary_loss
 from .chunk_plan import (
     DEFAULT_CHUNK_BYTES,
@@ -63,11 +64,8 @@ from .chunk_plan import (
     check_sampled_classes,
     default_chunk_size,
     gemm_dtype,
-    requested_kernels,
     scale_in_gemm,
     scale_per_row,
-    triton_available,
-    use_triton_kernels,
 )
 from .chunk_workspace import PROJECTION_BLOCK, ROW_DOT_BLOCK
 from .chunked_function import ChunkedMarginCrossEntropy, stack_class_values
@@ -141,7 +139,8 @@ def chunked_margin_cross_entropy(
             imports, for the non-target rules the margin declares compiled in
             (:meth:`~marginface.margins.base.Margin.nontarget_kernel`) and float32/bf16/fp16
             GEMMs; else PyTorch. ``"triton"`` raises ``ValueError`` where the kernels cannot
-            run. Resolved once per call and passed down to the chunk loop.
+            run. Resolved once per call, with the autograd path, by
+            :func:`~marginface.executors.backend.choose_backend`, and passed down.
         sampled_classes: Partial FC's sample, ``int64[S]``: sorted distinct classes in
             ``[0, C)`` (not checked here; the heads build it). The softmax then runs over these
             ``S`` classes only, ``labels`` are positions in ``sampled_classes`` (in
@@ -178,27 +177,26 @@ def chunked_margin_cross_entropy(
     sub_centers, chunk_size, sampled_classes = check_chunk_arguments(
         weight, sub_centers, chunk_size, sampled_classes
     )
-    if binary:
-        return binary_loss(
-            embeddings, weight, labels, labels, margin, None, sub_centers=sub_centers,
-            chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
-        )  # fmt: skip
     if row_block is not None:
         row_block = check_int("row_block", row_block, minimum=1)
-    kernels = requested_kernels(kernels)  # the environment variable, read once
-    rule = nontarget_rule(margin)
-    if row_block is None and rule is not None:  # the custom ops: no graph break under compile
+    backend = choose_backend(margin, embeddings, weight, kernels=kernels, row_block=row_block)
+    if binary:
+        return binary_loss(
+            embeddings, weight, labels, labels, margin, None, backend, sub_centers=sub_centers,
+            chunk_size=chunk_size, sampled_classes=sampled_classes,
+        )  # fmt: skip
+    if backend.custom_ops:  # a compiled-in rule: no graph break under compile
         dtype = compute_dtype(embeddings, weight)
         with torch.autocast(device_type=embeddings.device.type, enabled=False):
             x = embeddings.to(dtype)
             loss = _fused_cross_entropy(
-                x, weight, labels, margin, rule, sub_centers=sub_centers, chunk_size=chunk_size,
-                kernels=kernels, sampled_classes=sampled_classes, class_values=class_values,
+                x, weight, labels, margin, backend, sub_centers=sub_centers,
+                chunk_size=chunk_size, sampled_classes=sampled_classes, class_values=class_values,
             )  # fmt: skip
             return margin_loss(loss, margin, row_norms(x) if margin.requires_norms else None)
     # Row blocks, another non-target rule: the autograd Function (a graph break under compile).
     return _function_loss(
-        embeddings, weight, labels, labels, margin, None, sub_centers, chunk_size, kernels,
+        embeddings, weight, labels, labels, margin, None, sub_centers, chunk_size, backend,
         sampled_classes, class_values, row_block,
     )  # fmt: skip
 
@@ -251,14 +249,15 @@ def sharded_margin_cross_entropy(
     """
     check_chunkable(margin)
     sampled_classes = check_sampled_classes(sampled_classes, weight)
+    backend = choose_backend(margin, embeddings, weight, kernels=kernels, shard=shard)
     if margin.objective == "binary":  # one-vs-all: Σ softplus, the sums all-reduced
         return binary_loss(
-            embeddings, weight, local_labels, labels, margin, shard, sub_centers=sub_centers,
-            chunk_size=chunk_size, kernels=kernels, sampled_classes=sampled_classes,
+            embeddings, weight, local_labels, labels, margin, shard, backend,
+            sub_centers=sub_centers, chunk_size=chunk_size, sampled_classes=sampled_classes,
         )  # fmt: skip
     return _function_loss(
         embeddings, weight, local_labels, labels, margin, shard, sub_centers, chunk_size,
-        kernels, sampled_classes, class_values, None,
+        backend, sampled_classes, class_values, None,
     )  # fmt: skip
 
 
@@ -271,14 +270,14 @@ def _function_loss(
     shard: ClassShard | None,
     sub_centers: int,
     chunk_size: int | None,
-    kernels: str | None,
+    backend: Backend,
     sampled_classes: Tensor | None,
     class_values: Mapping[str, Tensor] | None,
     row_block: int | None,
 ) -> Tensor:
     """The softmax loss ``Tensor[N]`` (the regularizer added, placed on a sharded head) on the
-    autograd Function (:class:`~.chunked_function.ChunkedLoss`), the arguments checked."""
-    kernels = requested_kernels(kernels)  # the environment variable, read once
+    autograd Function (:class:`~.chunked_function.ChunkedLoss`), the arguments checked, the
+    per-chunk work where ``backend`` says."""
     dtype = compute_dtype(embeddings, weight)
     gemm = gemm_dtype(embeddings, weight)
     with torch.autocast(device_type=embeddings.device.type, enabled=False):
@@ -287,8 +286,8 @@ def _function_loss(
         gradients = (grad and x.requires_grad, grad and weight.requires_grad)
         names, stacked = stack_class_values(margin, class_values)
         loss = ChunkedMarginCrossEntropy.apply(
-            x, weight, local_labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
-            shard, sampled_classes, row_block, gradients, names, stacked,
+            x, weight, local_labels, labels, margin, sub_centers, chunk_size, gemm,
+            backend.triton, shard, sampled_classes, row_block, gradients, names, stacked,
         )  # fmt: skip
         norms = row_norms(x) if margin.requires_norms else None  # (n_r,)
         if shard is None:
@@ -307,11 +306,10 @@ def _fused_cross_entropy(
     weight: Tensor,
     labels: Tensor,
     margin: Margin,
-    rule: int,
+    backend: Backend,
     *,
     sub_centers: int,
     chunk_size: int | None,
-    kernels: str | None,
     sampled_classes: Tensor | None = None,
     class_values: Mapping[str, Tensor] | None = None,
 ) -> Tensor:
@@ -322,15 +320,17 @@ def _fused_cross_entropy(
         x: ``Tensor[N, D]`` in the compute dtype (float32/float64), autocast off.
         weight: ``Tensor[C·K, D]``, labels: ``Tensor[N]`` int64 in ``[0, C)`` (in ``[0, S)``:
             positions in ``sampled_classes``, if given).
-        margin: a margin whose :func:`~.fused_op.nontarget_rule` is ``rule`` (not None).
-        sub_centers, chunk_size, kernels, sampled_classes, class_values: as
+        margin: a margin whose :func:`~.fused_op.nontarget_rule` is not None.
+        backend: the call's :class:`~.backend.Backend` (a custom-op path): compiled operators
+            or their eager twin, on the Triton kernels or PyTorch ops.
+        sub_centers, chunk_size, sampled_classes, class_values: as
             :func:`~marginface.executors.chunked.chunked_margin_cross_entropy` (the per-class
             values enter the target's small graph of ``N``-vectors, so autograd differentiates
             them).
     """
     n, k, sample = x.shape[0], sub_centers, sampled_classes
-    triton = use_triton_kernels(requested_kernels(kernels), x, weight, margin)
-    kernels = "triton" if triton else "torch"  # chosen once for the call's operators
+    rule = nontarget_rule(margin)  # the declared rule's code (the backend checked it is one)
+    kernels, compiled = backend.kernels, backend.compiled  # chosen once, at the call's entry
     start = prologue(x, weight, labels, k, sample, chunk_size)
     x_hat, norms, cos_raw, target_rows, chunk_size = start
     cos_target = cos_raw.clamp(-1.0, 1.0)  # (N,)
@@ -344,7 +344,7 @@ def _fused_cross_entropy(
             threshold = parameters.get("threshold", empty).reshape(-1).to(x.dtype)  # (N,)
             sums = row_statistics_call(
                 x_hat.detach(), weight.detach(), labels, threshold, k, chunk_size,
-                statistics_code, kernels, sample,
+                statistics_code, kernels, sample, compiled=compiled,
             )  # fmt: skip
         context = margin.prepare_with_row_statistics(cos_target, labels, norms_arg, sums)
     elif statistics_scale is not None:
@@ -352,7 +352,7 @@ def _fused_cross_entropy(
             old = scale_per_row(statistics_scale, n, x)  # (N,)
             per_row, _, _ = SOFTMAX_OPS.call(
                 x_hat.detach(), weight.detach(), labels, target_rows, cos_raw, old, empty,
-                empty, RULE_IDENTITY, k, chunk_size, kernels, sample,
+                empty, RULE_IDENTITY, k, chunk_size, kernels, sample, compiled=compiled,
             )  # fmt: skip
             log_b = torch.logsumexp(per_row, dim=0) - math.log(n)
         context = margin.prepare_with_statistics(cos_target, labels, norms_arg, log_b)
@@ -369,7 +369,7 @@ def _fused_cross_entropy(
     row_scale = scale_per_row(context["scale"], n, x)  # (N,), a gradient for SphereFace's ‖x‖
     lse_nt, cos_pass, _ = SOFTMAX_OPS.call(
         x_hat, weight, labels, target_rows, cos_raw, row_scale, threshold, t, rule, k,
-        chunk_size, kernels, sample,
+        chunk_size, kernels, sample, compiled=compiled,
     )  # fmt: skip
     target = margin.adjusted_target_cosine(cos_pass.clamp(-1.0, 1.0), norms_arg, context)
     target_logit = target.to(x.dtype) * row_scale  # (N,)

@@ -37,12 +37,7 @@ from .chunk_loop import (
     row_block_pass,
     row_statistics,
 )
-from .chunk_plan import (
-    chunk_size_for,
-    requested_kernels,
-    scale_per_row,
-    use_triton_kernels,
-)
+from .chunk_plan import chunk_size_for, scale_per_row
 from .chunk_workspace import ChunkWorkspace, through_normalization
 from .fused_op import gradient_buffers, prologue, row_statistics_code
 from .sharding import ClassShard
@@ -370,11 +365,12 @@ class SoftmaxReduction:
 class ChunkedMarginCrossEntropy:
     """The softmax's call of :class:`ChunkedLoss` (no autograd Function of its own).
 
-    ``apply(x, weight, local_labels, labels, margin, sub_centers, chunk_size, gemm, kernels,
+    ``apply(x, weight, local_labels, labels, margin, sub_centers, chunk_size, gemm, triton,
     shard, sample, row_block=None, gradients=(True, True), names=(), class_values=None) ->
     loss[N]`` (the cross-entropy, without the regularizer), with :class:`ChunkedLoss`'s
-    conventions. ``kernels``: one of :data:`~.chunk_plan.KERNELS` or None (the environment
-    variable, read here), resolved once for the call. ``names``, ``class_values``
+    conventions. ``triton``: run the per-chunk work on the Triton kernels, as the call's
+    :class:`~marginface.executors.backend.Backend` decided (never with row blocks: the backend
+    does not pair them). ``names``, ``class_values``
     (:func:`stack_class_values`): the margin's per-class parameters at each row's target class,
     ``Tensor[P, N]`` (with a shard: from this rank's classes, 0 elsewhere, summed over the ranks
     inside), or ``()`` and None; their gradient comes out of the margin's small graph.
@@ -390,7 +386,7 @@ class ChunkedMarginCrossEntropy:
         sub_centers: int,
         chunk_size: int | None,
         gemm: torch.dtype,
-        kernels: str | None,
+        triton: bool,
         shard: ClassShard | None,
         sample: Tensor | None,
         row_block: int | None = None,
@@ -398,16 +394,9 @@ class ChunkedMarginCrossEntropy:
         names: tuple[str, ...] = (),
         class_values: Tensor | None = None,
     ) -> Tensor:
-        """The loss ``Tensor[N]``; ``ValueError`` for row blocks on a sharded head or on the
-        Triton kernels."""
+        """The loss ``Tensor[N]``; ``ValueError`` for row blocks on a sharded head."""
         if row_block is not None and shard is not None:
             raise ValueError("row_block does not apply to a sharded head (see docs/fused.md)")
-        requested = requested_kernels(kernels)
-        if row_block is not None and requested == "triton":
-            raise ValueError(
-                "row_block runs on PyTorch ops only, got kernels='triton'; use kernels='torch'"
-            )
-        triton = row_block is None and use_triton_kernels(requested, x, weight, margin)
         reduction = SoftmaxReduction(
             margin, triton=triton, row_block=row_block, chunk_size=chunk_size,
             gradients=gradients, names=names,

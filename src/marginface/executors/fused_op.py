@@ -55,7 +55,9 @@ compiled rules of :data:`~marginface.margins.base.ROW_STATISTICS_KERNELS`.
 Outside ``torch.compile`` each forward operator is called through an
 :class:`torch.autograd.Function` with the same forward and backward *implementations* (a custom
 operator's first call imports ``torch._dynamo``, sympy included, over a hundred MB resident,
-which an eager training loop should not pay).
+which an eager training loop should not pay). Which of the two a call takes, and whether these
+operators run at all, is decided once per call by
+:func:`~marginface.executors.backend.choose_backend` and passed in (``compiled``).
 """
 
 from __future__ import annotations
@@ -153,8 +155,10 @@ class OpReduction:
 
 @dataclass(frozen=True)
 class ReductionOps:
-    """What :func:`register` returns: ``call(*inputs)``, the forward operator under
-    ``torch.compile`` and its eager twin otherwise, and ``fake(*inputs)``, its shapes."""
+    """What :func:`register` returns: ``call(*inputs, compiled)``, the forward operator
+    (``compiled=True``, under ``torch.compile``) or its eager twin (``compiled=False``; the
+    call's :class:`~marginface.executors.backend.Backend` decides), and ``fake(*inputs)``, its
+    shapes."""
 
     call: Callable[..., Outputs]
     fake: Callable[..., Outputs]
@@ -296,9 +300,10 @@ def register(reduction: OpReduction) -> ReductionOps:
         ) -> tuple[Tensor | None, ...]:
             return backward_through(backward_impl, ctx, grad_reduced, grad_cos)
 
-    def call(*inputs: Any) -> Outputs:
-        """The forward operator under ``torch.compile``, its eager twin otherwise."""
-        if torch.compiler.is_compiling():
+    def call(*inputs: Any, compiled: bool) -> Outputs:
+        """The forward operator (``compiled``: under ``torch.compile``), else its eager twin;
+        the caller's :class:`~marginface.executors.backend.Backend` says which."""
+        if compiled:
             return op(*inputs)
         return Eager.apply(*inputs)
 
@@ -429,10 +434,11 @@ def _row_statistics_fake(*inputs: Any) -> Tensor:
     return inputs[0].new_empty(size, inputs[0].shape[0])
 
 
-def row_statistics_call(*inputs: Any) -> Tensor:
-    """The statistics op under ``torch.compile``, its implementation otherwise (no gradient
-    flows through either: the inputs are detached)."""
-    if torch.compiler.is_compiling():
+def row_statistics_call(*inputs: Any, compiled: bool) -> Tensor:
+    """The statistics op (``compiled``: under ``torch.compile``), else its implementation (no
+    gradient flows through either: the inputs are detached); the caller's
+    :class:`~marginface.executors.backend.Backend` says which."""
+    if compiled:
         return _row_statistics_op(*inputs)
     return _row_statistics_impl(*inputs)
 

@@ -2,7 +2,7 @@
 
 Plain functions with the same contract as the PyTorch passes of
 :mod:`~marginface.executors.chunk_loop`, which calls them when the call chose the Triton
-kernels (:func:`~marginface.executors.chunk_plan.use_triton_kernels`, once per call). The
+kernels (:func:`~marginface.executors.backend.choose_backend`, once per call). The
 kernels see only what is elementwise per logit; the non-target rule reaches them as a
 :class:`~marginface.executors.triton_kernels.NonTargetRule` (:func:`kernel_rule`).
 :mod:`triton` is imported only when one of these functions runs.
