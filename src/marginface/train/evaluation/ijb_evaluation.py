@@ -137,6 +137,8 @@ def ijb_results(
     distributed: bool = False,
     gallery_rule: str = "open-set",
     alignment: str = "insightface",
+    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN,
+    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD,
 ) -> IjbResult | None:
     """Embed ``layout``'s images with ``model`` and evaluate IJB 1:1 and 1:N (module
     docstring): what ``marginface ijb`` and the trainer's IJB columns compute.
@@ -147,8 +149,8 @@ def ijb_results(
     other ranks return None.
 
     Args:
-        model: the backbone, ``float32[B, 3, 112, 112]`` in [-1, 1] → ``[B, D]``, any ``D``;
-            put in eval mode while embedding, then restored.
+        model: the backbone, ``float32[B, 3, 112, 112]`` normalised by ``mean``, ``std`` →
+            ``[B, D]``, any ``D``; put in eval mode while embedding, then restored.
         layout: :func:`~marginface.data.ijb.read_ijb_layout`.
         device: where ``model`` lives.
         batch_size: images per forward pass (each batch is also embedded flipped).
@@ -163,6 +165,9 @@ def ijb_results(
             ``"insightface-per-gallery"`` (:func:`~marginface.data.ijb.evaluate_ijb`).
         alignment: the crops' arithmetic, ``"insightface"`` (default: its crops to the grey
             level) or ``"float64"`` (:func:`~marginface.data.align.norm_crop`).
+        mean, std: the model's pixel normalisation, ``(x / 255 - mean[c]) / std[c]``, as its
+            :class:`~marginface.models.description.ModelDescription` says. Default: 0.5 and
+            0.5, insightface's.
 
     Raises:
         ValueError: the model cannot embed 112×112 RGB crops (one line naming ``label``), an
@@ -198,6 +203,8 @@ def ijb_results(
             cache_key=cache_key,
             progress=progress,
             alignment=alignment,
+            mean=mean,
+            std=std,
         )
     finally:
         model.train(was_training)
