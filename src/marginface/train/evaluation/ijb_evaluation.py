@@ -29,6 +29,7 @@ from torch import nn
 from ...data import ijb as ijb_data
 from ...data.ijb import IJB_TARGETS, IjbLayout, IjbResult
 from ...evaluation.ijb import IJB_FAR_TARGETS
+from ...inference.fingerprint import weights_fingerprint
 
 __all__ = [
     "HISTORY_FPIR",
@@ -156,7 +157,10 @@ def ijb_results(
         batch_size: images per forward pass (each batch is also embedded flipped).
         workers: processes reading and aligning the images.
         cache: a ``.npz`` file of the embeddings (read when it matches ``cache_key``), or None.
-        cache_key: what identifies the weights in the cache.
+        cache_key: what identifies the weights in the cache; "" (default) with a ``cache``:
+            the weights' own fingerprint
+            (:func:`~marginface.inference.fingerprint.weights_fingerprint`), so a cache is
+            never read back for other weights.
         progress: called with ``(images done, total)`` after each batch.
         flip, norm_score, detector_score: the protocol's switches (all on: insightface's).
         label: how errors name the model (a run folder, a file).
@@ -200,7 +204,7 @@ def ijb_results(
             batch_size=batch_size,
             workers=workers,
             cache=cache if world == 1 else None,
-            cache_key=cache_key,
+            cache_key=cache_key if cache_key or cache is None else weights_fingerprint(model),
             progress=progress,
             alignment=alignment,
             mean=mean,
