@@ -77,3 +77,14 @@ def test_no_images_is_an_empty_answer_of_width_d() -> None:
 def test_a_bad_batch_size_is_named(batch_size: object, error: type) -> None:
     with pytest.raises(error, match="batch_size"):
         embed_batches(_model(), _pixels(), batch_size=batch_size)  # type: ignore[arg-type]
+
+
+def test_autocast_is_off_without_amp_dtype_and_on_with_it() -> None:
+    model, pixels = _model(), _pixels()
+    plain = embed_batches(model, pixels, normalise=_normalise)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = embed_batches(model, pixels, normalise=_normalise)
+    assert torch.equal(inside, plain)
+    amp = embed_batches(model, pixels, normalise=_normalise, amp_dtype=torch.bfloat16)
+    assert not torch.equal(amp, plain)
+    assert torch.allclose(amp, plain, atol=0.05)

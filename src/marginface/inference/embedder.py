@@ -54,7 +54,9 @@ def embed_batch(
     made channels-last if asked. Its features ``f(x)``, and with ``flip`` those of its
     left-right mirror ``f(x[..., ::-1])`` (second item; None without ``flip``), are computed
     under autocast to ``amp_dtype`` when given, and returned as float32, not normalised. The
-    caller runs it under ``torch.no_grad()`` and puts the module in eval mode.
+    caller runs it under ``torch.no_grad()`` and puts the module in eval mode. Without
+    ``amp_dtype`` autocast is off (an autocast region around the call does not reach the
+    module: ``dtype`` says the type).
 
     Args:
         module: the model, ``Tensor[B, C, H, W] -> Tensor[B, D]``.
