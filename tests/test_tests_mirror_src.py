@@ -91,7 +91,6 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "plots/save.py": ("plots/test_plots.py", "plots/test_quality_plot.py"),
     "plots/training.py": ("plots/test_plots.py",),
     "train/distributed.py": ("train/test_placement.py", "distributed/test_clip_gradient_norm.py"),
-    "train/embeddings.py": ("evaluation/test_bin_evaluate.py", "cli/test_cli_quality.py"),
     "train/evaluation/backbone_evaluation.py": ("cli/test_evaluate_sizes.py",),
     "train/evaluation/epoch_evaluation.py": ("train/test_verification_sets.py",),
     "train/evaluation/evaluate.py": ("train/test_verification_report.py",),

@@ -11,8 +11,10 @@ The layout is the one insightface's ``eval_ijbc.py`` and ``ijb_1n.py`` read
     DATA_DIR/meta/t_1N_probe_mixed.csv             TEMPLATE_ID,SUBJECT_ID,...
 
 Each image is aligned on its five landmarks (:func:`~marginface.data.align.norm_crop`, 112×112,
-RGB), scaled to ``(x / 255 - 0.5) / 0.5`` and embedded as it is and flipped left-right by the
-caller's ``embed`` callable (any backbone, any embedding size), in batches, decoding and
+RGB), scaled to the model's ``(x / 255 - mean[c]) / std[c]`` (insightface's ``(x / 255 - 0.5) /
+0.5`` unless the model's description says otherwise) and embedded as it is and flipped left-right
+by the caller's ``embed`` callable (any backbone, any embedding size) through the one embedder
+(:func:`~marginface.inference.embedder.embed_batch`), in batches, decoding and
 aligning in ``workers`` processes. The embeddings are cached in a ``.npz`` file so another
 evaluation (flip, norm score or detector score switched) does not embed again. The protocol is
 :mod:`marginface.evaluation.ijb`.
@@ -56,8 +58,19 @@ __all__ = [
 
 IJB_TARGETS = ("IJBB", "IJBC")
 
+INSIGHTFACE_MEAN = 0.5
+INSIGHTFACE_STD = 0.5
+"""insightface's pixel normalisation, ``(x / 255 - 0.5) / 0.5``: the default of a model whose
+description says nothing else."""
+
+
+def _numbers(value: float | tuple[float, ...]) -> str:
+    """A mean or std as the cache key writes it (``0.5`` or ``0.48,0.45,0.41``, ``repr`` digits)."""
+    return ",".join(repr(float(v)) for v in (value if isinstance(value, tuple | list) else [value]))
+
+
 Embed = Callable[[torch.Tensor], torch.Tensor]
-"""``float32[B, 3, 112, 112]`` RGB in [-1, 1] → ``[B, D]`` embeddings."""
+"""``float32[B, 3, 112, 112]`` RGB, normalised (insightface's: in [-1, 1]) → ``[B, D]``."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +321,8 @@ def embed_ijb_images(
     cache_key: str = "",
     progress: Callable[[int, int], None] | None = None,
     alignment: str = "insightface",
+    mean: float | tuple[float, ...] = INSIGHTFACE_MEAN,
+    std: float | tuple[float, ...] = INSIGHTFACE_STD,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Embeddings of every image, as it is and flipped: ``(float32[N, D], float32[N, D])``.
 
@@ -323,6 +338,11 @@ def embed_ijb_images(
         alignment: ``"insightface"`` (eval_ijbc.py's float32 template and estimate: its crops to
             the grey level, :func:`~marginface.data.align.insightface_similarity`) or
             ``"float64"`` (:func:`~marginface.data.align.norm_crop`). Default: insightface.
+        mean, std: the model's pixel normalisation, ``(x / 255 - mean[c]) / std[c]`` (one
+            number for every channel or one per channel, as
+            :class:`~marginface.models.description.ModelDescription` holds them). Default:
+            0.5 and 0.5, insightface's ``(x / 255 - 0.5) / 0.5``. Another one is part of the
+            cache's key.
     """
     from .._validation import check_choice
     from .align import ALIGNMENTS
@@ -336,6 +356,8 @@ def embed_ijb_images(
     # "insightface" crops made before its template became eval_ijbc.py's (70.72990417, not
     # 70.72989655) are not read back: a new key
     suffix = {"float64": "", "insightface": "|align=insightface|template=eval_ijbc"}[alignment]
+    if (mean, std) != (INSIGHTFACE_MEAN, INSIGHTFACE_STD):  # insightface's: the keys of old caches
+        suffix += f"|mean={_numbers(mean)}|std={_numbers(std)}"
     digest = _names_digest(layout.names, f"{cache_key}{suffix}")
     if cache is not None and Path(cache).is_file():
         cached = _read_cache(Path(cache), digest, len(layout.names))
@@ -344,6 +366,9 @@ def embed_ijb_images(
     loader = torch.utils.data.DataLoader(
         _AlignedImages(layout, alignment), batch_size=batch_size, num_workers=workers, shuffle=False
     )
+    from ..inference.embedder import embed_batch
+    from ..models.description import normalise_pixels
+
     as_is: list[np.ndarray] = []
     flipped: list[np.ndarray] = []
     done = 0
@@ -352,9 +377,16 @@ def embed_ijb_images(
             problem = next((p for p in problems if p), None)
             if problem is not None:
                 raise ValueError(problem)
-            x = (batch.float() / 255.0 - 0.5) / 0.5  # (B, 3, 112, 112) in [-1, 1]
-            as_is.append(embed(x).detach().float().cpu().numpy())
-            flipped.append(embed(torch.flip(x, dims=(3,))).detach().float().cpu().numpy())
+            features, mirrored = embed_batch(  # (B, D) each; the input (B, 3, 112, 112)
+                embed,
+                batch,
+                normalise=lambda pixels: normalise_pixels(pixels, mean, std),
+                flip=True,
+                device=None,  # embed moves it
+            )
+            assert mirrored is not None  # flip=True
+            as_is.append(features.detach().cpu().numpy())
+            flipped.append(mirrored.detach().cpu().numpy())
             done += batch.shape[0]
             if progress is not None:
                 progress(done, len(layout.names))

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from ..evaluation.binomial import DEFAULT_MIN_ERRORS
 from ..models.description import ModelDescription
 from .calibration import Calibration, calibrate_threshold
+from .embedder import _check_batch_size, embed_batches
 from .images import Aligner, ImageInput, pixel_batch
 
 __all__ = ["FaceModel", "Verification"]
@@ -73,14 +74,6 @@ def _aligner_for(
         faces=faces,
         device=device,
     )
-
-
-def _check_batch_size(batch_size: object) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise TypeError(f"batch_size must be an int, got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return batch_size
 
 
 class FaceModel:
@@ -218,17 +211,18 @@ class FaceModel:
     @torch.no_grad()
     def embed_pixels(self, pixels: Tensor) -> Tensor:
         """Embeddings of ``uint8[N, C, H, W]`` pixels already of the input size:
-        ``float32[N, D]`` L2-normalised rows, on the model's device, batch by batch."""
-        out = []
-        for start in range(0, pixels.shape[0], self.batch_size):
-            x = self.model_input(pixels[start : start + self.batch_size])
-            features = self.module(x).float()  # (B, D)
-            if self.flip:
-                features = features + self.module(torch.flip(x, dims=(3,))).float()
-            out.append(torch.nn.functional.normalize(features, dim=1))
-        if not out:
-            return torch.empty(0, self.embedding_dim, device=self.device)
-        return torch.cat(out)
+        ``float32[N, D]`` L2-normalised rows, on the model's device, batch by batch
+        (:func:`~marginface.inference.embedder.embed_batches`)."""
+        return embed_batches(
+            self.module,
+            pixels,
+            normalise=self.description.normalise,
+            flip=self.flip,
+            batch_size=self.batch_size,
+            device=self.device,
+            dtype=self.dtype,
+            embedding_dim=self.embedding_dim,
+        )
 
     def embed(self, images: ImageInput, *, as_tensor: bool = False) -> np.ndarray | Tensor:
         """L2-normalised embeddings of ``images``.

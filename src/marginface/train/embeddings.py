@@ -1,5 +1,6 @@
 """Embedding extraction in batches: of images in memory (optionally averaged with the
-horizontally flipped image), or of a dataset streamed from disk through a ``DataLoader``."""
+horizontally flipped image), or of a dataset streamed from disk through a ``DataLoader``.
+Each batch goes through :func:`~marginface.inference.embedder.embed_batch`, the one embedder."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..inference.embedder import embed_batch
 from .progress import Progress, track
 
 __all__ = ["extract_dataset_embeddings", "extract_embeddings"]
@@ -49,15 +51,17 @@ def extract_embeddings(
     try:
         starts = range(0, images.shape[0], batch_size)
         for start in track(starts, desc, unit="batches"):
-            batch = torch.as_tensor(images[start : start + batch_size]).to(device)
-            if transform is not None:
-                batch = transform(batch)
-            if channels_last:
-                batch = batch.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                out = model(batch).float()  # (B, D)
-                if flip:
-                    out = (out + model(torch.flip(batch, dims=(3,))).float()) / 2
+            out, mirrored = embed_batch(
+                model,
+                images[start : start + batch_size],
+                normalise=transform,
+                flip=flip,
+                device=device,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
+            )  # (B, D) each
+            if mirrored is not None:
+                out = (out + mirrored) / 2
             outputs.append(out.cpu())
     finally:
         model.train(was_training)
@@ -143,11 +147,13 @@ def extract_dataset_embeddings(
                     f"item {wrong} of the dataset has label {int(batch_labels[wrong - start])}, "
                     f"its record header says {int(expected[wrong])}"
                 )
-            batch = images.to(device, non_blocking=True)
-            if channels_last:
-                batch = batch.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                embedded = model(batch).float()  # (B, D)
+            embedded, _ = embed_batch(
+                model,
+                images.to(device, non_blocking=True),
+                device=None,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
+            )  # (B, D)
             if out is None:
                 out = torch.empty(total, embedded.shape[1], dtype=torch.float32)
             out[start:stop] = embedded.cpu()

@@ -29,6 +29,7 @@ from torch import nn
 from ...data import ijb as ijb_data
 from ...data.ijb import IJB_TARGETS, IjbLayout, IjbResult
 from ...evaluation.ijb import IJB_FAR_TARGETS
+from ...inference.fingerprint import weights_fingerprint
 
 __all__ = [
     "HISTORY_FPIR",
@@ -137,6 +138,8 @@ def ijb_results(
     distributed: bool = False,
     gallery_rule: str = "open-set",
     alignment: str = "insightface",
+    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN,
+    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD,
 ) -> IjbResult | None:
     """Embed ``layout``'s images with ``model`` and evaluate IJB 1:1 and 1:N (module
     docstring): what ``marginface ijb`` and the trainer's IJB columns compute.
@@ -147,14 +150,17 @@ def ijb_results(
     other ranks return None.
 
     Args:
-        model: the backbone, ``float32[B, 3, 112, 112]`` in [-1, 1] → ``[B, D]``, any ``D``;
-            put in eval mode while embedding, then restored.
+        model: the backbone, ``float32[B, 3, 112, 112]`` normalised by ``mean``, ``std`` →
+            ``[B, D]``, any ``D``; put in eval mode while embedding, then restored.
         layout: :func:`~marginface.data.ijb.read_ijb_layout`.
         device: where ``model`` lives.
         batch_size: images per forward pass (each batch is also embedded flipped).
         workers: processes reading and aligning the images.
         cache: a ``.npz`` file of the embeddings (read when it matches ``cache_key``), or None.
-        cache_key: what identifies the weights in the cache.
+        cache_key: what identifies the weights in the cache; "" (default) with a ``cache``:
+            the weights' own fingerprint
+            (:func:`~marginface.inference.fingerprint.weights_fingerprint`), so a cache is
+            never read back for other weights.
         progress: called with ``(images done, total)`` after each batch.
         flip, norm_score, detector_score: the protocol's switches (all on: insightface's).
         label: how errors name the model (a run folder, a file).
@@ -163,6 +169,9 @@ def ijb_results(
             ``"insightface-per-gallery"`` (:func:`~marginface.data.ijb.evaluate_ijb`).
         alignment: the crops' arithmetic, ``"insightface"`` (default: its crops to the grey
             level) or ``"float64"`` (:func:`~marginface.data.align.norm_crop`).
+        mean, std: the model's pixel normalisation, ``(x / 255 - mean[c]) / std[c]``, as its
+            :class:`~marginface.models.description.ModelDescription` says. Default: 0.5 and
+            0.5, insightface's.
 
     Raises:
         ValueError: the model cannot embed 112×112 RGB crops (one line naming ``label``), an
@@ -195,9 +204,11 @@ def ijb_results(
             batch_size=batch_size,
             workers=workers,
             cache=cache if world == 1 else None,
-            cache_key=cache_key,
+            cache_key=cache_key if cache_key or cache is None else weights_fingerprint(model),
             progress=progress,
             alignment=alignment,
+            mean=mean,
+            std=std,
         )
     finally:
         model.train(was_training)
