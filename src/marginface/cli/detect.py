@@ -12,6 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
+from .arguments import non_negative_int
 from .options import _add_progress_option
 
 __all__ = [
@@ -38,13 +39,6 @@ def limit_convolution_cache() -> None:
     ``align``, ``convert --detector``) call it.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(CONVOLUTION_CACHE_CAPACITY))
-
-
-def _nonnegative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -111,7 +105,10 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
         help="TSV of photos with no face / unreadable (default: OUT.report.tsv beside OUT)",
     )
     parser.add_argument(
-        "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"
+        "--workers",
+        type=non_negative_int,
+        default=0,
+        help="threads decoding (0: one per CPU, <= 8)",
     )
     parser.add_argument(
         "--download-weights",

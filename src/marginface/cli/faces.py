@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .arguments import non_negative_int
 from .options import add_backbone_source_arguments
 
 __all__ = [
@@ -23,13 +24,6 @@ __all__ = [
     "run_align",
     "run_ijb",
 ]
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def _add_alignment_option(parser: argparse.ArgumentParser, *, default: str) -> None:
@@ -84,7 +78,7 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         "or a weights file (default: ArcFace-template crops)",
     )
     parser.add_argument(
-        "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
+        "--workers", type=non_negative_int, default=0, help="threads (default 0: one per CPU, <= 8)"
     )
     _add_alignment_option(parser, default="float64")
     detection = parser.add_argument_group(
@@ -288,7 +282,7 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("IJBC", "IJBB"), default="IJBC")
     parser.add_argument("--batch-size", type=int, default=128, help="images per batch")
     parser.add_argument(
-        "--workers", type=_positive_int, default=0, help="processes reading and aligning images"
+        "--workers", type=non_negative_int, default=0, help="processes reading and aligning images"
     )
     parser.add_argument(
         "--no-flip", action="store_true", help="ablation: no flip test (embeddings alone)"

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .arguments import non_negative_int, positive_int
 from .options import _add_progress_option
 from .output import _echo
 
@@ -32,24 +33,10 @@ MODEL_HELP = (
 )
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     """How the model runs, and what a foreign file without description needs."""
     parser.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
-    parser.add_argument("--batch-size", type=_positive, default=64, help="images per batch")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per batch")
     flip = parser.add_mutually_exclusive_group()
     flip.add_argument(
         "--flip",
@@ -80,8 +67,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     foreign.add_argument(
         "--arch", help="its architecture: r18 ... r200, mbf, vit_t (default: the description's)"
     )
-    foreign.add_argument("--embedding-dim", type=_positive, help="D (default 512)")
-    foreign.add_argument("--image-size", type=_positive, help="input side (default 112)")
+    foreign.add_argument("--embedding-dim", type=positive_int, help="D (default 512)")
+    foreign.add_argument("--image-size", type=positive_int, help="input side (default 112)")
     foreign.add_argument(
         "--bgr", action="store_true", default=None, help="it expects BGR (default: RGB)"
     )
@@ -155,7 +142,7 @@ def add_embed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     embed.add_argument(
         "--workers",
-        type=_non_negative,
+        type=non_negative_int,
         default=0,
         help="threads decoding images (default 0: one per CPU, <= 8)",
     )
@@ -238,11 +225,11 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     build.add_argument(
         "--approximate-above",
-        type=_positive,
+        type=positive_int,
         default=100_000,
         help="templates past which auto is approximate (default 100000)",
     )
-    build.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    build.add_argument("--workers", type=non_negative_int, default=0, help="decoding threads")
     build.add_argument("--overwrite", action="store_true", help="replace a gallery at --out")
     _add_model_options(build)
     _add_progress_option(build)
@@ -260,7 +247,7 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="the model (default: the one the gallery was built with)",
     )
-    add.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    add.add_argument("--workers", type=non_negative_int, default=0, help="decoding threads")
     _add_model_options(add)
     _add_progress_option(add)
     add.set_defaults(func="marginface.cli.inference:cmd_gallery_add")
@@ -421,7 +408,7 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="the model (default: the one the gallery was built with)",
     )
-    search.add_argument("--top-k", type=_positive, default=5, help="identities listed (5)")
+    search.add_argument("--top-k", type=positive_int, default=5, help="identities listed (5)")
     search.add_argument(
         "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
     )
@@ -435,7 +422,7 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     search.add_argument("--out", type=Path, help="results as .csv or .json (default: none)")
     search.add_argument("--html", type=Path, help="an HTML page with thumbnails (default: none)")
-    search.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    search.add_argument("--workers", type=non_negative_int, default=0, help="decoding threads")
     _add_model_options(search)
     _add_progress_option(search)
     search.set_defaults(func="marginface.cli.inference:cmd_search")
