@@ -98,7 +98,7 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         "--report",
         type=Path,
         help="TSV of the photos with no face, several faces or unreadable "
-        "(default: OUT_report.tsv beside OUT)",
+        "(default: OUT.report.tsv beside OUT)",
     )
 
 
@@ -363,10 +363,11 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from .._atomic import atomic_write_text
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
-    from ..train import EVALUATION_NAME, load_run, resolve_device
+    from ..train import load_run, resolve_device
     from ..train.evaluation.ijb_evaluation import ijb_results
     from ..train.progress import progress_callback
     from ..train.state.layout import IJB_NAME, REPORT_NAME
+    from ..train.state.results import update_results
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -427,11 +428,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     )
     written = [path, *_write_reusable(out, prefix, result, layout)]
     if source is None:  # a run: its evaluation.json holds the IJB numbers too
-        evaluation_path = Path(args.run_dir) / EVALUATION_NAME
-        merged = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
-        merged.update(clean)
-        atomic_write_text(evaluation_path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
-        written.append(evaluation_path)
+        written.append(update_results(args.run_dir, "ijb", clean))
     from ..plots import plot_roc, save_figure
 
     v = result.verification
