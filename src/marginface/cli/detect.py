@@ -11,14 +11,19 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .arguments import non_negative_int
 from .options import _add_progress_option
+
+if TYPE_CHECKING:
+    from ..detect.choice import DetectorSpec
 
 __all__ = [
     "add_detect_parser",
     "add_detector_options",
     "detector_from_args",
+    "detector_spec",
     "limit_convolution_cache",
     "run_detect",
 ]
@@ -41,16 +46,24 @@ def limit_convolution_cache() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(CONVOLUTION_CACHE_CAPACITY))
 
 
-def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    """``--detector mtcnn|WEIGHTS`` (required or not), ``--min-face-size``, ``--device``."""
+def add_detector_options(
+    parser: argparse.ArgumentParser, *, required: bool, default_help: str | None = None
+) -> None:
+    """The one detector specification every photo command takes (read back by
+    :func:`detector_spec`): ``--detector mtcnn|WEIGHTS|FILE.onnx`` (required or not; its help
+    ends with ``default_help``), ``--min-face-size``, ``--det-size``, ``--score-threshold``,
+    ``--device``."""
+    if default_help is None:
+        default_help = (
+            "" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"
+        )
     parser.add_argument(
         "--detector",
         required=required,
         help="mtcnn (facenet-pytorch 2.6.0's weights: marginface detect --download-weights, "
         "or pip install --no-deps facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's "
         "pnet.pt, rnet.pt, onet.pt, "
-        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)"
-        + ("" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"),
+        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)" + (default_help or ""),
     )
     parser.add_argument(
         "--min-face-size", type=float, default=20.0, help="MTCNN: smallest face, px (default 20)"
@@ -67,20 +80,30 @@ def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> 
     parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
 
 
-def detector_from_args(args: argparse.Namespace) -> object:
-    """The detector the options name (:func:`marginface.detect.load_detector`), with the
-    process's convolution cache limited (:func:`limit_convolution_cache`)."""
-    from ..detect import load_detector
+def detector_spec(args: argparse.Namespace) -> DetectorSpec | None:
+    """The :class:`~marginface.detect.DetectorSpec` the options of
+    :func:`add_detector_options` name, or None without ``--detector``."""
+    from ..detect.choice import DetectorSpec
 
-    limit_convolution_cache()
-
-    return load_detector(
+    if args.detector is None:
+        return None
+    return DetectorSpec(
         args.detector,
-        device=args.device,
         min_face_size=args.min_face_size,
         input_size=(args.det_size, args.det_size),
         score_threshold=args.score_threshold,
+        device=args.device,
     )
+
+
+def detector_from_args(args: argparse.Namespace) -> object:
+    """The detector the options name (:func:`marginface.detect.load_detector` of
+    :func:`detector_spec`), with the process's convolution cache limited
+    (:func:`limit_convolution_cache`)."""
+    from ..detect import load_detector
+
+    limit_convolution_cache()
+    return load_detector(detector_spec(args))
 
 
 def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -135,7 +158,7 @@ def run_detect(args: argparse.Namespace) -> int:
     import json
 
     from .._atomic import atomic_write_text
-    from ..data.face_photos import PhotoError, detect_photos, list_photos
+    from ..data.face_photos import PhotoError, default_report_path, detect_photos, list_photos
     from ..detect.needs import check_photo_needs
     from .output import _echo
 
@@ -158,7 +181,7 @@ def run_detect(args: argparse.Namespace) -> int:
         if source.is_dir():
             listed = [(path, path.as_posix()) for path, _ in listed]
         photos += listed
-    report = args.report or out.with_name(out.name + ".report.tsv")
+    report = args.report or default_report_path(out)
     lines, problems, faces_total = [], [], 0
     results = detect_photos(photos, detector_from_args(args), workers=args.workers)
     from .._progress import counting

@@ -399,7 +399,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ..convert import run_convert
+    from .convert_command import run_convert
 
     if args.detector:
         from ..detect.needs import check_photo_needs
