@@ -47,12 +47,16 @@ def limit_convolution_cache() -> None:
 
 
 def add_detector_options(
-    parser: argparse.ArgumentParser, *, required: bool, default_help: str | None = None
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    required: bool,
+    default_help: str | None = None,
+    device: bool = True,
 ) -> None:
     """The one detector specification every photo command takes (read back by
     :func:`detector_spec`): ``--detector mtcnn|WEIGHTS|FILE.onnx`` (required or not; its help
     ends with ``default_help``), ``--min-face-size``, ``--det-size``, ``--score-threshold``,
-    ``--device``."""
+    and ``--device`` unless ``device=False`` (a command whose ``--device`` is the model's)."""
     if default_help is None:
         default_help = (
             "" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"
@@ -77,12 +81,14 @@ def add_detector_options(
     parser.add_argument(
         "--score-threshold", type=float, default=0.5, help="ONNX detector: face score (0.5)"
     )
-    parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
+    if device:
+        parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
 
 
-def detector_spec(args: argparse.Namespace) -> DetectorSpec | None:
+def detector_spec(args: argparse.Namespace, *, device: str | None = None) -> DetectorSpec | None:
     """The :class:`~marginface.detect.DetectorSpec` the options of
-    :func:`add_detector_options` name, or None without ``--detector``."""
+    :func:`add_detector_options` name (``device``: instead of ``args.device``), or None
+    without ``--detector``."""
     from ..detect.choice import DetectorSpec
 
     if args.detector is None:
@@ -92,7 +98,7 @@ def detector_spec(args: argparse.Namespace) -> DetectorSpec | None:
         min_face_size=args.min_face_size,
         input_size=(args.det_size, args.det_size),
         score_threshold=args.score_threshold,
-        device=args.device,
+        device=args.device if device is None else device,
     )
 
 

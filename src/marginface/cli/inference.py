@@ -53,14 +53,16 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         help="no flip test (default: as evaluated)",
     )
     photos = parser.add_argument_group("raw photos instead of aligned crops")
-    photos.add_argument(
-        "--detector",
-        default=None,
-        help="detect the face of every image that is not of the model's input size and cut it "
-        "as the model's description says: mtcnn, or an SCRFD FILE.onnx (default: none, "
-        "aligned crops only)",
-    )
+    from .detect import add_detector_options
     from .faces import add_faces_option
+
+    add_detector_options(
+        photos,
+        required=False,
+        default_help=": detect the face of every image that is not of the model's input size "
+        "and cut it as the model's description says (default: none, aligned crops only)",
+        device=False,  # --device is the model's, and the detector's
+    )
 
     add_faces_option(photos, all_faces=False)
     foreign = parser.add_argument_group("a weights file without marginface's description")
@@ -84,10 +86,10 @@ def _face_model(args: argparse.Namespace, source: Any) -> Any:
 
         check_photo_needs(f"{args.command} --detector", args.detector, model=source)
         from ..detect import load_detector
-        from .detect import limit_convolution_cache
+        from .detect import detector_spec, limit_convolution_cache
 
         limit_convolution_cache()
-        detector = load_detector(args.detector, device=resolve_device(args.device))
+        detector = load_detector(detector_spec(args, device=str(resolve_device(args.device))))
     try:
         return FaceModel(
             source,
