@@ -274,38 +274,28 @@ def _check_outside(gallery: Path, folder: Path, option: str) -> None:
 
 def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
     """The unit embeddings of ``folder``'s identities, their names and an example each."""
-    import numpy as np
-
-    from ..inference.folder import iter_embeddings, list_images
+    from ..inference.embed_paths import embed_paths
+    from ..inference.folder import list_images
 
     images = [(p, i) for p, i in list_images(folder) if i]
     if not images:
         raise ValueError(f"{folder} has no FOLDER/<identity>/<image> images: nothing to add")
     identity_of = dict(images)
-    skipped: list[tuple[str, str]] = []
-    names: list[str] = []
-    rows = []
     from .._progress import counting
 
     with counting("embedding", unit="images") as progress:
-        for paths, batch in iter_embeddings(
-            model,
-            folder,
-            [p for p, _ in images],
-            skipped=skipped,
-            workers=args.workers,
-            progress=progress,
-        ):
-            names += [identity_of[p] for p in paths]
-            rows.append(batch)
-    _report_skipped(skipped)
-    if not rows:
+        embedded = embed_paths(
+            model, folder, [p for p, _ in images], workers=args.workers, progress=progress
+        )
+    _report_skipped(embedded.skipped)
+    if not embedded.names:
         raise ValueError(f"none of the {len(images)} image(s) in {folder} could be used")
+    names = [identity_of[p] for p in embedded.names]
     examples: dict[str, str] = {}
     for path, identity in images:
         if identity in set(names):
             examples.setdefault(identity, str((folder / path).resolve()))
-    return names, np.concatenate(rows), examples
+    return names, embedded.embeddings, examples
 
 
 def cmd_gallery_build(args: argparse.Namespace) -> int:
@@ -431,9 +421,9 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    import numpy as np
 
-    from ..inference.folder import iter_embeddings, list_images
+    from ..inference.embed_paths import embed_paths
+    from ..inference.folder import list_images
     from ..inference.gallery import Gallery
 
     gallery = Gallery.load(args.gallery)
@@ -456,18 +446,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         truth = dict(zip(relative, read_truth(args.truth, relative, root=root), strict=True))
         gallery.mated(list(truth.values()))
-    skipped: list[tuple[str, str]] = []
-    names: list[str] = []
-    rows = []
-    for paths, batch in iter_embeddings(
-        model, root, relative, skipped=skipped, workers=args.workers
-    ):
-        names += paths
-        rows.append(batch)
-    _report_skipped(skipped)
-    if not rows:
-        raise ValueError(f"no usable image in {args.photos} ({len(skipped)} skipped)")
-    embeddings = np.concatenate(rows)
+    embedded = embed_paths(model, root, relative, workers=args.workers)
+    _report_skipped(embedded.skipped)
+    if not embedded.names:
+        raise ValueError(f"no usable image in {args.photos} ({len(embedded.skipped)} skipped)")
+    names, embeddings = embedded.names, embedded.embeddings
     results = gallery.search(embeddings, names, k=args.top_k, threshold=args.threshold)
     report = None
     if truth is not None:  # before anything is printed or written: its errors stop it all
