@@ -161,10 +161,8 @@ def _download_weights(args: argparse.Namespace) -> None:
 def run_detect(args: argparse.Namespace) -> int:
     """Detect, write the JSON lines and the report atomically; print a summary. No face in any
     photo is an error (no empty JSON-lines file is written; the report says why)."""
-    import json
-
-    from .._atomic import atomic_write_text
-    from ..data.face_photos import PhotoError, default_report_path, detect_photos, list_photos
+    from ..data.face_photos import detect_photos, list_photos
+    from ..data.face_records_writer import write_face_records
     from ..detect.needs import check_photo_needs
     from .output import _echo
 
@@ -187,39 +185,17 @@ def run_detect(args: argparse.Namespace) -> int:
         if source.is_dir():
             listed = [(path, path.as_posix()) for path, _ in listed]
         photos += listed
-    report = args.report or default_report_path(out)
-    lines, problems, faces_total = [], [], 0
     results = detect_photos(photos, detector_from_args(args), workers=args.workers)
     from .._progress import counting
 
     with counting("detecting", unit="photos") as progress:
-        for done, (name, _, found) in enumerate(results, start=1):
-            if isinstance(found, PhotoError):
-                problems.append(f"{name}\tunreadable\t{found}")
-            elif found.count == 0:
-                problems.append(f"{name}\tno_face\t")
-            for k in range(0 if isinstance(found, PhotoError) else found.count):
-                record = {
-                    "file": name,
-                    "box": [round(float(v), 3) for v in found.boxes[k]],
-                    "score": round(float(found.scores[k]), 6),
-                    "landmarks": [[round(float(v), 3) for v in p] for p in found.landmarks[k]],
-                }
-                lines.append(json.dumps(record))
-                faces_total += 1
-            progress(done, len(photos))
-    if problems:
-        atomic_write_text(report, "name\tproblem\tdetail\n" + "\n".join(problems) + "\n")
-    else:
-        report.unlink(missing_ok=True)  # an earlier run's report would mislead
-    if not lines:
-        raise ValueError(
-            f"no face found in {len(photos)} photo(s) (listed in {report}); nothing written "
-            f"to {out}"
+        written = write_face_records(
+            results, out, total=len(photos), report=args.report, progress=progress
         )
-    atomic_write_text(out, "".join(line + "\n" for line in lines))
-    summary = f"{faces_total} face(s) in {len(photos)} photo(s) written to {out}"
-    if problems:
-        summary += f"; {len(problems)} photo(s) with no face or unreadable listed in {report}"
+    summary = f"{written.faces} face(s) in {written.photos} photo(s) written to {out}"
+    if written.problems:
+        summary += (
+            f"; {written.problems} photo(s) with no face or unreadable listed in {written.report}"
+        )
     _echo(args, summary)
     return 0
