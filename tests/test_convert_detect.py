@@ -83,7 +83,7 @@ def test_command_line(photos, tmp_path, capsys):
     (tmp_path / "x.txt").write_text("1\t1\nA\t1\t2\nA\t1\tB\t1\n")
     assert main([*argv, "--detector", "mtcnn", "--faces", "all"]) == 2
     err = capsys.readouterr().err
-    assert "faces must be one of 'largest', 'central'" in err and "Traceback" not in err
+    assert "faces must be one of 'subject', 'largest', 'central'" in err and "Traceback" not in err
     assert main(["convert", str(src), str(tmp_path / "r2"), "--detector", "mtcnn",
                  "--crop", "100"]) == 2  # fmt: skip
     assert "--crop and --detector" in capsys.readouterr().err
@@ -98,7 +98,7 @@ def test_train_says_when_the_sets_are_framed_differently(photos, tmp_path, caplo
     out = tmp_path / "set"
     convert_folder(src, out, detector="mtcnn")
     record = read_framing(out / "train.rec")
-    assert record["detector"] == "mtcnn, largest face, float64 alignment"
+    assert record["detector"] == "mtcnn, subject face, float64 alignment"  # the default
     assert record["crop"] is None
     first = names[0].split("/")[0]
     pairs = tmp_path / "pairs.txt"

@@ -18,7 +18,11 @@ __all__ = ["convert_detected_folder", "detected_framing", "pair_worker"]
 
 def detected_framing(detector: object, faces: str, alignment: str) -> str:
     """How a set was framed with a detector, for its framing record (``"mtcnn, largest face,
-    float64 alignment"``)."""
+    float64 alignment"``); a :class:`~marginface.detect.DetectorSpec` by its name."""
+    from .detect.choice import DetectorSpec
+
+    if isinstance(detector, DetectorSpec):
+        detector = detector.name
     name = detector if isinstance(detector, str) else Path(str(detector)).name
     if not isinstance(detector, (str, os.PathLike)):
         name = type(detector).__name__
@@ -42,12 +46,12 @@ def convert_detected_folder(
     import dataclasses
     import tempfile
 
-    from .data.face_photos import align_photos
+    from .data.face_photos import align_photos, default_report_path
 
     if size % 112 and size % 128:
         raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = out.with_name(out.name + "_report.tsv")
+    report = default_report_path(out)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-aligning-") as tmp:
         aligned = align_photos(
             src,

@@ -21,13 +21,11 @@ many pixels first), resized to ``image_size`` and encoded as JPEG with ``quality
 written atomically: after a failure (an unreadable image, a full disk, Ctrl-C) no output file
 has changed and no temporary is left.
 
-:func:`run_convert` runs the ``marginface convert`` command (its arguments:
-:func:`marginface.cli.convert_options.add_convert_arguments`, which imports nothing heavy).
+:func:`marginface.cli.convert_command.run_convert` runs the ``marginface convert`` command.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import logging
@@ -57,7 +55,6 @@ __all__ = [
     "convert_folder",
     "convert_pairs",
     "encode_jpeg",
-    "run_convert",
 ]
 
 logger = logging.getLogger(__name__)
@@ -203,12 +200,12 @@ def convert_folder(
         quality: JPEG quality, 1..100. Default: 95.
         crop: centred square crop, in source pixels, before resizing. Default: None.
         workers: decoding threads. Default: ``os.cpu_count()``.
-
-        detector: None (the images are already faces), or ``"mtcnn"``, MTCNN's weights, an
-            SCRFD ``.onnx`` or a detector object: each photo's face is then detected and
+        detector: None (the images are already faces), or a
+            :class:`~marginface.detect.DetectorSpec`, ``"mtcnn"``, MTCNN's weights, an SCRFD
+            ``.onnx`` or a detector object: each photo's face is then detected and
             aligned to ``image_size`` first (:func:`~marginface.data.face_photos.align_photos`,
             into a temporary folder, losslessly); photos with no face are left out and listed
-            with the others in ``OUT_report.tsv``.
+            with the others in ``OUT.report.tsv``.
         faces, alignment: with a detector, which face and which arithmetic
             (:func:`~marginface.data.face_photos.align_photos`).
 
@@ -326,7 +323,8 @@ def convert_pairs(
         quality: JPEG quality, 1..100. Default: 95.
         workers: decoding threads. Default: ``os.cpu_count()``.
 
-        detector: None, or ``"mtcnn"``, MTCNN's weights, an SCRFD ``.onnx`` or a detector
+        detector: None, or a :class:`~marginface.detect.DetectorSpec`, ``"mtcnn"``, MTCNN's
+            weights, an SCRFD ``.onnx`` or a detector
             object: each image's face (``faces``: ``"subject"``, ``"largest"`` or
             ``"central"``) is detected and aligned to ``image_size`` (``alignment``, as
             ``convert --detector`` aligns a training folder); an image with no face is stored
@@ -385,8 +383,9 @@ def convert_pairs(
     report = None
     if missed:
         from ._atomic import atomic_write_text
+        from .data.face_photos import default_report_path
 
-        report = Path(out_bin).with_name(Path(out_bin).name + ".report.tsv")
+        report = default_report_path(out_bin)
         rows = "".join(f"{name}\tno_face\tstored as the centred crop\n" for name in sorted(missed))
         atomic_write_text(report, "name\tproblem\tdetail\n" + rows)
     write_framing(
@@ -397,88 +396,3 @@ def convert_pairs(
         detector=None if detector is None else detected_framing(detector, faces, alignment),
     )
     return PairsConversion(Path(out_bin), len(pairs), sum(same), size, crop, report)
-
-
-# ------------------------------------------------------------------ command line
-def _reindex(args: argparse.Namespace, say: Callable[[str], None]) -> int:
-    """``convert --reindex REC``: :func:`~marginface.data.recordio.rebuild_index` of REC (a
-    ``.rec``, or a folder's ``train.rec``)."""
-    from .data.recordio import rebuild_index
-
-    if args.src is not None or args.out is not None or args.pairs is not None:
-        raise ValueError("--reindex REC rebuilds REC's .idx: leave SRC, OUT and --pairs out")
-    rec = args.reindex / "train.rec" if args.reindex.is_dir() else args.reindex
-    if rec.suffix != ".rec" or not rec.is_file():
-        raise ValueError(f"--reindex {str(args.reindex)!r}: no .rec file there")
-    count = rebuild_index(rec)
-    say(f"{rec.with_suffix('.idx')}: {count} records indexed from {rec}")
-    return 0
-
-
-def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None = None) -> int:
-    """Run ``marginface convert`` (arguments of
-    :func:`marginface.cli.convert_options.add_convert_arguments`).
-
-    Args:
-        args: the parsed arguments.
-        echo: called with a one-line summary (default: logged at INFO).
-
-    Returns:
-        0. Errors are raised (``ValueError``/``TypeError``/``OSError``) for the CLI to report.
-    """
-    say = echo or logger.info
-    if getattr(args, "reindex", None) is not None:
-        return _reindex(args, say)
-    if args.src is None or args.out is None:
-        raise ValueError("convert needs SRC and OUT (or --reindex REC to rebuild a .idx)")
-    crop = getattr(args, "crop", None)
-    crop = None if crop == 0 else crop
-    workers = getattr(args, "workers", None)
-    if args.pairs is not None:
-        if args.out.is_dir():
-            raise ValueError(f"OUT {str(args.out)!r} is a folder; with --pairs it is a .bin file")
-        pairs = convert_pairs(
-            args.pairs,
-            args.src,
-            args.out,
-            image_size=args.image_size,
-            crop=150 if getattr(args, "crop", None) is None else crop,
-            quality=args.quality,
-            workers=workers,
-            **_detection(args),
-        )
-        say(
-            f"{pairs.out}: {pairs.num_pairs} pairs ({pairs.num_same} same), "
-            f"{pairs.image_size}x{pairs.image_size}, "
-            f"{'crop ' + str(pairs.crop) if pairs.crop else 'no crop'}"
-            + (f"; images with no face (centre crop kept): {pairs.report}" if pairs.report else "")
-        )
-        return 0
-    folder = convert_folder(
-        args.src,
-        args.out,
-        image_size=args.image_size,
-        quality=args.quality,
-        crop=crop,
-        workers=workers,
-        **_detection(args),
-    )
-    say(
-        f"{folder.out}: {folder.num_images} images of {folder.num_classes} identities, "
-        f"{folder.image_size}x{folder.image_size}, "
-        f"{'crop ' + str(folder.crop) if folder.crop else 'no crop'} "
-        "(train.rec, train.idx, property, train.convert.json)"
-        + (f"; photos left out or with several faces: {folder.report}" if folder.report else "")
-    )
-    return 0
-
-
-def _detection(args: argparse.Namespace) -> dict[str, object]:
-    """``convert``'s detector options as keyword arguments (none without ``--detector``)."""
-    if getattr(args, "detector", None) is None:
-        return {}
-    if getattr(args, "crop", None) and args.pairs is None:
-        raise ValueError(
-            "--crop and --detector exclude each other for a folder (the crop is the face)"
-        )
-    return {"detector": args.detector, "faces": args.faces, "alignment": args.alignment}

@@ -202,3 +202,25 @@ def test_embed_takes_raw_photos_with_a_detector(photos, tmp_path, capsys):
     assert "3 image(s) embedded" in captured.out and "junk/broken.jpg" in captured.err
     saved = read_embeddings(out)
     assert len(saved["paths"]) == 3 and saved["embeddings"].shape == (3, 128)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["detect", "x.jpg", "--out", "f.jsonl"],
+        ["align", "src", "--out", "out"],
+        ["convert", "src", "out"],
+        ["embed", "model", "photos", "--out", "e.npz"],
+        ["search", "gallery", "photos"],
+    ],
+)
+def test_every_photo_command_takes_one_detector_spec(command):
+    from marginface.cli.detect import detector_spec
+    from marginface.cli.parser import build_parser
+    from marginface.detect import DetectorSpec
+
+    options = ["--detector", "det.onnx", "--det-size", "320", "--score-threshold", "0.6"]
+    args = build_parser().parse_args([*command, *options, "--min-face-size", "30"])
+    assert detector_spec(args, device="cpu") == DetectorSpec(
+        "det.onnx", min_face_size=30.0, input_size=(320, 320), score_threshold=0.6, device="cpu"
+    )

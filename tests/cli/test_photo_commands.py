@@ -86,7 +86,7 @@ def test_align_cuts_detects_faces_without_detecting_again(photos, tmp_path, monk
         a, b = read_photo(direct / name), read_photo(from_file / name)
         assert np.abs(a.astype(int) - b.astype(int)).mean() < 1.0  # landmarks kept to 1e-3 px
         assert (read_photo(flagged / name) == b).all()
-    report = (tmp_path / "from-file_report.tsv").read_text()
+    report = (tmp_path / "from-file.report.tsv").read_text()
     assert "junk/broken.jpg\tnot_in_faces_file" in report
     # the faces of another folder: one line
     other = tmp_path / "other"
@@ -101,7 +101,7 @@ def test_align_cuts_detects_faces_without_detecting_again(photos, tmp_path, monk
 # ------------------------------------------------------------------ OUT holding files
 def test_align_refuses_an_out_holding_files_and_overwrite_replaces_them(photos, tmp_path, capsys):
     out = tmp_path / "aligned"
-    report = tmp_path / "aligned_report.tsv"
+    report = tmp_path / "aligned.report.tsv"
     argv = ["align", str(photos), "--out", str(out), "--detector", "mtcnn", "-q"]
     assert main(argv) == 0
     assert "junk/broken.jpg\tunreadable" in report.read_text()
@@ -160,7 +160,7 @@ def test_align_and_detect_that_find_nothing_write_nothing(
     code = main(["align", str(faceless), "--out", str(out), "--detector", "mtcnn"])
     _one_line(capsys, code, "no crop written from 2 photo(s): 1 with no face, 1 unreadable")
     assert not out.exists()
-    assert "cat/none.png\tno_face" in (tmp_path / "aligned_report.tsv").read_text()
+    assert "cat/none.png\tno_face" in (tmp_path / "aligned.report.tsv").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".aligned")]
     jsonl = tmp_path / "faces.jsonl"
     code = main(["detect", str(faceless), "--out", str(jsonl)])
@@ -263,7 +263,7 @@ def test_align_on_hard_photos_lists_each(hard, tmp_path, capsys):
         "3 aligned" in text
         and "1 with no face, 1 with several (kept: subject), 1 unreadable" in text
     )
-    report = (tmp_path / "aligned_report.tsv").read_text()
+    report = (tmp_path / "aligned.report.tsv").read_text()
     for line in (
         "cat/none.png\tno_face",
         "bob/two.jpg\tseveral_faces",

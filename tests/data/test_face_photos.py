@@ -137,7 +137,7 @@ def test_align_photos_writes_each_main_face_and_lists_the_rest(photo_folder, det
             assert np.abs(written.astype(int) - expected).mean() < 3
     assert not (out / "nobody").exists()
     report = result.report.read_text().splitlines()
-    assert result.report == tmp_path / "aligned_report.tsv"
+    assert result.report == tmp_path / "aligned.report.tsv"
     assert report[0] == "name\tproblem\tdetail"
     assert any(line.startswith("nobody/blank.png\tno_face") for line in report)
     assert any(line.startswith("nobody/broken.jpg\tunreadable\t") for line in report)

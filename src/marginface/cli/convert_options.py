@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .detect import add_detector_options
+
 __all__ = ["add_convert_arguments"]
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``marginface convert``'s arguments: ``SRC OUT [--pairs FILE] [--image-size N]
-    [--quality Q] [--crop N] [--workers N]``, or ``--reindex REC``;
-    :func:`marginface.convert.run_convert` runs them."""
+    [--quality Q] [--crop N] [--workers N] [--detector ... (add_detector_options)]``, or
+    ``--reindex REC``; :func:`marginface.cli.convert_command.run_convert` runs them."""
     parser.description = (
         "Without --pairs: SRC/<identity>/<image> -> OUT/train.rec, train.idx, property "
         "(insightface's training-set layout). With --pairs: the pairs of an LFW-format pairs "
@@ -50,13 +52,12 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, metavar="N", help="decoding threads (default: all cores)"
     )
-    parser.add_argument(
-        "--detector",
-        metavar="mtcnn|FILE",
-        help="detect and align each photo's face first (mtcnn, MTCNN's weights, or an SCRFD "
-        ".onnx; docs/detection.md), so the training set and the pairs are aligned the same "
-        "way; photos without a face are listed in OUT_report.tsv (OUT.report.tsv for pairs) "
-        "(default: none, centre crops)",
+    add_detector_options(
+        parser,
+        required=False,
+        default_help=": detect and align each photo's face first (docs/detection.md), so the "
+        "training set and the pairs are aligned the same way; photos without a face are listed "
+        "in OUT.report.tsv (default: none, centre crops)",
     )
     parser.add_argument(
         "--faces",

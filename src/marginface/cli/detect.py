@@ -11,13 +11,19 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .arguments import non_negative_int
 from .options import _add_progress_option
+
+if TYPE_CHECKING:
+    from ..detect.choice import DetectorSpec
 
 __all__ = [
     "add_detect_parser",
     "add_detector_options",
     "detector_from_args",
+    "detector_spec",
     "limit_convolution_cache",
     "run_detect",
 ]
@@ -40,23 +46,28 @@ def limit_convolution_cache() -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(CONVOLUTION_CACHE_CAPACITY))
 
 
-def _nonnegative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    """``--detector mtcnn|WEIGHTS`` (required or not), ``--min-face-size``, ``--device``."""
+def add_detector_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    required: bool,
+    default_help: str | None = None,
+    device: bool = True,
+) -> None:
+    """The one detector specification every photo command takes (read back by
+    :func:`detector_spec`): ``--detector mtcnn|WEIGHTS|FILE.onnx`` (required or not; its help
+    ends with ``default_help``), ``--min-face-size``, ``--det-size``, ``--score-threshold``,
+    and ``--device`` unless ``device=False`` (a command whose ``--device`` is the model's)."""
+    if default_help is None:
+        default_help = (
+            "" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"
+        )
     parser.add_argument(
         "--detector",
         required=required,
         help="mtcnn (facenet-pytorch 2.6.0's weights: marginface detect --download-weights, "
         "or pip install --no-deps facenet-pytorch==2.6.0), a folder/wheel holding MTCNN's "
         "pnet.pt, rnet.pt, onet.pt, "
-        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)"
-        + ("" if required else " (default: mtcnn for detect; none for align: read LANDMARKS)"),
+        "or insightface's SCRFD/RetinaFace FILE.onnx (det_10g.onnx, ...)" + (default_help or ""),
     )
     parser.add_argument(
         "--min-face-size", type=float, default=20.0, help="MTCNN: smallest face, px (default 20)"
@@ -70,23 +81,35 @@ def add_detector_options(parser: argparse.ArgumentParser, *, required: bool) -> 
     parser.add_argument(
         "--score-threshold", type=float, default=0.5, help="ONNX detector: face score (0.5)"
     )
-    parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
+    if device:
+        parser.add_argument("--device", default="cpu", help="where MTCNN runs (default cpu)")
 
 
-def detector_from_args(args: argparse.Namespace) -> object:
-    """The detector the options name (:func:`marginface.detect.load_detector`), with the
-    process's convolution cache limited (:func:`limit_convolution_cache`)."""
-    from ..detect import load_detector
+def detector_spec(args: argparse.Namespace, *, device: str | None = None) -> DetectorSpec | None:
+    """The :class:`~marginface.detect.DetectorSpec` the options of
+    :func:`add_detector_options` name (``device``: instead of ``args.device``), or None
+    without ``--detector``."""
+    from ..detect.choice import DetectorSpec
 
-    limit_convolution_cache()
-
-    return load_detector(
+    if args.detector is None:
+        return None
+    return DetectorSpec(
         args.detector,
-        device=args.device,
         min_face_size=args.min_face_size,
         input_size=(args.det_size, args.det_size),
         score_threshold=args.score_threshold,
+        device=args.device if device is None else device,
     )
+
+
+def detector_from_args(args: argparse.Namespace) -> object:
+    """The detector the options name (:func:`marginface.detect.load_detector` of
+    :func:`detector_spec`), with the process's convolution cache limited
+    (:func:`limit_convolution_cache`)."""
+    from ..detect import load_detector
+
+    limit_convolution_cache()
+    return load_detector(detector_spec(args))
 
 
 def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -111,7 +134,10 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
         help="TSV of photos with no face / unreadable (default: OUT.report.tsv beside OUT)",
     )
     parser.add_argument(
-        "--workers", type=_nonnegative, default=0, help="threads decoding (0: one per CPU, <= 8)"
+        "--workers",
+        type=non_negative_int,
+        default=0,
+        help="threads decoding (0: one per CPU, <= 8)",
     )
     parser.add_argument(
         "--download-weights",
@@ -135,10 +161,8 @@ def _download_weights(args: argparse.Namespace) -> None:
 def run_detect(args: argparse.Namespace) -> int:
     """Detect, write the JSON lines and the report atomically; print a summary. No face in any
     photo is an error (no empty JSON-lines file is written; the report says why)."""
-    import json
-
-    from .._atomic import atomic_write_text
-    from ..data.face_photos import PhotoError, detect_photos, list_photos
+    from ..data.face_photos import detect_photos, list_photos
+    from ..data.face_records_writer import write_face_records
     from ..detect.needs import check_photo_needs
     from .output import _echo
 
@@ -161,39 +185,17 @@ def run_detect(args: argparse.Namespace) -> int:
         if source.is_dir():
             listed = [(path, path.as_posix()) for path, _ in listed]
         photos += listed
-    report = args.report or out.with_name(out.name + ".report.tsv")
-    lines, problems, faces_total = [], [], 0
     results = detect_photos(photos, detector_from_args(args), workers=args.workers)
     from .._progress import counting
 
     with counting("detecting", unit="photos") as progress:
-        for done, (name, _, found) in enumerate(results, start=1):
-            if isinstance(found, PhotoError):
-                problems.append(f"{name}\tunreadable\t{found}")
-            elif found.count == 0:
-                problems.append(f"{name}\tno_face\t")
-            for k in range(0 if isinstance(found, PhotoError) else found.count):
-                record = {
-                    "file": name,
-                    "box": [round(float(v), 3) for v in found.boxes[k]],
-                    "score": round(float(found.scores[k]), 6),
-                    "landmarks": [[round(float(v), 3) for v in p] for p in found.landmarks[k]],
-                }
-                lines.append(json.dumps(record))
-                faces_total += 1
-            progress(done, len(photos))
-    if problems:
-        atomic_write_text(report, "name\tproblem\tdetail\n" + "\n".join(problems) + "\n")
-    else:
-        report.unlink(missing_ok=True)  # an earlier run's report would mislead
-    if not lines:
-        raise ValueError(
-            f"no face found in {len(photos)} photo(s) (listed in {report}); nothing written "
-            f"to {out}"
+        written = write_face_records(
+            results, out, total=len(photos), report=args.report, progress=progress
         )
-    atomic_write_text(out, "".join(line + "\n" for line in lines))
-    summary = f"{faces_total} face(s) in {len(photos)} photo(s) written to {out}"
-    if problems:
-        summary += f"; {len(problems)} photo(s) with no face or unreadable listed in {report}"
+    summary = f"{written.faces} face(s) in {written.photos} photo(s) written to {out}"
+    if written.problems:
+        summary += (
+            f"; {written.problems} photo(s) with no face or unreadable listed in {written.report}"
+        )
     _echo(args, summary)
     return 0

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .arguments import non_negative_int
 from .options import add_backbone_source_arguments
 
 __all__ = [
@@ -23,13 +24,6 @@ __all__ = [
     "run_align",
     "run_ijb",
 ]
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def _add_alignment_option(parser: argparse.ArgumentParser, *, default: str) -> None:
@@ -84,7 +78,7 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         "or a weights file (default: ArcFace-template crops)",
     )
     parser.add_argument(
-        "--workers", type=_positive_int, default=0, help="threads (default 0: one per CPU, <= 8)"
+        "--workers", type=non_negative_int, default=0, help="threads (default 0: one per CPU, <= 8)"
     )
     _add_alignment_option(parser, default="float64")
     detection = parser.add_argument_group(
@@ -104,7 +98,7 @@ def add_align_arguments(parser: argparse.ArgumentParser) -> None:
         "--report",
         type=Path,
         help="TSV of the photos with no face, several faces or unreadable "
-        "(default: OUT_report.tsv beside OUT)",
+        "(default: OUT.report.tsv beside OUT)",
     )
 
 
@@ -288,7 +282,7 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("IJBC", "IJBB"), default="IJBC")
     parser.add_argument("--batch-size", type=int, default=128, help="images per batch")
     parser.add_argument(
-        "--workers", type=_positive_int, default=0, help="processes reading and aligning images"
+        "--workers", type=non_negative_int, default=0, help="processes reading and aligning images"
     )
     parser.add_argument(
         "--no-flip", action="store_true", help="ablation: no flip test (embeddings alone)"
@@ -369,10 +363,11 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from .._atomic import atomic_write_text
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
-    from ..train import EVALUATION_NAME, load_run, resolve_device
+    from ..train import load_run, resolve_device
     from ..train.evaluation.ijb_evaluation import ijb_results
     from ..train.progress import progress_callback
     from ..train.state.layout import IJB_NAME, REPORT_NAME
+    from ..train.state.results import update_results
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -433,11 +428,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     )
     written = [path, *_write_reusable(out, prefix, result, layout)]
     if source is None:  # a run: its evaluation.json holds the IJB numbers too
-        evaluation_path = Path(args.run_dir) / EVALUATION_NAME
-        merged = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
-        merged.update(clean)
-        atomic_write_text(evaluation_path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
-        written.append(evaluation_path)
+        written.append(update_results(args.run_dir, "ijb", clean))
     from ..plots import plot_roc, save_figure
 
     v = result.verification

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .arguments import non_negative_int, positive_int
 from .options import _add_progress_option
 from .output import _echo
 
@@ -32,24 +33,10 @@ MODEL_HELP = (
 )
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     """How the model runs, and what a foreign file without description needs."""
     parser.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
-    parser.add_argument("--batch-size", type=_positive, default=64, help="images per batch")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per batch")
     flip = parser.add_mutually_exclusive_group()
     flip.add_argument(
         "--flip",
@@ -66,22 +53,24 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         help="no flip test (default: as evaluated)",
     )
     photos = parser.add_argument_group("raw photos instead of aligned crops")
-    photos.add_argument(
-        "--detector",
-        default=None,
-        help="detect the face of every image that is not of the model's input size and cut it "
-        "as the model's description says: mtcnn, or an SCRFD FILE.onnx (default: none, "
-        "aligned crops only)",
-    )
+    from .detect import add_detector_options
     from .faces import add_faces_option
+
+    add_detector_options(
+        photos,
+        required=False,
+        default_help=": detect the face of every image that is not of the model's input size "
+        "and cut it as the model's description says (default: none, aligned crops only)",
+        device=False,  # --device is the model's, and the detector's
+    )
 
     add_faces_option(photos, all_faces=False)
     foreign = parser.add_argument_group("a weights file without marginface's description")
     foreign.add_argument(
         "--arch", help="its architecture: r18 ... r200, mbf, vit_t (default: the description's)"
     )
-    foreign.add_argument("--embedding-dim", type=_positive, help="D (default 512)")
-    foreign.add_argument("--image-size", type=_positive, help="input side (default 112)")
+    foreign.add_argument("--embedding-dim", type=positive_int, help="D (default 512)")
+    foreign.add_argument("--image-size", type=positive_int, help="input side (default 112)")
     foreign.add_argument(
         "--bgr", action="store_true", default=None, help="it expects BGR (default: RGB)"
     )
@@ -97,10 +86,10 @@ def _face_model(args: argparse.Namespace, source: Any) -> Any:
 
         check_photo_needs(f"{args.command} --detector", args.detector, model=source)
         from ..detect import load_detector
-        from .detect import limit_convolution_cache
+        from .detect import detector_spec, limit_convolution_cache
 
         limit_convolution_cache()
-        detector = load_detector(args.detector, device=resolve_device(args.device))
+        detector = load_detector(detector_spec(args, device=str(resolve_device(args.device))))
     try:
         return FaceModel(
             source,
@@ -155,7 +144,7 @@ def add_embed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     embed.add_argument(
         "--workers",
-        type=_non_negative,
+        type=non_negative_int,
         default=0,
         help="threads decoding images (default 0: one per CPU, <= 8)",
     )
@@ -238,11 +227,11 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     build.add_argument(
         "--approximate-above",
-        type=_positive,
+        type=positive_int,
         default=100_000,
         help="templates past which auto is approximate (default 100000)",
     )
-    build.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    build.add_argument("--workers", type=non_negative_int, default=0, help="decoding threads")
     build.add_argument("--overwrite", action="store_true", help="replace a gallery at --out")
     _add_model_options(build)
     _add_progress_option(build)
@@ -260,7 +249,7 @@ def add_gallery_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="the model (default: the one the gallery was built with)",
     )
-    add.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    add.add_argument("--workers", type=non_negative_int, default=0, help="decoding threads")
     _add_model_options(add)
     _add_progress_option(add)
     add.set_defaults(func="marginface.cli.inference:cmd_gallery_add")
@@ -285,38 +274,28 @@ def _check_outside(gallery: Path, folder: Path, option: str) -> None:
 
 def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
     """The unit embeddings of ``folder``'s identities, their names and an example each."""
-    import numpy as np
-
-    from ..inference.folder import iter_embeddings, list_images
+    from ..inference.embed_paths import embed_paths
+    from ..inference.folder import list_images
 
     images = [(p, i) for p, i in list_images(folder) if i]
     if not images:
         raise ValueError(f"{folder} has no FOLDER/<identity>/<image> images: nothing to add")
     identity_of = dict(images)
-    skipped: list[tuple[str, str]] = []
-    names: list[str] = []
-    rows = []
     from .._progress import counting
 
     with counting("embedding", unit="images") as progress:
-        for paths, batch in iter_embeddings(
-            model,
-            folder,
-            [p for p, _ in images],
-            skipped=skipped,
-            workers=args.workers,
-            progress=progress,
-        ):
-            names += [identity_of[p] for p in paths]
-            rows.append(batch)
-    _report_skipped(skipped)
-    if not rows:
+        embedded = embed_paths(
+            model, folder, [p for p, _ in images], workers=args.workers, progress=progress
+        )
+    _report_skipped(embedded.skipped)
+    if not embedded.names:
         raise ValueError(f"none of the {len(images)} image(s) in {folder} could be used")
+    names = [identity_of[p] for p in embedded.names]
     examples: dict[str, str] = {}
     for path, identity in images:
         if identity in set(names):
             examples.setdefault(identity, str((folder / path).resolve()))
-    return names, np.concatenate(rows), examples
+    return names, embedded.embeddings, examples
 
 
 def cmd_gallery_build(args: argparse.Namespace) -> int:
@@ -421,7 +400,7 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="the model (default: the one the gallery was built with)",
     )
-    search.add_argument("--top-k", type=_positive, default=5, help="identities listed (5)")
+    search.add_argument("--top-k", type=positive_int, default=5, help="identities listed (5)")
     search.add_argument(
         "--threshold", type=float, help="a cosine threshold (default: the calibrated one)"
     )
@@ -435,16 +414,16 @@ def add_search_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     search.add_argument("--out", type=Path, help="results as .csv or .json (default: none)")
     search.add_argument("--html", type=Path, help="an HTML page with thumbnails (default: none)")
-    search.add_argument("--workers", type=_non_negative, default=0, help="decoding threads")
+    search.add_argument("--workers", type=non_negative_int, default=0, help="decoding threads")
     _add_model_options(search)
     _add_progress_option(search)
     search.set_defaults(func="marginface.cli.inference:cmd_search")
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    import numpy as np
 
-    from ..inference.folder import iter_embeddings, list_images
+    from ..inference.embed_paths import embed_paths
+    from ..inference.folder import list_images
     from ..inference.gallery import Gallery
 
     gallery = Gallery.load(args.gallery)
@@ -467,18 +446,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         truth = dict(zip(relative, read_truth(args.truth, relative, root=root), strict=True))
         gallery.mated(list(truth.values()))
-    skipped: list[tuple[str, str]] = []
-    names: list[str] = []
-    rows = []
-    for paths, batch in iter_embeddings(
-        model, root, relative, skipped=skipped, workers=args.workers
-    ):
-        names += paths
-        rows.append(batch)
-    _report_skipped(skipped)
-    if not rows:
-        raise ValueError(f"no usable image in {args.photos} ({len(skipped)} skipped)")
-    embeddings = np.concatenate(rows)
+    embedded = embed_paths(model, root, relative, workers=args.workers)
+    _report_skipped(embedded.skipped)
+    if not embedded.names:
+        raise ValueError(f"no usable image in {args.photos} ({len(embedded.skipped)} skipped)")
+    names, embeddings = embedded.names, embedded.embeddings
     results = gallery.search(embeddings, names, k=args.top_k, threshold=args.threshold)
     report = None
     if truth is not None:  # before anything is printed or written: its errors stop it all

@@ -11,7 +11,8 @@ from .output import _echo, _final
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..report import format_table
-    from ..train import EVALUATION_NAME, evaluate_run, write_evaluation
+    from ..train import evaluate_run
+    from ..train.state.results import ijb_results, update_results
 
     if args.backbone is not None or args.onnx is not None:
         return _evaluate_backbone(args)
@@ -27,10 +28,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     saved = read_saved_run(args.run_dir)  # read once: the model and its description
     run = load_run(args.run_dir, device=resolve_device(args.device), saved=saved)
     evaluation = evaluate_run(run, flip=args.flip, reuse_embeddings=True)
-    path = Path(args.run_dir) / EVALUATION_NAME
-    kept = _ijb_results(path)  # `marginface ijb`'s numbers stay beside the new ones
+    kept = ijb_results(args.run_dir)  # `marginface ijb`'s numbers stay beside the new ones
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
-    path = write_evaluation(evaluation, path)
+    path = update_results(args.run_dir, "evaluate", evaluation.metrics)
     rows = [{"metric": _shown_metric(k), "value": v} for k, v in evaluation.metrics.items()]
     print(format_table(rows))
     _print_grid_notes(evaluation.metrics)
@@ -139,27 +139,6 @@ def _print_grid_notes(metrics: dict[str, float]) -> None:
 
     for note in grid_notes(metrics):
         print(f"note: {note}")
-
-
-def _ijb_results(path: Path) -> dict[str, float]:
-    """The IJB-B/C numbers ``marginface ijb`` merged into a run's ``evaluation.json`` (keys
-    ``ijbb...``/``ijbc...``; null read back as NaN), or ``{}``."""
-    import json
-    import math
-
-    if not path.is_file():
-        return {}
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # unreadable: evaluate rewrites it whole
-    if not isinstance(saved, dict):
-        return {}
-    return {
-        k: (math.nan if v is None else v)
-        for k, v in saved.items()
-        if k.startswith(("ijbb", "ijbc")) and (v is None or isinstance(v, (int, float)))
-    }
 
 
 def _check_output_file(path: Path, option: str) -> None:
@@ -302,15 +281,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     ``evaluate`` (with ``marginface ijb``'s numbers kept in ``evaluation.json``), the IJB
     section (tables, ``RUN/ijb/*_roc.png``, the IJB columns over training), the pictures."""
     from ..report import write_report
-    from ..train import EVALUATION_NAME, draw_run_pictures, evaluate_run, load_run, resolve_device
+    from ..train import draw_run_pictures, evaluate_run, load_run, resolve_device
     from ..train.pictures import report_sections
     from ..train.state.layout import IJB_NAME, PLOTS_NAME, REPORT_NAME
+    from ..train.state.results import ijb_results
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
     history = run.history  # the checkpoint's own: complete even if history.csv lags
     evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
-    kept = _ijb_results(run_dir / EVALUATION_NAME)
+    kept = ijb_results(run_dir)
     evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
     out = args.out or run_dir / PLOTS_NAME
     out.mkdir(parents=True, exist_ok=True)
@@ -419,7 +399,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ..convert import run_convert
+    from .convert_command import run_convert
 
     if args.detector:
         from ..detect.needs import check_photo_needs

@@ -31,9 +31,11 @@ from .imaging import IMAGE_EXTENSIONS
 __all__ = [
     "DEFAULT_FACES",
     "FACE_CHOICES",
+    "REPORT_SUFFIX",
     "PhotoAlignment",
     "PhotoError",
     "align_photos",
+    "default_report_path",
     "detect_photos",
     "list_photos",
     "read_photo",
@@ -55,6 +57,20 @@ _CHUNK_PIXELS = 64_000_000  # ... and at most this many pixels (192 MB of RGB) p
 
 class PhotoError(ValueError):
     """A photo that cannot be read; the message names the file."""
+
+
+REPORT_SUFFIX = ".report.tsv"
+"""The photo commands' report of photos with no face or unreadable: ``OUT.report.tsv`` beside
+``OUT`` (``detect``, ``align``, ``convert`` with or without ``--pairs``); ``align`` and
+``convert``'s folders used to write ``OUT_report.tsv``. :func:`default_report_path` is the rule."""
+
+
+def default_report_path(out: str | Path) -> Path:
+    """Where a photo command's report goes by default: ``OUT`` + :data:`REPORT_SUFFIX`, beside
+    ``out`` (``aligned`` -> ``aligned.report.tsv``, ``faces.jsonl`` ->
+    ``faces.jsonl.report.tsv``, ``lfw.bin`` -> ``lfw.bin.report.tsv``)."""
+    out = Path(out)
+    return out.with_name(out.name + REPORT_SUFFIX)
 
 
 def read_photo(path: str | os.PathLike[str]) -> np.ndarray:
@@ -365,8 +381,8 @@ def align_photos(
         device: where the detector runs. Default: CPU.
         report: the TSV listing photos with no face, several faces, unreadable or (with
             ``faces_from``) not listed (``name<TAB>problem<TAB>detail``); written when there
-            is something to list, removed otherwise. Default: ``OUT_report.tsv`` beside
-            ``out``.
+            is something to list, removed otherwise. Default: ``OUT.report.tsv`` beside
+            ``out`` (:func:`default_report_path`).
         progress: called with ``(done, total)`` after each photo.
         min_face_size: MTCNN's smallest face, pixels. Default: 20.
         alignment: ``"float64"`` or ``"insightface"``
@@ -409,7 +425,7 @@ def align_photos(
                 f"{faces_from} names none of the {len(photos)} photo(s) of {src}: give the "
                 "folder detect was run on"
             )
-    report_path = Path(report) if report is not None else out.with_name(out.name + "_report.tsv")
+    report_path = Path(report) if report is not None else default_report_path(out)
     stage = _prepare_output(out, overwrite)
     try:
         counts = _align_into(

@@ -9,7 +9,7 @@ and NMS. The alignment of the landmarks onto the ArcFace template is
 """
 
 from .boxes import Faces, nms, square_boxes
-from .choice import Detector, load_detector
+from .choice import Detector, DetectorSpec, load_detector
 from .mtcnn import MTCNN
 from .scrfd import SCRFD
 from .weights import WeightsError, find_mtcnn_weights, read_mtcnn_weights
@@ -18,6 +18,7 @@ __all__ = [
     "MTCNN",
     "SCRFD",
     "Detector",
+    "DetectorSpec",
     "Faces",
     "WeightsError",
     "find_mtcnn_weights",

@@ -15,10 +15,11 @@ from typing import Any
 from ..config import TrainConfig
 from ..registry import get_loss_class
 from .build import load_bundle
-from .evaluation.evaluate import Evaluation, evaluate_run, write_evaluation
+from .evaluation.evaluate import Evaluation, evaluate_run
 from .pictures import draw_run_pictures, report_sections
 from .progress import DEFAULT_PROGRESS_SECONDS
-from .state.layout import EVALUATION_NAME, REPORT_NAME
+from .state.layout import REPORT_NAME
+from .state.results import update_results
 from .state.run_folder import OutputExistsError
 from .trainer import Trainer
 
@@ -128,7 +129,7 @@ def compare_losses(
         evaluation = evaluate_run(
             run_dir, device=config.device, bundle=bundle, reuse_embeddings=True
         )
-        write_evaluation(evaluation, run_dir / EVALUATION_NAME)
+        update_results(run_dir, "evaluate", evaluation.metrics)
         row = {"loss": name, **evaluation.metrics, "epochs": len(history)}
         row["train_seconds"] = seconds
         rows.append(row)

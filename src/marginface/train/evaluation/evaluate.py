@@ -4,7 +4,6 @@ row and ``marginface evaluate`` (:func:`evaluate_run`)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..._atomic import atomic_write_text
 from ...data import DatasetBundle, PairSet
 from ...evaluation import (
     BinVerificationMetrics,
@@ -575,10 +573,9 @@ def evaluate_run(
 
 
 def write_evaluation(evaluation: Evaluation, path: str | Path) -> Path:
-    """Write ``evaluation.metrics`` as JSON (NaN as null), atomically."""
-    path = Path(path)
-    clean: dict[str, Any] = {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-        for k, v in evaluation.metrics.items()
-    }
-    return atomic_write_text(path, json.dumps(clean, indent=2, sort_keys=True) + "\n")
+    """Write ``evaluation.metrics`` to ``path`` as JSON (NaN as null), atomically, through
+    :func:`marginface.train.state.results.write_results_file` (a run's own file:
+    :func:`~marginface.train.state.results.update_results`, which keeps ``ijb``'s numbers)."""
+    from ..state.results import write_results_file
+
+    return write_results_file(path, evaluation.metrics)
