@@ -41,7 +41,8 @@ def test_align(tmp_path, disk, capsys):
     assert main([*args[:-1], str(disk / "more")]) == 0  # a second output: written afresh
     capsys.readouterr()
     (disk / "more" / "anna" / "0.png").unlink()
-    _refused_on_a_full_disk(capsys, disk, [*args[:-1], str(disk / "more")], disk / "more")
+    again = [*args[:-1], str(disk / "more"), "--overwrite"]  # OUT holds crops: replace them
+    _refused_on_a_full_disk(capsys, disk, again, disk / "more")
 
 
 def test_convert(faces, disk, capsys):

@@ -236,28 +236,21 @@ def _align_landmarks(
     args: argparse.Namespace, landmarks: Path, out: Path, echo: Callable[[str], None]
 ) -> int:
     """``align SRC LANDMARKS OUT``: staged beside OUT, published only when complete."""
-    import shutil
-
     from ..data.align import align_folder, check_output_folder
-    from ..data.face_photos import _prepare_output, _publish
+    from ..data.face_photos import staged_output
 
     check_output_folder(args.src, out)
-    stage = _prepare_output(out, args.overwrite)
-    try:
+    with staged_output(out, args.overwrite) as stage:
         result = align_folder(
             args.src,
             landmarks,
-            stage,
+            stage.path,
             image_size=args.size,
             workers=args.workers,
             alignment=args.alignment,
         )
         if not result.written:
             raise ValueError(f"no crop written from {landmarks}; {out} left as it was")
-        _publish(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     echo(
         f"{result.written} aligned {args.size}x{args.size} crop(s) written to {out}"
         + (f"; {result.unlisted} image(s) without landmarks skipped" if result.unlisted else "")

@@ -13,6 +13,8 @@ dropped silently.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._atomic import atomic_write_bytes, atomic_write_text
+from .._atomic import DiskFullError, atomic_write_bytes, atomic_write_text
 from .._validation import check_choice, check_int
 from ..detect import Faces, load_detector
 from .align import ALIGNMENTS, _cv2, arcface_template, check_output_folder
@@ -34,12 +36,14 @@ __all__ = [
     "REPORT_SUFFIX",
     "PhotoAlignment",
     "PhotoError",
+    "StagedFolder",
     "align_photos",
     "default_report_path",
     "detect_photos",
     "list_photos",
     "read_photo",
     "select_faces",
+    "staged_output",
     "subject_scores",
 ]
 
@@ -330,6 +334,47 @@ def _prepare_output(out: Path, overwrite: bool) -> Path:
     return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.aligning-"))
 
 
+@dataclass
+class StagedFolder:
+    """The folder :func:`staged_output` yields: write into ``path``; ``discard = True`` drops
+    it instead of publishing it."""
+
+    path: Path
+    discard: bool = False
+
+
+@contextlib.contextmanager
+def staged_output(out: str | os.PathLike[str], overwrite: bool = False) -> Iterator[StagedFolder]:
+    """A staging folder beside ``out`` to write crops into: it becomes ``out`` when the block
+    ends normally (the earlier ``out``, if any, replaced: ``overwrite``), and is removed when
+    the block raises or sets ``discard`` (``out`` left as it was). ``out`` holding files
+    without ``overwrite`` is a ``ValueError``. A full disk names the file under ``out``, not
+    under the staging folder.
+    """
+    import shutil
+
+    out = Path(out)
+    stage = StagedFolder(_prepare_output(out, overwrite))
+    try:
+        yield stage
+    except BaseException as error:
+        shutil.rmtree(stage.path, ignore_errors=True)
+        if isinstance(error, DiskFullError) and error.filename:
+            staged = Path(error.filename)
+            inside = staged.is_relative_to(stage.path)
+            name = out / staged.relative_to(stage.path) if inside else staged
+            raise DiskFullError(
+                errno.ENOSPC,
+                f"disk full: could not write {name} ({out} left as it was)",
+                str(name),
+            ) from error
+        raise
+    if stage.discard:
+        shutil.rmtree(stage.path, ignore_errors=True)
+    else:
+        _publish(stage.path, out)
+
+
 def _publish(stage: Path, out: Path) -> None:
     """Put the complete staging folder at ``out``, the earlier ``out`` (if any) removed."""
     import shutil
@@ -426,24 +471,13 @@ def align_photos(
                 "folder detect was run on"
             )
     report_path = Path(report) if report is not None else default_report_path(out)
-    stage = _prepare_output(out, overwrite)
-    try:
+    with staged_output(out, overwrite) as stage:
         counts = _align_into(
-            stage, photos, table, detector, faces, image_size, workers, device, progress,
+            stage.path, photos, table, detector, faces, image_size, workers, device, progress,
             min_face_size, alignment, suffix, crop, cv2,
         )  # fmt: skip
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    written, lines, lists = counts
-    if written:
-        _publish(stage, out)
-    else:
-        import shutil
-
-        shutil.rmtree(stage, ignore_errors=True)
+        written, lines, lists = counts
+        stage.discard = not written
     if lines:
         atomic_write_text(report_path, "name\tproblem\tdetail\n" + "\n".join(lines) + "\n")
     else:
