@@ -6,8 +6,9 @@ People with >= 2 photos in LFW deep-funneled are shuffled (``--seed``) and split
 * **calibration** people (``--calibration-people``, up to 4 photos each): every pair of their
   photos, genuine and impostor, scored with ``FaceModel(MODEL, detector="mtcnn")``; the
   threshold is the lowest whose false accept rate on those impostor pairs is <= ``--far``
-  (:func:`marginface.inference.calibration.threshold_at_far`), reported with the number of
-  impostor pairs and the smallest FAR they resolve (10 / impostors);
+  (:func:`marginface.inference.calibration.calibrate_threshold`), reported with the number of
+  impostor pairs, the smallest FAR they support (10 / impostors) and the measured FAR's exact
+  95 % interval;
 * **enrolled** people (``--people``, >= 3 photos): their first photo forms the gallery, up to 4
   of the others are mated probes;
 * **strangers** (``--strangers``, other people): up to 2 photos each, non-mated probes.
@@ -83,7 +84,7 @@ def run(command: list[str]) -> float:
 def calibrate(model_name: str, photos: list[Path], far: float) -> dict[str, float]:
     """The threshold at ``far`` on every pair of ``photos`` (identity = folder name)."""
     from marginface.inference import FaceModel
-    from marginface.inference.calibration import threshold_at_far
+    from marginface.inference.calibration import calibrate_threshold
 
     model = FaceModel(model_name, detector="mtcnn", faces="central")
     kept, rows = [], []
@@ -104,16 +105,17 @@ def calibrate(model_name: str, photos: list[Path], far: float) -> dict[str, floa
     scores = np.sum(embeddings[first] * embeddings[second], axis=1)
     labels = np.array(kept)
     same = labels[first] == labels[second]
-    threshold = threshold_at_far(scores, same, far)
-    impostors = int((~same).sum())
+    found = calibrate_threshold(scores, same, far, pairs="every pair of the calibration photos")
     return {
-        "threshold": threshold,
+        "threshold": found.threshold,
         "far_target": far,
-        "far_measured": float(np.mean(scores[~same] >= threshold)),
-        "tar": float(np.mean(scores[same] >= threshold)),
-        "impostor_pairs": impostors,
-        "genuine_pairs": int(same.sum()),
-        "smallest_far_resolved": 10.0 / impostors,
+        "far_measured": found.false_accepts / found.impostors,
+        "far_interval_95": list(found.far_interval),
+        "tar": found.true_accepts / found.genuine,
+        "impostor_pairs": found.impostors,
+        "genuine_pairs": found.genuine,
+        "smallest_far_supported": found.min_errors / found.impostors,
+        "summary": found.summary(),
         "photos": len(kept),
         "photos_without_face": len(photos) - len(kept),
     }
