@@ -378,9 +378,9 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     device = resolve_device(args.device)
     name = args.target.lower()
     if source is not None:
-        from ..models.pretrained import load_backbone
+        from ..models.pretrained import load_described_backbone
 
-        model = load_backbone(  # a marginface file carries its description: no other option
+        model, description = load_described_backbone(  # a marginface file says what it is
             args.backbone,
             onnx=args.onnx,
             model=args.model,
@@ -392,7 +392,10 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         _check_ijb_input(model, args.onnx)
         label, cache_key = str(source), _file_identity(Path(source))
     else:
+        from ..inference.source import describe_model
+
         model = load_run(args.run_dir, device=device).model
+        description = describe_model(args.run_dir)
         label, cache_key = str(args.run_dir), _checkpoint_identity(Path(args.run_dir))
 
     result = ijb_results(
@@ -410,6 +413,8 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         label=label,
         gallery_rule=args.gallery_rule,
         alignment=args.alignment,
+        mean=description.mean,  # the crops enter the model as its description says
+        std=description.std,
     )
     prefix = f"{name}{_ablation_suffix(args)}_"
     if args.gallery_rule != "open-set":

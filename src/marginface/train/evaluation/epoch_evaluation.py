@@ -67,6 +67,12 @@ class EpochEvaluator:
         self.amp_dtype = amp_dtype
         self._pairs: PairSet | None = None
         channels, height, width = bundle.train.image_shape
+        described = None
+        if config.ijb_dir is not None:  # the crops enter the model as the run's images do
+            from ..model_input import describe_training_run
+
+            meta = {"in_channels": channels, "image_size": height, "dataset": config.dataset}
+            described = describe_training_run(config.to_dict(), meta)
         self.ijb: IjbSet | None = ijb_set_for(
             config.ijb_dir,
             config.ijb_target,
@@ -75,6 +81,7 @@ class EpochEvaluator:
             image_size=(height, width),
             workers=config.workers,
             distributed=is_distributed(),
+            **({} if described is None else {"mean": described.mean, "std": described.std}),
         )
 
     def evaluation_images(self) -> tuple[int, int]:

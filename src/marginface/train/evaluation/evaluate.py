@@ -381,6 +381,8 @@ def evaluate_model(
                 workers=ijb.workers,
                 progress=progress_callback(f"{ijb.target} (flipped too)", unit="images"),
                 distributed=ijb.distributed,
+                mean=ijb.mean,
+                std=ijb.std,
             )  # None on the ranks other than 0
         evaluation.metrics.update(ijb_history_metrics(result, ijb))
     return evaluation

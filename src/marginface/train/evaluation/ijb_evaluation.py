@@ -61,6 +61,8 @@ class IjbSet:
         workers: processes reading and aligning the images (0: the training process).
         distributed: every rank of the default process group embeds its share of the
             images (:func:`ijb_results`); rank 0 evaluates.
+        mean, std: how the run's images enter its model (its description's; insightface's
+            ``(x / 255 - 0.5) / 0.5`` by default), applied to the IJB crops as well.
     """
 
     layout: IjbLayout
@@ -68,6 +70,8 @@ class IjbSet:
     every: int = 1
     workers: int = 0
     distributed: bool = False
+    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN
+    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD
 
     @property
     def prefix(self) -> str:
@@ -89,6 +93,8 @@ def ijb_set_for(
     image_size: int | tuple[int, int],
     workers: int = 0,
     distributed: bool = False,
+    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN,
+    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD,
 ) -> IjbSet | None:
     """The :class:`IjbSet` of a training run, read before its first step (None without
     ``ijb_dir``), so a missing folder or file is an error before any training.
@@ -100,6 +106,7 @@ def ijb_set_for(
         in_channels, image_size: the run's input (``run_meta``); IJB crops are RGB 112×112.
         workers: processes reading and aligning the images.
         distributed: the run's ranks share the embedding (:attr:`IjbSet.distributed`).
+        mean, std: the run's pixel normalisation (:attr:`IjbSet.mean`).
 
     Raises:
         ValueError: ``target`` unknown, ``every`` < 1, a model of another input, a bad meta
@@ -118,7 +125,7 @@ def ijb_set_for(
             f"images are {in_channels}x{size[0]}x{size[1]}"
         )
     layout = ijb_data.read_ijb_layout(Path(ijb_dir), target)
-    return IjbSet(layout, target, every, workers, distributed)
+    return IjbSet(layout, target, every, workers, distributed, mean, std)
 
 
 def ijb_results(
