@@ -75,6 +75,30 @@ def test_pairs_are_aligned_the_same_way(photos, detector, tmp_path):
     assert stored[3].std() < 2  # the blank photo: its centre crop, kept so the pair stays
 
 
+def test_pairs_are_cut_as_a_model_takes_them(photos, detector, tmp_path):
+    """``face_crop="dlib-chip"`` (what ``evaluate --backbone dlib-resnet-v1 --pairs`` passes):
+    dlib chips of 150 px, as cut_face cuts them."""
+    from marginface.data.face_crops import cut_face
+
+    src, names = photos
+    first, second = (n.split("/")[0] for n in names[:2])
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text(f"1\t1\n{first}\t1\t1\n{second}\t1\tNobody\t1\n")
+    out = tmp_path / "chips.bin"
+    convert_pairs(
+        pairs, src, out, image_size=150, detector="mtcnn", face_crop="dlib-chip", workers=1
+    )
+    stored = load_verification_bin(out).images.transpose(0, 2, 3, 1)
+    assert stored.shape[1:] == (150, 150, 3)
+    image = read_photo(src / names[0])
+    faces = detector.detect(image)[0]
+    k = select_faces(faces, image.shape, "subject")[0]
+    chip = cut_face(image, faces.landmarks[k], faces.boxes[k], crop="dlib-chip", size=150)
+    assert np.abs(stored[0].astype(int) - chip).mean() < 2.5  # one JPEG encoding
+    with pytest.raises(ValueError, match="face_crop"):
+        convert_pairs(pairs, src, out, detector="mtcnn", face_crop="square", workers=1)
+
+
 def test_command_line(photos, tmp_path, capsys):
     src, _ = photos
     assert main(["convert", str(src), str(tmp_path / "rec"), "--detector", "mtcnn"]) == 0

@@ -90,21 +90,25 @@ def pair_worker(
     *,
     prepare: Callable[[bytes | Path, str, int, int | None, int], bytes],
     encode_jpeg: Callable[[Any, int], bytes],
+    face_crop: str = "arcface",
 ) -> tuple[Callable[[bytes | Path, str], bytes], list[str]]:
-    """The function encoding one pair image (detected and aligned when ``detector`` is set;
-    ``prepare``, the centre crop of ``convert``, otherwise and where no face is found) and the
-    list it appends the names of images without a face to."""
+    """The function encoding one pair image (detected and cut as ``face_crop`` says when
+    ``detector`` is set: :func:`~marginface.data.face_crops.cut_face`; ``prepare``, the centre
+    crop of ``convert``, otherwise and where no face is found) and the list it appends the
+    names of images without a face to."""
     missed: list[str] = []
     if detector is None:
         return (lambda source, name: prepare(source, name, size, crop, quality)), missed
     from ._validation import check_choice
-    from .data.align import ALIGNMENTS, norm_crop
+    from .data.align import ALIGNMENTS
+    from .data.face_crops import CROP_KINDS, cut_face
     from .data.face_photos import PhotoError, read_photo, select_faces
     from .detect import load_detector
 
     check_choice("faces", faces, ("subject", "largest", "central"))
     check_choice("alignment", alignment, ALIGNMENTS)
-    if size % 112 and size % 128:
+    check_choice("face_crop", face_crop, CROP_KINDS)
+    if face_crop == "arcface" and size % 112 and size % 128:
         raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
     model = load_detector(detector)  # type: ignore[arg-type]
 
@@ -118,6 +122,14 @@ def pair_worker(
             missed.append(name.rsplit(": ", 1)[-1])
             return prepare(source, name, size, crop, quality)
         k = select_faces(found, image.shape, faces)[0]
-        return encode_jpeg(norm_crop(image, found.landmarks[k], size, alignment=alignment), quality)
+        face = cut_face(
+            image,
+            found.landmarks[k],
+            found.boxes[k],
+            crop=face_crop,
+            size=size,
+            alignment=alignment,
+        )
+        return encode_jpeg(face, quality)
 
     return work, missed

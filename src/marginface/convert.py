@@ -305,6 +305,7 @@ def convert_pairs(
     detector: object = None,
     faces: str = "subject",
     alignment: str = "float64",
+    face_crop: str = "arcface",
 ) -> PairsConversion:
     """Write the pairs of an LFW-format pairs file as an insightface ``.bin`` verification set.
 
@@ -329,6 +330,9 @@ def convert_pairs(
             ``"central"``) is detected and aligned to ``image_size`` (``alignment``, as
             ``convert --detector`` aligns a training folder); an image with no face is stored
             as its centred ``crop`` and listed in ``OUT.report.tsv``.
+        face_crop: with a detector, how the face is cut
+            (:func:`~marginface.data.face_crops.cut_face`: ``"arcface"``, ``"dlib-chip"``,
+            ``"mtcnn-box"``; a model description's ``face_crop``). Default: ``"arcface"``.
 
     Returns:
         A :class:`PairsConversion`.
@@ -345,7 +349,15 @@ def convert_pairs(
     from ._convert_detect import detected_framing, pair_worker
 
     work, missed = pair_worker(
-        detector, faces, alignment, size, crop, quality, prepare=_prepare, encode_jpeg=encode_jpeg
+        detector,
+        faces,
+        alignment,
+        size,
+        crop,
+        quality,
+        prepare=_prepare,
+        encode_jpeg=encode_jpeg,
+        face_crop=face_crop,
     )
     pairs_file, images_root = Path(pairs_file), Path(images_root)
     if not images_root.exists():

@@ -195,6 +195,8 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
         flip=True,  # insightface's protocol
         mean=description.mean,
         std=description.std,
+        # photos of a pairs file are cut as the model takes them, when its description says how
+        face_crop=description.face_crop if args.pairs is not None else None,
     )
     print(format_table([{"metric": k, "value": v} for k, v in metrics.items()]))
     _print_grid_notes(metrics)

@@ -63,6 +63,7 @@ def evaluate_backbone(
     flip: bool = True,
     mean: float | tuple[float, ...] = 0.5,
     std: float | tuple[float, ...] = 0.5,
+    face_crop: str | None = None,
 ) -> dict[str, float]:
     """Verification metrics of ``model`` (``Tensor[N, 3, s, s] -> Tensor[N, D]``, RGB input
     ``(x / 255 - 0.5) / 0.5``) by cosine similarity.
@@ -81,6 +82,10 @@ def evaluate_backbone(
         mean, std: a pixel ``x`` enters the model as ``(x / 255 - mean) / std`` (numbers, or
             one per channel). Defaults: 0.5, 0.5 (insightface's; a marginface file's
             description says its own).
+        face_crop: with ``pairs``: the images are photos, each face detected by MTCNN and cut
+            as the model takes it (a description's ``face_crop``: ``"arcface"``,
+            ``"dlib-chip"``, ``"mtcnn-box"``; a photo without a face keeps the whole image,
+            resized, and is listed in the report). Default: None (the whole images, resized).
 
     Returns:
         ``{"<set>_accuracy", "<set>_accuracy_std", "<set>_threshold", "<set>_xnorm",
@@ -98,7 +103,8 @@ def evaluate_backbone(
 
         with tempfile.TemporaryDirectory() as folder:
             converted = Path(folder) / f"{Path(pairs).stem}.bin"
-            convert_pairs(pairs, data_dir, converted, image_size=image_size, crop=None)
+            detected = {} if face_crop is None else {"detector": "mtcnn", "face_crop": face_crop}
+            convert_pairs(pairs, data_dir, converted, image_size=image_size, crop=None, **detected)
             sets = load_verification_sets(folder)
     else:
         if not data_dir.is_dir():
