@@ -23,7 +23,7 @@ def test_the_kit_dry_runs_without_cuda(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "GPU_BUDGET": "300"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     done = subprocess.run(
-        ["bash", str(KIT), "all"], env=env, capture_output=True, text=True, timeout=280
+        ["bash", str(KIT), "all"], env=env, capture_output=True, text=True, timeout=480
     )
     out = done.stdout
     assert done.returncode == 0, done.stdout + done.stderr
@@ -39,6 +39,8 @@ def test_the_kit_dry_runs_without_cuda(tmp_path):
     assert not [row for row in race if "error" in row]
     (train,) = json.loads((tmp_path / "train10m.json").read_text())
     assert train["finite"] and len(train["losses"]) == 3
+    pretrained = json.loads((tmp_path / "pretrained.json").read_text())
+    assert {row["model"] for row in pretrained} >= {"dlib-resnet-v1", "inception-resnet-v1"}
     assert re.search(r"all: done in \d+ s of 300", out)
     assert (tmp_path / "env-all.txt").is_file()
 

@@ -3,7 +3,8 @@
 #   bash tools/gpu_run.sh all          (device tool: carry [".whl"], timeout_s 540)
 # `all` fits in GPU_BUDGET seconds (default 480) and writes each result under $OUT the moment
 # it has it, in order of value: correctness on CUDA, the race at C = 1M then 100k, three steps at
-# C = 10M, then a tile sweep if time is left. Without CUDA (make test's dry run,
+# C = 10M, then a tile sweep and the pretrained models' networks (dlib's ResNet, facenet's
+# InceptionResnetV1, MTCNN) if time is left. Without CUDA (make test's dry run,
 # tests/test_gpu_kit.py) the same script runs, each CUDA part replaced by one line and a smoke run
 # of its logic.
 # The single stages below are for a later session with more device time:
@@ -86,6 +87,17 @@ case "$stage" in
             timeout "$(cap 600)" python3 benchmarks/tune_triton.py --classes 1000000 \
                 --dtype bfloat16 --kernels statistics --json "$OUT/tune.json" 2>&1 \
                 | tee "$OUT/tune.log" | tail -15
+        fi
+        # 5. optional, with what is left: the pretrained models' networks on the device
+        #    (dlib's ResNet and InceptionResnetV1 throughput, MTCNN per photo)
+        if [ "$cuda" != 1 ]; then
+            timeout 240 python3 benchmarks/bench_pretrained_gpu.py --device cpu --smoke \
+                --json "$OUT/pretrained.json" 2>&1 | tail -4
+        elif (($(left) < 40)); then
+            echo "pretrained: skipped, $(left) s left"
+        else
+            timeout "$(cap 120)" python3 benchmarks/bench_pretrained_gpu.py --device cuda \
+                --json "$OUT/pretrained.json" 2>&1 | tee "$OUT/pretrained.log" | tail -6
         fi
         echo "all: done in $(($(date +%s) - began)) s of $budget"
         ;;
