@@ -19,9 +19,10 @@ from marginface.detect.weights_cache import (
     MTCNN_CACHE_NAME,
     MTCNN_WEIGHTS_SHA256,
     cached_mtcnn_weights,
-    fetch_mtcnn_weights,
     locate_mtcnn_weights,
+    mtcnn_cache_dir,
 )
+from marginface.models.download import default_models_dir, fetch_mtcnn_weights
 from tests.data.conftest import LocalMirror
 
 NAMES = ("pnet", "rnet", "onet")
@@ -124,3 +125,21 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MARGINFACE_CACHE": "/c/mf"},
+        {"XDG_CACHE_HOME": "/c/xdg"},
+        {},
+    ],
+)
+def test_the_cache_folder_is_the_model_caches(monkeypatch, env):
+    """detect/ restates the model cache's place (it imports no pipeline module): the same as
+    models.download.default_models_dir under every setting."""
+    for name in ("MARGINFACE_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert mtcnn_cache_dir() == default_models_dir() / MTCNN_CACHE_NAME

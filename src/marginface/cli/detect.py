@@ -151,7 +151,7 @@ def add_detect_parser(sub: argparse._SubParsersAction, common: argparse.Argument
 
 
 def _download_weights(args: argparse.Namespace) -> None:
-    from ..detect.weights_cache import fetch_mtcnn_weights
+    from ..models.download import fetch_mtcnn_weights
     from .output import _echo
 
     folder = fetch_mtcnn_weights(progress=not getattr(args, "quiet", False))

@@ -4,7 +4,7 @@ marginface's model cache, checked by SHA-256, and found there afterwards.
 facenet-pytorch 2.6.0 pins ``torch<2.3``, so it cannot be a dependency of marginface; its three
 state dicts (``pnet.pt``, ``rnet.pt``, ``onet.pt``, MIT licence, 28,570 + 403,147 + 1,559,269
 bytes) are fetched from its GitHub repository at the 2.6.0 tag (:data:`MTCNN_WEIGHTS_URL`)
-by :func:`marginface.models.download.fetch_weights` into
+by :func:`marginface.models.download.fetch_mtcnn_weights` (over its ``fetch_weights``) into
 ``<model cache>/mtcnn-facenet-pytorch-2.6.0/`` (``$MARGINFACE_CACHE/models/...``). The SHA-256 of
 each (:data:`MTCNN_WEIGHTS_SHA256`) is the one of the files in facenet-pytorch 2.6.0's wheel
 (its ``RECORD`` lists the same digests), so a download is accepted only when its bytes are
@@ -12,7 +12,10 @@ the published ones.
 
 :func:`locate_mtcnn_weights` is where ``load_detector("mtcnn")`` looks: the installed
 facenet-pytorch package first (:func:`~marginface.detect.weights.find_mtcnn_weights`), then the
-cache (each file's SHA-256 checked). ``marginface detect --download-weights`` fetches them.
+cache (each file's SHA-256 checked). ``marginface detect --download-weights`` fetches them. This
+module reads only files: the face front end never imports the pipeline (``data/``,
+``models/``; tests/detect/test_boxes.py), so the cache's place is restated from
+:func:`marginface.data.locations.default_cache_dir` (a test holds them equal).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ __all__ = [
     "MTCNN_WEIGHTS_SHA256",
     "MTCNN_WEIGHTS_URL",
     "cached_mtcnn_weights",
-    "fetch_mtcnn_weights",
     "locate_mtcnn_weights",
     "mtcnn_cache_dir",
 ]
@@ -59,64 +61,28 @@ def mtcnn_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """``<cache_dir or the model cache>/mtcnn-facenet-pytorch-2.6.0``
     (:func:`marginface.models.download.default_models_dir`)."""
     if cache_dir is None:
-        from ..models.download import default_models_dir
-
-        cache_dir = default_models_dir()
+        if os.environ.get("MARGINFACE_CACHE"):
+            root = Path(os.environ["MARGINFACE_CACHE"]).expanduser()
+        else:
+            xdg = os.environ.get("XDG_CACHE_HOME")
+            root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "marginface"
+        cache_dir = root / "models"
     return Path(cache_dir).expanduser() / MTCNN_CACHE_NAME
 
 
 def cached_mtcnn_weights(cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
     """The cache folder when it holds the three files with their published SHA-256, else None
     (a file of other bytes is not used: :func:`fetch_mtcnn_weights` replaces it)."""
-    from ..data.download import file_digest
+    import hashlib
 
     folder = mtcnn_cache_dir(cache_dir)
     for name in MTCNN_WEIGHT_NAMES:
         path = folder / f"{name}.pt"
-        if not path.is_file() or file_digest(path) != MTCNN_WEIGHTS_SHA256[name]:
+        if (
+            not path.is_file()
+            or hashlib.sha256(path.read_bytes()).hexdigest() != (MTCNN_WEIGHTS_SHA256[name])
+        ):
             return None
-    return folder
-
-
-def fetch_mtcnn_weights(
-    *,
-    cache_dir: str | os.PathLike[str] | None = None,
-    url: str | None = None,
-    progress: bool = True,
-    timeout: float = 30.0,
-) -> Path:
-    """Download the three files into the cache (those already there with the right SHA-256 are
-    kept, no network) and return the folder.
-
-    Args:
-        cache_dir: the model cache. Default: :func:`marginface.models.download.default_models_dir`.
-        url: the address pattern, ``{name}`` standing for ``pnet``/``rnet``/``onet``.
-            Default (None): :data:`MTCNN_WEIGHTS_URL` (a mirror may be given; the bytes are checked
-            against :data:`MTCNN_WEIGHTS_SHA256` whatever the address).
-        progress: show the download's progress. Default: True.
-        timeout: seconds to wait for a connection or any byte. Default: 30.
-
-    Raises:
-        ValueError: ``url`` without ``{name}``.
-        marginface.data.download.ChecksumError, DownloadError: a file that is not the
-            published one, or a failed download (nothing kept; one line naming the URL).
-    """
-    from ..models.download import fetch_weights
-
-    if url is None:
-        url = MTCNN_WEIGHTS_URL
-    if not isinstance(url, str) or "{name}" not in url:
-        raise ValueError(f"url must hold '{{name}}' (pnet, rnet, onet), got {url!r}")
-    folder = mtcnn_cache_dir(cache_dir)
-    for name in MTCNN_WEIGHT_NAMES:
-        fetch_weights(
-            url.format(name=name),
-            MTCNN_WEIGHTS_SHA256[name],
-            cache_dir=folder,
-            filename=f"{name}.pt",
-            progress=progress,
-            timeout=timeout,
-        )
     return folder
 
 

@@ -50,6 +50,7 @@ from ..data.locations import CACHE_ENV, default_cache_dir
 __all__ = [
     "UnverifiedWeightsError",
     "default_models_dir",
+    "fetch_mtcnn_weights",
     "fetch_weights",
 ]
 
@@ -233,3 +234,47 @@ def _download(
     finally:
         if shown:
             shown[0].close()
+
+
+def fetch_mtcnn_weights(
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    url: str | None = None,
+    progress: bool = True,
+    timeout: float = 30.0,
+) -> Path:
+    """MTCNN's weights (facenet-pytorch 2.6.0's three files,
+    :mod:`marginface.detect.weights_cache`): download them into the cache (those already there
+    with the right SHA-256 are kept, no network) and return the folder.
+
+    Args:
+        cache_dir: the model cache. Default: :func:`default_models_dir`.
+        url: the address pattern, ``{name}`` standing for ``pnet``/``rnet``/``onet``.
+            Default (None): ``weights_cache.MTCNN_WEIGHTS_URL`` (a mirror may be given; the bytes
+            are checked against ``MTCNN_WEIGHTS_SHA256`` whatever the address).
+        progress: show the download's progress. Default: True.
+        timeout: seconds to wait for a connection or any byte. Default: 30.
+
+    Raises:
+        ValueError: ``url`` without ``{name}``.
+        marginface.data.download.ChecksumError, DownloadError: a file that is not the
+            published one, or a failed download (nothing kept; one line naming the URL).
+    """
+    from ..detect.weights import MTCNN_WEIGHT_NAMES
+    from ..detect.weights_cache import MTCNN_WEIGHTS_SHA256, MTCNN_WEIGHTS_URL, mtcnn_cache_dir
+
+    if url is None:
+        url = MTCNN_WEIGHTS_URL
+    if not isinstance(url, str) or "{name}" not in url:
+        raise ValueError(f"url must hold '{{name}}' (pnet, rnet, onet), got {url!r}")
+    folder = mtcnn_cache_dir(cache_dir)
+    for name in MTCNN_WEIGHT_NAMES:
+        fetch_weights(
+            url.format(name=name),
+            MTCNN_WEIGHTS_SHA256[name],
+            cache_dir=folder,
+            filename=f"{name}.pt",
+            progress=progress,
+            timeout=timeout,
+        )
+    return folder
