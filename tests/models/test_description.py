@@ -259,26 +259,11 @@ def test_export_refuses_a_description_of_another_type(tmp_path):
 
 
 def test_cli_evaluate_backbone_needs_no_option_for_a_described_file(tmp_path, capsys):
-    import io
-    import pickle
-
-    import numpy as np
-    from PIL import Image
+    from tests._tiny_sets import write_tiny_bin
 
     from marginface.cli import main
 
-    rng = np.random.default_rng(0)
-    people = rng.integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
-    images, same = [], []
-    for p in range(20):
-        a, b = p % 4, (p % 4 if p % 2 == 0 else (p + 1) % 4)
-        for who in (a, b):
-            buffer = io.BytesIO()
-            Image.fromarray(people[who]).save(buffer, format="PNG")
-            images.append(buffer.getvalue())
-        same.append(a == b)
-    with open(tmp_path / "tiny.bin", "wb") as stream:
-        pickle.dump((images, same), stream, protocol=2)
+    write_tiny_bin(tmp_path, 32)
     path = export_state_dict(_r18(), tmp_path / "backbone.pt", description=_description())
     args = ["evaluate", "--backbone", str(path), "--data-dir", str(tmp_path), "--device", "cpu"]
     assert main(args) == 0
