@@ -40,3 +40,12 @@ def test_the_check_accepts_multiples_and_refuses_non_integers():
     with pytest.raises(TypeError, match=r"image_size must be an integer, got 112\.0"):
         check_image_side("m", 112.0, multiple=16, why="w")
     assert IResNet(18, 8, image_size=32).embedding_dim == 8
+
+
+def test_mbf_large_names_itself_in_its_side_message():
+    """The side message names the registered model (it said 'mbf' for mbf_large too)."""
+    with pytest.raises(ValueError, match=r"MobileFaceNet \(mbf_large\)") as caught:
+        create_model("mbf_large", embedding_dim=8, in_channels=3, image_size=100)
+    assert "(mbf)" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"MobileFaceNet \(mbf\)"):
+        create_model("mbf", embedding_dim=8, in_channels=3, image_size=100)

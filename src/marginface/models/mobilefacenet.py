@@ -172,8 +172,10 @@ class MobileFaceNet(nn.Module):
         check_int("embedding_dim", embedding_dim, minimum=1)
         check_int("scale", scale, minimum=1)
         check_int("in_channels", in_channels, minimum=1)
+        shape = tuple(blocks) if isinstance(blocks, tuple | list) else blocks
+        known = {((1, 4, 6, 2), 2): " (mbf)", ((2, 8, 12, 4), 4): " (mbf_large)"}
         check_image_side(
-            "MobileFaceNet (mbf)",
+            "MobileFaceNet" + known.get((shape, scale), ""),
             image_size,
             multiple=16,
             why="four stride-2 stages: the GDC kernel is image_size / 16",
