@@ -53,3 +53,16 @@ def lfw_rgb(lfw_jpegs) -> list[np.ndarray]:
         cv2.cvtColor(cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
         for b in lfw_jpegs.values()
     ]
+
+
+@pytest.fixture
+def photos(lfw_jpegs, mtcnn_weights, tmp_path):
+    """A photo folder: three LFW photos (``<identity>/<image>``) and an unreadable one
+    (``junk/broken.jpg``)."""
+    src = tmp_path / "photos"
+    for name in list(lfw_jpegs)[:3]:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(lfw_jpegs[name])
+    (src / "junk").mkdir()
+    (src / "junk" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really")
+    return src

@@ -14,20 +14,9 @@ from marginface.cli import main
 from marginface.cli.detect import CONVOLUTION_CACHE_CAPACITY
 from marginface.data.face_photos import read_photo
 from marginface.detect import MTCNN
-from tests._face_fixtures import lfw_jpegs, mtcnn_weights
+from tests._face_fixtures import lfw_jpegs, mtcnn_weights, photos
 
-__all__ = ["lfw_jpegs", "mtcnn_weights"]  # fixtures
-
-
-@pytest.fixture
-def photos(lfw_jpegs, mtcnn_weights, tmp_path):
-    src = tmp_path / "photos"
-    for name in list(lfw_jpegs)[:3]:
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_bytes(lfw_jpegs[name])
-    (src / "junk").mkdir()
-    (src / "junk" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really")
-    return src
+__all__ = ["lfw_jpegs", "mtcnn_weights", "photos"]  # fixtures
 
 
 def _one_line_error(capsys, *needles):

@@ -13,9 +13,9 @@ from PIL import Image
 
 from marginface.cli import main
 from marginface.data.face_photos import read_photo
-from tests._face_fixtures import lfw_jpegs, mtcnn_weights
+from tests._face_fixtures import lfw_jpegs, mtcnn_weights, photos
 
-__all__ = ["lfw_jpegs", "mtcnn_weights"]  # fixtures
+__all__ = ["lfw_jpegs", "mtcnn_weights", "photos"]  # fixtures
 
 
 def _one_line(capsys, code: int, *needles: str) -> str:
@@ -25,18 +25,6 @@ def _one_line(capsys, code: int, *needles: str) -> str:
     for needle in needles:
         assert needle in err, err
     return err
-
-
-@pytest.fixture
-def photos(lfw_jpegs, mtcnn_weights, tmp_path):
-    """Three LFW photos (``<identity>/<image>``) and an unreadable one."""
-    src = tmp_path / "photos"
-    for name in list(lfw_jpegs)[:3]:
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_bytes(lfw_jpegs[name])
-    (src / "junk").mkdir()
-    (src / "junk" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really")
-    return src
 
 
 @pytest.fixture

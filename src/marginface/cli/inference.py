@@ -330,11 +330,11 @@ def _describe_index(args: argparse.Namespace, gallery: Any) -> None:
 def _model_source(model: Path) -> str:
     """What a gallery records of its model: a pretrained model's name as it is (the file is
     found again wherever this install keeps it), a path made absolute."""
-    from ..models.catalogue import is_pretrained_name
+    from ..models.catalogue import pretrained_name
 
-    text = str(model)
-    if not model.exists() and is_pretrained_name(text):
-        return text
+    name = pretrained_name(model)
+    if name is not None:
+        return name
     return str(model.resolve())
 
 

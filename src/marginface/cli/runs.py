@@ -166,11 +166,12 @@ def _evaluate_backbone(args: argparse.Namespace) -> int:
     if args.out is not None:
         _check_output_file(args.out, "--out")
     device = resolve_device(args.device)
-    from ..models.catalogue import is_pretrained_name, open_pretrained
+    from ..models.catalogue import open_pretrained, pretrained_name
 
     backbone = args.backbone
-    if backbone is not None and not Path(backbone).exists() and is_pretrained_name(str(backbone)):
-        model, description, _ = open_pretrained(str(backbone), device=device)  # by name
+    name = pretrained_name(backbone) if backbone is not None else None
+    if name is not None:
+        model, description, _ = open_pretrained(name, device=device)  # by name
     else:
         model, description = load_described_backbone(  # a marginface file says what it is
             backbone,

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models.catalogue import pretrained_name
 from ..models.description import ModelDescription, describe_run, description_of_state
 
 __all__ = [
@@ -72,16 +73,6 @@ def _no_model(path: Path) -> ValueError:
     )
 
 
-def _pretrained_name(source: str | os.PathLike[str]) -> str | None:
-    """``source`` when it names a pretrained model and no file or folder has that path."""
-    from ..models.catalogue import is_pretrained_name
-
-    text = os.fspath(source) if isinstance(source, str | os.PathLike) else None
-    if isinstance(text, str) and not Path(text).exists() and is_pretrained_name(text):
-        return text
-    return None
-
-
 def describe_model(source: str | os.PathLike[str]) -> ModelDescription | None:
     """The description of a run folder, weights file, ONNX file or pretrained model's name,
     or None when the file carries none (insightface's and AdaFace's files).
@@ -90,7 +81,7 @@ def describe_model(source: str | os.PathLike[str]) -> ModelDescription | None:
         ValueError: no such file, folder or name; a malformed or newer description (file
             named).
     """
-    name = _pretrained_name(source)
+    name = pretrained_name(source)
     if name is not None:
         from ..models.catalogue import find_pretrained
 
@@ -124,7 +115,7 @@ def open_model(
             (one line naming the options needed); a damaged checkpoint; a file that does not
             fit.
     """
-    name = _pretrained_name(source)
+    name = pretrained_name(source)
     if name is not None:
         from ..models.catalogue import open_pretrained
 

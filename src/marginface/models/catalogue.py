@@ -37,6 +37,7 @@ __all__ = [
     "model_cache_dir",
     "open_pretrained",
     "pretrained_file",
+    "pretrained_name",
     "where_to_put",
 ]
 
@@ -215,6 +216,16 @@ def find_pretrained(name: str) -> PretrainedModel:
 def is_pretrained_name(text: str) -> bool:
     """Whether ``text`` names a :data:`PRETRAINED` entry (case-insensitive, aliases too)."""
     return isinstance(text, str) and text.strip() != "" and text in PRETRAINED
+
+
+def pretrained_name(source: object) -> str | None:
+    """``source`` as a pretrained model's name, or None: a str or path that names a
+    :data:`PRETRAINED` entry while no file or folder has that path (a path that exists wins over
+    a name spelt the same). The one rule every command that takes a model applies."""
+    text = os.fspath(source) if isinstance(source, str | os.PathLike) else None
+    if isinstance(text, str) and not Path(text).exists() and is_pretrained_name(text):
+        return text
+    return None
 
 
 def model_cache_dir() -> Path:
