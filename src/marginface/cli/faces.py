@@ -356,7 +356,7 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     from .._atomic import atomic_write_text
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
-    from ..train import load_run, resolve_device
+    from ..train import resolve_device
     from ..train.evaluation.ijb_evaluation import ijb_results
     from ..train.progress import progress_callback
     from ..train.state.layout import IJB_NAME, REPORT_NAME
@@ -392,10 +392,9 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         _check_ijb_input(model, args.onnx)
         label, cache_key = str(source), _file_identity(Path(source))
     else:
-        from ..inference.source import describe_model
+        from ..inference.source import open_model
 
-        model = load_run(args.run_dir, device=device).model
-        description = describe_model(args.run_dir)
+        model, description = open_model(args.run_dir, device=device)  # the checkpoint read once
         label, cache_key = str(args.run_dir), _checkpoint_identity(Path(args.run_dir))
 
     result = ijb_results(
