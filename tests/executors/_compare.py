@@ -12,6 +12,10 @@ takes the compiled Triton kernels), else the CPU (PyTorch ops; Triton under its 
 KERNEL_LAUNCHERS = ("nontarget_statistics", "embedding_gradient", "weight_gradient")
 """The launchers of :mod:`marginface.executors.triton_kernels` the ``launches`` fixture counts."""
 
+BINARY_KERNEL_LAUNCHERS = ("binary_sums", "binary_embedding_gradient", "binary_weight_gradient")
+"""The launchers of :mod:`marginface.executors.triton_binary` (the one-vs-all losses' kernels)
+the ``launches`` fixture counts too."""
+
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """``max|a - e| / max|e|`` in float64 (0 if both are zero)."""

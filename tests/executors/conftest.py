@@ -22,7 +22,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from ._compare import DEVICE, KERNEL_LAUNCHERS
+from ._compare import BINARY_KERNEL_LAUNCHERS, DEVICE, KERNEL_LAUNCHERS
 
 if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -50,14 +50,17 @@ def kernels() -> ModuleType:
 
 @pytest.fixture
 def launches(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """Counts the calls of each kernel launcher (so a test can tell the kernels did run)."""
+    """Counts the calls of each kernel launcher, the softmax kernels' and the one-vs-all
+    kernels' (so a test can tell the kernels did run)."""
+    binary = importlib.import_module("marginface.executors.triton_binary")
     counts: Counter = Counter()
-    for name in KERNEL_LAUNCHERS:
-        original = getattr(kernels, name)
+    for module, names in ((kernels, KERNEL_LAUNCHERS), (binary, BINARY_KERNEL_LAUNCHERS)):
+        for name in names:
+            original = getattr(module, name)
 
-        def counted(*args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
-            return _original(*args, **kwargs)
+            def counted(*args, _original=original, _name=name, **kwargs):
+                counts[_name] += 1
+                return _original(*args, **kwargs)
 
-        monkeypatch.setattr(kernels, name, counted)
+            monkeypatch.setattr(module, name, counted)
     return counts

@@ -39,6 +39,46 @@ def test_softplus_is_exact_where_f_softplus_is_not():
     assert float(F.softplus(torch.tensor(21.0, dtype=torch.float64)) - 21.0) == 0.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softplus_slope_is_the_sigmoid_at_zero_too(dtype):
+    """``d softplus/dz = sigmoid(z)`` everywhere, ``1/2`` at ``z = 0`` exactly (a float32 logit
+    can be exactly 0; ``clamp_min(0) + log1p(e^{-|z|})`` had slope 1 there)."""
+    z = torch.tensor([-800.0, -3.0, -1e-30, 0.0, 1e-30, 3.0, 800.0], dtype=dtype)
+    z.requires_grad_(True)
+    softplus(z).sum().backward()
+    assert torch.allclose(z.grad, torch.sigmoid(z.detach()), rtol=0, atol=1e-7)
+    assert float(z.grad[3]) == 0.5
+
+
+@pytest.mark.parametrize("name", ["uniface", "sphereface2-m"])
+def test_dense_gradient_at_an_exactly_zero_logit_matches_the_chunked_one(name):
+    """A non-target logit exactly 0 in float32 (the bias set to cancel it; on CUDA's precision
+    matrix shapes, N = 250, C = 5003, one such entry occurred by chance): the dense path's
+    gradients equal the chunked path's (which takes ``sigmoid`` directly) in float32."""
+    x, labels = _data(dtype=torch.float32)
+    loss = marginface.create_loss(name, C, D)
+    margin, weight = loss.margin, loss.weight.detach().float()
+    cosine = normalized_cosine(x, weight, 1)
+    i, j = 0, int(labels[0] + 1) % C
+    with torch.no_grad():
+        margin.bias.zero_()
+        z0 = margin.nontarget_logit(cosine, margin.bias)[i, j]
+        margin.bias.fill_(-float(z0) * margin.bias_sign)
+        assert float(margin.nontarget_logit(cosine, margin.bias)[i, j]) == 0.0
+    gradients = {}
+    for path in ("dense", "chunked"):
+        xs, ws = x.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        if path == "dense":
+            out = binary_cross_entropy(margin.apply(normalized_cosine(xs, ws, 1), labels),
+                                       labels, margin)  # fmt: skip
+        else:
+            out = chunked_margin_cross_entropy(xs, ws, labels, margin, chunk_size=5)
+        out.sum().backward()
+        gradients[path] = (xs.grad, ws.grad)
+    for dense, chunked in zip(gradients["dense"], gradients["chunked"], strict=True):
+        assert (dense - chunked).abs().max() <= 1e-5 * chunked.abs().max()
+
+
 def test_sphereface2_c_loss_is_its_formula():
     """``w/r·[λ·softplus(-(r(g(c_y) - m) + b)) + (1 - λ)Σ softplus(r(g(c_j) + m) + b)]``."""
     x, labels = _data()

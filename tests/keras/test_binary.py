@@ -37,3 +37,30 @@ def test_loss_config_round_trip():
         loss.positive_weight,
         loss.negative_weight,
     )
+
+
+def test_softplus_value_and_slope_at_zero():
+    """``softplus(z) = log(1 + e^z)`` with slope ``sigmoid(z)``, ``1/2`` at ``z = 0`` exactly
+    (``relu`` and ``abs`` give slope 0 there), on the torch and JAX backends."""
+    from marginface.keras.binary import softplus
+
+    z = np.array([-800.0, -3.0, 0.0, 3.0, 800.0], dtype="float32")
+    expected = np.logaddexp(0.0, z.astype("float64"))
+    if keras.backend.backend() == "torch":
+        import torch
+
+        tensor = torch.tensor(z, requires_grad=True)
+        values = softplus(tensor)
+        values.sum().backward()
+        slope = tensor.grad.numpy()
+        values = values.detach().numpy()
+    elif keras.backend.backend() == "jax":
+        import jax
+
+        values = np.asarray(softplus(z))
+        slope = np.asarray(jax.grad(lambda v: softplus(v).sum())(z))
+    else:
+        pytest.skip(f"no gradient helper for the {keras.backend.backend()} backend")
+    assert np.allclose(values, expected, rtol=1e-6, atol=0)
+    assert np.allclose(slope, 1 / (1 + np.exp(-z.astype("float64"))), rtol=0, atol=1e-7)
+    assert slope[2] == 0.5

@@ -30,10 +30,14 @@ __all__ = [
 
 
 def softplus(z: Any) -> Any:
-    """``log(1 + e^z)`` as ``relu(z) + log1p(e^{-|z|})`` (exact and finite everywhere;
+    """``log(1 + e^z)`` as ``max(z, 0) + log1p(e^{-|z|})`` (exact and finite everywhere;
     ``ops.maximum`` and ``ops.logaddexp`` return float32 for float64 inputs on the torch
-    backend)."""
-    return ops.relu(z) + ops.log1p(ops.exp(-ops.abs(z)))
+    backend). Derivative ``sigmoid(z)``, ``1/2`` at ``z = 0`` too: both pieces are selections
+    taking the ``z <= 0`` side's slopes there (``relu`` and ``abs`` would give 0)."""
+    positive = ops.greater(z, 0)
+    upper = ops.where(positive, z, ops.zeros_like(z))  # max(z, 0)
+    lower = ops.where(positive, ops.negative(z), z)  # -|z| <= 0
+    return upper + ops.log1p(ops.exp(lower))
 
 
 def binary_logits_loss(

@@ -39,8 +39,13 @@ __all__ = ["BinaryMargin", "softplus"]
 def softplus(z: Tensor) -> Tensor:
     """``log(1 + e^z)``, exact and finite for every finite ``z``:
     ``max(z, 0) + log1p(e^{-|z|})`` (``F.softplus`` returns ``z`` itself above 20, an error
-    of ``2e-9`` there). Derivative: ``sigmoid(z)``."""
-    return z.clamp_min(0.0) + torch.log1p(torch.exp(-z.abs()))
+    of ``2e-9`` there). Derivative: ``sigmoid(z)``, ``1/2`` at ``z = 0`` too: ``max(z, 0)``
+    and ``-|z|`` are written as selections whose slopes at 0 are those of the ``z <= 0`` side
+    (0 and 1; ``clamp_min`` and ``abs`` would give 1 and 0 there, a slope of 1)."""
+    positive = z > 0
+    upper = torch.where(positive, z, torch.zeros_like(z))  # max(z, 0)
+    lower = torch.where(positive, -z, z)  # -|z| <= 0: e^lower never overflows
+    return upper + torch.log1p(torch.exp(lower))
 
 
 class BinaryMargin(Margin):
