@@ -96,7 +96,42 @@ def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None
         for key, buffer in dense_margin.state_dict().items():
             other = triton_margin.state_dict()[key]
             assert relative_error(other, buffer) <= 1e-5, key
-    assert launches == {"nontarget_statistics": 2, "embedding_gradient": 2, "weight_gradient": 6}
+    # per step one launch each: the weight gradient's 3 chunks fit one launch's workspace
+    assert launches == {"nontarget_statistics": 2, "embedding_gradient": 2, "weight_gradient": 2}
+
+
+@pytest.mark.parametrize("name", ["arcface", "sphereface2"])
+def test_the_weight_gradient_launches_whole_chunks_within_its_bound(
+    name: str, kernels: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a sample the weight gradient is launched over as many whole chunks as fit
+    ``WEIGHT_GRADIENT_WORKSPACE_BYTES``: room for two chunks' float32 partial ``∂W`` makes 37
+    classes in chunks of 16 two launches (32 classes, then 5), room for less than one makes
+    three (one per chunk), and the loss and gradients equal those of one launch."""
+    import marginface.executors.triton_dispatch as dispatch
+
+    kernel = kernels._weight_gradient_kernel
+    spans: list[int] = []
+
+    class Counted:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                spans.append(args[13] - args[12])  # the launch's stop - start
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(kernels, "_weight_gradient_kernel", Counted())
+    margin, k, x, weight, labels, upstream = make_case(name, torch.bfloat16)
+    results = {}
+    for room in (3, 2, 0.5):  # chunks' worth of float32 partial ∂W
+        monkeypatch.setattr(dispatch, "WEIGHT_GRADIENT_WORKSPACE_BYTES", int(room * CHUNK * D * 4))
+        spans.clear()
+        results[room] = run("triton", copy.deepcopy(margin), k, x, weight, labels, upstream)
+        assert spans == {3: [37], 2: [32, 5], 0.5: [16, 16, 5]}[room]
+    for room in (2, 0.5):
+        for a, e in zip(results[room], results[3], strict=True):
+            assert torch.equal(a, e)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from .chunk_workspace import ChunkWorkspace
 from .kernel_options import NonTargetRule
 
 __all__ = [
+    "WEIGHT_GRADIENT_WORKSPACE_BYTES",
     "add_parts",
     "kernel_backward",
     "kernel_reduce",
@@ -29,6 +30,7 @@ __all__ = [
     "triton_gradient",
     "triton_row_statistics",
     "triton_statistics",
+    "weight_gradient_ranges",
 ]
 
 
@@ -106,6 +108,23 @@ def kernel_reduce(
     return chunks.fold(step, None)
 
 
+WEIGHT_GRADIENT_WORKSPACE_BYTES = 64 * 2**20
+"""Bound on the float32 partial ``∂W`` one weight-gradient launch writes (without a Partial FC
+sample): the launch covers as many whole chunks as fit (at least one). At N = D = 512, bf16,
+C = 1M the default chunk (5461 classes) gives one launch of 86 programs per chunk, fewer than
+an H200's 132 multiprocessors; five chunks per launch give 427."""
+
+
+def weight_gradient_ranges(chunks: ChunkWorkspace, dim: int) -> list[tuple[int, int]]:
+    """The loop's classes ``[start, stop)`` per weight-gradient launch without a sample: ``G``
+    whole chunks each, ``G·chunk_size·K·D·4 <=`` :data:`WEIGHT_GRADIENT_WORKSPACE_BYTES`
+    (``G >= 1``), the last one shorter."""
+    per_chunk = chunks.chunk_size * chunks.k * dim * 4
+    span = max(1, WEIGHT_GRADIENT_WORKSPACE_BYTES // max(per_chunk, 1)) * chunks.chunk_size
+    classes = chunks.num_classes
+    return [(start, min(start + span, classes)) for start in range(0, classes, span)]
+
+
 def kernel_backward(
     chunks: ChunkWorkspace,
     launchers: tuple[Launcher, Launcher],
@@ -121,8 +140,9 @@ def kernel_backward(
     ``weight_gradient``'s float32 partial for the classes ``[start, stop)`` of those centers
     (written into ``out`` if given), projected through ``w/‖w‖`` into every row of
     ``grad_weight`` (if given). Without a sample: one embedding launch over every class, then
-    the weight gradient chunk by chunk in place; with one, per chunk: its rows gathered once,
-    both kernels on them."""
+    the weight gradient in launches of whole chunks (:func:`weight_gradient_ranges`), in
+    place where ``grad_weight`` is contiguous float32; with one, per chunk: its rows gathered
+    once, both kernels on them."""
     embedding, weight_gradient = launchers
     x_gemm, k = chunks.x_gemm, chunks.k
     sampled = chunks.sample is not None
@@ -157,7 +177,12 @@ def kernel_backward(
         )  # fmt: skip
         chunks.project_into(grad_weight, start, stop, partial)
 
-    chunks.fold(step, None)
+    if sampled:
+        chunks.fold(step, None)
+        return
+    for start, stop in weight_gradient_ranges(chunks, grad_weight.shape[1]):
+        step(start, stop, None)
+    chunks.release()
 
 
 # --------------------------------------------------------------------------- softmax passes
