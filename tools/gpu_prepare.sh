@@ -2,7 +2,8 @@
 # Prepare, on the development machine, what a GPU session carries to the device machine
 # (docs/gpu.md), in folders ignored by git:
 #
-#   bash tools/gpu_prepare.sh                 # .whl/: the race's peers (1.1 MB): for `all`
+#   bash tools/gpu_prepare.sh                 # .whl/: the race's peers and MTCNN's weights
+#                                             # (3 MB): for `all`
 #   bash tools/gpu_prepare.sh --stages [DATA] # also the single stages' extras (suite, face):
 #                                             # more wheels, .gpu-data/, LFW in two halves
 set -euo pipefail
@@ -17,7 +18,9 @@ data="${1:-../shared/data}"
 # The device image (docs/gpu.md) has torch, triton, numpy, scipy, scikit-learn, matplotlib,
 # pillow, tqdm, pytest(-xdist), hypothesis, onnx(runtime/script). The race's margin-free peers
 # are not there; their wheels are pure Python (their dependencies are in the image).
-peers=(pytorch-metric-learning==2.9.0 liger-kernel==0.8.5 cut-cross-entropy==25.1.1)
+# facenet-pytorch's wheel carries MTCNN's weights (the kit's last stage finds them installed).
+peers=(pytorch-metric-learning==2.9.0 liger-kernel==0.8.5 cut-cross-entropy==25.1.1
+    facenet-pytorch==2.6.0)
 extras=()
 if [ "$stages" = 1 ]; then  # what the whole suite also imports (plotly < 7: pyproject's bound)
     extras=(plotly==6.9.0 keras==3.15.1 namex==0.1.0 optree==0.20.0)
