@@ -1,5 +1,5 @@
 """IJB-C evaluation throughput: template pooling and 1:1 pair scoring at IJB-C's size on
-simulated features, marginface (evaluation/ijb.py) beside the same steps done as insightface's
+simulated features, marginface (evaluation/ijb/) beside the same steps done as insightface's
 eval_ijbc.py does them (its per-template loop and its batched pair loop, restated below), with
 the numbers checked equal; and images/s of embedding aligned loose crops (alignment, flip test).
 
@@ -120,8 +120,9 @@ def embedding_rate(images: int, batch: int, workers: int, repeats: int) -> list[
     import cv2
 
     from marginface.data.align import ARCFACE_TEMPLATE
-    from marginface.data.ijb import IjbLayout, embed_ijb_images, run_embedder
+    from marginface.data.ijb import IjbLayout
     from marginface.models import create_model
+    from marginface.train.evaluation.ijb_embedding import embed_ijb_images, run_embedder
 
     rng = np.random.default_rng(1)
     with tempfile.TemporaryDirectory() as folder:

@@ -17,6 +17,7 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 
 import marginface
 
+from ._ijb_folder import ijb_folder  # noqa: F401 (the IJB tests' session fixture)
 from ._shared_data import SHARED_DATA, require_shared_file  # noqa: F401 (SHARED_DATA re-exported)
 
 

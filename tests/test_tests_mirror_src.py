@@ -94,7 +94,6 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "train/evaluation/backbone_evaluation.py": ("cli/test_evaluate_sizes.py",),
     "train/evaluation/epoch_evaluation.py": ("train/test_verification_sets.py",),
     "train/evaluation/evaluate.py": ("train/test_verification_report.py",),
-    "train/evaluation/ijb_evaluation.py": ("evaluation/test_ijb_training.py",),
     "train/history.py": ("train/test_run_log.py", "train/test_faults.py"),
     "train/pictures.py": ("plots/test_ijb_plot.py",),
     "train/state/checkpoint_writer.py": ("train/state/test_checkpoint_parts.py",),
@@ -111,7 +110,9 @@ UNTESTED: dict[str, str] = {
     "__main__.py": "`python -m marginface`: two lines calling cli.main",
     "_loss_table.py": "private table of the built-in losses; read by every loss test",
     "_validation.py": "private argument checks; each check has its error test at the API using it",
-    "cli/faces.py": "align and ijb commands: run by cli/test_detect.py, evaluation/test_ijb.py",
+    "cli/faces.py": (
+        "align and ijb commands: run by cli/test_detect.py, train/evaluation/test_ijb_files.py"
+    ),
     "cli/runs.py": "train/evaluate/export/convert/ijb commands: run by cli/test_cli.py",
     "data/digits.py": "scikit-learn digits loader: used by tests/inference/_digits.py",
     "data/orl.py": "ORL by name: data/test_folder_datasets.py (the shared archive)",

@@ -15,7 +15,7 @@ from marginface.cli import main
 from marginface.data.ijb import read_ijb_layout
 from marginface.train import read_history
 from marginface.train.evaluation.ijb_evaluation import ijb_results
-from tests.evaluation._ijb_folder import build_ijb_folder, write_training_folder
+from tests._ijb_folder import build_ijb_folder, write_training_folder
 
 from .harness import run_distributed
 

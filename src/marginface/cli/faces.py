@@ -3,7 +3,8 @@
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` (a landmarks file) or
 :func:`marginface.data.face_photos.align_photos` (``--detector``, options in ``cli/detect.py``) and
-:func:`marginface.train.evaluation.ijb_evaluation.ijb_results` (the function behind a training
+:func:`marginface.train.evaluation.ijb_files.evaluate_ijb_to_files` (over
+:func:`~marginface.train.evaluation.ijb_evaluation.ijb_results`, the function behind a training
 run's IJB columns too).
 """
 
@@ -303,64 +304,11 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
     _add_alignment_option(parser, default="insightface")
 
 
-def _file_identity(path: Path) -> str:
-    """A backbone file's identity for the feature cache (path, size, modification time)."""
-    return f"{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
-
-
-def _checkpoint_identity(run_dir: Path) -> str:
-    """The run's checkpoint files (name, size, modification time): a retrained or resumed run
-    does not reuse features cached for its earlier weights."""
-    parts = [
-        f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-        for p in sorted(run_dir.glob("checkpoint*"))
-    ]
-    return f"{run_dir.resolve()}|" + "|".join(parts)
-
-
-def _ablation_suffix(args: argparse.Namespace) -> str:
-    parts = [
-        flag
-        for flag, off in (
-            ("noflip", args.no_flip),
-            ("nonorm", args.no_norm_score),
-            ("nodet", args.no_detector_score),
-        )
-        if off
-    ]
-    return "-" + "-".join(parts) if parts else ""
-
-
-def _check_ijb_input(model: object, onnx: Path | None) -> None:
-    """IJB's images are aligned to 112×112 (insightface's crops, which ``ijb`` makes); an ONNX
-    graph of another fixed input side cannot embed them (``ijb`` has no size option)."""
-    inner = getattr(model, "model", model)  # ReversedChannels (--bgr) wraps the graph
-    sides = getattr(inner, "input_size", None)
-    if onnx is None or sides is None:
-        return
-    if any(side is not None and side != 112 for side in sides):
-        height, width = (side if side is not None else "N" for side in sides)
-        raise ValueError(
-            f"{onnx} takes {height}x{width} images; ijb embeds IJB's faces aligned to 112x112 "
-            "(insightface's crops), so it needs a model of 112x112 input"
-        )
-
-
 def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
-    """Embed (or read the cached features), evaluate 1:1 and 1:N, write the metrics (JSON,
-    and into the run's ``evaluation.json``), the ROC picture and an HTML report of both; print
-    the table."""
-    import json
-    import math
-
-    from .._atomic import atomic_write_text
-    from ..data.ijb import read_ijb_layout
+    """Check the arguments, evaluate and write
+    (:func:`~marginface.train.evaluation.ijb_files.evaluate_ijb_to_files`), print the table."""
     from ..report import format_table
-    from ..train import resolve_device
-    from ..train.evaluation.ijb_evaluation import ijb_results
-    from ..train.progress import progress_callback
-    from ..train.state.layout import IJB_NAME, REPORT_NAME
-    from ..train.state.results import update_results
+    from ..train.evaluation.ijb_files import evaluate_ijb_to_files
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -373,75 +321,27 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
         raise ValueError("--model goes with --backbone")
     if source is not None and args.out is None:
         raise ValueError("--backbone/--onnx need --out DIR (there is no run folder to write to)")
-    layout = read_ijb_layout(args.data_dir, args.target)
-    out = args.out or Path(args.run_dir) / IJB_NAME
-    device = resolve_device(args.device)
-    name = args.target.lower()
-    if source is not None:
-        from ..models.pretrained import load_described_backbone
-
-        model, description = load_described_backbone(  # a marginface file says what it is
-            args.backbone,
-            onnx=args.onnx,
-            model=args.model,
-            embedding_dim=args.embedding_dim,
-            image_size=None if args.onnx is not None else 112,
-            bgr=args.bgr or None,
-            device=device,
-        )
-        _check_ijb_input(model, args.onnx)
-        label, cache_key = str(source), _file_identity(Path(source))
-    else:
-        from ..inference.source import open_model
-
-        model, description = open_model(args.run_dir, device=device)  # the checkpoint read once
-        label, cache_key = str(args.run_dir), _checkpoint_identity(Path(args.run_dir))
-
-    result = ijb_results(
-        model,
-        layout,
-        device=device,
+    files = evaluate_ijb_to_files(
+        args.data_dir,
+        args.target,
+        run_dir=args.run_dir,
+        backbone=args.backbone,
+        onnx=args.onnx,
+        model=args.model,
+        embedding_dim=args.embedding_dim,
+        bgr=args.bgr,
+        out=args.out,
+        device=args.device,
         batch_size=args.batch_size,
         workers=args.workers,
-        cache=out / f"{name}_features.npz",
-        cache_key=cache_key,
-        progress=progress_callback(f"{args.target} images (flipped too)", unit="images"),
         flip=not args.no_flip,
         norm_score=not args.no_norm_score,
         detector_score=not args.no_detector_score,
-        label=label,
         gallery_rule=args.gallery_rule,
         alignment=args.alignment,
-        mean=description.mean,  # the crops enter the model as its description says
-        std=description.std,
     )
-    prefix = f"{name}{_ablation_suffix(args)}_"
-    if args.gallery_rule != "open-set":
-        prefix = f"{prefix[:-1]}-igallery_"
-    metrics = result.as_dict(prefix)
-    clean = {k: (None if not math.isfinite(v) else v) for k, v in metrics.items()}
-    path = atomic_write_text(
-        out / f"{prefix}metrics.json", json.dumps(clean, indent=2, sort_keys=True) + "\n"
-    )
-    written = [path, *_write_reusable(out, prefix, result, layout)]
-    if source is None:  # a run: its evaluation.json holds the IJB numbers too
-        written.append(update_results(args.run_dir, "ijb", clean))
-    from ..plots import plot_roc, save_figure
-
-    v = result.verification
-    picture = save_figure(
-        plot_roc({f"{args.target} 1:1": (v.fpr, v.tpr)}), out / f"{prefix}roc.png"
-    )
-    from ..report import write_evaluation_report
-
-    report = write_evaluation_report(
-        out / f"{prefix}{REPORT_NAME}",
-        title=f"marginface {args.target}: {Path(label).name}",
-        metrics=metrics,
-        images={f"{args.target} 1:1 ROC (FAR on a log axis)": picture},
-    )
-    print(format_table(_percent_rows(metrics)))
-    echo(f"written to {', '.join(str(w) for w in [*written, picture])} and {report}")
+    print(format_table(_percent_rows(files.metrics)))
+    echo(f"written to {', '.join(str(w) for w in files.written)} and {files.report}")
     return 0
 
 
@@ -457,38 +357,3 @@ def _percent_rows(metrics: dict[str, float]) -> list[dict[str, object]]:
         shown = round(100.0 * value, 2) if rate and value == value else value
         rows.append({"metric": key + (" (%)" if rate else ""), "value": shown})
     return rows
-
-
-def _write_reusable(out: Path, prefix: str, result, layout) -> list[Path]:
-    """What people reuse (insightface's script saves the first): ``PREFIXpairs.npz`` (the
-    1:1 pair scores, labels and templates, to overlay several models' ROCs) and
-    ``PREFIXtemplates.npz`` (each template's id and normalised feature)."""
-    import io
-
-    import numpy as np
-
-    from .._atomic import atomic_write_bytes
-
-    def npz(**arrays) -> bytes:
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        return buffer.getvalue()
-
-    pairs = atomic_write_bytes(
-        out / f"{prefix}pairs.npz",
-        npz(
-            scores=np.asarray(result.scores),
-            labels=np.asarray(layout.pair_label),
-            first=np.asarray(layout.pair_first),
-            second=np.asarray(layout.pair_second),
-        ),
-    )
-    written = [pairs]
-    if result.template_features is not None:
-        written.append(
-            atomic_write_bytes(
-                out / f"{prefix}templates.npz",
-                npz(ids=result.template_ids, features=result.template_features),
-            )
-        )
-    return written

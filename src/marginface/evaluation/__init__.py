@@ -13,8 +13,8 @@ Python floats or NumPy arrays.
 * :func:`bin_verification_metrics` -- insightface's ``.bin`` protocol (Accuracy-Flip on its
   squared-L2 grid, XNorm, VAL@FAR), the numbers papers print.
 * :mod:`~marginface.evaluation.ijb` -- IJB-B/C template pooling, 1:1 TAR@FAR and 1:N
-  rank/TPIR (insightface's protocol); :mod:`~marginface.data.ijb` reads the dataset,
-  embeds it with any backbone and caches the features.
+  rank/TPIR (insightface's protocol), from image embeddings to a result (:func:`evaluate_ijb`);
+  :mod:`~marginface.data.ijb` reads the dataset and its images.
 * :func:`clopper_pearson`, :func:`supported_rate` -- the exact binomial interval of a measured
   error rate, and the smallest rate a number of trials supports.
 * :class:`OpenSetReport`, :func:`open_set_counts` -- a 1:N search's decisions on probes of

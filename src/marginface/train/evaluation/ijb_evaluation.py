@@ -1,9 +1,11 @@
 """IJB-B / IJB-C evaluation of a backbone: the one function behind ``marginface ijb`` and the
 IJB columns of a training run's ``history.csv``.
 
-:func:`ijb_results` embeds the dataset's aligned loose crops with the backbone in eval mode
-(its mode restored afterwards), as they are and flipped, in full precision, and runs the 1:1
-and 1:N protocols (:mod:`marginface.data.ijb`, :mod:`marginface.evaluation.ijb`). The trainer
+:func:`ijb_results` embeds the dataset's aligned loose crops (:mod:`marginface.data.ijb`) with
+the backbone in eval mode (its mode restored afterwards), as they are and flipped, in full
+precision (:mod:`marginface.train.evaluation.ijb_embedding`), and runs the 1:1 and 1:N
+protocols (:func:`marginface.evaluation.ijb.evaluate_ijb`). ``marginface ijb`` calls it through
+:func:`~marginface.train.evaluation.ijb_files.evaluate_ijb_to_files`; the trainer
 calls it through :func:`~marginface.train.evaluation.evaluate.evaluate_model` with an
 :class:`IjbSet`
 (``train --ijb-dir DIR --ijb-target IJBC --ijb-every K``) and keeps the summary columns of
@@ -26,10 +28,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...data import ijb as ijb_data
-from ...data.ijb import IJB_TARGETS, IjbLayout, IjbResult
-from ...evaluation.ijb import IJB_FAR_TARGETS
+from ...data.ijb import IJB_TARGETS, IjbLayout, read_ijb_layout
+from ...evaluation.ijb import IJB_FAR_TARGETS, IjbResult, evaluate_ijb
 from ...inference.fingerprint import weights_fingerprint
+from .ijb_embedding import INSIGHTFACE_MEAN, INSIGHTFACE_STD, embed_ijb_images, run_embedder
 
 __all__ = [
     "HISTORY_FPIR",
@@ -70,8 +72,8 @@ class IjbSet:
     every: int = 1
     workers: int = 0
     distributed: bool = False
-    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN
-    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD
+    mean: float | tuple[float, ...] = INSIGHTFACE_MEAN
+    std: float | tuple[float, ...] = INSIGHTFACE_STD
 
     @property
     def prefix(self) -> str:
@@ -93,8 +95,8 @@ def ijb_set_for(
     image_size: int | tuple[int, int],
     workers: int = 0,
     distributed: bool = False,
-    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN,
-    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD,
+    mean: float | tuple[float, ...] = INSIGHTFACE_MEAN,
+    std: float | tuple[float, ...] = INSIGHTFACE_STD,
 ) -> IjbSet | None:
     """The :class:`IjbSet` of a training run, read before its first step (None without
     ``ijb_dir``), so a missing folder or file is an error before any training.
@@ -124,7 +126,7 @@ def ijb_set_for(
             f"ijb_dir needs a model of 112x112 RGB input (IJB's aligned crops); this run's "
             f"images are {in_channels}x{size[0]}x{size[1]}"
         )
-    layout = ijb_data.read_ijb_layout(Path(ijb_dir), target)
+    layout = read_ijb_layout(Path(ijb_dir), target)
     return IjbSet(layout, target, every, workers, distributed, mean, std)
 
 
@@ -145,8 +147,8 @@ def ijb_results(
     distributed: bool = False,
     gallery_rule: str = "open-set",
     alignment: str = "insightface",
-    mean: float | tuple[float, ...] = ijb_data.INSIGHTFACE_MEAN,
-    std: float | tuple[float, ...] = ijb_data.INSIGHTFACE_STD,
+    mean: float | tuple[float, ...] = INSIGHTFACE_MEAN,
+    std: float | tuple[float, ...] = INSIGHTFACE_STD,
 ) -> IjbResult | None:
     """Embed ``layout``'s images with ``model`` and evaluate IJB 1:1 and 1:N (module
     docstring): what ``marginface ijb`` and the trainer's IJB columns compute.
@@ -173,7 +175,7 @@ def ijb_results(
         label: how errors name the model (a run folder, a file).
         distributed: share the embedding over the ranks (above); ``cache`` is then not used.
         gallery_rule: the TPIR rule of G1 and G2: ``"open-set"`` (ours) or
-            ``"insightface-per-gallery"`` (:func:`~marginface.data.ijb.evaluate_ijb`).
+            ``"insightface-per-gallery"`` (:func:`~marginface.evaluation.ijb.evaluate_ijb`).
         alignment: the crops' arithmetic, ``"insightface"`` (default: its crops to the grey
             level) or ``"float64"`` (:func:`~marginface.data.align.norm_crop`).
         mean, std: the model's pixel normalisation, ``(x / 255 - mean[c]) / std[c]``, as its
@@ -185,7 +187,7 @@ def ijb_results(
             image is missing or unreadable.
     """
     was_training = model.training
-    model_embed = ijb_data.run_embedder(model, device)  # eval mode
+    model_embed = run_embedder(model, device)  # eval mode
 
     def embed(x: torch.Tensor) -> torch.Tensor:
         try:
@@ -205,7 +207,7 @@ def ijb_results(
         names = [layout.names[i] for i in mine]
         share = dataclasses.replace(layout, names=names, landmarks=layout.landmarks[mine])
     try:
-        embeddings, flipped = ijb_data.embed_ijb_images(
+        embeddings, flipped = embed_ijb_images(
             share,
             embed,
             batch_size=batch_size,
@@ -224,7 +226,7 @@ def ijb_results(
         if gathered is None:
             return None
         embeddings, flipped = gathered
-    return ijb_data.evaluate_ijb(
+    return evaluate_ijb(
         layout,
         embeddings,
         flipped,

@@ -8,11 +8,11 @@ import shutil
 
 import numpy as np
 import pytest
+from tests._ijb_folder import FIXTURE_RUN, projection_embedder
 
 from marginface.cli import main
-from marginface.data.ijb import evaluate_ijb, read_ijb_layout
-from marginface.evaluation.ijb import ijb_identification
-from tests.evaluation.test_ijb import FIXTURE_RUN, _projection_embedder
+from marginface.data.ijb import read_ijb_layout
+from marginface.evaluation.ijb import evaluate_ijb, ijb_identification
 
 
 def _hand_per_gallery(query, query_ids, gallery, gallery_ids, fpir):
@@ -67,9 +67,9 @@ def test_ijb_command_keeps_pairs_templates_and_the_mean_in_percent(
     root, _ = ijb_folder
     run = tmp_path / "run"
     shutil.copytree(FIXTURE_RUN, run)
-    import marginface.data.ijb as ijb_run
+    import marginface.train.evaluation.ijb_evaluation as ijb_run
 
-    monkeypatch.setattr(ijb_run, "run_embedder", lambda model, device: _projection_embedder())
+    monkeypatch.setattr(ijb_run, "run_embedder", lambda model, device: projection_embedder())
     assert main(["ijb", str(run), "--data-dir", str(root), "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     metrics = json.loads((run / "ijb" / "ijbc_metrics.json").read_text())

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+from tests._ijb_folder import write_training_folder
 
 from marginface.cli import main
 from marginface.config import TrainConfig
@@ -21,7 +22,6 @@ from marginface.train.evaluation.ijb_evaluation import (
     ijb_history_metrics,
     ijb_set_for,
 )
-from tests.evaluation._ijb_folder import write_training_folder
 
 pytest.importorskip("cv2")
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from marginface.cli import main
-from marginface.data.ijb import embed_ijb_images, read_ijb_layout
+from marginface.data.ijb import read_ijb_layout
+from marginface.train.evaluation.ijb_embedding import embed_ijb_images
 
 pytest.importorskip("cv2")
 
@@ -131,7 +132,7 @@ def test_the_ijb_command_checks_the_meta_files_before_embedding(
 ):
     _replace_line(_meta(folder, "template_pair_label.txt"), 2, "1 999 0")
     run = Path(shutil.copytree(FIXTURE_RUN, tmp_path / "run"))
-    import marginface.data.ijb as ijb_run
+    import marginface.train.evaluation.ijb_evaluation as ijb_run
 
     def refuse(model, device):
         raise AssertionError("the model was loaded before the meta files were checked")
@@ -144,7 +145,7 @@ def test_the_ijb_command_checks_the_meta_files_before_embedding(
 
 
 def test_train_checks_the_meta_files_before_the_first_step(folder, tmp_path, capsys):
-    from tests.evaluation._ijb_folder import write_training_folder
+    from tests._ijb_folder import write_training_folder
 
     faces = write_training_folder(tmp_path / "faces", subjects=4, per_subject=3)
     _meta(folder, "1N_gallery_G1.csv").write_text("TEMPLATE_ID,SUBJECT_ID,FILENAME\n77,1,x.jpg\n")

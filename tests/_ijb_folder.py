@@ -14,11 +14,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from marginface.data.align import ARCFACE_TEMPLATE
 from tests._shared_data import require_shared_file
 
-__all__ = ["build_ijb_folder", "orl_faces", "write_training_folder"]
+__all__ = [
+    "FIXTURE_RUN",
+    "build_ijb_folder",
+    "ijb_folder",
+    "orl_faces",
+    "projection_embedder",
+    "write_training_folder",
+]
+
+FIXTURE_RUN = Path(__file__).resolve().parent / "fixtures" / "run_v1"
+"""A small trained run (8x8 grey digits) the ``ijb`` command tests copy."""
 
 
 def orl_faces(count_subjects: int, per_subject: int, first: int = 1) -> dict[int, list[np.ndarray]]:
@@ -112,3 +123,21 @@ def write_training_folder(root: Path, subjects: int = 8, per_subject: int = 5) -
         for k, face in enumerate(faces):
             image.fromarray(face).save(folder / f"{k}.png")
     return root
+
+
+def projection_embedder(dim=37):
+    """A fixed "backbone": 8×8 average pooling then a random projection, any size D."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(3 * 14 * 14, dim, generator=generator, dtype=torch.float64)
+
+    def embed(x: torch.Tensor) -> torch.Tensor:
+        pooled = torch.nn.functional.avg_pool2d(x.double(), 8).reshape(x.shape[0], -1)
+        return pooled @ weight
+
+    return embed
+
+
+@pytest.fixture(scope="session")
+def ijb_folder(tmp_path_factory):
+    """``(IJBC folder, {image name: original face})``, built once per session."""
+    return build_ijb_folder(tmp_path_factory.mktemp("ijb"))

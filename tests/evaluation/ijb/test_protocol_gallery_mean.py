@@ -1,4 +1,4 @@
-"""The "mean" 1:N row of ``marginface ijb`` (marginface.data.ijb._mean_of_galleries) against
+"""The "mean" 1:N row of ``marginface ijb`` (``evaluation.ijb.protocol._mean_of_galleries``) against
 insightface's per-gallery script restated (``recognition/_evaluation_/ijb/ijb_evals.py``,
 ``run_model_test_1N``): each gallery searched by all ``Q`` probes, the rank-k counts of the two
 galleries added and divided by ``Q``; the TPIRs averaged."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marginface.data.ijb import _mean_of_galleries
 from marginface.evaluation.ijb import ijb_identification
+from marginface.evaluation.ijb.protocol import _mean_of_galleries
 
 FPIRS = (0.1, 0.5)
 

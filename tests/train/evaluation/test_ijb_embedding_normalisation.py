@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from marginface.data.ijb import embed_ijb_images, read_ijb_layout
+from marginface.data.ijb import read_ijb_layout
+from marginface.train.evaluation.ijb_embedding import embed_ijb_images
 
 
 def _recording(crops: list[torch.Tensor]):
