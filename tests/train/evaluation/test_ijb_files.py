@@ -100,3 +100,23 @@ def test_ijb_command_on_a_backbone_file(ijb_folder, tmp_path, capsys):
         assert main(["--quiet", *bad] if bad[0] == "ijb" else bad) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_library_call_names_its_bad_arguments(ijb_folder, tmp_path):
+    """``evaluate_ijb_to_files`` checks its own arguments (the command checks its flags first)."""
+    from marginface.train.evaluation.ijb_files import evaluate_ijb_to_files, ijb_prefix
+
+    root, _ = ijb_folder
+    with pytest.raises(ValueError, match="give run_dir or a backbone/onnx file, not both"):
+        evaluate_ijb_to_files(root)
+    with pytest.raises(ValueError, match="give run_dir or a backbone/onnx file, not both"):
+        evaluate_ijb_to_files(root, run_dir=tmp_path, backbone=tmp_path / "b.pth")
+    with pytest.raises(ValueError, match=r"out is required for a file \(.*b\.pth\)"):
+        evaluate_ijb_to_files(root, backbone=tmp_path / "b.pth")
+    with pytest.raises(ValueError, match="target must be one of IJBB, IJBC, got 'IJBA'"):
+        evaluate_ijb_to_files(root, "IJBA", run_dir=tmp_path)
+    assert ijb_prefix("IJBC") == "ijbc_"
+    assert ijb_prefix("IJBB", flip=False, detector_score=False) == "ijbb-noflip-nodet_"
+    assert ijb_prefix("IJBC", norm_score=False, gallery_rule="insightface-per-gallery") == (
+        "ijbc-nonorm-igallery_"
+    )
