@@ -90,6 +90,26 @@ def test_ijb_command_on_a_backbone_file(ijb_folder, tmp_path, capsys):
     np.testing.assert_allclose(cached["flipped"], expected_flipped, rtol=1e-5, atol=1e-5)
     result = evaluate_ijb(layout, expected, expected_flipped)
     assert metrics["ijbc_G1_rank1"] == pytest.approx(result.as_dict("ijbc_")["ijbc_G1_rank1"])
+    # the weights' content keys the cache: a copy under another name (a later time) reads
+    # it back; other weights embed again
+    import marginface.train.evaluation.ijb_evaluation as ijb_run
+
+    def refuse(*_):
+        raise AssertionError("embedded again")
+
+    copy = tmp_path / "copy" / "same.pth"
+    copy.parent.mkdir()
+    shutil.copyfile(weights, copy)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ijb_run, "run_embedder", lambda model, device: refuse)
+        assert main([*argv[:3], str(copy), *argv[4:], "--out", str(out)]) == 0
+    torch.manual_seed(1)
+    other = create_model("mbf", embedding_dim=64, in_channels=3, image_size=112)
+    torch.save(other.state_dict(), copy)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ijb_run, "run_embedder", lambda model, device: refuse)
+        with pytest.raises(AssertionError, match="embedded again"):
+            main([*argv[:3], str(copy), *argv[4:], "--out", str(out)])
     capsys.readouterr()
     for bad, message in [
         (["ijb", "--data-dir", str(root)], "ijb needs RUN, or --backbone"),

@@ -105,7 +105,7 @@ def embed_ijb_images(
         workers: processes reading and aligning images (0: in this process).
         cache: a ``.npz`` file: read when it holds these images' embeddings under the same
             ``cache_key``, else (re)written.
-        cache_key: what identifies the model (e.g. its checkpoint's path, size and time).
+        cache_key: what identifies the model (its weights' fingerprint, an ONNX file's digest).
         progress: called with ``(images done, total)`` after each batch.
         alignment: ``"insightface"`` (eval_ijbc.py's float32 template and estimate: its crops to
             the grey level, :func:`~marginface.data.align.insightface_similarity`) or

@@ -76,19 +76,17 @@ def ijb_prefix(
     return f"{name}-igallery_" if gallery_rule != "open-set" else f"{name}_"
 
 
-def _file_identity(path: Path) -> str:
-    """A backbone file's identity for the feature cache (path, size, modification time)."""
-    return f"{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
+def _onnx_identity(path: Path) -> str:
+    """An ONNX graph's identity for the feature cache: a BLAKE2b digest of the file's bytes
+    (its weights are not a ``state_dict`` that
+    :func:`~marginface.inference.fingerprint.weights_fingerprint` could read)."""
+    import hashlib
 
-
-def _checkpoint_identity(run_dir: Path) -> str:
-    """The run's checkpoint files (name, size, modification time): a retrained or resumed run
-    does not reuse features cached for its earlier weights."""
-    parts = [
-        f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-        for p in sorted(run_dir.glob("checkpoint*"))
-    ]
-    return f"{run_dir.resolve()}|" + "|".join(parts)
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return f"onnx:{digest.hexdigest()}"
 
 
 def _check_ijb_input(model: object, onnx: Path | None) -> None:
@@ -132,8 +130,9 @@ def evaluate_ijb_to_files(
     The folder's meta files are read first (a bad one fails before any embedding), then the
     model is loaded (a run's checkpoint once; a file through its description), its 112×112 RGB
     crops embedded as its description's ``mean``/``std`` say, as they are and flipped, cached
-    in ``OUT/<target>_features.npz`` under the weights' identity (a run's checkpoint files or
-    the file's path, size and time), and evaluated by
+    in ``OUT/<target>_features.npz`` under the weights' content
+    (:func:`~marginface.inference.fingerprint.weights_fingerprint`; an ONNX graph: its file's
+    bytes) and the preprocessing, and evaluated by
     :func:`~marginface.train.evaluation.ijb_evaluation.ijb_results`.
 
     Args:
@@ -191,12 +190,14 @@ def evaluate_ijb_to_files(
             device=torch_device,
         )
         _check_ijb_input(network, None if onnx is None else Path(onnx))
-        label, cache_key = str(source), _file_identity(Path(source))
+        # the weights' content keys the cache (a copy or a touched file reuses it): "" lets
+        # ijb_results take weights_fingerprint; an ONNX graph's key is its file's bytes
+        label, cache_key = str(source), "" if onnx is None else _onnx_identity(Path(onnx))
     else:
         from ...inference.source import open_model
 
         network, description = open_model(run_dir, device=torch_device)  # checkpoint read once
-        label, cache_key = str(run_dir), _checkpoint_identity(Path(run_dir))
+        label, cache_key = str(run_dir), ""  # the checkpoint's weights' fingerprint
 
     result = ijb_results(
         network,
