@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from marginface.cli import main
+from marginface.report.pictures import draw_run_pictures
 from marginface.train import (
-    draw_run_pictures,
     evaluate_run,
     extract_embeddings,
     load_bundle,

@@ -1,5 +1,5 @@
 """IJB results over training (``plot_ijb_history``), the IJB prefixes of a metrics dict, and
-the report's IJB section (``train.pictures.ijb_section``)."""
+the report's IJB section (``report.pictures.ijb_section``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from marginface.plots import ijb_prefixes, plot_ijb_history
 from marginface.report import Image, Table, write_report
+from marginface.report.pictures import ijb_curve_caption, ijb_section, report_sections
 from marginface.train.evaluation.evaluate import Evaluation
-from marginface.train.pictures import ijb_curve_caption, ijb_section, report_sections
 
 NAN = math.nan
 HISTORY = [

@@ -484,7 +484,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         _write_results(args.out, results)
         _echo(args, f"written to {args.out}")
     if args.html is not None:
-        from ..inference.search_page import write_search_page
+        from ..report.search_page import write_search_page
 
         page = write_search_page(
             args.html,

@@ -46,7 +46,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             _echo(args, f"saved for `marginface verify`/`search`: {line}")
         _echo(args, f"description: {saved_path}")
     if evaluation.erc is not None:  # a MagFace run: its magnitude as a quality score
-        _final(args, f"report: {_write_quality_report(Path(args.run_dir), evaluation)}")
+        from ..report.run_report import write_quality_report
+
+        _final(args, f"report: {write_quality_report(args.run_dir, evaluation)}")
     return 0
 
 
@@ -260,82 +262,17 @@ def _data_size(args: argparse.Namespace) -> str:
     return "the data: " + ", ".join(held)
 
 
-def _write_quality_report(run_dir: Path, evaluation) -> Path:
-    """``RUN/erc.png`` (error versus reject, feature magnitude as quality) and
-    ``RUN/evaluation.html`` (the metrics and that figure)."""
-    from ..plots import plot_error_versus_reject, save_figure
-    from ..report import write_evaluation_report
-    from ..train.state.layout import ERC_NAME, EVALUATION_REPORT_NAME
-
-    caption = "Error versus reject: pairs of lowest quality (min ‖x‖ of the two) rejected"
-    image = save_figure(
-        plot_error_versus_reject({run_dir.name: evaluation.erc}), run_dir / ERC_NAME
-    )
-    return write_evaluation_report(
-        run_dir / EVALUATION_REPORT_NAME,
-        title=f"marginface evaluation: {run_dir.name}",
-        metrics=evaluation.metrics,
-        images={caption: image},
-    )
-
-
 def cmd_plot(args: argparse.Namespace) -> int:
-    """The run's pictures (PNGs) and its report (``OUT/report.html``): the metrics of
-    ``evaluate`` (with ``marginface ijb``'s numbers kept in ``evaluation.json``), the IJB
-    section (tables, ``RUN/ijb/*_roc.png``, the IJB columns over training), the pictures."""
-    from ..report import write_report
-    from ..train import draw_run_pictures, evaluate_run, load_run, resolve_device
-    from ..train.pictures import report_sections
-    from ..train.state.layout import IJB_NAME, PLOTS_NAME, REPORT_NAME
-    from ..train.state.results import ijb_results
+    """The run's pictures (PNGs) and its report (``OUT/report.html``,
+    :func:`~marginface.report.run_report.write_run_report`); print each picture and the
+    report."""
+    from ..report.run_report import write_run_report
 
-    run_dir = Path(args.run_dir)
-    run = load_run(run_dir, device=resolve_device(args.device))  # read once, evaluated as is
-    history = run.history  # the checkpoint's own: complete even if history.csv lags
-    evaluation = evaluate_run(run, reuse_embeddings=True)  # the run's own when they are fresh
-    kept = ijb_results(run_dir)
-    evaluation.metrics.update({k: v for k, v in kept.items() if k not in evaluation.metrics})
-    out = args.out or run_dir / PLOTS_NAME
-    out.mkdir(parents=True, exist_ok=True)
-    pictured = {run.config.loss: (history, evaluation, run.head.cpu())}  # drawn on the CPU
-    images = draw_run_pictures(pictured, out)
-    for caption, path in images.items():
+    written = write_run_report(args.run_dir, out=args.out, device=args.device)
+    for caption, path in written.images.items():
         _echo(args, f"{caption}: {path}")
-    rocs = {
-        f"{path.name[: -len('_roc.png')].upper()} 1:1 ROC (marginface ijb; FAR on a log axis)": path
-        for path in sorted((run_dir / IJB_NAME).glob("*_roc.png"))
-    }
-    title = f"marginface run: {run_dir.name} ({run.config.loss}, {run.config.dataset})"
-    sections = report_sections(pictured, images, rocs)
-    if evaluation.pairs:  # judged by verification pairs (faces): the face report
-        from ..train.verification_report import draw_verification_pictures, verification_sections
-
-        steps = _verification_steps(run_dir)
-        drawn = draw_verification_pictures(evaluation, history, steps, out)
-        for caption, path in drawn.items():
-            _echo(args, f"{caption}: {path}")
-        first, last = verification_sections(evaluation, drawn)
-        page = [*first, *sections, *([last] if last is not None else [])]
-        report = write_report(out / REPORT_NAME, title=title, sections=page)
-    else:
-        report = write_report(
-            out / REPORT_NAME,
-            title=title,
-            rows=[{"metric": k, "value": v} for k, v in evaluation.metrics.items()],
-            columns=("metric", "value"),
-            sections=sections,
-        )
-    _final(args, f"report: {report}")
+    _final(args, f"report: {written.report}")
     return 0
-
-
-def _verification_steps(run_dir: Path) -> list[dict]:
-    """The rows of the run's ``verification.csv`` (every ``verify_every`` steps), or ``[]``."""
-    from ..train import read_history
-    from ..train.run_log import VERIFICATION_NAME
-
-    path = run_dir / VERIFICATION_NAME
-    return read_history(path) if path.is_file() else []
 
 
 def _check_export_arguments(args: argparse.Namespace) -> None:

@@ -190,7 +190,8 @@ def _run_compare(
     args: argparse.Namespace, losses: Sequence[str], config, out: Path, *, title: str, demo: bool
 ) -> int:
     from ..report import format_table
-    from ..train import TABLE_COLUMNS, compare_losses
+    from ..report.comparison import compare_and_report
+    from ..train import TABLE_COLUMNS
 
     started = time.perf_counter()
     rows_seen: list[dict[str, Any]] = []
@@ -202,7 +203,7 @@ def _run_compare(
         )
 
     command = "marginface " + " ".join(sys.argv[1:]) if sys.argv[1:] else "marginface"
-    result = compare_losses(
+    result = compare_and_report(
         losses,
         config,
         out,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr__ loads them
     from .build import build_model_and_loss, load_bundle
-    from .compare import TABLE_COLUMNS, Comparison, compare_losses, draw_run_pictures
+    from .compare import TABLE_COLUMNS, Comparison, compare_losses
     from .distributed import resolve_device
     from .embeddings import extract_dataset_embeddings, extract_embeddings
     from .evaluation.evaluate import (
@@ -51,7 +51,6 @@ __all__ = [
     "build_optimizer",
     "build_scheduler",
     "compare_losses",
-    "draw_run_pictures",
     "evaluate_model",
     "evaluate_pairs",
     "evaluate_run",
@@ -79,7 +78,6 @@ _SOURCES: dict[str, str] = {
     "TABLE_COLUMNS": ".compare",
     "Comparison": ".compare",
     "compare_losses": ".compare",
-    "draw_run_pictures": ".compare",
     "resolve_device": ".distributed",
     "extract_dataset_embeddings": ".embeddings",
     "extract_embeddings": ".embeddings",

@@ -1,5 +1,6 @@
-"""Train several losses on the same data with the same backbone and budget, evaluate each,
-draw the pictures and write one HTML report (what ``marginface compare`` and ``demo`` run)."""
+"""Train several losses on the same data with the same backbone and budget and evaluate each
+(what ``marginface compare`` and ``demo`` run; their pictures and report are drawn and written
+by :mod:`marginface.report.comparison`)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,12 @@ from ..config import TrainConfig
 from ..registry import get_loss_class
 from .build import load_bundle
 from .evaluation.evaluate import Evaluation, evaluate_run
-from .pictures import draw_run_pictures, report_sections
 from .progress import DEFAULT_PROGRESS_SECONDS
-from .state.layout import REPORT_NAME
 from .state.results import update_results
 from .state.run_folder import OutputExistsError
 from .trainer import Trainer
 
-__all__ = ["TABLE_COLUMNS", "Comparison", "compare_losses", "draw_run_pictures"]
+__all__ = ["TABLE_COLUMNS", "Comparison", "RunResults", "compare_losses"]
 
 TABLE_COLUMNS = (
     "loss",
@@ -43,13 +42,19 @@ MARKER = ".marginface-compare"
 logger = logging.getLogger(__name__)
 
 
+RunResults = dict[str, tuple[list[dict[str, Any]], Evaluation, Any]]
+"""``{loss_name: (history, evaluation, head)}``: what the pictures of several runs are drawn
+from (:mod:`marginface.report.pictures`)."""
+
+
 @dataclass
 class Comparison:
-    """The result of :func:`compare_losses`: one table row per loss and the report's path."""
+    """The result of :func:`compare_losses`: one table row per loss (:data:`TABLE_COLUMNS`
+    among its keys) and each loss's run (:data:`RunResults`: its history, evaluation and
+    trained head), in the order trained."""
 
     rows: list[dict[str, Any]]
-    report: Path
-    images: dict[str, Path]
+    runs: RunResults
 
 
 def _prepare(out_dir: Path, *, overwrite: bool, replace_own: bool) -> None:
@@ -80,10 +85,9 @@ def compare_losses(
     progress: bool | str = False,
     progress_seconds: float = DEFAULT_PROGRESS_SECONDS,
     on_row: Callable[[dict[str, Any]], None] | None = None,
-    title: str = "marginface comparison",
-    notes: Sequence[str] = (),
 ) -> Comparison:
-    """Train ``base`` once per loss into ``out_dir/<loss>``, evaluate, and report.
+    """Train ``base`` once per loss into ``out_dir/<loss>`` and evaluate each (the report of
+    them all: :func:`marginface.report.comparison.compare_and_report`).
 
     Args:
         losses: registered loss names (validated before anything is trained).
@@ -99,7 +103,7 @@ def compare_losses(
         on_row: called with each loss's table row as soon as it is measured.
 
     Returns:
-        :class:`Comparison`; the report is ``out_dir/report.html``.
+        :class:`Comparison`: the table's rows and the runs.
     """
     if not losses:
         raise ValueError("losses must name at least one registered loss")
@@ -108,7 +112,7 @@ def compare_losses(
     out_dir = Path(out_dir)
     _prepare(out_dir, overwrite=overwrite, replace_own=replace_own)
     bundle = load_bundle(base)
-    runs: dict[str, tuple[list[dict[str, Any]], Evaluation, Any]] = {}
+    runs: RunResults = {}
     rows: list[dict[str, Any]] = []
     for number, name in enumerate(losses, start=1):
         options = {**base.loss_options, **(loss_options or {}).get(name, {})}
@@ -136,15 +140,4 @@ def compare_losses(
         runs[name] = (history, evaluation, trainer.head)
         if on_row is not None:
             on_row(row)
-    images = draw_run_pictures(runs, out_dir)
-    from ..report import write_report
-
-    report = write_report(
-        out_dir / REPORT_NAME,
-        title=title,
-        rows=rows,
-        columns=TABLE_COLUMNS,
-        notes=notes,
-        sections=report_sections(runs, images),
-    )
-    return Comparison(rows, report, images)
+    return Comparison(rows, runs)

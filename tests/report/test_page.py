@@ -12,7 +12,6 @@ import re
 import numpy as np
 import pytest
 
-from marginface import report as report_module
 from marginface.plots import sphere_figure
 from marginface.report import (
     Image,
@@ -23,6 +22,7 @@ from marginface.report import (
     format_table,
     write_report,
 )
+from marginface.report import page as report_module
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="

@@ -4,7 +4,7 @@
 :func:`~marginface.train.compare_losses` and ``marginface plot`` collect them. To add a figure
 to the report, draw it in :func:`draw_run_pictures` (a PNG, also written by ``marginface
 plot``) or add a block or a section in :func:`report_sections` (e.g. an interactive
-:class:`~marginface.report.PlotlyFigure`).
+:class:`~marginface.report.page.PlotlyFigure`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.ijb import IJB_FAR_TARGETS
-from ..report import Image, PlotlyFigure, Section, Table
-from .evaluation.evaluate import Evaluation
-from .state.layout import ERC_NAME
+from ..train.evaluation.evaluate import Evaluation
+from ..train.state.layout import ERC_NAME
+from .page import Image, PlotlyFigure, Section, Table
 
 __all__ = [
     "ANGLES_CAPTION",

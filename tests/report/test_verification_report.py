@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from marginface.report import write_report
-from marginface.train.evaluation.evaluate import Evaluation, ScoredPairs
-from marginface.train.verification_report import (
+from marginface.report.verification import (
     other_metrics,
     verification_sections,
     verification_table,
 )
+from marginface.train.evaluation.evaluate import Evaluation, ScoredPairs
 
 NAN = math.nan
 BIN = {
@@ -95,8 +95,8 @@ def test_an_open_set_run_reports_its_test_pairs_with_identities(tmp_path):
     from marginface.config import TrainConfig
     from marginface.data import load_dataset
     from marginface.data.base import DatasetBundle
+    from marginface.report.verification import draw_verification_pictures
     from marginface.train import Trainer, evaluate_run
-    from marginface.train.verification_report import draw_verification_pictures
 
     digits = load_dataset("digits", seed=0)
     train, test = digits.train, digits.test

@@ -1,11 +1,13 @@
-"""An HTML report in one self-contained file that works offline, plus the plain-text table.
+"""The one HTML writer: a page in one self-contained file that works offline, plus the
+plain-text table.
 
 A page is a title and a list of :class:`Section`; a section is a heading and a list of blocks:
 :class:`Table`, :class:`Text`, :class:`Image` (a PNG embedded as base64) and
 :class:`PlotlyFigure` (an interactive figure; the plotly.js bundle, about 4.9 MB, is inlined
 once per page when a figure needs it, and nothing is fetched from the network). To add a
 figure to the comparison report, add a block to a section (see
-:func:`marginface.train.pictures.report_sections`).
+:func:`marginface.report.pictures.report_sections`). Every page of the package (the reports,
+``search --html``'s page) is written by :func:`write_html_page`.
 
 The page is responsive: at a phone's width tables scroll inside their box, long values wrap
 and pictures scale down.
@@ -26,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ._atomic import atomic_write_text
+from .._atomic import atomic_write_text
 
 __all__ = [
     "Image",
@@ -37,6 +39,7 @@ __all__ = [
     "format_table",
     "plotly_bundle",
     "write_evaluation_report",
+    "write_html_page",
     "write_report",
 ]
 
@@ -341,10 +344,6 @@ def write_report(
         for a, s in zip(anchors, page, strict=True)
     )
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1><p>Generated {stamp} by marginface.</p>",
         f"<nav><ul>{toc}</ul></nav>" if len(page) > 1 else "",
     ]
@@ -352,7 +351,30 @@ def write_report(
     if bundle:
         parts.append(f'<script type="text/javascript" id="plotly-bundle">{bundle}</script>')
         parts.append(f"<script>{_RENDER}</script>")
-    parts.append("</body></html>")
+    return write_html_page(path, title=title, style=_STYLE, body=parts)
+
+
+def write_html_page(
+    path: str | os.PathLike[str], *, title: str, style: str, body: Sequence[str]
+) -> Path:
+    """Write one HTML document atomically and return its path: the page's skeleton (doctype,
+    ``lang="en"``, UTF-8, the phone viewport, ``title`` HTML-escaped, ``style`` inlined), then
+    ``body``'s parts one per line. Every page of the package is written here.
+
+    Args:
+        path: the ``.html`` file to write (its folder is created).
+        title: the page's ``<title>`` (plain text).
+        style: the CSS, inlined in ``<style>``.
+        body: the parts of ``<body>`` (HTML), in order.
+    """
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{style}</style></head><body>",
+        *body,
+        "</body></html>",
+    ]
     return atomic_write_text(path, "\n".join(parts) + "\n")
 
 

@@ -12,7 +12,7 @@ open-set dataset such as LFW) gets, instead of the raw list of metric keys:
   projection coloured by identity (:func:`draw_verification_pictures`);
 * the remaining measured metrics, rows without a value left out (:func:`other_metrics`).
 
-Closed-set runs (digits, MNIST) keep their report (:mod:`marginface.train.pictures`).
+Closed-set runs (digits, MNIST) keep their report (:mod:`marginface.report.pictures`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..evaluation import grid_notes
-from ..report import Image, Section, Table, Text
-from .evaluation.evaluate import Evaluation
+from ..train.evaluation.evaluate import Evaluation
+from .page import Image, Section, Table, Text
 
 __all__ = [
     "COUNT_METRICS",

@@ -8,10 +8,23 @@ import html
 import io
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .gallery import SearchResult
+from .page import write_html_page
+
+if TYPE_CHECKING:
+    from ..inference.gallery import SearchResult
 
 __all__ = ["thumbnail_uri", "write_search_page"]
+
+
+_STYLE = """
+body { font-family: sans-serif; margin: 2em; }
+table { border-collapse: collapse; }
+td, th { border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; }
+img { max-width: 96px; max-height: 96px; }
+.no { color: #a00; } .yes { color: #060; } .missing { color: #888; }
+"""
 
 
 def thumbnail_uri(path: str | os.PathLike[str] | None, side: int = 96) -> str | None:
@@ -47,10 +60,9 @@ def write_search_page(
     threshold: float | None,
     title: str = "marginface search",
 ) -> Path:
-    """Write the page (atomically). ``probe_paths`` maps a probe's name to its file;
-    ``examples`` an identity to one of its images. Returns the path."""
-    from .._atomic import atomic_write_text
-
+    """Write the page (atomically, through :func:`~marginface.report.page.write_html_page`).
+    ``probe_paths`` maps a probe's name to its file; ``examples`` an identity to one of its
+    images. Returns the path."""
     rule = "no threshold: best match shown" if threshold is None else f"threshold {threshold:.4f}"
     rows = []
     for result in results:
@@ -66,20 +78,12 @@ def write_search_page(
             f"<td>{result.score:.4f}</td><td>{others}</td>"
             "</tr>"
         )
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; }}
-table {{ border-collapse: collapse; }}
-td, th {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; }}
-img {{ max-width: 96px; max-height: 96px; }}
-.no {{ color: #a00; }} .yes {{ color: #060; }} .missing {{ color: #888; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p>{len(results)} probe(s); open-set decision at {html.escape(rule)}.</p>
-<table><tr><th>probe</th><th>best match</th><th>decision</th><th>cosine</th>
-<th>top-k</th></tr>
-{chr(10).join(rows)}
-</table></body></html>
-"""
-    return atomic_write_text(path, page)
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{len(results)} probe(s); open-set decision at {html.escape(rule)}.</p>",
+        "<table><tr><th>probe</th><th>best match</th><th>decision</th><th>cosine</th>",
+        "<th>top-k</th></tr>",
+        *rows,
+        "</table>",
+    ]
+    return write_html_page(path, title=title, style=_STYLE, body=body)
