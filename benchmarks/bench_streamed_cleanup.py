@@ -46,12 +46,12 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decode import DEFAULT_ARCHIVE, build_dataset, machine_lines
-from marginface.config import TrainConfig
 from marginface.data.base import DatasetBundle, ImageSet
 from marginface.data.insightface import load_insightface
 from marginface.models import create_model
 from marginface.registry import create_loss
 from marginface.train.cleaning import training_embeddings
+from marginface.train.config import TrainConfig
 from marginface.train.run import LoadedRun
 
 DIM = 512

@@ -38,7 +38,6 @@ PIPELINE = (
     "cli",
     "convert",
     "export",
-    "config",
     "models",
     "inference",
     "detect",

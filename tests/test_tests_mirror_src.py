@@ -23,7 +23,7 @@ TESTS = ROOT / "tests"
 
 ELSEWHERE: dict[str, tuple[str, ...]] = {
     # source (relative to src/marginface) -> its test files (relative to tests/)
-    "_toml.py": ("test_config.py",),
+    "_toml.py": ("train/test_config.py",),
     "class_parameters.py": ("margins/test_adam_softmax.py",),
     "functional.py": ("test_bad_input.py", "margins/test_identities.py"),
     "losses.py": ("test_loss_declaration.py", "test_loss_defaults.py"),

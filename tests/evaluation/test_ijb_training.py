@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import read_history
+from marginface.train.config import TrainConfig
 from marginface.train.evaluation.ijb_evaluation import (
     IjbSet,
     ijb_history_keys,

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from marginface.config import TrainConfig
 from marginface.train import Trainer
+from marginface.train.config import TrainConfig
 from marginface.train.progress import (
     ProgressReporter,
     check_progress_seconds,

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import TrainConfig
 from ..registry import get_loss_class
 from .build import load_bundle
+from .config import TrainConfig
 from .evaluation.evaluate import Evaluation, evaluate_run
 from .pictures import draw_run_pictures, report_sections
 from .progress import DEFAULT_PROGRESS_SECONDS

@@ -21,7 +21,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..config import TrainConfig, save_config
 from ..data import DatasetBundle
 from ..head.state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
@@ -32,6 +31,7 @@ from .build import (
     load_bundle,
     load_initial_state,
 )
+from .config import TrainConfig, save_config
 from .distributed import (
     all_ranks_true,
     clip_gradient_norm,
@@ -82,8 +82,8 @@ class Trainer:
     """Train ``config.model`` with ``config.loss`` on ``config.dataset`` into ``run_dir``.
 
     Args:
-        config: the :class:`~marginface.config.TrainConfig`. The trainer keeps (as
-            ``.config``), uses and saves its :meth:`~marginface.config.TrainConfig.resolved`
+        config: the :class:`~marginface.train.config.TrainConfig`. The trainer keeps (as
+            ``.config``), uses and saves its :meth:`~marginface.train.config.TrainConfig.resolved`
             copy: ``loss_options`` with the pipeline's per-loss defaults filled in (``scale =
             30`` for every loss that takes a scale), so ``config.toml`` and the checkpoint show
             the options actually used.
