@@ -36,7 +36,6 @@ PIPELINE = (
     "plots",
     "report",
     "cli",
-    "convert",
     "export",
     "models",
     "inference",
