@@ -131,8 +131,8 @@ def test_resolve_command_passes_a_callable_through() -> None:
 
 def test_the_restated_defaults_are_the_library_s() -> None:
     """The parser restates two library constants so that it imports no torch."""
+    from marginface._progress import DEFAULT_PROGRESS_SECONDS
     from marginface.cli import options
-    from marginface.train.progress import DEFAULT_PROGRESS_SECONDS
     from marginface.train.state.preemption import PREEMPTED_EXIT_CODE
 
     assert options.DEFAULT_PROGRESS_SECONDS == DEFAULT_PROGRESS_SECONDS

@@ -354,11 +354,11 @@ def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     import math
 
     from .._atomic import atomic_write_text
+    from .._progress import progress_callback
     from ..data.ijb import read_ijb_layout
     from ..report import format_table
     from ..train import resolve_device
     from ..train.evaluation.ijb_evaluation import ijb_results
-    from ..train.progress import progress_callback
     from ..train.state.layout import IJB_NAME, REPORT_NAME
     from ..train.state.results import update_results
 

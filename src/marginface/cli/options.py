@@ -349,7 +349,7 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 # The library's defaults, restated so that building the parser imports no torch (`--help` is
-# quick): tests/cli/test_quick_help.py checks them against train/progress.py and
+# quick): tests/cli/test_quick_help.py checks them against _progress.py and
 # train/state/preemption.py.
 DEFAULT_PROGRESS_SECONDS = 30.0
 PREEMPTED_EXIT_CODE = 143

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._progress import DEFAULT_PROGRESS_SECONDS
 from ..registry import get_loss_class
 from .build import load_bundle
 from .config import TrainConfig
 from .evaluation.evaluate import Evaluation, evaluate_run
 from .pictures import draw_run_pictures, report_sections
-from .progress import DEFAULT_PROGRESS_SECONDS
 from .state.layout import REPORT_NAME
 from .state.results import update_results
 from .state.run_folder import OutputExistsError

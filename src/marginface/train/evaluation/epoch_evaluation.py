@@ -88,7 +88,7 @@ class EpochEvaluator:
         """``(after an epoch, every verify_every steps)``: the images each evaluation embeds,
         flipped copies counted (the test set, flipped when :meth:`test_metrics` flips it, and
         every verification set twice; IJB not counted): the ETA's guess of their time
-        before the first is measured (:class:`~marginface.train.progress.ProgressReporter`)."""
+        before the first is measured (:class:`~marginface._progress.ProgressReporter`)."""
         bundle = self.bundle
         flip = self.config.flip and bundle.open_set
         verification = sum(2 * len(found.images) for found in bundle.verification.values())
