@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 import marginface
-from marginface.config import TrainConfig
+from marginface.train.config import TrainConfig
 from marginface.train.state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from marginface.train.state.run_state import RunObjects
 from marginface.train.state.step_position import StepPosition

@@ -3,7 +3,7 @@ Pillow against simplejpeg, through a ``DataLoader`` with 0, 1 and 2 workers.
 
 The dataset is real faces: the first ``--images`` JPEGs of LFW deep-funneled (from
 ``../shared/data/lfw/lfw-deepfunneled.tar.gz``), centre-cropped to 150 px and stored at 112×112
-(JPEG quality 95) in insightface's layout by :func:`marginface.convert.convert_folder`, as
+(JPEG quality 95) in insightface's layout by :func:`marginface.data.convert.convert_folder`, as
 faces_emore's images are. Each configuration iterates over the whole dataset ``--repeat`` times
 with random flips (``flip=True``, batches of 128, shuffled, as a training epoch reads it) after
 one untimed warm-up pass (workers started, ``train.rec`` in the page cache; the workers persist,
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from marginface.convert import convert_folder
+from marginface.data.convert import convert_folder
 from marginface.data.insightface import InsightFaceDataset, decode_rgb
 
 REPO = Path(__file__).resolve().parents[1]

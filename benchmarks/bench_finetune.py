@@ -37,11 +37,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from marginface.config import TrainConfig, describe_recipe
 from marginface.data.base import DatasetBundle, ImageSet
 from marginface.models.catalogue import open_pretrained
 from marginface.train import Trainer
 from marginface.train.build import load_bundle
+from marginface.train.config import TrainConfig, describe_recipe
 from marginface.train.embeddings import extract_embeddings
 
 

@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_verification as bv
 from bench_decode import machine_lines
 from marginface import FaceModel
-from marginface.config import load_config
 from marginface.evaluation import pair_scores, verification_metrics
 from marginface.inference.gallery import Gallery
 from marginface.inference.index import TemplateIndex, have_faiss
 from marginface.train import Trainer, load_bundle
+from marginface.train.config import load_config
 
 FPIR_TARGETS = (0.01, 0.1)
 

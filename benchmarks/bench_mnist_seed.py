@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from marginface.config import TrainConfig, load_config
 from marginface.train import Trainer
+from marginface.train.config import TrainConfig, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / ".." / "shared" / "data"

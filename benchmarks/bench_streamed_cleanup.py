@@ -4,7 +4,7 @@
 The dataset is real faces, as in ``bench_decode.py``: the first ``--images`` JPEGs of LFW
 deep-funneled (``../shared/data/lfw/lfw-deepfunneled.tar.gz``), centre-cropped to 150 px and
 stored at 112×112 (JPEG q95) in insightface's layout by
-:func:`marginface.convert.convert_folder`; one class per LFW identity. The pass timed is
+:func:`marginface.data.convert.convert_folder`; one class per LFW identity. The pass timed is
 :func:`marginface.train.cleaning.training_embeddings`, what ``marginface outliers`` and
 ``train --drop-non-dominant`` run: for the streamed set, the records read in order by a
 ``DataLoader`` with 0, 1, 2 workers (decode, no flip, ``float32[3, 112, 112]``), batches of
@@ -46,12 +46,12 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decode import DEFAULT_ARCHIVE, build_dataset, machine_lines
-from marginface.config import TrainConfig
 from marginface.data.base import DatasetBundle, ImageSet
 from marginface.data.insightface import load_insightface
 from marginface.models import create_model
 from marginface.registry import create_loss
 from marginface.train.cleaning import training_embeddings
+from marginface.train.config import TrainConfig
 from marginface.train.run import LoadedRun
 
 DIM = 512

@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from marginface.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from marginface.evaluation import pair_scores, retrieval_metrics, verification_metrics
 from marginface.train import Trainer, TrainingDivergedError, extract_embeddings, load_bundle
+from marginface.train.config import AMP_MODES, OPTIMIZERS, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / ".." / "shared" / "data"

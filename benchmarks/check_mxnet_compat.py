@@ -58,7 +58,7 @@ def write(scratch: Path) -> None:
 
     from PIL import Image
 
-    from marginface.convert import convert_folder, convert_pairs
+    from marginface.data.convert import convert_folder, convert_pairs
     from marginface.data.insightface import InsightFaceDataset
     from marginface.data.recordio import RecordReader, RecordWriter, unpack_image_record
 

@@ -2,9 +2,9 @@
 evaluate it, and draw the sphere. Run: ``python examples/quickstart.py`` (writes runs/quickstart).
 """
 
-from marginface.config import TrainConfig
 from marginface.plots import plot_embeddings, save_figure
 from marginface.train import evaluate_run, train
+from marginface.train.config import TrainConfig
 
 config = TrainConfig(
     dataset="digits",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from marginface.config import load_config
+from marginface.train.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 

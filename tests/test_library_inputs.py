@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import marginface
-from marginface.config import TrainConfig
 from marginface.executors.dense import normalize_rows, row_norms
 from marginface.train import Trainer, TrainingDivergedError
+from marginface.train.config import TrainConfig
 
 INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.uint8]
 

@@ -23,18 +23,18 @@ TESTS = ROOT / "tests"
 
 ELSEWHERE: dict[str, tuple[str, ...]] = {
     # source (relative to src/marginface) -> its test files (relative to tests/)
-    "_toml.py": ("test_config.py",),
+    "_toml.py": ("train/test_config.py",),
     "class_parameters.py": ("margins/test_adam_softmax.py",),
     "functional.py": ("test_bad_input.py", "margins/test_identities.py"),
     "losses.py": ("test_loss_declaration.py", "test_loss_defaults.py"),
     "weight_regularizers.py": ("margins/test_sphereface_r.py", "test_loss_declaration.py"),
-    "cli/convert_options.py": ("test_convert.py",),
+    "cli/convert_options.py": ("data/test_convert.py",),
     "cli/options.py": ("cli/test_help_defaults.py", "cli/test_quick_help.py"),
     "cli/output.py": ("cli/test_cli_logging.py",),
     "cli/parser.py": ("cli/test_quick_help.py",),
     "cli/training.py": ("models/test_pretrained.py",),
     "data/base.py": ("train/test_batches.py", "train/test_embedding_store.py"),
-    "data/imaging.py": ("test_convert.py",),
+    "data/imaging.py": ("data/test_convert.py",),
     "data/omniglot.py": ("data/test_download.py",),
     "data/recordio_format.py": ("data/test_recordio.py",),
     "data/registry.py": ("data/test_dataset_registry.py",),

@@ -14,9 +14,9 @@ import tomllib
 
 import marginface
 from marginface.cli import DEMO_LOSSES, build_parser, demo_config, main
-from marginface.config import PIPELINE_SCALE
 from marginface.data import load_dataset
 from marginface.train import load_checkpoint, load_run, read_history
+from marginface.train.config import PIPELINE_SCALE
 
 COMMANDS = ("demo", "train", "evaluate", "compare", "plot", "export", "outliers")
 TINY = ["--limit", "200", "--epochs", "2", "--batch-size", "64", "--threads", "1"]

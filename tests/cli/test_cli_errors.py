@@ -23,8 +23,8 @@ import torch
 
 import marginface.export
 from marginface.cli import main
-from marginface.config import load_config
 from marginface.train import Trainer, load_checkpoint, read_history
+from marginface.train.config import load_config
 from marginface.train.state.layout import CHECKPOINT_NAME, CONFIG_NAME, HISTORY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 
 from marginface.cli import build_parser
 from marginface.cli.options import _TRAIN_FLAGS, DefaultsHelpFormatter, config_default_text
-from marginface.config import FINETUNE_KEYS, PLAIN_DEFAULTS, RECIPE_KEYS, RECIPES, TrainConfig
+from marginface.train.config import FINETUNE_KEYS, PLAIN_DEFAULTS, RECIPE_KEYS, RECIPES, TrainConfig
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from marginface.config import TrainConfig
 from marginface.data.augment import BatchAugmentation, build_augmentation, check_augment_options
+from marginface.train.config import TrainConfig
 
 
 def reference_warp(image: np.ndarray, matrix: np.ndarray) -> np.ndarray:

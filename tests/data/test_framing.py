@@ -10,7 +10,7 @@ import pytest
 from tests._converted_faces import write_lfw_like
 
 from marginface.cli import main
-from marginface.convert import convert_folder, convert_pairs
+from marginface.data.convert import convert_folder, convert_pairs
 from marginface.data.framing import (
     framing_mismatches,
     framing_path,

@@ -11,8 +11,8 @@ from PIL import Image
 from tests._converted_faces import NAMES, PER_NAME, write_lfw_like
 
 from marginface.cli import main
-from marginface.convert import convert_folder, convert_pairs
 from marginface.data import load_dataset
+from marginface.data.convert import convert_folder, convert_pairs
 from marginface.data.insightface import InsightFaceDataset, load_insightface
 
 

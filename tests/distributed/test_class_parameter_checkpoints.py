@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import Trainer
+from marginface.train.config import TrainConfig
 from marginface.train.state.run_state import SavedRun, read_saved_run, save_run_state
 from marginface.train.state.sharded_checkpoint import read_sidecar
 

@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import Trainer, load_checkpoint, load_run, read_history
+from marginface.train.config import TrainConfig
 from marginface.train.state import run_state
 from marginface.train.state.run_state import read_saved_run
 from marginface.train.state.sharded_checkpoint import (

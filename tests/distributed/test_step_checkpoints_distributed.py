@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import Trainer, read_history
+from marginface.train.config import TrainConfig
 from marginface.train.state.preemption import PREEMPTED_EXIT_CODE
 from marginface.train.state.run_state import read_saved_run
 from marginface.train.state.sharded_checkpoint import read_sidecar

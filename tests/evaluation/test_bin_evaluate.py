@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from marginface.config import TrainConfig
 from marginface.data import load_dataset
 from marginface.data.base import DatasetBundle, PairSet, VerificationSet
 from marginface.evaluation import bin_set_metrics, bin_verification_metrics, verification_metrics
 from marginface.train import Trainer, evaluate_run, extract_embeddings
+from marginface.train.config import TrainConfig
 
 from .test_bin_verification import insightface_reference
 

@@ -10,8 +10,8 @@ import numpy as np
 
 def train_digits_run(folder: Path) -> Path:
     """Train the default configuration (digits, curricularface) for one epoch on 96 images."""
-    from marginface.config import TrainConfig
     from marginface.train import train
+    from marginface.train.config import TrainConfig
 
     config = TrainConfig(limit=96, epochs=1, batch_size=32, threads=1, device="cpu")
     train(config, folder)

@@ -316,8 +316,8 @@ def test_vit_b_checkpoints_by_default_and_options_are_checked():
 def test_a_run_saved_with_the_old_names_loads_evaluates_and_resumes(tmp_path):
     """A whole iresnet18 run whose checkpoint holds the previous version's names (rewritten
     here from a fresh run's, then re-sealed): load_run, evaluate and --resume work."""
-    from marginface.config import TrainConfig
     from marginface.train import evaluate_run, load_checkpoint, load_run, save_checkpoint, train
+    from marginface.train.config import TrainConfig
 
     values = {"model": "iresnet18", "image_size": 16, "embedding_dim": 8, "limit": 64}
     values |= {"batch_size": 32, "epochs": 1, "threads": 1, "device": "cpu"}

@@ -388,8 +388,8 @@ def test_train_init_from_starts_the_backbone_from_the_file(tmp_path, monkeypatch
 def test_export_safetensors_of_a_run_loads_as_a_backbone(tmp_path):
     """``marginface export RUN --format safetensors`` writes the run's backbone weights, which
     ``load_backbone`` (``evaluate --backbone``, ``train --init-from``) reads back."""
-    from marginface.config import TrainConfig
     from marginface.train import load_run, train
+    from marginface.train.config import TrainConfig
 
     config = TrainConfig(limit=64, epochs=1, batch_size=32, threads=1, device="cpu")
     train(config, tmp_path / "run")

@@ -92,11 +92,11 @@ def test_an_open_set_run_reports_its_test_pairs_with_identities(tmp_path):
     """A run on open-set test data (identities unseen in training, sampled pairs): the table's
     'test pairs' row is the evaluation's own numbers, the histogram's threshold is the
     midpoint search's, and the PCA colours the test identities."""
-    from marginface.config import TrainConfig
     from marginface.data import load_dataset
     from marginface.data.base import DatasetBundle
     from marginface.report.verification import draw_verification_pictures
     from marginface.train import Trainer, evaluate_run
+    from marginface.train.config import TrainConfig
 
     digits = load_dataset("digits", seed=0)
     train, test = digits.train, digits.test

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from marginface.config import config_from_dict
 from marginface.train.build import (
     build_training,
     configure_process,
@@ -14,6 +13,7 @@ from marginface.train.build import (
     load_bundle,
     load_initial_state,
 )
+from marginface.train.config import config_from_dict
 
 
 def test_configure_process_sets_the_threads_and_flushes_denormals():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from marginface.config import TrainConfig
+from marginface.train.config import TrainConfig
 from marginface.train.config_values import KeyValueError, check_shown_options, check_values
 
 

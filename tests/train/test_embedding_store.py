@@ -11,9 +11,9 @@ import pytest
 import torch
 from tests.train.test_verification_sets import _bundle_with_sets
 
-from marginface.config import TrainConfig
 from marginface.data.base import DatasetBundle
 from marginface.train import Trainer, evaluate_model, evaluate_run
+from marginface.train.config import TrainConfig
 from marginface.train.embedding_store import (
     EmbeddingStore,
     data_fingerprint,

@@ -34,7 +34,6 @@ import marginface.train.history as history_module
 import marginface.train.run_log as run_log_module
 from marginface._atomic import atomic_write, remove_stale_temporaries
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import (
     CheckpointError,
     Trainer,
@@ -43,6 +42,7 @@ from marginface.train import (
     read_history,
     train,
 )
+from marginface.train.config import TrainConfig
 from marginface.train.history import format_history
 from marginface.train.state.checkpoint import CHECKPOINT_VERSION, state_digest
 from marginface.train.state.layout import CHECKPOINT_NAME, HISTORY_NAME

@@ -1,7 +1,7 @@
 """Fine-tuning (issue 46): the finetune recipe read from a pretrained model's description,
 conflicting options, frozen stages, class centers at the class means, the model's own pixel
 normalisation in training and in the run's description (train/finetune.py, finetune_recipe.py,
-model_input.py; config.py)."""
+model_input.py; train/config.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from marginface.config import ConfigValueError, TrainConfig, describe_recipe
 from marginface.data.base import DatasetBundle, ImageSet
 from marginface.models.catalogue import find_pretrained
 from marginface.models.dlib_resnet import DlibResNet
 from marginface.models.iresnet import IResNet
 from marginface.registry import create_loss
 from marginface.train.build import build_training
+from marginface.train.config import ConfigValueError, TrainConfig, describe_recipe
 from marginface.train.finetune import (
     class_mean_centers,
     freeze_stages,

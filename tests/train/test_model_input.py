@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from marginface.config import TrainConfig
 from marginface.data.base import DatasetBundle, ImageSet, VerificationSet
 from marginface.evaluation.pairs import PairSet
 from marginface.models.catalogue import find_pretrained
+from marginface.train.config import TrainConfig
 from marginface.train.model_input import (
     check_model_input,
     convert_bundle,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from marginface.config import TrainConfig, config_from_dict
 from marginface.train import build_optimizer, build_scheduler, lr_factor, train
+from marginface.train.config import TrainConfig, config_from_dict
 from marginface.train.schedule import micro_batches, polynomial_factor
 
 

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from marginface.config import TrainConfig
 from marginface.train import (
     CheckpointError,
     OutputExistsError,
@@ -20,6 +19,7 @@ from marginface.train import (
     save_checkpoint,
     train,
 )
+from marginface.train.config import TrainConfig
 
 
 def quick(**overrides: object) -> TrainConfig:

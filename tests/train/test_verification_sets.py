@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from marginface.config import TrainConfig
 from marginface.data import load_dataset
 from marginface.data.base import DatasetBundle, PairSet, VerificationSet
 from marginface.evaluation import bin_verification_metrics
 from marginface.train import Trainer, extract_embeddings, read_history
+from marginface.train.config import TrainConfig
 from marginface.train.evaluation.epoch_evaluation import EpochEvaluator
 
 

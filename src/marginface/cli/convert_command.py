@@ -1,5 +1,5 @@
 """``marginface convert``: parse its arguments (:mod:`.convert_options`), call
-:func:`marginface.convert.convert_folder`, :func:`~marginface.convert.convert_pairs` or
+:func:`marginface.data.convert.convert_folder`, :func:`~marginface.data.convert.convert_pairs` or
 :func:`marginface.data.recordio.rebuild_index`, print one line. The library never sees the
 argparse Namespace; ``--detector`` and its options arrive as one
 :class:`~marginface.detect.DetectorSpec` (:func:`.detect.detector_spec`)."""
@@ -43,7 +43,7 @@ def run_convert(args: argparse.Namespace, *, echo: Callable[[str], None] | None 
     Returns:
         0. Errors are raised (``ValueError``/``TypeError``/``OSError``) for the CLI to report.
     """
-    from ..convert import convert_folder, convert_pairs
+    from ..data.convert import convert_folder, convert_pairs
 
     say = echo or logger.info
     if getattr(args, "reindex", None) is not None:

@@ -1,5 +1,5 @@
-"""``marginface convert``'s arguments, apart from :mod:`marginface.convert` (which imports NumPy
-and the data package) so that ``marginface convert --help`` answers without them."""
+"""``marginface convert``'s arguments, apart from :mod:`marginface.data.convert` (which imports
+NumPy and the data package) so that ``marginface convert --help`` answers without them."""
 
 from __future__ import annotations
 

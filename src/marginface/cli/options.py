@@ -111,12 +111,12 @@ def _shown(value: Any) -> str:
 
 def config_default_text(key: str) -> str:
     """``--help``'s default of configuration key ``key``: ``default: X`` (the
-    :class:`~marginface.config.TrainConfig` field's), or for a key the recipe chooses
+    :class:`~marginface.train.config.TrainConfig` field's), or for a key the recipe chooses
     ``default: by dataset: face recipe X / sphere recipe Y`` (with the datasets whose face
     recipe departs from X)."""
     import dataclasses
 
-    from ..config import (
+    from ..train.config import (
         FACE_DATASETS,
         FINETUNE_KEYS,
         PLAIN_DEFAULTS,
@@ -225,7 +225,7 @@ def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
     """The configuration keys the command line (and ``--config``) set explicitly, merged in
     the documented order: ``--config`` file, flags, ``--set``; ``--loss-option`` and
     ``--augment`` add to the tables of the file (or of the defaults)."""
-    from ..config import TrainConfig
+    from ..train.config import TrainConfig
 
     values: dict[str, Any] = {}
     if getattr(args, "config", None) is not None:
@@ -258,7 +258,7 @@ def _explicit_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _read_toml_table(path: Path) -> dict[str, Any]:
-    from ..config import load_config
+    from ..train.config import load_config
 
     load_config(path)  # the file's own errors (missing, not TOML, not UTF-8, bad keys)
     with Path(path).open("rb") as handle:
@@ -266,9 +266,9 @@ def _read_toml_table(path: Path) -> dict[str, Any]:
 
 
 def _named_option_errors(build):
-    """Call ``build()``; a :class:`~marginface.config.ConfigValueError` is re-raised naming
+    """Call ``build()``; a :class:`~marginface.train.config.ConfigValueError` is re-raised naming
     the command-line option instead of the configuration key."""
-    from ..config import ConfigValueError
+    from ..train.config import ConfigValueError
 
     try:
         return build()
@@ -280,7 +280,7 @@ def _named_option_errors(build):
 
 
 def _config_from_args(args: argparse.Namespace):
-    from ..config import config_from_dict
+    from ..train.config import config_from_dict
 
     values = _explicit_values(args)
     source = str(args.config) if getattr(args, "config", None) else "the command line"
@@ -349,7 +349,7 @@ def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 # The library's defaults, restated so that building the parser imports no torch (`--help` is
-# quick): tests/cli/test_quick_help.py checks them against train/progress.py and
+# quick): tests/cli/test_quick_help.py checks them against _progress.py and
 # train/state/preemption.py.
 DEFAULT_PROGRESS_SECONDS = 30.0
 PREEMPTED_EXIT_CODE = 143

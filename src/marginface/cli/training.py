@@ -76,8 +76,8 @@ def _fit(
     """Train ``config`` into ``out`` with the command line's progress, printers and
     ``--overwrite``; say where the run is. ``resume``: the saved run to continue
     (:class:`~marginface.train.state.run_state.SavedRun`), or False."""
-    from ..config import describe_recipe
     from ..train import Trainer
+    from ..train.config import describe_recipe
     from ..train.state.checkpoint_writer import CheckpointPolicy
     from ..train.state.preemption import TrainingPreemptedError
 
@@ -118,7 +118,7 @@ def _train_from_backbone(args: argparse.Namespace) -> int:
     model's weights (a name of ``marginface models``) or a file's (a state_dict). A model with
     a description (every pretrained name, a file marginface wrote) takes the finetune recipe:
     its architecture, input size and pixel normalisation, a small learning rate, early stages
-    frozen, centers at the class means (config.py, RECIPES); a file without one takes the
+    frozen, centers at the class means (train/config.py, RECIPES); a file without one takes the
     dataset's recipe and needs --model. The optimizer and schedule start afresh."""
     from ..train.finetune import pretrained_state
 
@@ -232,10 +232,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def demo_config():
     """The demo's recipe on digits (3-D embedding): BatchNorm seed CNN, light dropout, Adam
     with a cosine schedule, the pipeline's per-loss defaults (scale 30 for each of the four
-    losses, :data:`~marginface.config.PIPELINE_SCALE`); one thread (faster than two on 8×8
+    losses, :data:`~marginface.train.config.PIPELINE_SCALE`); one thread (faster than two on 8×8
     images). Sized to train the four losses in a few minutes on 2 CPU cores (its time is in
     docs/benchmarks.md)."""
-    from ..config import TrainConfig
+    from ..train.config import TrainConfig
 
     return TrainConfig(
         dataset="digits",

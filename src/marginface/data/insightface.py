@@ -2,7 +2,7 @@
 ``Dataset``, read without MXNet, and the ``.bin`` verification sets beside them.
 
 A dataset folder (faces_emore, faces_webface_112x112, ms1m-retinaface-t1, ... or one written by
-:func:`marginface.convert.convert_folder`) holds:
+:func:`marginface.data.convert.convert_folder`) holds:
 
 * ``train.rec`` / ``train.idx``: RecordIO (:mod:`.recordio`). When record 0's header has
   ``flag > 0``, it is insightface's header record: images are the keys ``1 .. label[0] - 1``,

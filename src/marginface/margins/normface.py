@@ -20,7 +20,7 @@ class NormFaceMargin(Margin):
     Args:
         scale: ``s > 0``, the radius of the hypersphere the logits live on. Default: 30.0
             (the scale low-dimensional embeddings train well at, as the training pipeline's
-            ``marginface.config.PIPELINE_SCALE``).
+            ``marginface.train.config.PIPELINE_SCALE``).
         gradient: see :class:`~marginface.margins.base.Margin` (no effect: there is no margin).
         interclass_filtering_threshold: ``τ`` in [0, 1]: non-target cosines above it are set to
             0 (insightface's label-noise filter; see :class:`~marginface.margins.base.Margin`).

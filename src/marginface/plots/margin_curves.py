@@ -22,8 +22,8 @@ __all__ = ["DEFAULT_NORM", "default_margins", "margin_curve", "plot_margin_curve
 
 DEFAULT_NORM = 30.0
 """Feature norm ``‖x‖`` given to margins that depend on it (SphereFace's original variant,
-MagFace, AdaFace): the training pipeline's scale (``marginface.config.PIPELINE_SCALE``), inside
-MagFace's [10, 110]."""
+MagFace, AdaFace): the training pipeline's scale
+(``marginface.train.config.PIPELINE_SCALE``), inside MagFace's [10, 110]."""
 
 Y_FLOOR = -2.0
 """Lowest target logit / scale shown: curves that fall further (SphereFace's ψ reaches

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import TrainConfig
+from .._progress import DEFAULT_PROGRESS_SECONDS
 from ..train.compare import TABLE_COLUMNS, Comparison, compare_losses
-from ..train.progress import DEFAULT_PROGRESS_SECONDS
+from ..train.config import TrainConfig
 from ..train.state.layout import REPORT_NAME
 from .page import write_report
 from .pictures import draw_run_pictures, report_sections

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import ConfigValueError, TrainConfig
 from ..data import DatasetBundle, ImageSet, load_dataset
 from ..data.augment import BatchAugmentation, build_augmentation
 from ..data.base import StreamedImageSet
 from ..models import create_model
 from ..registry import create_loss
+from .config import ConfigValueError, TrainConfig
 from .finetune import freeze_stages
 from .model_input import convert_bundle
 from .optim import build_optimizer, build_scheduler

@@ -24,11 +24,11 @@ from torch import Tensor
 
 from .._atomic import atomic_write_text
 from .._validation import check_real
-from ..config import TrainConfig, config_from_dict
 from ..data import DatasetBundle, ImageSet
 from ..data.base import StreamedImageSet
 from ..subcenters import PAPER_OUTLIER_DEGREES, Outliers
 from .build import load_bundle
+from .config import TrainConfig, config_from_dict
 from .distributed import resolve_device
 from .embeddings import extract_dataset_embeddings, extract_embeddings
 from .run import LoadedRun, load_run

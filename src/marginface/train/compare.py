@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import TrainConfig
+from .._progress import DEFAULT_PROGRESS_SECONDS
 from ..registry import get_loss_class
 from .build import load_bundle
+from .config import TrainConfig
 from .evaluation.evaluate import Evaluation, evaluate_run
-from .progress import DEFAULT_PROGRESS_SECONDS
 from .state.results import update_results
 from .state.run_folder import OutputExistsError
 from .trainer import Trainer

@@ -1,7 +1,7 @@
 """The range checks of a training configuration's values
-(:class:`~marginface.config.TrainConfig`), one line per bad value naming its key.
+(:class:`~marginface.train.config.TrainConfig`), one line per bad value naming its key.
 
-Kept apart from :mod:`marginface.config` (which calls :func:`check_values` and turns a
+Kept apart from :mod:`marginface.train.config` (which calls :func:`check_values` and turns a
 :class:`KeyValueError` into its ``ConfigValueError``), so that this module needs nothing of it.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["KeyValueError", "check_shown_options", "check_values"]
 
-OPTIMIZERS = ("adam", "adamw", "sgd")  # as marginface.config's
+OPTIMIZERS = ("adam", "adamw", "sgd")  # as marginface.train.config's
 SCHEDULES = ("constant", "cosine", "step", "polynomial")
 AMP_MODES = ("none", "bf16", "fp16")
 
@@ -26,7 +26,7 @@ class KeyValueError(ValueError):
 
 
 def check_values(config: Any) -> None:
-    """Check the values of ``config`` (a :class:`~marginface.config.TrainConfig` whose types
+    """Check the values of ``config`` (a :class:`~marginface.train.config.TrainConfig` whose types
     are checked) are in range; ``exclude`` is sorted and deduplicated, ``augment`` checked
     (:func:`~marginface.data.augment.check_augment_options`), in place.
 

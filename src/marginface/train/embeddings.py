@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._progress import Progress, track
 from ..inference.embedder import embed_batch
-from .progress import Progress, track
 
 __all__ = ["extract_dataset_embeddings", "extract_embeddings"]
 
@@ -37,8 +37,8 @@ def extract_embeddings(
     face verification. ``transform`` maps each batch (on ``device``) to model input, e.g.
     ``uint8`` images to normalized floats
     (:meth:`~marginface.data.base.VerificationSet.model_input`). ``desc`` names the loop's
-    progress (:func:`~marginface.train.progress.track`, shown under a
-    :func:`~marginface.train.progress.progress_output` block: the command line, a training run).
+    progress (:func:`~marginface._progress.track`, shown under a
+    :func:`~marginface._progress.progress_output` block: the command line, a training run).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -93,7 +93,7 @@ def extract_dataset_embeddings(
     the labels read from the record headers): each batch's labels must equal them, so a
     position in the result is the dataset's position. An error raised by the dataset in a
     worker (a corrupt record) is re-raised as one line naming the file and record. ``desc``
-    names the loop's progress (:func:`~marginface.train.progress.Progress`, in images).
+    names the loop's progress (:func:`~marginface._progress.Progress`, in images).
 
     Raises:
         ValueError: ``batch_size < 1``, ``workers < 0``, an empty dataset, a label different

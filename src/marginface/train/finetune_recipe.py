@@ -1,11 +1,11 @@
-"""The finetune recipe's part of a configuration (:class:`~marginface.config.TrainConfig`):
+"""The finetune recipe's part of a configuration (:class:`~marginface.train.config.TrainConfig`):
 what the pretrained model ``init_from`` fixes, the checks of ``model_input``,
 ``freeze_stages`` and ``center_init``, and the recipe line's text.
 
-The recipe's choices (:data:`marginface.config.RECIPES` ``["finetune"]``):
+The recipe's choices (:data:`marginface.train.config.RECIPES` ``["finetune"]``):
 
-* ArcFace at ``s = 30`` (:data:`~marginface.config.PIPELINE_SCALE`): a few dozen classes, not the
-  10⁵ that ``s = 64`` is sized for.
+* ArcFace at ``s = 30`` (:data:`~marginface.train.config.PIPELINE_SCALE`): a few dozen classes,
+  not the 10⁵ that ``s = 64`` is sized for.
 * SGD (momentum 0.9) at lr 3e-5, no weight decay (it pulls pretrained weights towards zero, not
   towards themselves). Measured on dlib-resnet-v1 (ORL, 3 stages frozen, ArcFace ``s = 30``, a
   batch of 64, centers at the class means): its late layers' gradient norms are 5 to 85 times
@@ -19,7 +19,7 @@ The recipe's choices (:data:`marginface.config.RECIPES` ``["finetune"]``):
   random head.
 * :data:`FINETUNE_FREEZE` stages frozen.
 
-Kept apart from :mod:`marginface.config` (which calls it) so that this module needs nothing of
+Kept apart from :mod:`marginface.train.config` (which calls it) so that this module needs nothing of
 it: an error names its configuration key in :attr:`RecipeError.key`, which the configuration
 turns into its own ``ConfigValueError``.
 """
@@ -215,7 +215,7 @@ def finetune_summary(config: Any, loss: str, schedule: str) -> str:
     """The finetune recipe line's body: the model and its input (size, colour, pixel
     normalisation, face crop), then the loss (``loss``: name and scale), optimizer, learning
     rate, ``schedule``, epochs, frozen stages and center initialisation of ``config`` (a
-    :class:`~marginface.config.TrainConfig`)."""
+    :class:`~marginface.train.config.TrainConfig`)."""
     table = config.model_input
     size = config.image_size
     crop = table.get("face_crop")

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from ..config import SCHEDULES
+from .config import SCHEDULES
 from .schedule import polynomial_factor
 
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import TrainConfig
 from .build import model_and_loss_for_meta
+from .config import TrainConfig
 from .state.run_state import SavedRun, read_saved_run
 
 __all__ = ["LoadedRun", "load_run"]

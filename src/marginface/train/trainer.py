@@ -21,7 +21,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..config import TrainConfig, save_config
+from .._progress import (
+    DEFAULT_PROGRESS_SECONDS,
+    ProgressReporter,
+    check_progress_seconds,
+    progress_output,
+    resolve_progress_mode,
+)
 from ..data import DatasetBundle
 from ..head.state import per_class_parameters
 from .batches import BatchSource, epoch_generator, global_batch
@@ -32,6 +38,7 @@ from .build import (
     load_bundle,
     load_initial_state,
 )
+from .config import TrainConfig, save_config
 from .distributed import (
     all_ranks_true,
     clip_gradient_norm,
@@ -49,13 +56,6 @@ from .failures import (
 )
 from .finetune import init_centers_from_class_means, pretrained_state
 from .loader_errors import next_batch as _next_batch
-from .progress import (
-    DEFAULT_PROGRESS_SECONDS,
-    ProgressReporter,
-    check_progress_seconds,
-    progress_output,
-    resolve_progress_mode,
-)
 from .run_log import EpochCallback, RunLog, run_log_attribute
 from .schedule import micro_batches
 from .state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
@@ -82,8 +82,8 @@ class Trainer:
     """Train ``config.model`` with ``config.loss`` on ``config.dataset`` into ``run_dir``.
 
     Args:
-        config: the :class:`~marginface.config.TrainConfig`. The trainer keeps (as
-            ``.config``), uses and saves its :meth:`~marginface.config.TrainConfig.resolved`
+        config: the :class:`~marginface.train.config.TrainConfig`. The trainer keeps (as
+            ``.config``), uses and saves its :meth:`~marginface.train.config.TrainConfig.resolved`
             copy: ``loss_options`` with the pipeline's per-loss defaults filled in (``scale =
             30`` for every loss that takes a scale), so ``config.toml`` and the checkpoint show
             the options actually used.
@@ -92,11 +92,11 @@ class Trainer:
         progress: training progress on rank 0: ``True`` or ``"auto"``: a tqdm bar per epoch
             when stderr is a terminal, else a log line (logger ``marginface.train.progress``,
             INFO) every ``progress_seconds`` and at the end of every epoch, with step, loss,
-            img/s and ETA (:mod:`marginface.train.progress`); ``"bar"``, ``"lines"``;
+            img/s and ETA (:mod:`marginface._progress`); ``"bar"``, ``"lines"``;
             ``False`` or ``"none"``: nothing. The evaluations show their progress the same
-            way (:func:`~marginface.train.progress.track`). Default: False.
+            way (:func:`~marginface._progress.track`). Default: False.
         progress_seconds: seconds between two progress lines (>= 0). Default:
-            :data:`~marginface.train.progress.DEFAULT_PROGRESS_SECONDS` (30).
+            :data:`~marginface._progress.DEFAULT_PROGRESS_SECONDS` (30).
         progress_label: shown before every progress line (``compare``: the loss's name).
         start_message: logged (INFO, the main rank) once the run's data, model and state are
             built, just before the first step (``train``: the recipe it took), so a run that

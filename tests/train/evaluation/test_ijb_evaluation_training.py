@@ -14,8 +14,8 @@ import pytest
 from tests._ijb_folder import write_training_folder
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import read_history
+from marginface.train.config import TrainConfig
 from marginface.train.evaluation.ijb_evaluation import (
     IjbSet,
     ijb_history_keys,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from marginface.config import TrainConfig
+from marginface.train.config import TrainConfig
 from marginface.train.state import step_position
 from marginface.train.state.checkpoint_writer import CheckpointPolicy, CheckpointWriter
 from marginface.train.state.kept_checkpoints import kept_checkpoints, link_as, prune_kept

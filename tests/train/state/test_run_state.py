@@ -12,7 +12,6 @@ import torch
 
 import marginface.train.distributed as distributed_module
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import (
     RESUMABLE_KEYS,
     CheckpointError,
@@ -23,6 +22,7 @@ from marginface.train import (
     train,
 )
 from marginface.train.build import load_bundle
+from marginface.train.config import TrainConfig
 from marginface.train.distributed import clip_gradient_norm
 from marginface.train.evaluation.evaluate import evaluate_model
 from marginface.train.state.run_state import (

@@ -19,11 +19,11 @@ import torch
 from PIL import Image
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.data.idx import IdxFormatError, read_idx
 from marginface.data.insightface_bin import load_verification_bin
 from marginface.data.safe_pickle import UnsafePickleError, restricted_loads
 from marginface.train import CheckpointError, load_checkpoint, load_run, train
+from marginface.train.config import TrainConfig
 from marginface.train.state.checkpoint import CHECKPOINT_VERSION
 
 FIXTURE_RUN = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "run_v1")

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 
 from marginface.cli import main
-from marginface.config import TrainConfig
 from marginface.train import load_checkpoint, load_run, train
+from marginface.train.config import TrainConfig
 from marginface.train.state.run_state import (
     CHECKPOINT_NAME,
     read_saved_run,

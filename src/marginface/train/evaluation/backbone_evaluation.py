@@ -99,7 +99,7 @@ def evaluate_backbone(
     """
     data_dir = Path(data_dir)
     if pairs is not None:
-        from ...convert import convert_pairs
+        from ...data.convert import convert_pairs
 
         with tempfile.TemporaryDirectory() as folder:
             converted = Path(folder) / f"{Path(pairs).stem}.bin"

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...config import TrainConfig
 from ...data import DatasetBundle, PairSet
+from ..config import TrainConfig
 from ..distributed import is_distributed
 from ..embedding_store import EmbeddingStore
 from ..history import margin_state
@@ -35,7 +35,7 @@ class EpochEvaluator:
 
     Args:
         bundle: the run's dataset.
-        config: the run's :class:`~marginface.config.TrainConfig` (its ``eval_batch_size``,
+        config: the run's :class:`~marginface.train.config.TrainConfig` (its ``eval_batch_size``,
             ``flip`` and ``channels_last``).
         device: where the model and head live.
         amp_dtype: autocast dtype of the forward passes (None: full precision).
@@ -88,7 +88,7 @@ class EpochEvaluator:
         """``(after an epoch, every verify_every steps)``: the images each evaluation embeds,
         flipped copies counted (the test set, flipped when :meth:`test_metrics` flips it, and
         every verification set twice; IJB not counted): the ETA's guess of their time
-        before the first is measured (:class:`~marginface.train.progress.ProgressReporter`)."""
+        before the first is measured (:class:`~marginface._progress.ProgressReporter`)."""
         bundle = self.bundle
         flip = self.config.flip and bundle.open_set
         verification = sum(2 * len(found.images) for found in bundle.verification.values())

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..._progress import progress_callback
 from ...data import DatasetBundle, PairSet
 from ...evaluation import (
     BinVerificationMetrics,
@@ -31,7 +32,6 @@ from ..build import load_bundle
 from ..distributed import rank_slice, resolve_device
 from ..embedding_store import EmbeddingStore, stored_embeddings
 from ..embeddings import extract_embeddings
-from ..progress import progress_callback
 from ..run import LoadedRun, load_run
 from .ijb_evaluation import (
     IjbSet,

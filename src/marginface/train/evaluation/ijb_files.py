@@ -156,10 +156,10 @@ def evaluate_ijb_to_files(
             ``target`` unknown, a bad meta file, a model that cannot embed 112×112 crops.
         FileNotFoundError: no IJB folder or a missing meta file.
     """
+    from ..._progress import progress_callback
     from ...plots import plot_roc, save_figure
     from ...report import write_evaluation_report
     from ..distributed import resolve_device
-    from ..progress import progress_callback
     from ..state.layout import IJB_NAME, REPORT_NAME
     from ..state.results import update_results
     from .ijb_evaluation import ijb_results

@@ -1,11 +1,11 @@
 """Checkpoints that are safe to open and that notice damage.
 
-Format (version 4): one ``torch.save`` file holding a plain dict — ``epoch``, ``config`` (the
-:class:`~marginface.config.TrainConfig` as a dict), ``meta``, ``history`` (the per-epoch log rows
-up to ``epoch``), the ``model``/``loss``/``optimizer``/``scheduler``/``scaler`` state dicts,
-``rng`` (and ``cuda_rng``), ``host_rng`` (Python's and NumPy's generators), ``position`` (where
-inside epoch ``epoch`` a step checkpoint was taken, else None; :mod:`.step_position`) with
-``augment_rng`` (the epoch's augmentation generator), plus ``format``
+Format (version 4): one ``torch.save`` file holding a plain dict — ``epoch``, ``config``
+(the :class:`~marginface.train.config.TrainConfig` as a dict), ``meta``, ``history`` (the
+per-epoch log rows up to ``epoch``), the ``model``/``loss``/``optimizer``/``scheduler``/``scaler``
+state dicts, ``rng`` (and ``cuda_rng``), ``host_rng`` (Python's and NumPy's generators),
+``position`` (where inside epoch ``epoch`` a step checkpoint was taken, else None;
+:mod:`.step_position`) with ``augment_rng`` (the epoch's augmentation generator), plus ``format``
 (``"marginface-checkpoint"``), ``format_version`` (4) and ``sha256``, a
 digest of everything else computed by :func:`state_digest`. The file ends with a *seal*: the
 zip archive's comment ``marginface-sha256:<64 hex digits>``, the sha256 of every byte of the

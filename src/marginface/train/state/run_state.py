@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...config import TrainConfig, config_from_dict
 from ...head import reshardable_state_dict
+from ..config import TrainConfig, config_from_dict
 from ..history import read_history
 from ..model_input import describe_training_run
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -137,7 +137,7 @@ class SavedRun:
         run_dir: the run folder.
         source: the file (``checkpoint.pt``) or folder (``checkpoint/``) read.
         config: the configuration as saved (a dict; keys added to
-            :class:`~marginface.config.TrainConfig` since are absent).
+            :class:`~marginface.train.config.TrainConfig` since are absent).
         meta: ``in_channels``, ``image_size``, ``num_classes``, ``dataset``, ``world_size``.
         epoch: completed epochs.
         history: the log rows of those epochs: the checkpoint's own (so a kill between the
@@ -166,7 +166,7 @@ class SavedRun:
         return self.source.is_dir()
 
     def train_config(self) -> TrainConfig:
-        """The saved configuration as a :class:`~marginface.config.TrainConfig` (keys added
+        """The saved configuration as a :class:`~marginface.train.config.TrainConfig` (keys added
         since it was written take their defaults)."""
         return config_from_dict(saved_config_values(self.config), source=str(self.source))
 

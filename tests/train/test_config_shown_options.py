@@ -9,7 +9,7 @@ import math
 import pytest
 
 from marginface.cli import main
-from marginface.config import ConfigValueError, TrainConfig, describe_recipe
+from marginface.train.config import ConfigValueError, TrainConfig, describe_recipe
 
 BAD_SCALES = [
     ("big", r"loss_options scale must be a real number, got 'big' \(str\)"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import re
 
-from marginface.config import TrainConfig
+from marginface._progress import FORWARD_ONLY_SPEEDUP, ProgressReporter
 from marginface.train import Trainer
-from marginface.train.progress import FORWARD_ONLY_SPEEDUP, ProgressReporter
+from marginface.train.config import TrainConfig
 
 ETA = re.compile(r"epoch (\d+)/\d+  step (\d+)/\d+  .*  eta (\S+) \(run (\S+)\)$")
 

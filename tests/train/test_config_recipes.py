@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from marginface.config import (
+from marginface.data import list_datasets
+from marginface.train.config import (
     BY_RECIPE,
     PIPELINE_SCALE,
     RECIPE_KEYS,
@@ -21,7 +22,6 @@ from marginface.config import (
     load_config,
     recipe_defaults,
 )
-from marginface.data import list_datasets
 
 FACE = ["insightface", "folder", "lfw", "orl", "yaleb"]
 SPHERE = ["digits", "mnist", "fashion-mnist", "omniglot"]

@@ -17,8 +17,8 @@ from PIL import Image
 
 from marginface.cli.convert_command import run_convert
 from marginface.cli.convert_options import add_convert_arguments
-from marginface.convert import convert_folder, convert_pairs
 from marginface.data import load_dataset
+from marginface.data.convert import convert_folder, convert_pairs
 from marginface.data.imaging import decode_image
 from marginface.data.insightface import InsightFaceDataset, load_verification_sets
 from marginface.data.insightface_bin import load_verification_bin

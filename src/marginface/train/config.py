@@ -21,7 +21,7 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from ._toml import dump_toml
+from .._toml import dump_toml
 
 __all__ = [
     "AMP_MODES",
@@ -212,7 +212,7 @@ def default_loss_options(loss: str, recipe: str = "sphere") -> dict[str, Any]:
     Raises:
         ValueError: ``loss`` is not a registered name (the message lists the valid ones).
     """
-    from .registry import get_loss_class
+    from ..registry import get_loss_class
 
     parameters = inspect.signature(get_loss_class(loss)).parameters
     if "scale" not in parameters:
@@ -390,8 +390,8 @@ class TrainConfig:
             raise ConfigValueError(
                 "recipe", f"recipe must be one of {', '.join(RECIPE_NAMES)}, got {self.recipe!r}"
             )
-        from .train.config_values import KeyValueError, check_shown_options, check_values
-        from .train.finetune_recipe import check_finetune_keys, finetune_description, model_values
+        from .config_values import KeyValueError, check_shown_options, check_values
+        from .finetune_recipe import check_finetune_keys, finetune_description, model_values
 
         if self.init_from is not None and not isinstance(self.init_from, str):
             raise TypeError(f"config key 'init_from' must be str or None, got {self.init_from!r}")
@@ -467,7 +467,7 @@ def _recipe_summary(config: TrainConfig, in_channels: int | None = None) -> str:
         loss += " scale=‖x‖" if scale is None else f" scale={scale:g}"
     schedule = {"polynomial": "poly"}.get(config.schedule, config.schedule)
     if config.recipe == "finetune":
-        from .train.finetune_recipe import finetune_summary
+        from .finetune_recipe import finetune_summary
 
         return finetune_summary(config, loss, schedule)
     return (
@@ -579,6 +579,6 @@ def load_config(
 
 def save_config(config: TrainConfig, path: str | Path) -> Path:
     """Write the resolved configuration as TOML, atomically. Returns the path."""
-    from ._atomic import atomic_write_text
+    from .._atomic import atomic_write_text
 
     return atomic_write_text(path, dump_toml(config.to_dict()))

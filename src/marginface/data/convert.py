@@ -40,14 +40,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ._atomic import atomic_write
-from ._progress import track
-from ._validation import is_same_or_inside
-from .data.folder import list_image_folder
-from .data.framing import write_framing
-from .data.imaging import check_image_size, decode_image
-from .data.lfw import read_lfw_pairs
-from .data.recordio import RecordWriter, pack_image_record
+from .._atomic import atomic_write
+from .._progress import track
+from .._validation import is_same_or_inside
+from .folder import list_image_folder
+from .framing import write_framing
+from .imaging import check_image_size, decode_image
+from .lfw import read_lfw_pairs
+from .recordio import RecordWriter, pack_image_record
 
 __all__ = [
     "FolderConversion",
@@ -57,7 +57,7 @@ __all__ = [
     "encode_jpeg",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("marginface.convert")  # the name `marginface convert` logs under too
 
 _LFW_IMAGE = re.compile(r"(?:^|/)([^/]+)/\1_(\d{4})\.jpg$")
 _BATCH = 256  # images decoded per round (bounds memory whatever the folder's size)
@@ -221,7 +221,7 @@ def convert_folder(
     crop = _check_crop(crop)
     workers = _check_workers(workers)
     if detector is not None:
-        from ._convert_detect import convert_detected_folder
+        from .convert_detect import convert_detected_folder
 
         return convert_detected_folder(
             src, Path(out), size, quality, workers, detector, faces, alignment, convert_folder
@@ -346,7 +346,7 @@ def convert_pairs(
     quality = _check_quality(quality)
     crop = _check_crop(crop)
     workers = _check_workers(workers)
-    from ._convert_detect import detected_framing, pair_worker
+    from .convert_detect import detected_framing, pair_worker
 
     work, missed = pair_worker(
         detector,
@@ -394,8 +394,8 @@ def convert_pairs(
         pickle.dump((bins, same), stream, protocol=2)
     report = None
     if missed:
-        from ._atomic import atomic_write_text
-        from .data.face_photos import default_report_path
+        from .._atomic import atomic_write_text
+        from .face_photos import default_report_path
 
         report = default_report_path(out_bin)
         rows = "".join(f"{name}\tno_face\tstored as the centred crop\n" for name in sorted(missed))

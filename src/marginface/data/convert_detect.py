@@ -1,7 +1,7 @@
 """``marginface convert --detector``: training folders and verification pairs whose faces are
 detected and aligned first (:mod:`marginface.data.face_photos`), so that both sets are framed
-the same way; called by :func:`marginface.convert.convert_folder` and
-:func:`~marginface.convert.convert_pairs`."""
+the same way; called by :func:`marginface.data.convert.convert_folder` and
+:func:`~marginface.data.convert.convert_pairs`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .data.framing import write_framing
+from .framing import write_framing
 
 __all__ = ["convert_detected_folder", "detected_framing", "pair_worker"]
 
@@ -19,7 +19,7 @@ __all__ = ["convert_detected_folder", "detected_framing", "pair_worker"]
 def detected_framing(detector: object, faces: str, alignment: str) -> str:
     """How a set was framed with a detector, for its framing record (``"mtcnn, largest face,
     float64 alignment"``); a :class:`~marginface.detect.DetectorSpec` by its name."""
-    from .detect.choice import DetectorSpec
+    from ..detect.choice import DetectorSpec
 
     if isinstance(detector, DetectorSpec):
         detector = detector.name
@@ -41,12 +41,12 @@ def convert_detected_folder(
     convert_folder: Callable[..., Any],
 ) -> Any:
     """Detect and align into a temporary folder beside ``out`` (PNG), then
-    ``convert_folder`` that (:func:`marginface.convert.convert_folder`, passed in: this module
+    ``convert_folder`` that (:func:`marginface.data.convert.convert_folder`, passed in: this module
     never imports ``convert``); its result with ``report`` set."""
     import dataclasses
     import tempfile
 
-    from .data.face_photos import align_photos, default_report_path
+    from .face_photos import align_photos, default_report_path
 
     if size % 112 and size % 128:
         raise ValueError(f"image_size must be a multiple of 112 or 128 with a detector, got {size}")
@@ -99,11 +99,11 @@ def pair_worker(
     missed: list[str] = []
     if detector is None:
         return (lambda source, name: prepare(source, name, size, crop, quality)), missed
-    from ._validation import check_choice
-    from .data.align import ALIGNMENTS
-    from .data.face_crops import CROP_KINDS, cut_face
-    from .data.face_photos import PhotoError, read_photo, select_faces
-    from .detect import load_detector
+    from .._validation import check_choice
+    from ..detect import load_detector
+    from .align import ALIGNMENTS
+    from .face_crops import CROP_KINDS, cut_face
+    from .face_photos import PhotoError, read_photo, select_faces
 
     check_choice("faces", faces, ("subject", "largest", "central"))
     check_choice("alignment", alignment, ALIGNMENTS)

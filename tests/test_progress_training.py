@@ -1,5 +1,5 @@
-"""Progress output: a tqdm bar on a terminal, periodic log lines (no carriage returns)
-elsewhere."""
+"""A training run's progress (marginface._progress's ProgressReporter and EpochProgress): a
+tqdm bar on a terminal, periodic log lines (no carriage returns) elsewhere."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from marginface.config import TrainConfig
-from marginface.train import Trainer
-from marginface.train.progress import (
+from marginface._progress import (
     ProgressReporter,
     check_progress_seconds,
     format_duration,
     resolve_progress_mode,
 )
+from marginface.train import Trainer
+from marginface.train.config import TrainConfig
 
 LINE = re.compile(
     r"^epoch (\d+)/(\d+)  step (\d+)/(\d+)  loss \d+\.\d{4}  \d+ img/s  "
@@ -99,8 +99,9 @@ def test_bad_progress_arguments_are_clear_errors(tmp_path) -> None:
         Trainer(TrainConfig(), tmp_path, progress_seconds=float("nan"))
     with pytest.raises(ValueError, match="progress must be"):
         Trainer(TrainConfig(), tmp_path, progress="sometimes")
-    with pytest.raises(ValueError, match="interval"):
-        ProgressReporter("lines", epochs=1, steps_per_epoch=1, interval=-2)
+    for interval in (-2, float("inf"), True):
+        with pytest.raises(ValueError, match=rf"interval .*got {re.escape(repr(interval))}"):
+            ProgressReporter("lines", epochs=1, steps_per_epoch=1, interval=interval)
 
 
 @pytest.mark.parametrize("bad", [-1, -0.5, float("nan"), float("inf"), True, "30", None])

@@ -1,5 +1,5 @@
 """``convert --detector``: training folders and verification pairs detected and aligned the same
-way (marginface.convert with marginface.data.face_photos), the report of photos without a face,
+way (marginface.data.convert with marginface.data.face_photos), the report of photos without a face,
 and the options refused."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PIL import Image
+from tests._face_fixtures import lfw_jpegs, mtcnn_weights
 
 from marginface.cli import main
-from marginface.convert import convert_folder, convert_pairs
 from marginface.data.align import norm_crop
+from marginface.data.convert import convert_folder, convert_pairs
 from marginface.data.face_photos import read_photo, select_faces
 from marginface.data.insightface import InsightFaceDataset
 from marginface.data.insightface_bin import load_verification_bin
 from marginface.detect import MTCNN
-from tests._face_fixtures import lfw_jpegs, mtcnn_weights
 
 __all__ = ["lfw_jpegs", "mtcnn_weights"]  # fixtures
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from marginface.config import (
+from marginface.train.config import (
     PIPELINE_SCALE,
     TrainConfig,
     config_from_dict,
@@ -69,7 +69,7 @@ def test_saved_config_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "path", sorted((Path(__file__).parents[1] / "examples").glob("*.toml")), ids=lambda p: p.name
+    "path", sorted((Path(__file__).parents[2] / "examples").glob("*.toml")), ids=lambda p: p.name
 )
 def test_every_example_configuration_loads(path):
     config = load_config(path)
@@ -101,7 +101,7 @@ def test_explicit_loss_options_win_key_by_key():
 
 
 def test_exclude_lists_training_positions():
-    from marginface.config import ConfigValueError, TrainConfig
+    from marginface.train.config import ConfigValueError, TrainConfig
 
     assert TrainConfig(exclude=[5, 1, 5]).exclude == [1, 5]
     for bad in ([-1], [1.5], [True], ["3"]):
@@ -112,8 +112,8 @@ def test_exclude_lists_training_positions():
 
 
 def test_exclude_beyond_the_training_set_is_a_clear_error():
-    from marginface.config import ConfigValueError, TrainConfig
     from marginface.train import load_bundle
+    from marginface.train.config import ConfigValueError, TrainConfig
 
     with pytest.raises(ConfigValueError, match="position 99 but the training set has 50"):
         load_bundle(TrainConfig(limit=50, exclude=[3, 99]))
