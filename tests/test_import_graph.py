@@ -162,3 +162,43 @@ def test_every_import_of_the_package_names_a_module_that_exists() -> None:
         if module not in modules
     ]
     assert missing == [], "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
+ONE_WAY: tuple[tuple[str, str], ...] = (
+    ("marginface.train", "marginface.report"),
+    ("marginface.inference", "marginface.report"),
+    ("marginface.data", "marginface.report"),
+    ("marginface.evaluation", "marginface.report"),
+)
+"""``(lower, upper)`` packages: no module of ``lower`` imports ``upper`` (function-level imports
+included). ``report/`` assembles pages from runs and results; what makes them never reaches up
+to it (docs/architecture.md, "pictures and report")."""
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _upward(graph: dict[str, set[str]], lower: str, upper: str) -> list[str]:
+    """``"module -> target"`` for each import of ``upper`` by a module of ``lower``."""
+    return sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if _within(name, lower)
+        for target in targets
+        if _within(target, upper)
+    )
+
+
+@pytest.mark.parametrize(("lower", "upper"), ONE_WAY)
+def test_lower_packages_never_import_the_ones_above(lower: str, upper: str) -> None:
+    upward = _upward(_graph(), lower, upper)
+    assert upward == [], f"{lower} imports {upper}:\n" + "\n".join(upward)
+
+
+def test_the_one_way_rule_sees_an_upward_import() -> None:
+    graph = {"marginface.train.x": {"marginface.report.page"}, "marginface.report": set()}
+    assert _upward(graph, "marginface.train", "marginface.report") == [
+        "marginface.train.x -> marginface.report.page"
+    ]
+    assert _upward(graph, "marginface.trainer", "marginface.report") == []

@@ -110,9 +110,7 @@ UNTESTED: dict[str, str] = {
     "__main__.py": "`python -m marginface`: two lines calling cli.main",
     "_loss_table.py": "private table of the built-in losses; read by every loss test",
     "_validation.py": "private argument checks; each check has its error test at the API using it",
-    "cli/faces.py": (
-        "align and ijb commands: run by cli/test_detect.py, train/evaluation/test_ijb_files.py"
-    ),
+    "cli/faces.py": ("align and ijb commands: run by cli/test_detect.py, report/test_ijb_files.py"),
     "cli/runs.py": "train/evaluate/export/convert/ijb commands: run by cli/test_cli.py",
     "data/digits.py": "scikit-learn digits loader: used by tests/inference/_digits.py",
     "data/orl.py": "ORL by name: data/test_folder_datasets.py (the shared archive)",

@@ -3,7 +3,7 @@
 ``cli/parser.py`` registers them (``add_align_arguments``/``run_align``, ``add_ijb_arguments``/
 ``run_ijb``); the work is :func:`marginface.data.align.align_folder` (a landmarks file) or
 :func:`marginface.data.face_photos.align_photos` (``--detector``, options in ``cli/detect.py``) and
-:func:`marginface.train.evaluation.ijb_files.evaluate_ijb_to_files` (over
+:func:`marginface.report.ijb_files.evaluate_ijb_to_files` (over
 :func:`~marginface.train.evaluation.ijb_evaluation.ijb_results`, the function behind a training
 run's IJB columns too).
 """
@@ -306,9 +306,9 @@ def add_ijb_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_ijb(args: argparse.Namespace, *, echo: Callable[[str], None]) -> int:
     """Check the arguments, evaluate and write
-    (:func:`~marginface.train.evaluation.ijb_files.evaluate_ijb_to_files`), print the table."""
+    (:func:`~marginface.report.ijb_files.evaluate_ijb_to_files`), print the table."""
     from ..report import format_table
-    from ..train.evaluation.ijb_files import evaluate_ijb_to_files
+    from ..report.ijb_files import evaluate_ijb_to_files
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -5,7 +5,7 @@ IJB columns of a training run's ``history.csv``.
 the backbone in eval mode (its mode restored afterwards), as they are and flipped, in full
 precision (:mod:`marginface.train.evaluation.ijb_embedding`), and runs the 1:1 and 1:N
 protocols (:func:`marginface.evaluation.ijb.evaluate_ijb`). ``marginface ijb`` calls it through
-:func:`~marginface.train.evaluation.ijb_files.evaluate_ijb_to_files`; the trainer
+:func:`~marginface.report.ijb_files.evaluate_ijb_to_files`; the trainer
 calls it through :func:`~marginface.train.evaluation.evaluate.evaluate_model` with an
 :class:`IjbSet`
 (``train --ijb-dir DIR --ijb-target IJBC --ijb-every K``) and keeps the summary columns of

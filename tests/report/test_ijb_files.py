@@ -1,4 +1,4 @@
-"""``marginface ijb`` (:func:`marginface.train.evaluation.ijb_files.evaluate_ijb_to_files`): a run
+"""``marginface ijb`` (:func:`marginface.report.ijb_files.evaluate_ijb_to_files`): a run
 or a backbone file evaluated on the ORL-built IJB folder, its files written."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from tests._ijb_folder import FIXTURE_RUN, projection_embedder
 
 from marginface.cli import main
 from marginface.data.ijb import read_ijb_layout
@@ -17,6 +16,7 @@ from marginface.evaluation.ijb import (
     evaluate_ijb,
 )
 from marginface.train.evaluation.ijb_embedding import embed_ijb_images
+from tests._ijb_folder import FIXTURE_RUN, projection_embedder
 
 cv2 = pytest.importorskip("cv2")
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
@@ -124,7 +124,7 @@ def test_ijb_command_on_a_backbone_file(ijb_folder, tmp_path, capsys):
 
 def test_the_library_call_names_its_bad_arguments(ijb_folder, tmp_path):
     """``evaluate_ijb_to_files`` checks its own arguments (the command checks its flags first)."""
-    from marginface.train.evaluation.ijb_files import evaluate_ijb_to_files, ijb_prefix
+    from marginface.report.ijb_files import evaluate_ijb_to_files, ijb_prefix
 
     root, _ = ijb_folder
     with pytest.raises(ValueError, match="give run_dir or a backbone/onnx file, not both"):

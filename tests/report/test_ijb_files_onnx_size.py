@@ -1,5 +1,5 @@
 """``ijb --onnx`` on a graph of another input side than IJB's 112×112 crops is one line that
-does not advise an option ``ijb`` lacks (train/evaluation/ijb_files.py)."""
+does not advise an option ``ijb`` lacks (report/ijb_files.py)."""
 
 from __future__ import annotations
 

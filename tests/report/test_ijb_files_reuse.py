@@ -8,11 +8,11 @@ import shutil
 
 import numpy as np
 import pytest
-from tests._ijb_folder import FIXTURE_RUN, projection_embedder
 
 from marginface.cli import main
 from marginface.data.ijb import read_ijb_layout
 from marginface.evaluation.ijb import evaluate_ijb, ijb_identification
+from tests._ijb_folder import FIXTURE_RUN, projection_embedder
 
 
 def _hand_per_gallery(query, query_ids, gallery, gallery_ids, fpir):

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...data.ijb import IJB_TARGETS, IjbLayout, read_ijb_layout
-from ...evaluation.ijb import IjbResult
+from ..data.ijb import IJB_TARGETS, IjbLayout, read_ijb_layout
+from ..evaluation.ijb import IjbResult
 
 __all__ = ["IjbFiles", "evaluate_ijb_to_files", "ijb_prefix"]
 
@@ -156,13 +156,13 @@ def evaluate_ijb_to_files(
             ``target`` unknown, a bad meta file, a model that cannot embed 112×112 crops.
         FileNotFoundError: no IJB folder or a missing meta file.
     """
-    from ..._progress import progress_callback
-    from ...plots import plot_roc, save_figure
-    from ...report import write_evaluation_report
-    from ..distributed import resolve_device
-    from ..state.layout import IJB_NAME, REPORT_NAME
-    from ..state.results import update_results
-    from .ijb_evaluation import ijb_results
+    from .._progress import progress_callback
+    from ..plots import plot_roc, save_figure
+    from ..train.distributed import resolve_device
+    from ..train.evaluation.ijb_evaluation import ijb_results
+    from ..train.state.layout import IJB_NAME, REPORT_NAME
+    from ..train.state.results import update_results
+    from .page import write_evaluation_report
 
     source = backbone if backbone is not None else onnx
     if (source is None) == (run_dir is None):
@@ -178,7 +178,7 @@ def evaluate_ijb_to_files(
     folder = Path(out) if out is not None else Path(run_dir) / IJB_NAME
     torch_device = resolve_device(device)
     if source is not None:
-        from ...models.pretrained import load_described_backbone
+        from ..models.pretrained import load_described_backbone
 
         network, description = load_described_backbone(  # a marginface file says what it is
             backbone,
@@ -194,7 +194,7 @@ def evaluate_ijb_to_files(
         # ijb_results take weights_fingerprint; an ONNX graph's key is its file's bytes
         label, cache_key = str(source), "" if onnx is None else _onnx_identity(Path(onnx))
     else:
-        from ...inference.source import open_model
+        from ..inference.source import open_model
 
         network, description = open_model(run_dir, device=torch_device)  # checkpoint read once
         label, cache_key = str(run_dir), ""  # the checkpoint's weights' fingerprint
@@ -251,7 +251,7 @@ def _write_results(
     """``PREFIXmetrics.json`` and what people reuse (insightface's script saves the first):
     ``PREFIXpairs.npz`` (the 1:1 pair scores, labels and templates, to overlay several models'
     ROCs) and ``PREFIXtemplates.npz`` (each template's id and normalised feature)."""
-    from ..._atomic import atomic_write_bytes, atomic_write_text
+    from .._atomic import atomic_write_bytes, atomic_write_text
 
     def npz(**arrays: np.ndarray) -> bytes:
         buffer = io.BytesIO()
