@@ -225,3 +225,25 @@ def test_gallery_keeps_each_detected_face_and_search_shows_the_probes(detecting,
         gallery.search(rows.embeddings, ["x", "y", "z"], faces=rows.faces[:2])
     with pytest.raises(ValueError, match=r"faces needs paths"):
         gallery.add(["a"], rows.embeddings[:1], faces=rows.faces[:1])
+
+
+def test_parquet_keeps_the_faces_in_columns(detecting, digits_run, tmp_path):
+    pyarrow_parquet = pytest.importorskip("pyarrow.parquet")
+    folder = write_identities(tmp_path / "photos", [1], 2)
+    out = tmp_path / "e.parquet"
+    embed_folder(FaceModel(digits_run), folder, out)
+    assert pyarrow_parquet.read_table(out).column_names == ["path", "identity", "embedding"]
+    markers = write_photos(folder, [21, 33, 45])
+    result = embed_folder(detecting, folder, out, workers=3)
+    assert (result.already, result.embedded) == (2, 3)
+    table = pyarrow_parquet.read_table(out)
+    assert table.column_names[3:] == ["box", "landmarks", "score"]
+    assert table.column("box").null_count == 2  # the crops of the first run
+    saved = read_embeddings(out)
+    for i, path in enumerate(saved["paths"]):
+        if path in markers:
+            np.testing.assert_array_equal(
+                saved["landmarks"][i], expected_face(markers[path]).landmarks
+            )
+        else:
+            assert np.isnan(saved["boxes"][i]).all()
