@@ -213,6 +213,13 @@ def test_gallery_keeps_each_detected_face_and_search_shows_the_probes(detecting,
     loaded = Gallery.load(tmp_path / "g")
     assert [(n, p) for n, p, _ in loaded.faces] == [("a", "p/12"), ("a", "p/24")]
     np.testing.assert_array_equal(loaded.faces[1][2].landmarks, expected_face(24).landmarks)
+    arrays_file = next((tmp_path / "g").glob("arrays-*.npz"))
+    with np.load(arrays_file) as data:
+        arrays = dict(data)
+    np.savez(tmp_path / "g" / arrays_file.name, **{**arrays, "face_scores": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"arrays .* are unreadable \(face_scores must be"):
+        Gallery.load(tmp_path / "g")
+    np.savez(tmp_path / "g" / arrays_file.name, **arrays)
     loaded.remove(["a"])
     assert loaded.faces == []
     loaded.save(tmp_path / "g")

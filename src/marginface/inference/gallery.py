@@ -554,9 +554,12 @@ def _read_faces(data: Any) -> list[tuple[str, str, DetectedFace]]:
     if "face_boxes" not in data.files:
         return []
     identities, paths = data["face_identities"], data["face_paths"]
-    faces = faces_from_arrays(
-        data["face_boxes"], data["face_landmarks"], data["face_scores"], rows=len(paths)
-    )
+    try:
+        faces = faces_from_arrays(
+            data["face_boxes"], data["face_landmarks"], data["face_scores"], rows=len(paths)
+        )
+    except ValueError as error:  # "scores must be ...": name the gallery's array
+        raise ValueError(f"face_{error}") from None
     if len(identities) != len(paths) or any(face is None for face in faces):
         raise ValueError("the face arrays do not match")
     return [
