@@ -134,6 +134,8 @@ def test_search_top_k_open_set_csv_json_and_html(digits_run, faces, tmp_path, ca
     with open(tmp_path / "r.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert len(rows) == 4 * 3 and {r["rank"] for r in rows} == {"1", "2", "3"}
+    header = (tmp_path / "r.csv").read_text().splitlines()[0]  # no detector: columns as they were
+    assert header == "probe,identity,cosine,accepted,rank,match,match_cosine"
     assert all(r["accepted"] == "True" for r in rows)  # cos >= -1 always
     page = (tmp_path / "r.html").read_text()
     assert page.count("data:image/png;base64,") == 8  # each probe and its match
@@ -143,6 +145,37 @@ def test_search_top_k_open_set_csv_json_and_html(digits_run, faces, tmp_path, ca
     assert all(len(r["matches"]) == 3 for r in results)
     scores = [m["score"] for m in results[0]["matches"]]
     assert scores == sorted(scores, reverse=True)
+    assert all("face" not in r for r in results)
+
+
+def test_search_results_show_the_probes_face_when_one_was_detected(tmp_path):
+    from marginface.cli.inference import _write_results
+    from marginface.inference.face_rows import DetectedFace
+    from marginface.inference.gallery import SearchResult
+
+    face = DetectedFace([10.5, 20.25, 90.0, 110.125], np.arange(10).reshape(5, 2), 0.875)
+    results = [
+        SearchResult("p.jpg", "ann", 0.5, True, [("ann", 0.5), ("bob", 0.25)], face),
+        SearchResult("crop.png", None, 0.1, False, [("bob", 0.1)]),
+    ]
+    _write_results(tmp_path / "r.csv", results)
+    with open(tmp_path / "r.csv", newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert [r["box_x1"] for r in rows] == ["10.500", "10.500", ""]
+    assert (rows[1]["box_y1"], rows[1]["box_x2"], rows[1]["box_y2"]) == (
+        "20.250",
+        "90.000",
+        "110.125",
+    )
+    assert [r["face_score"] for r in rows] == ["0.875000", "0.875000", ""]
+    _write_results(tmp_path / "r.json", results)
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written[0]["face"] == {
+        "box": [10.5, 20.25, 90.0, 110.125],
+        "landmarks": [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0], [8.0, 9.0]],
+        "score": 0.875,
+    }
+    assert "face" not in written[1]
 
 
 def test_gallery_add_and_remove_without_rebuilding(digits_run, faces, tmp_path, capsys):

@@ -174,6 +174,22 @@ def test_embed_with_every_image_refused_writes_nothing(digits_run, faceless, tmp
 DLIB = "dlib-resnet-v1"
 
 
+def _subject_faces(folder, names):
+    """What MTCNN finds in each photo, the subject's face chosen (as the commands do)."""
+    from marginface.data.face_photos import select_faces
+    from marginface.data.imaging import decode_image
+    from marginface.detect import MTCNN
+    from marginface.inference.face_rows import DetectedFace
+
+    detector, faces = MTCNN(), []
+    for name in names:
+        image = decode_image(folder / name, rgb=True)
+        found = detector.detect([image])[0]
+        k = select_faces(found, image.shape, "subject")[0]
+        faces.append(DetectedFace(found.boxes[k], found.landmarks[k], found.scores[k]))
+    return faces
+
+
 def test_embed_gallery_search_with_a_detector_on_hard_photos(hard, tmp_path, capsys):
     """Grey and two-person photos are embedded (the subject's face); the faceless and the
     unreadable ones are skipped, each named on one line; nothing half-written."""
@@ -192,6 +208,10 @@ def test_embed_gallery_search_with_a_detector_on_hard_photos(hard, tmp_path, cap
         saved["embeddings"][list(saved["paths"]).index(n)] for n in ("ann/good.jpg", "ann/grey.jpg")
     )
     assert float(good @ grey) > 0.9  # the grey copy is the same face
+    expected = _subject_faces(hard, saved["paths"])  # the detector's own answer per photo
+    np.testing.assert_allclose(saved["boxes"], [f.box for f in expected], atol=1e-4)
+    np.testing.assert_allclose(saved["landmarks"], [f.landmarks for f in expected], atol=1e-4)
+    np.testing.assert_allclose(saved["scores"], [f.score for f in expected], atol=1e-6)
 
     gallery = tmp_path / "gallery"
     assert main(["gallery", "build", DLIB, str(hard), "--out", str(gallery), *detector]) == 0
@@ -200,6 +220,16 @@ def test_embed_gallery_search_with_a_detector_on_hard_photos(hard, tmp_path, cap
     assert main(["search", str(gallery), str(hard), "--out", str(results), *detector]) == 0
     rows = json.loads(results.read_text())
     assert sorted(r["probe"] for r in rows) == ["ann/good.jpg", "ann/grey.jpg", "bob/two.jpg"]
+    probes = [r["probe"] for r in rows]
+    for row, face in zip(rows, _subject_faces(hard, probes), strict=True):
+        np.testing.assert_allclose(row["face"]["box"], face.box, atol=1e-4)
+        np.testing.assert_allclose(row["face"]["landmarks"], face.landmarks, atol=1e-4)
+    from marginface.inference.gallery import Gallery
+
+    kept = {path: face for _, path, face in Gallery.load(gallery).faces}
+    assert len(kept) == 3
+    for name, face in zip(probes, _subject_faces(hard, probes), strict=True):
+        np.testing.assert_allclose(kept[str((hard / name).resolve())].box, face.box, atol=1e-4)
     assert "skipped 2 image(s)" in capsys.readouterr().err
 
     faceless = tmp_path / "only-bad"

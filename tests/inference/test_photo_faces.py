@@ -38,8 +38,12 @@ def test_a_photo_is_detected_and_cut_as_the_description_says(lfw_rgb, mtcnn_weig
             cut_face(photo, faces.landmarks[k], faces.boxes[k], crop="dlib-chip", size=150)
         )
     np.testing.assert_allclose(got, dlib_model.embed(chips), atol=1e-5)
-    np.testing.assert_allclose(cutter.last_landmarks, faces.landmarks[k], atol=1e-4)
-    assert cutter.last_box.shape == (4,)
+    cut = cutter.cut(photos[-1])
+    assert not hasattr(cutter, "last_box")  # nothing shared between calls (threads)
+    np.testing.assert_allclose(cut.face.landmarks, faces.landmarks[k], atol=1e-4)
+    np.testing.assert_allclose(cut.face.box, faces.boxes[k], atol=1e-4)
+    assert cut.face.box.dtype == np.float32 and cut.face.landmarks.shape == (5, 2)
+    np.testing.assert_array_equal(cut.crop, chips[-1])
 
 
 def test_face_model_with_a_detector_takes_photos_and_crops(lfw_rgb, mtcnn_weights, dlib_model):

@@ -273,7 +273,8 @@ def _check_outside(gallery: Path, folder: Path, option: str) -> None:
 
 
 def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
-    """The unit embeddings of ``folder``'s identities, their names and an example each."""
+    """The unit embeddings of ``folder``'s identities, their names, an example each, and each
+    row's image path and detected face (None without a detector) for the gallery."""
     from ..inference.embed_paths import embed_paths
     from ..inference.folder import list_images
 
@@ -295,7 +296,11 @@ def _embed_identities(args: argparse.Namespace, model: Any, folder: Path):
     for path, identity in images:
         if identity in set(names):
             examples.setdefault(identity, str((folder / path).resolve()))
-    return names, embedded.embeddings, examples
+    faces = {
+        "paths": [str((folder / p).resolve()) for p in embedded.names],
+        "faces": embedded.faces,
+    }
+    return names, embedded.embeddings, examples, faces
 
 
 def cmd_gallery_build(args: argparse.Namespace) -> int:
@@ -305,14 +310,14 @@ def cmd_gallery_build(args: argparse.Namespace) -> int:
     if (args.out / MANIFEST_NAME).exists() and not args.overwrite:
         raise ValueError(f"{args.out} holds a gallery already: `gallery add` to it, or --overwrite")
     model = _face_model(args, args.model)
-    names, rows, examples = _embed_identities(args, model, args.folder)
+    names, rows, examples, faces = _embed_identities(args, model, args.folder)
     gallery = Gallery(
         model.description,
         model_source=_model_source(args.model),
         index_kind=args.index,
         approximate_above=args.approximate_above,
     )
-    gallery.add(names, rows, examples)
+    gallery.add(names, rows, examples, **faces)
     _describe_index(args, gallery)
     gallery.save(args.out)
     _echo(args, f"gallery of {len(gallery)} identities ({len(names)} images) written to {args.out}")
@@ -358,8 +363,8 @@ def cmd_gallery_add(args: argparse.Namespace) -> int:
     gallery = Gallery.load(args.gallery)
     model = _gallery_model(args, gallery)
     before = len(gallery)
-    names, rows, examples = _embed_identities(args, model, args.folder)
-    gallery.add(names, rows, examples)
+    names, rows, examples, faces = _embed_identities(args, model, args.folder)
+    gallery.add(names, rows, examples, **faces)
     gallery.save(args.gallery)
     _echo(
         args,
@@ -451,7 +456,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not embedded.names:
         raise ValueError(f"no usable image in {args.photos} ({len(embedded.skipped)} skipped)")
     names, embeddings = embedded.names, embedded.embeddings
-    results = gallery.search(embeddings, names, k=args.top_k, threshold=args.threshold)
+    results = gallery.search(
+        embeddings, names, k=args.top_k, threshold=args.threshold, faces=embedded.faces
+    )
     report = None
     if truth is not None:  # before anything is printed or written: its errors stop it all
         report = gallery.open_set(
@@ -510,8 +517,17 @@ def _write_results(path: Path, results: list) -> None:
         return
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(["probe", "identity", "cosine", "accepted", "rank", "match", "match_cosine"])
+    header = ["probe", "identity", "cosine", "accepted", "rank", "match", "match_cosine"]
+    detected = any(r.face is not None for r in results)  # else the columns as they were
+    if detected:  # the probe's face in its photo's pixels; empty for an aligned crop
+        header += ["box_x1", "box_y1", "box_x2", "box_y2", "face_score"]
+    writer.writerow(header)
     for r in results:
+        face: list[str] = []
+        if detected:
+            face = ["", "", "", "", ""]
+            if r.face is not None:
+                face = [f"{v:.3f}" for v in r.face.box] + [f"{r.face.score:.6f}"]
         for rank, (identity, score) in enumerate(r.matches, start=1):
             writer.writerow(
                 [
@@ -522,6 +538,7 @@ def _write_results(path: Path, results: list) -> None:
                     rank,
                     identity,
                     f"{score:.6f}",
+                    *face,
                 ]
             )
     atomic_write_text(path, buffer.getvalue())

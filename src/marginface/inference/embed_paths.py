@@ -1,8 +1,8 @@
 """Embedding a list of images at once: the loop ``gallery build``/``add`` and ``search`` share.
 
 :func:`embed_paths` gathers :func:`marginface.inference.folder.iter_embeddings`'s batches into
-one ``float32[N, D]`` array of unit rows and the names they belong to; images that cannot be
-used are returned apart, never fatal.
+one ``float32[N, D]`` array of unit rows and the names they belong to, with the face each was
+cut from when a detector ran; images that cannot be used are returned apart, never fatal.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .face_model import FaceModel
+from .face_rows import DetectedFace
 
 __all__ = ["EmbeddedPaths", "embed_paths"]
 
@@ -28,11 +29,15 @@ class EmbeddedPaths:
         embeddings: ``float32[N, D]``, one unit row per name (``[0, 0]`` when none could be
             used).
         skipped: ``(relative path, reason)`` of each image that could not be used.
+        faces: one per name: the :class:`~marginface.inference.face_rows.DetectedFace` (box,
+            landmarks, score in pixels of the photo) its crop was cut from, or None for an
+            image taken as an aligned crop (always None without a detector).
     """
 
     names: list[str]
     embeddings: np.ndarray
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    faces: list[DetectedFace | None] = field(default_factory=list)
 
 
 def embed_paths(
@@ -55,20 +60,21 @@ def embed_paths(
         progress: called with ``(done, total)`` after each batch. Default: None.
 
     Returns:
-        :class:`EmbeddedPaths`: the names embedded and their ``float32[N, D]`` rows, and the
-        images skipped with the reason.
+        :class:`EmbeddedPaths`: the names embedded, their ``float32[N, D]`` rows and faces, and
+        the images skipped with the reason.
 
     Raises:
         ValueError: ``workers`` < 0.
     """
-    from .folder import iter_embeddings
+    from .folder import iter_face_embeddings
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
     skipped: list[tuple[str, str]] = []
     names: list[str] = []
     rows: list[np.ndarray] = []
-    for paths, batch in iter_embeddings(
+    faces: list[DetectedFace | None] = []
+    for paths, batch, batch_faces in iter_face_embeddings(
         model,
         Path(root),
         list(relative_paths),
@@ -78,5 +84,6 @@ def embed_paths(
     ):
         names += paths
         rows.append(batch)
+        faces += batch_faces
     embeddings = np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.float32)
-    return EmbeddedPaths(names, embeddings, skipped)
+    return EmbeddedPaths(names, embeddings, skipped, faces)

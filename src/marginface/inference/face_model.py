@@ -4,6 +4,7 @@ out; two faces compared at a calibrated threshold.
 >>> model = marginface.FaceModel("runs/my-faces")                  # doctest: +SKIP
 >>> vectors = model.embed(["a.jpg", "b.jpg"])                      # float32[2, D], unit rows
 >>> model.verify("a.jpg", "b.jpg")                                 # Verification(cosine=...)
+>>> found = model.embed_faces(["photo.jpg"])  # with detector=: .embeddings, .boxes, .landmarks
 """
 
 from __future__ import annotations
@@ -21,9 +22,41 @@ from ..evaluation.binomial import DEFAULT_MIN_ERRORS
 from ..models.description import ModelDescription
 from .calibration import Calibration, calibrate_threshold
 from .embedder import _check_batch_size, embed_batches
-from .images import Aligner, ImageInput, pixel_batch
+from .face_rows import DetectedFace, face_arrays
+from .images import Aligner, ImageInput, face_pixel_batch
 
-__all__ = ["FaceModel", "Verification"]
+__all__ = ["EmbeddedFaces", "FaceModel", "Verification"]
+
+
+@dataclass(frozen=True, eq=False)
+class EmbeddedFaces:
+    """What :meth:`FaceModel.embed_faces` returns: the embeddings and the face each was cut
+    from.
+
+    Attributes:
+        embeddings: ``float32[N, D]``, unit rows (as :meth:`FaceModel.embed`).
+        faces: ``N`` :class:`~marginface.inference.face_rows.DetectedFace` (box, landmarks,
+            score in pixels of that photo), None for an image taken as an aligned crop of the
+            model's input size (every one without a detector).
+    """
+
+    embeddings: np.ndarray
+    faces: list[DetectedFace | None]
+
+    @property
+    def boxes(self) -> np.ndarray:
+        """``float32[N, 4]`` ``(x1, y1, x2, y2)``, NaN rows for the faces that are None."""
+        return face_arrays(self.faces)["boxes"]
+
+    @property
+    def landmarks(self) -> np.ndarray:
+        """``float32[N, 5, 2]`` ``(x, y)``, NaN rows for the faces that are None."""
+        return face_arrays(self.faces)["landmarks"]
+
+    @property
+    def scores(self) -> np.ndarray:
+        """``float32[N]``, the detector's scores, NaN for the faces that are None."""
+        return face_arrays(self.faces)["scores"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +68,16 @@ class Verification:
         same: ``cosine >= threshold``; None when there is no threshold (not calibrated).
         threshold: the threshold used, or None.
         far: the false accept rate the threshold was calibrated for, or None.
+        faces: the faces the two crops were cut from (a
+            :class:`~marginface.inference.face_rows.DetectedFace` each, None for an image
+            taken as an aligned crop). Default: ``(None, None)``.
     """
 
     cosine: float
     same: bool | None
     threshold: float | None
     far: float | None
+    faces: tuple[DetectedFace | None, DetectedFace | None] = (None, None)
 
     def __str__(self) -> str:
         if self.threshold is None:
@@ -241,17 +278,43 @@ class FaceModel:
             ValueError: an image that is not an aligned crop of the input size; no images.
             TypeError: an unsupported image type.
         """
+        embeddings, _ = self._embed_with_faces(images)
+        return embeddings if as_tensor else embeddings.cpu().numpy()
+
+    def embed_faces(self, images: ImageInput) -> EmbeddedFaces:
+        """:meth:`embed`, and the face each embedding was cut from: with a detector, the box
+        ``(x1, y1, x2, y2)``, five landmarks and score the detector gave for the face chosen
+        in each photo (pixels of that photo); None for an image taken as an aligned crop.
+
+        Args:
+            images: as :meth:`embed`.
+
+        Returns:
+            :class:`EmbeddedFaces`: ``embeddings`` ``float32[N, D]`` (NumPy, unit rows),
+            ``faces`` (``N``), and ``boxes`` ``float32[N, 4]``, ``landmarks``
+            ``float32[N, 5, 2]``, ``scores`` ``float32[N]`` with NaN rows for the Nones.
+
+        Raises:
+            As :meth:`embed`.
+        """
+        embeddings, faces = self._embed_with_faces(images)
+        return EmbeddedFaces(embeddings.cpu().numpy(), faces)
+
+    def _embed_with_faces(self, images: ImageInput) -> tuple[Tensor, list[DetectedFace | None]]:
         d = self.description
-        pixels = pixel_batch(
+        pixels, faces = face_pixel_batch(
             images, channels=d.in_channels, size=d.image_size, aligner=self.aligner
         )
-        embeddings = self.embed_pixels(pixels)
-        return embeddings if as_tensor else embeddings.cpu().numpy()
+        return self.embed_pixels(pixels), faces
 
     def similarity(self, first: ImageInput, second: ImageInput) -> np.ndarray:
         """``float32[N]`` cosine of each pair ``(first[i], second[i])`` (lists of equal
         length, or one image each)."""
-        a, b = self.embed(first), self.embed(second)
+        return self._similarity(self.embed_faces(first), self.embed_faces(second))
+
+    @staticmethod
+    def _similarity(first: EmbeddedFaces, second: EmbeddedFaces) -> np.ndarray:
+        a, b = first.embeddings, second.embeddings
         if a.shape != b.shape:
             raise ValueError(
                 f"first and second must hold as many images, got {len(a)} and {len(b)}"
@@ -270,9 +333,10 @@ class FaceModel:
 
         Returns:
             :class:`Verification`: the cosine and, with a threshold, the decision
-            ``cosine >= threshold``.
+            ``cosine >= threshold``; with a detector, the faces the two crops were cut from.
         """
-        cosines = self.similarity(first, second)
+        a, b = self.embed_faces(first), self.embed_faces(second)
+        cosines = self._similarity(a, b)
         if cosines.shape != (1,):
             raise ValueError(f"verify compares one pair of images, got {cosines.shape[0]} pairs")
         cosine = float(cosines[0])
@@ -282,7 +346,7 @@ class FaceModel:
         elif isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise TypeError(f"threshold must be a number or None, got {threshold!r}")
         same = None if threshold is None else cosine >= threshold
-        return Verification(cosine, same, threshold, far)
+        return Verification(cosine, same, threshold, far, (a.faces[0], b.faces[0]))
 
     def calibrate(
         self,

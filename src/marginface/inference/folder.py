@@ -6,6 +6,15 @@ the top) and ``embeddings`` (``float32[N, D]``, unit rows), with the model's des
 ``.npz`` always; ``.parquet`` when pyarrow is installed (columns ``path``, ``identity``,
 ``embedding`` as a list of floats; the description in the schema's metadata).
 
+With a detector (``FaceModel(..., detector=...)``), the face each row was cut from is kept
+too (:mod:`marginface.inference.face_rows`): ``.npz`` arrays ``boxes`` (``float32[N, 4]``,
+``x1, y1, x2, y2``), ``landmarks`` (``float32[N, 5, 2]``) and ``scores`` (``float32[N]``),
+in pixels of the original photo; ``.parquet`` columns ``box`` (4 floats), ``landmarks``
+(five ``[x, y]``) and ``score``. They are written when at least one row of the file was cut
+from a detected face; the other rows (aligned crops taken as they are, rows of an earlier run
+without detector) are NaN (null in Parquet). A file none of whose rows was detected has none
+of them (as before). A resumed run keeps the earlier rows' faces.
+
 A second run over the same folder skips the images already in the output; the file is
 rewritten atomically every ``flush_every`` images and at the end, so a killed run keeps what it
 had embedded. Unreadable images, and images that are not aligned crops of the model's input
@@ -26,13 +35,15 @@ import numpy as np
 import torch
 
 from .face_model import FaceModel
-from .images import pixel_batch
+from .face_rows import FACE_ARRAYS, DetectedFace, face_arrays, faces_from_arrays, has_faces
+from .images import face_pixel_batch
 
 __all__ = [
     "IMAGE_SUFFIXES",
     "EmbedResult",
     "embed_folder",
     "iter_embeddings",
+    "iter_face_embeddings",
     "list_images",
     "read_embeddings",
 ]
@@ -80,7 +91,9 @@ def list_images(folder: str | os.PathLike[str]) -> list[tuple[str, str]]:
 
 def read_embeddings(path: str | os.PathLike[str]) -> dict[str, np.ndarray | str]:
     """An output of :func:`embed_folder`: ``{"paths", "identities", "embeddings",
-    "description"}`` (the description as JSON text).
+    "description"}`` (the description as JSON text), and ``"boxes"`` (``float32[N, 4]``),
+    ``"landmarks"`` (``float32[N, 5, 2]``), ``"scores"`` (``float32[N]``) when the file holds
+    detected faces (NaN rows for those not detected; see the module).
 
     Raises:
         ValueError: not such a file (named).
@@ -90,12 +103,18 @@ def read_embeddings(path: str | os.PathLike[str]) -> dict[str, np.ndarray | str]
         if path.suffix == ".parquet":
             return _read_parquet(path)
         with np.load(path, allow_pickle=False) as data:
-            return {
+            read: dict[str, np.ndarray | str] = {
                 "paths": data["paths"],
                 "identities": data["identities"],
                 "embeddings": data["embeddings"],
                 "description": str(data["description"]),
             }
+            if "boxes" in data.files:
+                faces = faces_from_arrays(
+                    data["boxes"], data["landmarks"], data["scores"], rows=len(read["paths"])
+                )
+                read.update(face_arrays(faces))
+            return read
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if "pickle" in reason:  # NumPy's advice to load it unsafely is not for this file
@@ -111,12 +130,24 @@ def _read_parquet(path: Path) -> dict[str, np.ndarray | str]:
     table = pyarrow_parquet.read_table(str(path))  # ArrowInvalid (a ValueError) when damaged
     metadata = table.schema.metadata or {}
     embeddings = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
-    return {
+    read: dict[str, np.ndarray | str] = {
         "paths": np.asarray(table.column("path").to_pylist(), dtype=str),
         "identities": np.asarray(table.column("identity").to_pylist(), dtype=str),
         "embeddings": embeddings.reshape(len(table), -1),
         "description": metadata.get(b"marginface.description", b"{}").decode(),
     }
+    if "box" in table.column_names:
+        faces = [
+            None if box is None else DetectedFace(box, landmarks, score)
+            for box, landmarks, score in zip(
+                table.column("box").to_pylist(),
+                table.column("landmarks").to_pylist(),
+                table.column("score").to_pylist(),
+                strict=True,
+            )
+        ]
+        read.update(face_arrays(faces))
+    return read
 
 
 def _pyarrow_parquet():
@@ -130,21 +161,34 @@ def _pyarrow_parquet():
 
 
 def _write(
-    path: Path, paths: list[str], identities: list[str], rows: np.ndarray, description: str
+    path: Path,
+    paths: list[str],
+    identities: list[str],
+    rows: np.ndarray,
+    description: str,
+    faces: list[DetectedFace | None] | None = None,
 ) -> None:
     from .._atomic import atomic_write, atomic_write_with
 
+    detected = faces is not None and has_faces(faces)
     if path.suffix == ".parquet":
         pyarrow_parquet = _pyarrow_parquet()
         import pyarrow
 
-        table = pyarrow.table(
-            {
-                "path": paths,
-                "identity": identities,
-                "embedding": [list(map(float, r)) for r in rows],
-            }
-        ).replace_schema_metadata({"marginface.description": description})
+        columns: dict[str, list] = {
+            "path": paths,
+            "identity": identities,
+            "embedding": [list(map(float, r)) for r in rows],
+        }
+        if detected:
+            columns["box"] = [None if f is None else list(map(float, f.box)) for f in faces]
+            columns["landmarks"] = [
+                None if f is None else [[float(x), float(y)] for x, y in f.landmarks] for f in faces
+            ]
+            columns["score"] = [None if f is None else float(f.score) for f in faces]
+        table = pyarrow.table(columns).replace_schema_metadata(
+            {"marginface.description": description}
+        )
         atomic_write_with(
             path, lambda temporary: pyarrow_parquet.write_table(table, str(temporary))
         )
@@ -156,22 +200,26 @@ def _write(
         identities=np.asarray(identities, dtype=str),
         embeddings=rows.astype(np.float32),
         description=np.asarray(description),
+        **(face_arrays(faces) if detected else {}),
     )
     with atomic_write(path) as stream:
         stream.write(buffer.getvalue())
 
 
-def _decode(root: Path, relative: str, model: FaceModel) -> tuple[str, np.ndarray | str]:
-    """``(relative, uint8[C, H, W])``, or ``(relative, reason)`` when it cannot be used."""
+def _decode(
+    root: Path, relative: str, model: FaceModel
+) -> tuple[str, np.ndarray | str, DetectedFace | None]:
+    """``(relative, uint8[C, H, W], face or None)``, or ``(relative, reason, None)`` when it
+    cannot be used. The face travels with the pixels: nothing is shared between threads."""
     d = model.description
     try:
-        pixels = pixel_batch(
+        pixels, faces = face_pixel_batch(
             str(root / relative), channels=d.in_channels, size=d.image_size, aligner=model.aligner
         )
     except (ValueError, OSError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return relative, reason.replace(str(root / relative), "the image")
-    return relative, pixels[0].numpy()
+        return relative, reason.replace(str(root / relative), "the image"), None
+    return relative, pixels[0].numpy(), faces[0]
 
 
 def embed_folder(
@@ -193,6 +241,10 @@ def embed_folder(
             it must have been written with a model of the same embedding size. It is written
             only when an image was embedded: a run that embeds none (every image refused)
             leaves no file, or the earlier one as it was (``result.embedded == 0``).
+            With a detector, the box, landmarks and score of each row's face are written too
+            (``boxes``/``landmarks``/``scores``, or Parquet's ``box``/``landmarks``/``score``;
+            NaN rows for images taken as aligned crops; none when no row was detected: see
+            the module).
         workers: threads decoding images (0: one per CPU, at most 8).
         flush_every: rewrite ``out`` (atomically) after this many new images. Default: 2048.
         progress: ``progress(done, total)`` after each batch (the command line's bar).
@@ -218,6 +270,7 @@ def embed_folder(
         )
     paths: list[str] = []
     identities: list[str] = []
+    faces: list[DetectedFace | None] = []
     rows = np.empty((0, model.embedding_dim), np.float32)
     if out.exists():
         previous = read_embeddings(out)
@@ -229,6 +282,10 @@ def embed_folder(
             )
         rows = rows.reshape(-1, model.embedding_dim)
         paths, identities = list(previous["paths"]), list(previous["identities"])
+        if "boxes" in previous:
+            faces = faces_from_arrays(*(previous[name] for name in FACE_ARRAYS), rows=len(paths))
+        else:
+            faces = [None] * len(paths)
     done = set(paths)
     todo = [(p, i) for p, i in images if p not in done]
     result = EmbedResult(out, already=len(images) - len(todo))
@@ -242,9 +299,9 @@ def embed_folder(
         if new_rows:
             rows = np.concatenate([rows, *new_rows])
             new_rows = []
-        _write(out, paths, identities, rows, description)
+        _write(out, paths, identities, rows, description, faces)
 
-    for batch_paths, batch_rows in iter_embeddings(
+    for batch_paths, batch_rows, batch_faces in iter_face_embeddings(
         model,
         root,
         [p for p, _ in todo],
@@ -254,6 +311,7 @@ def embed_folder(
     ):
         new_rows.append(batch_rows)
         paths.extend(batch_paths)
+        faces.extend(batch_faces)
         identities.extend(identity_of[p] for p in batch_paths)
         result.embedded += len(batch_paths)
         since_flush += len(batch_paths)
@@ -278,7 +336,28 @@ def iter_embeddings(
     """``(paths, float32[B, D])`` batch after batch for the images ``root / relative_path``;
     an image that cannot be used is appended to ``skipped`` as ``(path, reason)`` instead.
     ``workers`` threads decode (0: one per CPU, at most 8), at most ``8 * batch_size`` images
-    ahead of the model; ``progress(done, total)`` after each batch."""
+    ahead of the model; ``progress(done, total)`` after each batch
+    (:func:`iter_face_embeddings` without the faces)."""
+    for paths, rows, _ in iter_face_embeddings(
+        model, root, relative_paths, skipped=skipped, workers=workers, progress=progress
+    ):
+        yield paths, rows
+
+
+def iter_face_embeddings(
+    model: FaceModel,
+    root: Path,
+    relative_paths: list[str],
+    *,
+    skipped: list[tuple[str, str]],
+    workers: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[tuple[list[str], np.ndarray, list[DetectedFace | None]]]:
+    """:func:`iter_embeddings`'s ``(paths, float32[B, D])`` batches with, for each row, the
+    face its crop was cut from (:class:`~marginface.inference.face_rows.DetectedFace`: box,
+    landmarks, score in pixels of that photo), or None for an image taken as it is (an
+    aligned crop, or an aligner without ``cut``). Each decoding thread returns the face with
+    its pixels, so rows and faces stay paired whatever the order threads finish in."""
     threads = workers or min(8, os.cpu_count() or 1)
     window = 8 * model.batch_size
     done = 0
@@ -287,12 +366,13 @@ def iter_embeddings(
             part = relative_paths[start : start + window]
             decoded = list(pool.map(lambda relative: _decode(root, relative, model), part))
             for batch in _batches(iter(decoded), model.batch_size):
-                good = [(p, x) for p, x in batch if not isinstance(x, str)]
-                skipped.extend((p, x) for p, x in batch if isinstance(x, str))
+                good = [(p, x, f) for p, x, f in batch if not isinstance(x, str)]
+                skipped.extend((p, x) for p, x, _ in batch if isinstance(x, str))
                 done += len(batch)
                 if good:
-                    pixels = torch.from_numpy(np.stack([x for _, x in good]))  # (B, C, H, W)
-                    yield [p for p, _ in good], model.embed_pixels(pixels).cpu().numpy()
+                    pixels = torch.from_numpy(np.stack([x for _, x, _ in good]))  # (B, C, H, W)
+                    rows = model.embed_pixels(pixels).cpu().numpy()
+                    yield [p for p, _, _ in good], rows, [f for _, _, f in good]
                 if progress is not None:
                     progress(done, len(relative_paths))
 

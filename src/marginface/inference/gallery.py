@@ -9,7 +9,10 @@ The folder (:data:`MANIFEST_NAME` + one arrays file)::
     GALLERY/manifest.json          format, format_version, the model's description and source,
                                    identities, counts, example image of each, index options,
                                    and the name of the arrays file
-    GALLERY/arrays-<generation>.npz  sums float32[G, D]
+    GALLERY/arrays-<generation>.npz  sums float32[G, D]; with a detector, the face of each
+                                   image it cut: face_identities str[M], face_paths str[M],
+                                   face_boxes float32[M, 4], face_landmarks float32[M, 5, 2],
+                                   face_scores float32[M] (photo pixels; absent when M = 0)
 
 Writing is atomic: the new arrays file first, then the manifest naming it (moved into place),
 then the old arrays file is removed; a crash at any point leaves the previous gallery whole.
@@ -33,6 +36,7 @@ from ..evaluation.binomial import DEFAULT_MIN_ERRORS, rate_is_supported
 from ..evaluation.ijb import IdentificationMetrics
 from ..evaluation.open_set import OpenSetReport
 from ..models.description import ModelDescription, marginface_version
+from .face_rows import DetectedFace, face_arrays, face_as_dict, faces_from_arrays
 from .index import INDEX_KINDS, TemplateIndex
 
 __all__ = [
@@ -95,6 +99,8 @@ class SearchResult:
         score: the best template's cosine.
         accepted: ``score >= threshold``; None without a threshold.
         matches: the top-k ``(identity, cosine)``, best first.
+        face: the face the probe's crop was cut from (box, landmarks, detector score in
+            pixels of the probe photo), None for a probe taken as an aligned crop.
     """
 
     probe: str
@@ -102,16 +108,21 @@ class SearchResult:
     score: float
     accepted: bool | None
     matches: list[tuple[str, float]]
+    face: DetectedFace | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON types."""
-        return {
+        """Plain JSON types; ``"face": {"box", "landmarks", "score"}`` only when the probe
+        was cut from a detected face."""
+        answer: dict[str, Any] = {
             "probe": self.probe,
             "identity": self.identity,
             "score": self.score,
             "accepted": self.accepted,
             "matches": [{"identity": i, "score": s} for i, s in self.matches],
         }
+        if self.face is not None:
+            answer["face"] = face_as_dict(self.face)
+        return answer
 
 
 @dataclass
@@ -127,6 +138,8 @@ class Gallery:
         counts: ``int64[G]``, images per identity.
         examples: ``{identity: path}`` of one image each (the search page's thumbnails).
         index_kind, approximate_above: :class:`~marginface.inference.index.TemplateIndex`'s.
+        faces: ``(identity, image path, DetectedFace)`` of each image a detector cut, in the
+            order added (box, landmarks, score in pixels of that photo); empty without one.
     """
 
     description: ModelDescription
@@ -138,6 +151,7 @@ class Gallery:
     index_kind: str = "auto"
     approximate_above: int = 100_000
     generation: int = 0
+    faces: list[tuple[str, str, DetectedFace]] = field(default_factory=list, repr=False)
     _index: TemplateIndex | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -163,14 +177,21 @@ class Gallery:
         return (self.sums / np.maximum(norms, 1e-12)).astype(np.float32)
 
     def add(
-        self, identities: list[str], embeddings: np.ndarray, examples: dict[str, str] | None = None
+        self,
+        identities: list[str],
+        embeddings: np.ndarray,
+        examples: dict[str, str] | None = None,
+        *,
+        paths: list[str] | None = None,
+        faces: list[DetectedFace | None] | None = None,
     ) -> None:
         """Add unit ``embeddings`` (``float32[N, D]``), ``identities[i]`` the identity of row
         ``i``: an identity already in the gallery gains the images (its template moves), a new
-        one is appended.
+        one is appended. With ``faces`` (one per row, None for a row not cut by a detector)
+        and ``paths`` (each row's image), the detected ones are kept in :attr:`faces`.
 
         Raises:
-            ValueError: another embedding size (one line), or lengths that differ.
+            ValueError: another embedding size (one line), or lengths that differ (named).
         """
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
@@ -180,6 +201,10 @@ class Gallery:
             )
         if len(identities) != embeddings.shape[0]:
             raise ValueError(f"{len(identities)} identities for {embeddings.shape[0]} embeddings")
+        if faces is not None and (paths is None or len(paths) != len(faces)):
+            raise ValueError("faces needs paths, one each: the image each face was found in")
+        if faces is not None and len(faces) != len(identities):
+            raise ValueError(f"{len(faces)} faces for {len(identities)} embeddings")
         position = {name: i for i, name in enumerate(self.identities)}
         new = sorted({name for name in identities if name not in position})
         if new:
@@ -194,6 +219,12 @@ class Gallery:
         np.add.at(self.counts, rows, 1)
         for name, path in (examples or {}).items():
             self.examples.setdefault(name, path)
+        if faces is not None and paths is not None:
+            self.faces += [
+                (name, path, face)
+                for name, path, face in zip(identities, paths, faces, strict=True)
+                if face is not None
+            ]
         self._index = None
 
     def remove(self, names: list[str]) -> None:
@@ -212,6 +243,8 @@ class Gallery:
         self.sums, self.counts = self.sums[keep], self.counts[keep]
         for name in names:
             self.examples.pop(name, None)
+        removed = set(names)
+        self.faces = [row for row in self.faces if row[0] not in removed]
         self._index = None
 
     def index(self) -> TemplateIndex:
@@ -231,6 +264,7 @@ class Gallery:
         *,
         k: int = 5,
         threshold: float | None = None,
+        faces: list[DetectedFace | None] | None = None,
     ) -> list[SearchResult]:
         """The top-``k`` identities of each probe embedding and the open-set decision.
 
@@ -240,6 +274,8 @@ class Gallery:
             k: how many identities to list. Default: 5.
             threshold: accept the best identity when its cosine is ``>= threshold``; default
                 (None): the description's calibrated threshold, else no decision.
+            faces: each probe's detected face (:attr:`SearchResult.face`), or None. Default:
+                None (no faces).
 
         Raises:
             ValueError: an empty gallery; probes of another embedding size (one line).
@@ -252,9 +288,13 @@ class Gallery:
             )
         if threshold is None:
             threshold = self.description.threshold
+        if faces is None:
+            faces = [None] * len(names)
+        elif len(faces) != len(names):
+            raise ValueError(f"{len(faces)} faces for {len(names)} probes")
         scores, indices = self.index().search(probes, k)
         results = []
-        for name, row_scores, row_indices in zip(names, scores, indices, strict=True):
+        for name, row_scores, row_indices, face in zip(names, scores, indices, faces, strict=True):
             matches = [
                 (self.identities[int(i)], float(s))
                 for s, i in zip(row_scores, row_indices, strict=True)
@@ -263,7 +303,7 @@ class Gallery:
             best, score = matches[0]
             accepted = None if threshold is None else score >= threshold
             identity = best if accepted in (None, True) else None
-            results.append(SearchResult(name, identity, score, accepted, matches))
+            results.append(SearchResult(name, identity, score, accepted, matches, face))
         return results
 
     def identification(
@@ -410,7 +450,7 @@ class Gallery:
         arrays = folder / f"arrays-{self.generation}.npz"
         previous = _arrays_named(folder / MANIFEST_NAME)
         buffer = io.BytesIO()
-        np.savez(buffer, sums=self.sums.astype(np.float32))
+        np.savez(buffer, sums=self.sums.astype(np.float32), **self._face_arrays())
         with atomic_write(arrays) as stream:
             stream.write(buffer.getvalue())
         manifest = {
@@ -471,6 +511,7 @@ class Gallery:
         try:
             with np.load(folder / manifest["arrays"], allow_pickle=False) as data:
                 sums = np.asarray(data["sums"], np.float32)
+                faces = _read_faces(data)
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
             raise ValueError(
                 f"{folder}: the gallery's arrays {manifest['arrays']} are unreadable ({error}); "
@@ -493,4 +534,35 @@ class Gallery:
             index_kind=index.get("kind", "auto"),
             approximate_above=int(index.get("approximate_above", 100_000)),
             generation=int(manifest.get("generation", 0)),
+            faces=faces,
         )
+
+    def _face_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays file's face arrays (none when no image was cut by a detector)."""
+        if not self.faces:
+            return {}
+        arrays = face_arrays([face for _, _, face in self.faces])
+        return {
+            "face_identities": np.asarray([name for name, _, _ in self.faces], dtype=str),
+            "face_paths": np.asarray([path for _, path, _ in self.faces], dtype=str),
+            **{f"face_{key}": value for key, value in arrays.items()},
+        }
+
+
+def _read_faces(data: Any) -> list[tuple[str, str, DetectedFace]]:
+    """:meth:`Gallery._face_arrays` read back (ValueError: shapes that do not match)."""
+    if "face_boxes" not in data.files:
+        return []
+    identities, paths = data["face_identities"], data["face_paths"]
+    try:
+        faces = faces_from_arrays(
+            data["face_boxes"], data["face_landmarks"], data["face_scores"], rows=len(paths)
+        )
+    except ValueError as error:  # "scores must be ...": name the gallery's array
+        raise ValueError(f"face_{error}") from None
+    if len(identities) != len(paths) or any(face is None for face in faces):
+        raise ValueError("the face arrays do not match")
+    return [
+        (str(name), str(path), face)
+        for name, path, face in zip(identities, paths, faces, strict=True)
+    ]

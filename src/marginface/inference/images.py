@@ -12,20 +12,25 @@ Conventions (the usual ones of each library):
 
 An image of the model's input size is an aligned crop; any other goes to the ``aligner``
 (``FaceModel(..., detector="mtcnn")`` makes one, :class:`~marginface.inference.FaceCutter`),
-or is an error naming the ways to cut it.
+or is an error naming the ways to cut it. An aligner with a ``cut(photo)`` method (a
+:class:`~marginface.inference.FaceCutter`) also says which face it cut:
+:func:`face_pixel_batch` returns those faces with the pixels.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Aligner", "ImageInput", "pixel_batch"]
+if TYPE_CHECKING:
+    from .face_rows import DetectedFace
+
+__all__ = ["Aligner", "ImageInput", "face_pixel_batch", "pixel_batch"]
 
 ImageInput = Any
 """One image or a sequence of images (paths, PIL images, arrays, tensors)."""
@@ -121,21 +126,48 @@ def pixel_batch(
         ValueError: no images; an image of another size without ``aligner`` ("FaceModel needs
             aligned 112x112 crops; ..."); a bad shape. TypeError: an unsupported type.
     """
+    return face_pixel_batch(images, channels=channels, size=size, aligner=aligner)[0]
+
+
+def face_pixel_batch(
+    images: ImageInput,
+    *,
+    channels: int,
+    size: tuple[int, int],
+    aligner: Aligner | None = None,
+) -> tuple[Tensor, list[DetectedFace | None]]:
+    """:func:`pixel_batch`'s ``uint8[N, C, H, W]`` and, for each of the ``N`` images, the face
+    its crop was cut from: the :class:`~marginface.inference.face_rows.DetectedFace` (box,
+    landmarks, score in pixels of that photo) when ``aligner`` has a ``cut(photo)`` method
+    returning one (:meth:`~marginface.inference.FaceCutter.cut`), else None (an image of the
+    input size taken as it is, or an aligner that only returns the crop). Nothing is kept on
+    the aligner: safe from several threads when the aligner is.
+
+    Args and Raises: as :func:`pixel_batch`.
+    """
     items = list(images) if isinstance(images, list | tuple) else [images]
     if not items:
         raise ValueError("images is empty: give one image or a list of images")
     out: list[np.ndarray] = []
+    faces: list[DetectedFace | None] = []
     for index, item in enumerate(items):
         for image in _as_hwc(item, channels, index):
+            face = None
             if image.shape[:2] != size:
                 if aligner is None:
                     what = str(item) if isinstance(item, str | os.PathLike) else f"images[{index}]"
                     raise _wrong_size(image.shape[:2], size, what)
-                image = np.asarray(aligner(_channels(image, 3, index)), dtype=np.uint8)
+                photo = _channels(image, 3, index)
+                if callable(getattr(aligner, "cut", None)):
+                    cut = aligner.cut(photo)  # type: ignore[attr-defined]
+                    image, face = np.asarray(cut.crop, dtype=np.uint8), cut.face
+                else:
+                    image = np.asarray(aligner(photo), dtype=np.uint8)
                 if image.shape[:2] != size:
                     raise _wrong_size(
                         image.shape[:2], size, f"the aligner's crop of images[{index}]"
                     )
             out.append(_channels(image, channels, index))
+            faces.append(face)
     batch = np.ascontiguousarray(np.stack(out).transpose(0, 3, 1, 2))  # (N, C, H, W)
-    return torch.from_numpy(batch)
+    return torch.from_numpy(batch), faces
