@@ -31,7 +31,7 @@ from ..subcenters import PAPER_OUTLIER_DEGREES, Outliers
 from .build import load_bundle
 from .distributed import resolve_device
 from .embeddings import extract_dataset_embeddings, extract_embeddings
-from .run import LoadedRun, load_run
+from .state.loaded_run import LoadedRun, load_run
 
 __all__ = [
     "OUTLIERS_CSV_COLUMNS",

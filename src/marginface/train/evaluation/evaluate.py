@@ -32,7 +32,7 @@ from ..distributed import rank_slice, resolve_device
 from ..embedding_store import EmbeddingStore, stored_embeddings
 from ..embeddings import extract_embeddings
 from ..progress import progress_callback
-from ..run import LoadedRun, load_run
+from ..state.loaded_run import LoadedRun, load_run
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
