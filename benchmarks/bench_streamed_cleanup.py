@@ -52,7 +52,7 @@ from marginface.models import create_model
 from marginface.registry import create_loss
 from marginface.train.cleaning import training_embeddings
 from marginface.train.config import TrainConfig
-from marginface.train.run import LoadedRun
+from marginface.train.state.loaded_run import LoadedRun
 
 DIM = 512
 

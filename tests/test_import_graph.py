@@ -1,9 +1,13 @@
-"""The package's shape: no import cycle inside ``src/marginface`` and no source file over
-:data:`MAX_LINES` lines (docs/architecture, issue 24). Read from the AST, nothing is imported."""
+"""The package's shape: no import cycle inside ``src/marginface``, no source file over
+:data:`MAX_LINES` lines (docs/architecture, issue 24), and ``inference/`` above the run's state
+but not the training loop (issue 45). Read from the AST, nothing is imported, except one
+subprocess that imports ``marginface.inference`` and lists what came with it."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,31 @@ MAX_LINES = 600
 
 KNOWN_LONG_FILES: tuple[str, ...] = ()
 """Files allowed over MAX_LINES (none: every file of the package is held to the limit)."""
+
+INFERENCE_MAY_IMPORT_FROM_TRAIN = frozenset(
+    {
+        "marginface.train.state.layout",  # the run folder's names (description.json)
+        "marginface.train.state.run_state",  # the checkpoint read once (read_saved_run)
+        "marginface.train.state.loaded_run",  # the backbone rebuilt from it (load_run)
+    }
+)
+"""The only modules of ``marginface.train`` that ``marginface.inference`` may import: what it
+needs to open a run folder (its model, description and checkpoint), never the loop."""
+
+TRAINING_LOOP = (
+    "marginface.train.trainer",
+    "marginface.train.build",
+    "marginface.train.batches",
+    "marginface.train.optim",
+    "marginface.train.schedule",
+    "marginface.train.run_log",
+    "marginface.train.failures",
+    "marginface.train.evaluation",
+    "marginface.train.state.checkpoint_writer",
+    "marginface.train.state.preemption",
+)
+"""The training loop and what only it uses (a name covers its submodules): nothing that
+``inference/`` imports, directly or through the modules above, reaches them."""
 
 
 def _module_name(path: Path) -> str:
@@ -202,3 +231,88 @@ def test_the_one_way_rule_sees_an_upward_import() -> None:
         "marginface.train.x -> marginface.report.page"
     ]
     assert _upward(graph, "marginface.trainer", "marginface.report") == []
+
+
+def _in_loop(module: str) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in TRAINING_LOOP)
+
+
+def _inference_imports_of_train(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """``{inference module: [the marginface.train modules it imports]}`` (non-empty only)."""
+    found = {
+        name: sorted(
+            t for t in targets if t == "marginface.train" or t.startswith("marginface.train.")
+        )
+        for name, targets in graph.items()
+        if name == "marginface.inference" or name.startswith("marginface.inference.")
+    }
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_inference_imports_of_train_are_only_the_run_state():
+    """``inference/`` opens a run folder through :data:`INFERENCE_MAY_IMPORT_FROM_TRAIN`, and
+    imports nothing else of ``marginface.train`` (not the package's lazy names, which include
+    the trainer), function-level imports included."""
+    graph = _graph()
+    imports = _inference_imports_of_train(graph)
+    assert imports, "the reader lost inference/source.py's imports of the run state"
+    bad = {
+        name: [t for t in targets if t not in INFERENCE_MAY_IMPORT_FROM_TRAIN]
+        for name, targets in imports.items()
+    }
+    bad = {name: targets for name, targets in bad.items() if targets}
+    assert bad == {}, (
+        f"inference/ may import only {sorted(INFERENCE_MAY_IMPORT_FROM_TRAIN)} of train/: {bad}"
+    )
+
+
+def test_the_run_state_inference_may_import_does_not_reach_the_training_loop():
+    """What the allowed modules import inside ``marginface.train``, followed to the end, holds
+    no module of :data:`TRAINING_LOOP` (``train/state/loaded_run.py`` builds the backbone
+    itself rather than through ``train/build.py``)."""
+    graph = _graph()
+    reached, stack, via = (
+        set(INFERENCE_MAY_IMPORT_FROM_TRAIN),
+        list(INFERENCE_MAY_IMPORT_FROM_TRAIN),
+        {},
+    )
+    while stack:
+        name = stack.pop()
+        for target in graph.get(name, ()):
+            if target.startswith("marginface.train.") and target not in reached:
+                reached.add(target)
+                via[target] = name
+                stack.append(target)
+    loop = {name: via.get(name) for name in sorted(reached) if _in_loop(name)}
+    assert loop == {}, f"the run state inference/ imports reaches the loop ({{module: by}}): {loop}"
+
+
+def test_the_rules_of_inference_see_a_forbidden_import():
+    """The checks themselves: an inference module importing the trainer is reported, and a
+    module reached through an allowed one is in the loop when :data:`TRAINING_LOOP` names it."""
+    graph = {
+        "marginface.inference.x": {"marginface.train.trainer", "marginface.models.description"},
+        "marginface.inference.y": {"marginface.train.state.layout"},
+    }
+    assert _inference_imports_of_train(graph) == {
+        "marginface.inference.x": ["marginface.train.trainer"],
+        "marginface.inference.y": ["marginface.train.state.layout"],
+    }
+    assert _in_loop("marginface.train.evaluation.evaluate") and _in_loop("marginface.train.build")
+    assert not _in_loop("marginface.train.state.run_state")
+    assert not _in_loop("marginface.train.builder")  # a prefix is not a submodule
+
+
+def test_importing_inference_imports_nothing_of_the_training_loop():
+    """``import marginface.inference`` (its public names: FaceModel, open_model, ...) loads no
+    module of :data:`TRAINING_LOOP`, and no ``marginface.train.run`` (where ``load_run`` was)."""
+    code = "import sys, marginface.inference\nprint('\\n'.join(sorted(sys.modules)))\n"
+    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    modules = set(done.stdout.split())
+    assert "marginface.inference.source" in modules  # the listing is the real one
+    loaded = sorted(m for m in modules if _in_loop(m) or m == "marginface.train.run")
+    assert loaded == [], f"import marginface.inference loaded the training loop: {loaded}"

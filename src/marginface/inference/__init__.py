@@ -3,8 +3,10 @@
 gallery searched by 1:N identification (docs/inference.md).
 
 Above ``models/`` and ``evaluation/``: it opens models through
-:func:`~marginface.models.pretrained.load_described_backbone` and the run reader, and never
-reaches into training.
+:func:`~marginface.models.pretrained.load_described_backbone` and the run reader
+(:mod:`marginface.train.state.loaded_run` over :mod:`~marginface.train.state.run_state` and
+:mod:`~marginface.train.state.layout`, the only modules of ``train/`` it imports), and never
+reaches into the training loop (``tests/test_import_graph.py`` checks both).
 """
 
 from ..models.description import ModelDescription

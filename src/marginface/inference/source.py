@@ -123,7 +123,7 @@ def open_model(
         return module, description
     path = Path(source)
     if path.is_dir():
-        from ..train.run import load_run
+        from ..train.state.loaded_run import load_run
 
         saved, description = _describe_run_folder(path)
         run = load_run(path, device=device, saved=saved)

@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr__ loads them
-    from .build import build_model_and_loss, load_bundle
+    from .build import load_bundle
     from .compare import TABLE_COLUMNS, Comparison, compare_losses
     from .distributed import resolve_device
     from .embeddings import extract_dataset_embeddings, extract_embeddings
@@ -27,9 +27,9 @@ if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr
     )
     from .history import TensorBoardLogger, margin_state, read_history, write_history
     from .optim import build_optimizer, build_scheduler, lr_factor
-    from .run import LoadedRun, load_run
     from .state.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
     from .state.layout import EVALUATION_NAME
+    from .state.loaded_run import LoadedRun, build_model_and_loss, load_run
     from .state.run_folder import OutputExistsError, prepare_run_dir
     from .state.run_state import RESUMABLE_KEYS, SavedRun, read_saved_run
     from .trainer import Trainer, TrainingDivergedError, train
@@ -73,7 +73,6 @@ __all__ = [
 ]
 
 _SOURCES: dict[str, str] = {
-    "build_model_and_loss": ".build",
     "load_bundle": ".build",
     "TABLE_COLUMNS": ".compare",
     "Comparison": ".compare",
@@ -94,12 +93,13 @@ _SOURCES: dict[str, str] = {
     "build_optimizer": ".optim",
     "build_scheduler": ".optim",
     "lr_factor": ".optim",
-    "LoadedRun": ".run",
-    "load_run": ".run",
     "CheckpointError": ".state.checkpoint",
     "load_checkpoint": ".state.checkpoint",
     "save_checkpoint": ".state.checkpoint",
     "EVALUATION_NAME": ".state.layout",
+    "LoadedRun": ".state.loaded_run",
+    "build_model_and_loss": ".state.loaded_run",
+    "load_run": ".state.loaded_run",
     "OutputExistsError": ".state.run_folder",
     "prepare_run_dir": ".state.run_folder",
     "RESUMABLE_KEYS": ".state.run_state",

@@ -1,6 +1,7 @@
 """What a training configuration builds: its dataset (:func:`load_bundle`), the backbone and
-head (:func:`build_model_and_loss`; from a run's metadata :func:`model_and_loss_for_meta`, which
-a trained run loaded back also uses), the optimizer and its schedule, mixed precision and
+head (from the run's metadata:
+:func:`~marginface.train.state.loaded_run.model_and_loss_for_meta`, which a trained run loaded
+back also uses), the optimizer and its schedule, mixed precision and
 augmentation, sized for one dataset and one process group.
 
 :class:`~marginface.train.Trainer` calls :func:`build_training` once per :meth:`fit
@@ -21,23 +22,20 @@ from torch import nn
 from ..data import DatasetBundle, ImageSet, load_dataset
 from ..data.augment import BatchAugmentation, build_augmentation
 from ..data.base import StreamedImageSet
-from ..models import create_model
-from ..registry import create_loss
 from .config import ConfigValueError, TrainConfig
 from .finetune import freeze_stages
 from .model_input import convert_bundle
 from .optim import build_optimizer, build_scheduler
+from .state.loaded_run import model_and_loss_for_meta
 from .state.run_state import RunObjects
 
 __all__ = [
     "TrainingSetup",
-    "build_model_and_loss",
     "build_training",
     "configure_process",
     "flushes_denormals",
     "load_bundle",
     "load_initial_state",
-    "model_and_loss_for_meta",
     "run_meta",
     "steps_per_epoch",
 ]
@@ -266,51 +264,4 @@ def load_bundle(config: TrainConfig, *, exclude: bool = True) -> DatasetBundle:
         return bundle
     return DatasetBundle(
         bundle.name, train, bundle.test, bundle.pairs, bundle.open_set, bundle.verification
-    )
-
-
-def build_model_and_loss(
-    config: TrainConfig,
-    *,
-    in_channels: int,
-    image_size: int | tuple[int, int],
-    num_classes: int,
-    device: torch.device | str = "cpu",
-    process_group: Any = None,
-) -> tuple[nn.Module, nn.Module]:
-    """The backbone and the loss (with its class centers) the configuration describes; with a
-    ``process_group`` the loss's classes are sharded over it (docs/distributed.md)."""
-    model = create_model(
-        config.model,
-        embedding_dim=config.embedding_dim,
-        in_channels=in_channels,
-        image_size=image_size,
-        **config.model_options,
-    )
-    options = dict(config.loss_options)
-    if config.sample_rate != 1.0:
-        options["sample_rate"] = config.sample_rate
-    if process_group is not None:
-        options["process_group"] = process_group
-    loss = create_loss(config.loss, num_classes, config.embedding_dim, **options)
-    return model.to(device), loss.to(device)
-
-
-def model_and_loss_for_meta(
-    config: TrainConfig,
-    meta: dict[str, Any],
-    *,
-    device: torch.device | str = "cpu",
-    process_group: Any = None,
-) -> tuple[nn.Module, nn.Module]:
-    """:func:`build_model_and_loss` sized by a run's metadata (:func:`run_meta`, or a
-    checkpoint's copy of it, where ``image_size`` ``(H, W)`` was read back as a list)."""
-    size = meta["image_size"]
-    return build_model_and_loss(
-        config,
-        in_channels=meta["in_channels"],
-        image_size=tuple(size) if isinstance(size, list) else size,
-        num_classes=meta["num_classes"],
-        device=device,
-        process_group=process_group,
     )

@@ -31,7 +31,7 @@ from .build import load_bundle
 from .config import TrainConfig, config_from_dict
 from .distributed import resolve_device
 from .embeddings import extract_dataset_embeddings, extract_embeddings
-from .run import LoadedRun, load_run
+from .state.loaded_run import LoadedRun, load_run
 
 __all__ = [
     "OUTLIERS_CSV_COLUMNS",

@@ -1,6 +1,7 @@
 """Embedding extraction in batches: of images in memory (optionally averaged with the
-horizontally flipped image), or of a dataset streamed from disk through a ``DataLoader``.
-Each batch goes through :func:`~marginface.inference.embedder.embed_batch`, the one embedder."""
+horizontally flipped image's, or with those kept apart), or of a dataset streamed from disk
+through a ``DataLoader``. Each batch goes through
+:func:`~marginface.inference.embedder.embed_batch`, the one embedder and its flip test."""
 
 from __future__ import annotations
 
@@ -14,7 +15,55 @@ from torch import Tensor, nn
 from .._progress import Progress, track
 from ..inference.embedder import embed_batch
 
-__all__ = ["extract_dataset_embeddings", "extract_embeddings"]
+__all__ = ["extract_dataset_embeddings", "extract_embeddings", "extract_embeddings_and_flipped"]
+
+
+def _embedded_batches(
+    model: nn.Module,
+    images: np.ndarray | Tensor,
+    *,
+    batch_size: int,
+    device: torch.device | str,
+    flip: bool,
+    channels_last: bool,
+    amp_dtype: torch.dtype | None,
+    transform: Callable[[Tensor], Tensor] | None,
+    desc: str,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The loop of :func:`extract_embeddings` and :func:`extract_embeddings_and_flipped`: each
+    batch of ``batch_size`` images through :func:`~marginface.inference.embedder.embed_batch`
+    (its flip test), the model in eval mode and given back its mode. Returns the batches'
+    ``f(x)`` and, with ``flip``, ``f(flip_w(x))`` (else an empty list), each ``float32[B, D]``
+    on the CPU."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    if images.ndim != 4:
+        raise ValueError(f"images must have shape (N, C, H, W), got {tuple(images.shape)}")
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    outputs: list[Tensor] = []
+    mirrors: list[Tensor] = []
+    try:
+        starts = range(0, images.shape[0], batch_size)
+        for start in track(starts, desc, unit="batches"):
+            out, mirrored = embed_batch(
+                model,
+                images[start : start + batch_size],
+                normalise=transform,
+                flip=flip,
+                device=device,
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
+            )  # (B, D) each
+            outputs.append(out.cpu())
+            if mirrored is not None:
+                mirrors.append(mirrored.cpu())
+    finally:
+        model.train(was_training)
+    if not outputs:
+        raise ValueError("images is empty (N = 0)")
+    return outputs, mirrors
 
 
 @torch.no_grad()
@@ -39,35 +88,62 @@ def extract_embeddings(
     (:meth:`~marginface.data.base.VerificationSet.model_input`). ``desc`` names the loop's
     progress (:func:`~marginface._progress.track`, shown under a
     :func:`~marginface._progress.progress_output` block: the command line, a training run).
+
+    Raises:
+        ValueError: ``batch_size < 1``; ``images`` not 4-D, or empty.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    if images.ndim != 4:
-        raise ValueError(f"images must have shape (N, C, H, W), got {tuple(images.shape)}")
-    was_training = model.training
-    model.eval()
-    device = torch.device(device)
-    outputs: list[Tensor] = []
-    try:
-        starts = range(0, images.shape[0], batch_size)
-        for start in track(starts, desc, unit="batches"):
-            out, mirrored = embed_batch(
-                model,
-                images[start : start + batch_size],
-                normalise=transform,
-                flip=flip,
-                device=device,
-                amp_dtype=amp_dtype,
-                channels_last=channels_last,
-            )  # (B, D) each
-            if mirrored is not None:
-                out = (out + mirrored) / 2
-            outputs.append(out.cpu())
-    finally:
-        model.train(was_training)
-    if not outputs:
-        raise ValueError("images is empty (N = 0)")
+    outputs, mirrors = _embedded_batches(
+        model,
+        images,
+        batch_size=batch_size,
+        device=device,
+        flip=flip,
+        channels_last=channels_last,
+        amp_dtype=amp_dtype,
+        transform=transform,
+        desc=desc,
+    )
+    if flip:
+        outputs = [(out + mirrored) / 2 for out, mirrored in zip(outputs, mirrors, strict=True)]
     return torch.cat(outputs)
+
+
+@torch.no_grad()
+def extract_embeddings_and_flipped(
+    model: nn.Module,
+    images: np.ndarray | Tensor,
+    *,
+    batch_size: int = 1024,
+    device: torch.device | str = "cpu",
+    channels_last: bool = False,
+    amp_dtype: torch.dtype | None = None,
+    transform: Callable[[Tensor], Tensor] | None = None,
+    desc: str = "embedding (flipped too)",
+) -> tuple[Tensor, Tensor]:
+    """The two halves of the flip test, kept apart: ``(f(x), f(flip_w(x)))``, each
+    ``Tensor[N, D]`` (float32, on CPU, not normalized), of ``images[N, C, H, W]`` in one pass
+    (both forward passes of a batch together, the mirror ``x[..., ::-1]`` taken by
+    :func:`~marginface.inference.embedder.embed_batch` after ``transform``).
+
+    insightface's verification keeps both (its XNorm and its Accuracy-Flip read them
+    separately); their mean is :func:`extract_embeddings` with ``flip=True``. The options are
+    :func:`extract_embeddings`'s (same defaults; ``desc``: ``"embedding (flipped too)"``).
+
+    Raises:
+        ValueError: ``batch_size < 1``; ``images`` not 4-D, or empty.
+    """
+    outputs, mirrors = _embedded_batches(
+        model,
+        images,
+        batch_size=batch_size,
+        device=device,
+        flip=True,
+        channels_last=channels_last,
+        amp_dtype=amp_dtype,
+        transform=transform,
+        desc=desc,
+    )
+    return torch.cat(outputs), torch.cat(mirrors)
 
 
 @torch.no_grad()

@@ -31,8 +31,8 @@ from ...evaluation import (
 from ..build import load_bundle
 from ..distributed import rank_slice, resolve_device
 from ..embedding_store import EmbeddingStore, stored_embeddings
-from ..embeddings import extract_embeddings
-from ..run import LoadedRun, load_run
+from ..embeddings import extract_embeddings, extract_embeddings_and_flipped
+from ..state.loaded_run import LoadedRun, load_run
 from .ijb_evaluation import (
     IjbSet,
     ijb_history_metrics,
@@ -194,28 +194,24 @@ def as_is_and_flipped(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The embeddings ``float32[2P, D]`` of a verification set's images as they are and
     mirrored left-right (insightface's flip test keeps both: its XNorm and its Accuracy-Flip
-    read them separately); ``name`` labels the progress (``"lfw (flipped)"``) and, with a
-    ``store``, the kept embeddings (``RUN/embeddings/bin_<name>.npz``, reused when they are
-    these weights', :mod:`~marginface.train.embedding_store`)."""
+    read them separately), both from one pass of the one embedder's flip test
+    (:func:`~marginface.train.embeddings.extract_embeddings_and_flipped`); ``name`` labels the
+    progress (``"lfw (flipped too)"``) and, with a ``store``, the kept embeddings
+    (``RUN/embeddings/bin_<name>.npz``, reused when they are these weights',
+    :mod:`~marginface.train.embedding_store`)."""
 
     def compute() -> dict[str, np.ndarray]:
-        flipped_input = lambda batch: torch.flip(verification.model_input(batch), dims=(3,))  # noqa: E731
-        return {
-            key: extract_embeddings(
-                model,
-                verification.images,
-                batch_size=batch_size,
-                device=device,
-                amp_dtype=amp_dtype,
-                channels_last=channels_last,
-                transform=transform,
-                desc=f"{name} ({how})",
-            ).numpy()
-            for key, how, transform in (
-                ("as_is", "as is", verification.model_input),
-                ("flipped", "flipped", flipped_input),
-            )
-        }
+        as_is, flipped = extract_embeddings_and_flipped(
+            model,
+            verification.images,
+            batch_size=batch_size,
+            device=device,
+            amp_dtype=amp_dtype,
+            channels_last=channels_last,
+            transform=verification.model_input,
+            desc=f"{name} (flipped too)",
+        )
+        return {"as_is": as_is.numpy(), "flipped": flipped.numpy()}
 
     pairs = verification.pairs
     arrays = stored_embeddings(
