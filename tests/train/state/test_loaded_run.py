@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from marginface.config import TrainConfig
 
 from marginface.train import CheckpointError, train
 from marginface.train.build import run_meta
+from marginface.train.config import TrainConfig
 from marginface.train.state.layout import CHECKPOINT_NAME
 from marginface.train.state.loaded_run import (
     build_model_and_loss,
