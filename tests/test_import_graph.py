@@ -193,15 +193,32 @@ def test_every_import_of_the_package_names_a_module_that_exists() -> None:
     assert missing == [], "imports of modules that do not exist:\n" + "\n".join(missing)
 
 
-ONE_WAY: tuple[tuple[str, str], ...] = (
-    ("marginface.train", "marginface.report"),
-    ("marginface.inference", "marginface.report"),
-    ("marginface.data", "marginface.report"),
-    ("marginface.evaluation", "marginface.report"),
+PIPELINE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("detect", "plots"),
+    ("data", "models"),
+    ("inference",),
+    ("train",),
+    ("report",),
+    ("cli",),
 )
-"""``(lower, upper)`` packages: no module of ``lower`` imports ``upper`` (function-level imports
-included). ``report/`` assembles pages from runs and results; what makes them never reaches up
-to it (docs/architecture.md, "pictures and report")."""
+"""The pipeline's packages from the bottom up (docs/architecture.md, "Layers"; the core below
+them is ``tests/test_layers.py``'s): a package never imports one of a higher layer. Within a
+layer imports go either way (``data/`` and ``models/``). One exception, held by the inference
+rules below: ``inference/`` opens a run folder through ``train/state/`` (the run state, which
+never imports ``inference/`` or the training loop)."""
+
+_LAYERED = tuple(
+    (f"{PACKAGE}.{lower}", f"{PACKAGE}.{upper}")
+    for level, packages in enumerate(PIPELINE_LAYERS)
+    for lower in packages
+    for higher in PIPELINE_LAYERS[level + 1 :]
+    for upper in higher
+    if (lower, upper) != ("inference", "train")
+)
+_RUN_STATE = (f"{PACKAGE}.train.state", f"{PACKAGE}.inference")
+ONE_WAY: tuple[tuple[str, str], ...] = (*_LAYERED, _RUN_STATE)
+"""``(lower, upper)``: no module of ``lower`` imports ``upper`` (function-level imports
+included)."""
 
 
 def _within(module: str, package: str) -> bool:
