@@ -227,11 +227,12 @@ def _whole(embeddings: np.ndarray, flipped: np.ndarray | None, rows: int | None)
     )
 
 
-def _damaged(path: Path, reason: str) -> None:
-    warnings.warn(
-        f"{path}: damaged embedding cache, cannot be read ({reason}); embedding again",
-        stacklevel=3,
-    )
+def _damaged(path: Path, reason: str, report: Callable[[str], None] | None) -> None:
+    message = f"{path}: damaged embedding cache, cannot be read ({reason}); embedding again"
+    if report is not None:
+        report(message)
+    else:
+        warnings.warn(message, stacklevel=3)
 
 
 def read_embedding_cache(
@@ -240,6 +241,7 @@ def read_embedding_cache(
     *,
     rows: int | None = None,
     legacy: Callable[[Any], bool] | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> CachedEmbeddings | None:
     """The embeddings kept in ``path`` for ``key``, or None.
 
@@ -255,6 +257,8 @@ def read_embedding_cache(
         legacy: for a file without ``__key__`` (written before this format): called with the
             open archive, True when it holds these embeddings (its ``embeddings`` and
             ``flipped`` are then read). Default: None (such a file is of another key).
+        report: called with the one line that names a damaged file (e.g. a logger's
+            ``warning``). Default: None (``warnings.warn``, a ``UserWarning``).
     """
     path = Path(path)
     if not path.is_file():
@@ -287,12 +291,12 @@ def read_embedding_cache(
             whole = _whole(embeddings, flipped, rows)
     except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as error:
         reason = f"{type(error).__name__}: {error}".splitlines()[0]
-        _damaged(path, reason)
+        _damaged(path, reason, report)
         return None
     if not whole:
         shapes = f"{embeddings.shape}" + ("" if flipped is None else f" and {flipped.shape}")
         count = "" if rows is None else f" for {rows} images"
-        _damaged(path, f"shapes {shapes}{count}, or non-finite values")
+        _damaged(path, f"shapes {shapes}{count}, or non-finite values", report)
         return None
     logger.info("%s: embeddings reused (%s)", path, wanted["weights"][:12])
     return CachedEmbeddings(

@@ -103,9 +103,10 @@ class EmbeddingStore:
 
     def load(self, name: str, key: EmbeddingKey) -> CachedEmbeddings | None:
         """The embeddings kept as ``name`` under ``key``, or None when the file is missing,
-        of another key (INFO) or damaged (a warning naming it):
+        of another key (INFO) or damaged (a WARNING of this module's logger naming it: the
+        command line shows it as one line):
         :func:`~marginface.inference.embedding_cache.read_embedding_cache`."""
-        return read_embedding_cache(self.path(name), key)
+        return read_embedding_cache(self.path(name), key, report=logger.warning)
 
     def save(self, name: str, key: EmbeddingKey, cached: CachedEmbeddings) -> None:
         """Write ``cached`` as ``name`` under ``key`` (the epoch beside it), atomically. A
