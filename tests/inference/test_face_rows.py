@@ -167,8 +167,14 @@ def test_without_a_detector_the_file_is_what_it_was(digits_run, tmp_path):
     out = tmp_path / "e.npz"
     embed_folder(FaceModel(digits_run), folder, out)
     with np.load(out) as data:
-        assert sorted(data.files) == ["description", "embeddings", "identities", "paths"]
-    assert sorted(read_embeddings(out)) == ["description", "embeddings", "identities", "paths"]
+        assert sorted(data.files) == ["description", "embeddings", "identities", "key", "paths"]
+    assert sorted(read_embeddings(out)) == [
+        "description",
+        "embeddings",
+        "identities",
+        "key",
+        "paths",
+    ]  # no face arrays (the key: the model's, issue 45)
 
 
 def test_damaged_face_arrays_are_one_line(digits_run, tmp_path):

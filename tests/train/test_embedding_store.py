@@ -12,6 +12,7 @@ import torch
 from tests.train.test_verification_sets import _bundle_with_sets
 
 from marginface.data.base import DatasetBundle
+from marginface.inference.embedding_cache import CachedEmbeddings
 from marginface.train import Trainer, evaluate_model, evaluate_run
 from marginface.train.config import TrainConfig
 from marginface.train.embedding_store import (
@@ -87,62 +88,101 @@ def test_the_data_fingerprint_sees_the_images_and_the_labels() -> None:
     assert data_fingerprint(other, labels) != base
 
 
+def _key(store: EmbeddingStore, **changes):
+    options = {"flip": False, "amp_dtype": None, "data": (np.arange(6).reshape(2, 3),)}
+    return store.key(**{**options, **changes})
+
+
 def test_kept_arrays_come_back_only_for_the_same_weights_and_key(tmp_path, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="marginface.train.embedding_store")
-    arrays = {"embeddings": np.arange(12, dtype=np.float32).reshape(4, 3)}
+    caplog.set_level(logging.INFO, logger="marginface.inference.embedding_cache")
+    embeddings = np.arange(12, dtype=np.float32).reshape(4, 3)
     store = EmbeddingStore(tmp_path, "a" * 32, epoch=3)
-    key = {"flip": False, "amp": "None", "data": "d"}
-    store.save("test", key, arrays)
-    found = store.load("test", key)
-    assert found is not None and np.array_equal(found["embeddings"], arrays["embeddings"])
-    assert found["embeddings"].dtype == np.float32
-    assert EmbeddingStore(tmp_path, "b" * 32).load("test", key) is None
-    assert store.load("test", {**key, "flip": True}) is None
-    assert store.load("bin_lfw", key) is None  # missing
+    store.save("test", _key(store), CachedEmbeddings(embeddings))
+    found = store.load("test", _key(store))
+    assert found is not None and np.array_equal(found.embeddings, embeddings)
+    assert found.embeddings.dtype == np.float32
+    other = EmbeddingStore(tmp_path, "b" * 32)
+    assert other.load("test", _key(other)) is None
+    assert store.load("test", _key(store, flip=True)) is None
+    assert store.load("test", _key(store, amp_dtype=torch.bfloat16)) is None
+    assert store.load("test", _key(store, data=(np.zeros((2, 3)),))) is None
+    assert store.load("bin_lfw", _key(store)) is None  # missing
     said = [r.getMessage() for r in caplog.records]
-    assert any("embeddings of epoch 3, reused" in m for m in said)
-    assert any("other weights (epoch 3): embedding again" in m for m in said)
-    assert any("a different flip (epoch 3)" in m for m in said)
+    assert any("embeddings reused" in m for m in said)
+    assert any("(weights differ)" in m for m in said)
+    assert any("(flip differ)" in m for m in said)
+    assert any("(precision differ)" in m for m in said)
+    assert any("(images differ)" in m for m in said)
+
+
+def test_a_file_written_before_the_one_cache_is_embedded_again_once(tmp_path) -> None:
+    """RUN/embeddings files of the store's earlier format (its own key) are not read back:
+    embedded again, then the rewritten file is reused."""
+    import json
+
+    store = EmbeddingStore(tmp_path, "a" * 32)
+    key = _key(store)
+    old = {"name": "test", "weights": "a" * 32, "flip": False, "amp": "None", "data": key.images}
+    old_key = json.dumps({**old, "epoch": 1, "arrays": ["embeddings"]})
+    np.savez(store.path("test"), __key__=np.asarray(old_key), embeddings=np.ones((2, 3)))
+    calls: list[int] = []
+
+    def compute() -> CachedEmbeddings:
+        calls.append(1)
+        return CachedEmbeddings(np.zeros((2, 3), np.float32))
+
+    assert np.array_equal(store.get_or_compute("test", key, compute).embeddings, np.zeros((2, 3)))
+    assert np.array_equal(store.get_or_compute("test", key, compute).embeddings, np.zeros((2, 3)))
+    assert calls == [1]
 
 
 @pytest.mark.parametrize("damage", [b"not a zip file", None])
 def test_a_damaged_file_is_embedded_again_and_rewritten(tmp_path, damage, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="marginface.train.embedding_store")
     store = EmbeddingStore(tmp_path, "a" * 32)
-    key = {"flip": False}
-    store.save("test", key, {"embeddings": np.ones((2, 3), dtype=np.float32)})
+    key = _key(store)
+    store.save("test", key, CachedEmbeddings(np.ones((2, 3), dtype=np.float32)))
     path = store.path("test")
     path.write_bytes(damage if damage is not None else path.read_bytes()[:40])  # truncated
     assert store.load("test", key) is None
-    assert "cannot be read" in caplog.text
-    computed = store.get_or_compute("test", key, lambda: {"embeddings": np.zeros((2, 3))})
-    assert np.array_equal(computed["embeddings"], np.zeros((2, 3)))
+    assert f"{path}: damaged embedding cache, cannot be read" in caplog.text
+    assert caplog.records[-1].levelno == logging.WARNING
+    computed = store.get_or_compute(
+        "test", key, lambda: CachedEmbeddings(np.zeros((2, 3), np.float32))
+    )
+    assert np.array_equal(computed.embeddings, np.zeros((2, 3)))
     again = store.load("test", key)
-    assert again is not None and np.array_equal(again["embeddings"], np.zeros((2, 3)))
+    assert again is not None and np.array_equal(again.embeddings, np.zeros((2, 3)))
 
 
 def test_a_store_that_cannot_write_warns_and_goes_on(tmp_path, caplog) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a file where the folder should be")
     store = EmbeddingStore(blocker / EMBEDDINGS_NAME, "a" * 32)
-    computed = store.get_or_compute("test", {}, lambda: {"x": np.ones(2)})
-    assert np.array_equal(computed["x"], np.ones(2))
+    computed = store.get_or_compute("test", _key(store), lambda: CachedEmbeddings(np.ones((1, 2))))
+    assert np.array_equal(computed.embeddings, np.ones((1, 2)))
     assert "could not keep the embeddings in" in caplog.text
 
 
 def test_a_write_only_store_never_reads(tmp_path) -> None:
     writer = EmbeddingStore(tmp_path, "a" * 32, read=False)
-    writer.save("test", {}, {"x": np.ones(2)})
-    computed = writer.get_or_compute("test", {}, lambda: {"x": np.zeros(2)})
-    assert np.array_equal(computed["x"], np.zeros(2))  # computed although a match is kept
-    assert np.array_equal(EmbeddingStore(tmp_path, "a" * 32).load("test", {})["x"], np.zeros(2))
+    key = _key(writer)
+    writer.save("test", key, CachedEmbeddings(np.ones((1, 2), np.float32)))
+    computed = writer.get_or_compute("test", key, lambda: CachedEmbeddings(np.zeros((1, 2))))
+    assert np.array_equal(computed.embeddings, np.zeros((1, 2)))  # computed though kept
+    reader = EmbeddingStore(tmp_path, "a" * 32)
+    assert np.array_equal(reader.load("test", key).embeddings, np.zeros((1, 2)))
 
 
 def test_no_store_computes() -> None:
-    arrays = stored_embeddings(
-        None, "test", lambda: {"x": np.ones(1)}, flip=False, amp_dtype=None, data=(np.ones(1),)
+    kept = stored_embeddings(
+        None,
+        "test",
+        lambda: CachedEmbeddings(np.ones((1, 1))),
+        flip=False,
+        amp_dtype=None,
+        data=(np.ones(1),),
     )
-    assert np.array_equal(arrays["x"], np.ones(1))
+    assert np.array_equal(kept.embeddings, np.ones((1, 1)))
 
 
 def test_a_training_run_keeps_what_evaluate_and_plot_read(tmp_path, spy) -> None:
@@ -187,3 +227,23 @@ def test_bin_sets_are_read_back_with_the_same_numbers(tmp_path, spy) -> None:
     store = EmbeddingStore.for_model(tmp_path, model)
     third = evaluate()
     assert len(spy) == 1 and third.metrics != first.metrics
+
+
+@pytest.mark.parametrize("flip", [True, False])
+def test_the_test_set_through_the_store_equals_the_direct_embeddings(tmp_path, flip) -> None:
+    """Computed or read back, the test embeddings are bit for bit extract_embeddings'."""
+    from marginface.train.embeddings import extract_embeddings
+
+    bundle, _ = _bundle_with_sets()
+    model = small_model()
+    model(torch.zeros(1, 1, 8, 8))
+    direct = extract_embeddings(model, bundle.test.images, batch_size=64, flip=flip).numpy()
+    store = EmbeddingStore.for_model(tmp_path, model)
+    from marginface import ArcFaceLoss
+
+    head = ArcFaceLoss(num_classes=len(bundle.test.class_names), embedding_dim=3)
+    options = dict(flip=flip, batch_size=64, device="cpu", store=store)
+    for _ in range(2):  # computed, then read back
+        evaluation = evaluate_model(model, head, bundle, **options)
+        assert np.array_equal(evaluation.embeddings, direct)
+    assert store.path("test").is_file()

@@ -3,8 +3,9 @@
 
 An embedding depends on the weights, the images and the embedder's options (flip test,
 normalisation, autocast type); the device, batch size and memory format change it by float32
-rounding only. :mod:`marginface.train.embedding_store` keys a run's evaluation embeddings with
-these; they import nothing of training, so inference can key its own with them too.
+rounding only. The one embedding cache (:mod:`marginface.inference.embedding_cache`) keys
+every kept embedding with these (a run's evaluation embeddings, IJB's features, ``embed``'s
+output); they import nothing of training.
 """
 
 from __future__ import annotations

@@ -15,16 +15,26 @@ from a detected face; the other rows (aligned crops taken as they are, rows of a
 without detector) are NaN (null in Parquet). A file none of whose rows was detected has none
 of them (as before). A resumed run keeps the earlier rows' faces.
 
-A second run over the same folder skips the images already in the output; the file is
-rewritten atomically every ``flush_every`` images and at the end, so a killed run keeps what it
-had embedded. Unreadable images, and images that are not aligned crops of the model's input
-size, are listed, skipped and counted (:class:`EmbedResult`), never fatal.
+The output records the key of its embeddings (:func:`embedding_key`, the one embedding
+cache's :class:`~marginface.inference.embedding_cache.EmbeddingKey` without the images: the
+weights' content fingerprint, the preprocessing the model's description says, the precision
+and the flip test): ``.npz`` array ``key``, Parquet metadata ``marginface.key``, JSON text.
+A second run over the same folder skips the images already in the output, when its key is
+the model's: a model of other weights or other preprocessing is refused (a ``ValueError``
+naming the file and what differs), never mixed into it. A file written before the key was
+recorded is resumed when its description's preprocessing is the model's (its weights cannot
+be checked: a warning says so). The file is rewritten atomically every ``flush_every`` images
+and at the end, so a killed run keeps what it had embedded. Unreadable images, and images
+that are not aligned crops of the model's input size, are listed, skipped and counted
+(:class:`EmbedResult`), never fatal.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +44,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .embedding_cache import (
+    EmbeddingKey,
+    key_differences,
+    model_fingerprint,
+    precision_name,
+    preprocessing_of,
+)
 from .face_model import FaceModel
 from .face_rows import FACE_ARRAYS, DetectedFace, face_arrays, faces_from_arrays, has_faces
 from .images import face_pixel_batch
@@ -42,6 +59,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "EmbedResult",
     "embed_folder",
+    "embedding_key",
     "iter_embeddings",
     "iter_face_embeddings",
     "list_images",
@@ -49,6 +67,51 @@ __all__ = [
 ]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".pgm", ".ppm")
+_KEY_METADATA = b"marginface.key"
+
+
+def embedding_key(model: FaceModel) -> EmbeddingKey:
+    """The key of ``model``'s embeddings (the images left out: each row names its own):
+    :func:`~marginface.inference.embedding_cache.model_fingerprint` of its module, the
+    preprocessing its description says
+    (:func:`~marginface.inference.embedding_cache.preprocessing_of`), its dtype as the
+    precision, its flip test."""
+    return EmbeddingKey(
+        weights=model_fingerprint(model.module),
+        preprocessing=preprocessing_of(model.description),
+        precision=precision_name(model.dtype),
+        flip=bool(model.flip),
+    )
+
+
+def _check_resume(out: Path, previous: dict[str, np.ndarray | str], key: EmbeddingKey) -> None:
+    """Refuse to resume ``out`` with a model of another key (module docstring)."""
+    if "key" in previous:
+        try:
+            stored = json.loads(str(previous["key"]))
+        except ValueError:
+            stored = {}
+        differ = key_differences(stored if isinstance(stored, dict) else {}, key, ignore=["images"])
+    else:  # written before the key was recorded: its description's preprocessing, at least
+        from ..models.description import ModelDescription
+
+        try:
+            written = preprocessing_of(ModelDescription.from_json(str(previous["description"])))
+        except (ValueError, TypeError, KeyError):
+            written = {}
+        wanted = key.as_dict()["preprocessing"]
+        differ = [f"preprocessing.{k}" for k in sorted(wanted) if written.get(k) != wanted[k]]
+        if not differ:
+            warnings.warn(
+                f"{out} was written before embed recorded its model's weights: they cannot be "
+                "checked; resuming it with this model's",
+                stacklevel=3,
+            )
+    if differ:
+        raise ValueError(
+            f"{out} holds embeddings of another model or preprocessing ({', '.join(differ)} "
+            "differ): write to another file, or delete it to embed anew"
+        )
 
 
 @dataclass
@@ -91,7 +154,8 @@ def list_images(folder: str | os.PathLike[str]) -> list[tuple[str, str]]:
 
 def read_embeddings(path: str | os.PathLike[str]) -> dict[str, np.ndarray | str]:
     """An output of :func:`embed_folder`: ``{"paths", "identities", "embeddings",
-    "description"}`` (the description as JSON text), and ``"boxes"`` (``float32[N, 4]``),
+    "description"}`` (the description as JSON text), ``"key"`` (JSON text,
+    :func:`embedding_key`) when the file records it, and ``"boxes"`` (``float32[N, 4]``),
     ``"landmarks"`` (``float32[N, 5, 2]``), ``"scores"`` (``float32[N]``) when the file holds
     detected faces (NaN rows for those not detected; see the module).
 
@@ -109,6 +173,8 @@ def read_embeddings(path: str | os.PathLike[str]) -> dict[str, np.ndarray | str]
                 "embeddings": data["embeddings"],
                 "description": str(data["description"]),
             }
+            if "key" in data.files:
+                read["key"] = str(data["key"])
             if "boxes" in data.files:
                 faces = faces_from_arrays(
                     data["boxes"], data["landmarks"], data["scores"], rows=len(read["paths"])
@@ -136,6 +202,8 @@ def _read_parquet(path: Path) -> dict[str, np.ndarray | str]:
         "embeddings": embeddings.reshape(len(table), -1),
         "description": metadata.get(b"marginface.description", b"{}").decode(),
     }
+    if _KEY_METADATA in metadata:
+        read["key"] = metadata[_KEY_METADATA].decode()
     if "box" in table.column_names:
         faces = [
             None if box is None else DetectedFace(box, landmarks, score)
@@ -167,6 +235,7 @@ def _write(
     rows: np.ndarray,
     description: str,
     faces: list[DetectedFace | None] | None = None,
+    key: str | None = None,
 ) -> None:
     from .._atomic import atomic_write, atomic_write_with
 
@@ -186,9 +255,10 @@ def _write(
                 None if f is None else [[float(x), float(y)] for x, y in f.landmarks] for f in faces
             ]
             columns["score"] = [None if f is None else float(f.score) for f in faces]
-        table = pyarrow.table(columns).replace_schema_metadata(
-            {"marginface.description": description}
-        )
+        metadata = {"marginface.description": description}
+        if key is not None:
+            metadata[_KEY_METADATA.decode()] = key
+        table = pyarrow.table(columns).replace_schema_metadata(metadata)
         atomic_write_with(
             path, lambda temporary: pyarrow_parquet.write_table(table, str(temporary))
         )
@@ -200,6 +270,7 @@ def _write(
         identities=np.asarray(identities, dtype=str),
         embeddings=rows.astype(np.float32),
         description=np.asarray(description),
+        **({} if key is None else {"key": np.asarray(key)}),
         **(face_arrays(faces) if detected else {}),
     )
     with atomic_write(path) as stream:
@@ -238,7 +309,8 @@ def embed_folder(
         model: the :class:`FaceModel`.
         folder: the images, ``FOLDER/<identity>/<image>`` or flat.
         out: the output file; an existing one is resumed (its rows kept, its images skipped);
-            it must have been written with a model of the same embedding size. It is written
+            it must have been written with a model of the same key (:func:`embedding_key`:
+            weights, preprocessing, precision, flip test; see the module). It is written
             only when an image was embedded: a run that embeds none (every image refused)
             leaves no file, or the earlier one as it was (``result.embedded == 0``).
             With a detector, the box, landmarks and score of each row's face are written too
@@ -254,7 +326,8 @@ def embed_folder(
 
     Raises:
         ValueError: ``folder`` is not a folder or holds no images; ``out`` is not an
-            embeddings file or holds another embedding size; an unknown suffix.
+            embeddings file, holds another embedding size, or was written with another
+            model or preprocessing (named); an unknown suffix.
     """
     out = Path(out)
     root = Path(folder)
@@ -272,6 +345,7 @@ def embed_folder(
     identities: list[str] = []
     faces: list[DetectedFace | None] = []
     rows = np.empty((0, model.embedding_dim), np.float32)
+    key = embedding_key(model)
     if out.exists():
         previous = read_embeddings(out)
         rows = np.asarray(previous["embeddings"], np.float32)
@@ -281,6 +355,7 @@ def embed_folder(
                 f"{model.embedding_dim}-D ones: write to another file"
             )
         rows = rows.reshape(-1, model.embedding_dim)
+        _check_resume(out, previous, key)
         paths, identities = list(previous["paths"]), list(previous["identities"])
         if "boxes" in previous:
             faces = faces_from_arrays(*(previous[name] for name in FACE_ARRAYS), rows=len(paths))
@@ -299,7 +374,7 @@ def embed_folder(
         if new_rows:
             rows = np.concatenate([rows, *new_rows])
             new_rows = []
-        _write(out, paths, identities, rows, description, faces)
+        _write(out, paths, identities, rows, description, faces, key.to_json())
 
     for batch_paths, batch_rows, batch_faces in iter_face_embeddings(
         model,

@@ -3,37 +3,42 @@
 
 After every epoch the trainer writes what its evaluation embedded (rank 0):
 ``RUN/embeddings/test.npz`` (the test set) and ``RUN/embeddings/bin_<set>.npz`` (a ``.bin``
-set, as is and flipped), float32. Each file carries its key: a fingerprint of the backbone's
-weights (:func:`weights_fingerprint`: every tensor of its ``state_dict``, so exactly the
-weights of the checkpoint saved after that evaluation), the epoch, and what the embeddings
-depend on besides (flip-averaged or not, the autocast dtype, a fingerprint of the images:
-:func:`data_fingerprint`). A reader (:meth:`EmbeddingStore.get_or_compute`) uses a file only
-when its key equals the one of the weights it evaluates; a missing, stale or damaged file is
-embedded again and rewritten. The device, batch size and memory format are not in the key:
-they change the embeddings by float32 rounding only.
+set), each through the one embedding cache
+(:mod:`marginface.inference.embedding_cache`: its file format and its key): ``f(x)`` and,
+with the flip test, ``f(flip_w(x))``, keyed by a fingerprint of the backbone's weights
+(:func:`weights_fingerprint`: every tensor of its ``state_dict``, so exactly the weights of
+the checkpoint saved after that evaluation), the dataset's own transform as the
+preprocessing, the autocast dtype, the flip test and a fingerprint of the images
+(:func:`data_fingerprint`); the epoch is kept beside the key. A reader
+(:meth:`EmbeddingStore.get_or_compute`) uses a file only when its key equals the one of the
+weights it evaluates; a missing, stale or damaged file is embedded again and rewritten. Files
+written before the one cache (their key has other parts) are embedded again once.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import re
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from .._atomic import atomic_write_bytes
+from ..inference.embedding_cache import (
+    CachedEmbeddings,
+    EmbeddingKey,
+    precision_name,
+    read_embedding_cache,
+    write_embedding_cache,
+)
 from ..inference.fingerprint import data_fingerprint, weights_fingerprint
 from .state.layout import EMBEDDINGS_NAME
 
 __all__ = [
+    "DATASET_TRANSFORM",
     "EmbeddingStore",
     "data_fingerprint",
     "stored_embeddings",
@@ -42,8 +47,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-
-_KEY = "__key__"
+DATASET_TRANSFORM = {"transform": "dataset"}
+"""The preprocessing part of a run's keys: the dataset's own ``model_input`` (its images are
+part of the key through :func:`data_fingerprint`)."""
 
 
 @dataclass
@@ -66,7 +72,7 @@ class EmbeddingStore:
     read: bool = True
     write: bool = True
     defer: bool = False
-    pending: list[tuple[str, dict[str, Any], dict[str, np.ndarray]]] = field(
+    pending: list[tuple[str, EmbeddingKey, CachedEmbeddings]] = field(
         default_factory=list, repr=False
     )
 
@@ -82,63 +88,54 @@ class EmbeddingStore:
         """The file of embeddings ``name`` (``test``, ``bin_lfw``...)."""
         return self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npz")
 
-    def _key(self, name: str, key: dict[str, Any]) -> dict[str, Any]:
-        return {"name": name, "weights": self.weights, **key}
+    def key(
+        self, *, flip: bool, amp_dtype: torch.dtype | None, data: tuple[Any, ...]
+    ) -> EmbeddingKey:
+        """The one cache's key of these weights' embeddings of ``data`` (the images first,
+        then labels or pairs: :func:`data_fingerprint`), with ``flip`` and ``amp_dtype``."""
+        return EmbeddingKey(
+            weights=self.weights,
+            preprocessing=DATASET_TRANSFORM,
+            precision=precision_name(amp_dtype),
+            flip=bool(flip),
+            images=data_fingerprint(*data),
+        )
 
-    def load(self, name: str, key: dict[str, Any]) -> dict[str, np.ndarray] | None:
-        """The arrays stored as ``name`` for these weights and ``key`` (JSON-able values), or
-        None when the file is missing, belongs to other weights or another ``key``, or cannot
-        be read (each said at INFO, naming the file)."""
-        path = self.path(name)
-        if not path.is_file():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as stored:
-                saved = json.loads(str(stored[_KEY]))
-                arrays = {k: stored[k] for k in saved.pop("arrays")}
-        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
-            logger.info("%s cannot be read (%s): embedding again", path, error)
-            return None
-        epoch = saved.pop("epoch", None)
-        expected = self._key(name, key)
-        if saved != expected:
-            differ = sorted(k for k in {*saved, *expected} if saved.get(k) != expected.get(k))
-            what = "other weights" if "weights" in differ else "a different " + ", ".join(differ)
-            logger.info("%s: embeddings of %s (epoch %s): embedding again", path, what, epoch)
-            return None
-        logger.info("%s: the embeddings of epoch %s, reused", path, epoch)
-        return arrays
+    def load(self, name: str, key: EmbeddingKey) -> CachedEmbeddings | None:
+        """The embeddings kept as ``name`` under ``key``, or None when the file is missing,
+        of another key (INFO) or damaged (a WARNING of this module's logger naming it: the
+        command line shows it as one line):
+        :func:`~marginface.inference.embedding_cache.read_embedding_cache`."""
+        return read_embedding_cache(self.path(name), key, report=logger.warning)
 
-    def save(self, name: str, key: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        """Write ``arrays`` (float32) as ``name`` with these weights' ``key``, atomically. A
+    def save(self, name: str, key: EmbeddingKey, cached: CachedEmbeddings) -> None:
+        """Write ``cached`` as ``name`` under ``key`` (the epoch beside it), atomically. A
         file that cannot be written is a WARNING naming it (the embeddings are only kept to
         save time), not an error."""
-        saved = {**self._key(name, key), "epoch": self.epoch, "arrays": sorted(arrays)}
-        buffer = io.BytesIO()
-        np.savez(buffer, **{_KEY: np.asarray(json.dumps(saved))}, **arrays)
         try:
-            atomic_write_bytes(self.path(name), buffer.getvalue())
+            write_embedding_cache(self.path(name), key, cached, notes={"epoch": self.epoch})
         except OSError as error:
             logger.warning("could not keep the embeddings in %s: %s", self.path(name), error)
 
     def get_or_compute(
-        self,
-        name: str,
-        key: dict[str, Any],
-        compute: Callable[[], dict[str, np.ndarray]],
-    ) -> dict[str, np.ndarray]:
-        """The stored arrays of ``name`` when they match (:meth:`load`, with ``read``), else
-        ``compute()``'s, written (with ``write``)."""
+        self, name: str, key: EmbeddingKey, compute: Callable[[], CachedEmbeddings]
+    ) -> CachedEmbeddings:
+        """The kept embeddings of ``name`` when they match (:meth:`load`, with ``read``), else
+        ``compute()``'s (float32), written (with ``write``)."""
         if self.read:
             found = self.load(name, key)
             if found is not None:
                 return found
-        arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in compute().items()}
+        computed = compute()
+        cached = CachedEmbeddings(
+            computed.embeddings.astype("float32", copy=False),
+            None if computed.flipped is None else computed.flipped.astype("float32", copy=False),
+        )
         if self.write and self.defer:
-            self.pending.append((name, key, arrays))
+            self.pending.append((name, key, cached))
         elif self.write:
-            self.save(name, key, arrays)
-        return arrays
+            self.save(name, key, cached)
+        return cached
 
     def flush(self) -> None:
         """Write what a deferring store holds (:meth:`save`)."""
@@ -149,16 +146,15 @@ class EmbeddingStore:
 def stored_embeddings(
     store: EmbeddingStore | None,
     name: str,
-    compute: Callable[[], dict[str, np.ndarray]],
+    compute: Callable[[], CachedEmbeddings],
     *,
     flip: bool,
     amp_dtype: torch.dtype | None,
     data: tuple[Any, ...],
-) -> dict[str, np.ndarray]:
-    """``compute()``'s arrays, through ``store`` when there is one
-    (:meth:`EmbeddingStore.get_or_compute`), keyed by ``flip``, ``amp_dtype`` and
-    :func:`data_fingerprint` ``(*data)`` (the images first)."""
+) -> CachedEmbeddings:
+    """``compute()``'s embeddings (``f(x)``, and ``f(flip_w(x))`` with ``flip``), through
+    ``store`` when there is one (:meth:`EmbeddingStore.get_or_compute`), keyed by
+    :meth:`EmbeddingStore.key`."""
     if store is None:
         return compute()
-    key = {"flip": bool(flip), "amp": str(amp_dtype), "data": data_fingerprint(*data)}
-    return store.get_or_compute(name, key, compute)
+    return store.get_or_compute(name, store.key(flip=flip, amp_dtype=amp_dtype, data=data), compute)

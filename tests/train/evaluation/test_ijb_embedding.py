@@ -67,3 +67,32 @@ def test_insightface_crops_cached_with_the_old_template_are_embedded_again(ijb_f
     calls.clear()
     embed_ijb_images(layout, counting, cache=cache, cache_key="m", alignment="insightface")
     assert calls == []  # the new key reads back
+
+
+def test_a_cache_of_the_earlier_format_is_still_read_back(ijb_folder, tmp_path):
+    """A features file of the cache's earlier format (``embeddings``, ``flipped`` and
+    ``names_digest``: SHA-256 of the key and the names, one a line) is read back, not embedded
+    again: IJB-C's takes hours."""
+    import hashlib
+
+    layout = read_ijb_layout(ijb_folder[0], "IJBC")
+    embeddings, flipped = embed_ijb_images(layout, projection_embedder())
+    key = "m|align=insightface|template=eval_ijbc"
+    digest = hashlib.sha256("\n".join([key, *layout.names]).encode()).hexdigest()
+    cache = tmp_path / "f.npz"
+    np.savez(cache, embeddings=embeddings + 1, flipped=flipped + 1, names_digest=digest)
+
+    def refuse(x):
+        raise AssertionError("embedded again")
+
+    again, again_flipped = embed_ijb_images(layout, refuse, cache=cache, cache_key="m")
+    np.testing.assert_array_equal(again, embeddings + 1)
+    np.testing.assert_array_equal(again_flipped, flipped + 1)
+    calls = []
+
+    def counting(x):
+        calls.append(x.shape[0])
+        return projection_embedder()(x)
+
+    embed_ijb_images(layout, counting, cache=cache, cache_key="other")  # other weights
+    assert sum(calls) == 2 * len(layout.names)

@@ -28,6 +28,7 @@ from ...evaluation import (
     sample_pairs,
     verification_metrics,
 )
+from ...inference.embedding_cache import CachedEmbeddings
 from ..build import load_bundle
 from ..distributed import rank_slice, resolve_device
 from ..embedding_store import EmbeddingStore, stored_embeddings
@@ -200,7 +201,7 @@ def as_is_and_flipped(
     (``RUN/embeddings/bin_<name>.npz``, reused when they are these weights',
     :mod:`~marginface.train.embedding_store`)."""
 
-    def compute() -> dict[str, np.ndarray]:
+    def compute() -> CachedEmbeddings:
         as_is, flipped = extract_embeddings_and_flipped(
             model,
             verification.images,
@@ -211,14 +212,15 @@ def as_is_and_flipped(
             transform=verification.model_input,
             desc=f"{name} (flipped too)",
         )
-        return {"as_is": as_is.numpy(), "flipped": flipped.numpy()}
+        return CachedEmbeddings(as_is.numpy(), flipped.numpy())
 
     pairs = verification.pairs
-    arrays = stored_embeddings(
+    kept = stored_embeddings(
         store, f"bin_{name}", compute, flip=True, amp_dtype=amp_dtype,
         data=(verification.images, pairs.index, pairs.same),
     )  # fmt: skip
-    return arrays["as_is"], arrays["flipped"]
+    assert kept.flipped is not None  # flip=True
+    return kept.embeddings, kept.flipped
 
 
 def verification_set_results(
@@ -416,22 +418,22 @@ def _test_set_evaluation(
         )
     labels = np.asarray(test.labels)
 
-    def compute() -> dict[str, np.ndarray]:
-        embedded = extract_embeddings(
-            model,
-            test.images,
-            batch_size=batch_size,
-            device=device,
-            channels_last=channels_last,
-            amp_dtype=amp_dtype,
-            flip=flip,
-            desc="test set (flip-averaged)" if flip else "test set",
-        )  # (N, D) on the CPU
-        return {"embeddings": embedded.numpy()}
+    def compute() -> CachedEmbeddings:
+        options = dict(batch_size=batch_size, device=device, channels_last=channels_last)
+        if not flip:
+            embedded = extract_embeddings(
+                model, test.images, amp_dtype=amp_dtype, desc="test set", **options
+            )  # (N, D) on the CPU
+            return CachedEmbeddings(embedded.numpy())
+        as_is, flipped = extract_embeddings_and_flipped(  # (N, D) each, on the CPU
+            model, test.images, amp_dtype=amp_dtype, desc="test set (flip-averaged)", **options
+        )
+        return CachedEmbeddings(as_is.numpy(), flipped.numpy())
 
+    # flip: (f(x) + f(flip_w(x))) / 2, the same float32 operations as extract_embeddings'
     embeddings = stored_embeddings(
         store, "test", compute, flip=flip, amp_dtype=amp_dtype, data=(test.images, labels)
-    )["embeddings"]
+    ).averaged()
     embedded = torch.from_numpy(embeddings)
     metrics: dict[str, float] = {"val_loss": math.nan} if summary else {}
     metrics["accuracy"] = math.nan

@@ -6,8 +6,11 @@ Each crop (:class:`~marginface.data.ijb.AlignedIjbImages`: aligned on its five l
 ``(x / 255 - 0.5) / 0.5`` unless the model's description says otherwise) and embedded as it is
 and flipped left-right by the caller's ``embed`` callable (any backbone, any embedding size)
 through the one embedder (:func:`~marginface.inference.embedder.embed_batch`), in batches,
-decoding and aligning in ``workers`` processes. The embeddings are cached in a ``.npz`` file so
-another evaluation (flip, norm score or detector score switched) does not embed again. The
+decoding and aligning in ``workers`` processes. The embeddings are cached in a ``.npz`` file
+(the one embedding cache, :mod:`marginface.inference.embedding_cache`: keyed by the weights'
+identity, the crops' alignment and normalisation, the flip test and the images' names) so
+another evaluation (flip, norm score or detector score switched) does not embed again; a file
+of the cache's earlier format (its ``names_digest`` only) is still read back. The
 model's whole evaluation is :func:`~marginface.train.evaluation.ijb_evaluation.ijb_results`.
 """
 
@@ -15,15 +18,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
-import zipfile
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...data.ijb import AlignedIjbImages, IjbLayout
+from ...inference.embedding_cache import (
+    CachedEmbeddings,
+    EmbeddingKey,
+    names_fingerprint,
+    read_embedding_cache,
+    write_embedding_cache,
+)
 
 __all__ = [
     "INSIGHTFACE_MEAN",
@@ -52,35 +59,44 @@ def _names_digest(names: list[str], key: str) -> str:
     return hashlib.sha256("\n".join([key, *names]).encode("utf-8")).hexdigest()
 
 
-def _read_cache(path: Path, digest: str, count: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The embeddings cached in ``path`` when they belong to these images and this model
-    (``digest``) and are whole: ``count`` finite rows each. A cache of other images or another
-    model is ``None`` silently (it is rewritten); a damaged or foreign file (truncated, not a
-    ``.npz``, missing arrays, wrong shapes) is ``None`` with a warning naming it."""
-    try:
-        with np.load(path, allow_pickle=False) as stored:
-            if str(stored["names_digest"]) != digest:
-                return None
-            embeddings, flipped = stored["embeddings"], stored["flipped"]
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        reason = f"{type(error).__name__}: {error}".splitlines()[0]
-        warnings.warn(f"{path}: damaged embedding cache ({reason}); embedding again", stacklevel=3)
-        return None
-    whole = (
-        embeddings.ndim == 2
-        and embeddings.shape[0] == count
-        and flipped.shape == embeddings.shape
-        and np.isfinite(embeddings).all()
-        and np.isfinite(flipped).all()
-    )
-    if not whole:
-        warnings.warn(
-            f"{path}: damaged embedding cache (shapes {embeddings.shape} and {flipped.shape} "
-            f"for {count} images, or non-finite values); embedding again",
-            stacklevel=3,
-        )
-        return None
-    return embeddings, flipped
+def _ijb_key(
+    names: list[str],
+    cache_key: str,
+    alignment: str,
+    mean: float | tuple[float, ...],
+    std: float | tuple[float, ...],
+) -> EmbeddingKey:
+    """The one cache's key of these crops' embeddings
+    (:class:`~marginface.inference.embedding_cache.EmbeddingKey`): ``cache_key`` as the
+    weights, the crops' alignment and template, 112×112 RGB and the pixels' ``mean``/``std``
+    as the preprocessing, no autocast, the flip test, the images' names in their order."""
+    preprocessing = {
+        "alignment": alignment,
+        "template": "eval_ijbc" if alignment == "insightface" else "arcface",
+        "colour": "rgb",
+        "input_size": [112, 112],
+        "mean": [float(v) for v in (mean if isinstance(mean, tuple | list) else [mean])],
+        "std": [float(v) for v in (std if isinstance(std, tuple | list) else [std])],
+    }
+    return EmbeddingKey(cache_key, preprocessing, "None", True, names_fingerprint(names))
+
+
+def _legacy_digest(
+    names: list[str],
+    cache_key: str,
+    alignment: str,
+    mean: float | tuple[float, ...],
+    std: float | tuple[float, ...],
+) -> str:
+    """The ``names_digest`` that files of the cache's earlier format (no ``__key__``) were
+    keyed by; kept in the new files too, so both read each other's."""
+    # features cached before the insightface arithmetic existed were float64 crops: same key;
+    # "insightface" crops made before its template became eval_ijbc.py's (70.72990417, not
+    # 70.72989655) are not read back: a new key
+    suffix = {"float64": "", "insightface": "|align=insightface|template=eval_ijbc"}[alignment]
+    if (mean, std) != (INSIGHTFACE_MEAN, INSIGHTFACE_STD):  # insightface's: the keys of old caches
+        suffix += f"|mean={_numbers(mean)}|std={_numbers(std)}"
+    return _names_digest(names, f"{cache_key}{suffix}")
 
 
 def embed_ijb_images(
@@ -124,17 +140,17 @@ def embed_ijb_images(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    # features cached before the insightface arithmetic existed were float64 crops: same key;
-    # "insightface" crops made before its template became eval_ijbc.py's (70.72990417, not
-    # 70.72989655) are not read back: a new key
-    suffix = {"float64": "", "insightface": "|align=insightface|template=eval_ijbc"}[alignment]
-    if (mean, std) != (INSIGHTFACE_MEAN, INSIGHTFACE_STD):  # insightface's: the keys of old caches
-        suffix += f"|mean={_numbers(mean)}|std={_numbers(std)}"
-    digest = _names_digest(layout.names, f"{cache_key}{suffix}")
-    if cache is not None and Path(cache).is_file():
-        cached = _read_cache(Path(cache), digest, len(layout.names))
-        if cached is not None:
-            return cached
+    key = _ijb_key(layout.names, cache_key, alignment, mean, std)
+    digest = _legacy_digest(layout.names, cache_key, alignment, mean, std)
+    if cache is not None:
+        found = read_embedding_cache(
+            cache,
+            key,
+            rows=len(layout.names),
+            legacy=lambda stored: str(stored["names_digest"]) == digest,
+        )
+        if found is not None and found.flipped is not None:
+            return found.embeddings, found.flipped
     loader = torch.utils.data.DataLoader(
         AlignedIjbImages(layout, alignment),
         batch_size=batch_size,
@@ -167,10 +183,12 @@ def embed_ijb_images(
                 progress(done, len(layout.names))
     embeddings, flips = np.concatenate(as_is), np.concatenate(flipped)
     if cache is not None:
-        from ..._atomic import atomic_write
-
-        with atomic_write(cache) as stream:
-            np.savez(stream, embeddings=embeddings, flipped=flips, names_digest=digest)
+        write_embedding_cache(
+            cache,
+            key,
+            CachedEmbeddings(embeddings, flips),
+            extras={"names_digest": np.asarray(digest)},
+        )
     return embeddings, flips
 
 
