@@ -76,19 +76,6 @@ def ijb_prefix(
     return f"{name}-igallery_" if gallery_rule != "open-set" else f"{name}_"
 
 
-def _onnx_identity(path: Path) -> str:
-    """An ONNX graph's identity for the feature cache: a BLAKE2b digest of the file's bytes
-    (its weights are not a ``state_dict`` that
-    :func:`~marginface.inference.fingerprint.weights_fingerprint` could read)."""
-    import hashlib
-
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return f"onnx:{digest.hexdigest()}"
-
-
 def _check_ijb_input(model: object, onnx: Path | None) -> None:
     """IJB's images are aligned to 112×112 (insightface's crops, which ``ijb`` makes); an ONNX
     graph of another fixed input side cannot embed them (``ijb`` has no size option)."""
@@ -131,8 +118,8 @@ def evaluate_ijb_to_files(
     model is loaded (a run's checkpoint once; a file through its description), its 112×112 RGB
     crops embedded as its description's ``mean``/``std`` say, as they are and flipped, cached
     in ``OUT/<target>_features.npz`` under the weights' content
-    (:func:`~marginface.inference.fingerprint.weights_fingerprint`; an ONNX graph: its file's
-    bytes) and the preprocessing, and evaluated by
+    (:func:`~marginface.inference.embedding_cache.model_fingerprint`; an ONNX graph: its
+    file's bytes) and the preprocessing, and evaluated by
     :func:`~marginface.train.evaluation.ijb_evaluation.ijb_results`.
 
     Args:
@@ -190,14 +177,12 @@ def evaluate_ijb_to_files(
             device=torch_device,
         )
         _check_ijb_input(network, None if onnx is None else Path(onnx))
-        # the weights' content keys the cache (a copy or a touched file reuses it): "" lets
-        # ijb_results take weights_fingerprint; an ONNX graph's key is its file's bytes
-        label, cache_key = str(source), "" if onnx is None else _onnx_identity(Path(onnx))
+        label = str(source)
     else:
         from ..inference.source import open_model
 
         network, description = open_model(run_dir, device=torch_device)  # checkpoint read once
-        label, cache_key = str(run_dir), ""  # the checkpoint's weights' fingerprint
+        label = str(run_dir)
 
     result = ijb_results(
         network,
@@ -206,7 +191,6 @@ def evaluate_ijb_to_files(
         batch_size=batch_size,
         workers=workers,
         cache=folder / f"{target.lower()}_features.npz",
-        cache_key=cache_key,
         progress=progress_callback(f"{target} images (flipped too)", unit="images"),
         flip=flip,
         norm_score=norm_score,

@@ -30,7 +30,7 @@ from torch import nn
 
 from ...data.ijb import IJB_TARGETS, IjbLayout, read_ijb_layout
 from ...evaluation.ijb import IJB_FAR_TARGETS, IjbResult, evaluate_ijb
-from ...inference.fingerprint import weights_fingerprint
+from ...inference.embedding_cache import model_fingerprint
 from .ijb_embedding import INSIGHTFACE_MEAN, INSIGHTFACE_STD, embed_ijb_images, run_embedder
 
 __all__ = [
@@ -168,7 +168,8 @@ def ijb_results(
         cache: a ``.npz`` file of the embeddings (read when it matches ``cache_key``), or None.
         cache_key: what identifies the weights in the cache; "" (default) with a ``cache``:
             the weights' own fingerprint
-            (:func:`~marginface.inference.fingerprint.weights_fingerprint`), so a cache is
+            (:func:`~marginface.inference.embedding_cache.model_fingerprint`: an ONNX graph's
+            is its file's), so a cache is
             never read back for other weights.
         progress: called with ``(images done, total)`` after each batch.
         flip, norm_score, detector_score: the protocol's switches (all on: insightface's).
@@ -213,7 +214,7 @@ def ijb_results(
             batch_size=batch_size,
             workers=workers,
             cache=cache if world == 1 else None,
-            cache_key=cache_key if cache_key or cache is None else weights_fingerprint(model),
+            cache_key=cache_key if cache_key or cache is None else model_fingerprint(model),
             progress=progress,
             alignment=alignment,
             mean=mean,
