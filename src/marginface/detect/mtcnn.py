@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._validation import check_device, check_int, check_real
-from .boxes import Faces, nms, square_boxes
+from .boxes import Faces, grouped_nms, nms, square_boxes
 from .mtcnn_nets import ONet, PNet, RNet
 from .mtcnn_ops import area_crops, area_resize, integral_images
 from .weights import INSTALL_HINT, WeightsError, read_mtcnn_weights
@@ -198,6 +198,8 @@ class MTCNN(nn.Module):
         self, boxes: Tensor, image: Tensor, threshold: float, overlap: str = "union"
     ) -> Tensor:
         """Indices kept by NMS run separately on each image's boxes, image by image."""
+        if overlap == "union":  # torchvision's order: all the images in one pass
+            return grouped_nms(boxes[:, :4], boxes[:, 4], image, threshold)
         kept = [
             members[
                 nms(
