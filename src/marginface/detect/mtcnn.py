@@ -24,8 +24,9 @@ NMS runs per image, so a batch gives each image what it alone would give (facene
 separates the images of a batch by shifting their boxes, which can let boxes of neighbouring
 images with negative coordinates meet).
 
-**Bit for bit.** On CPU (float32), each image's boxes, scores and landmarks equal those of
-facenet-pytorch's ``detect_face`` run on that image alone, whatever the batch
+**Bit for bit** (unless ``batch_networks=True``). On CPU (float32), each image's boxes,
+scores and landmarks equal those of facenet-pytorch's ``detect_face`` run on that image alone,
+whatever the batch
 (``tests/detect/test_mtcnn.py`` runs facenet-pytorch's own code): the networks are called
 per image with the shapes and memory layouts facenet-pytorch gives them (PyTorch chooses a
 convolution kernel by the batch size and layout, and the kernels round differently): each
@@ -119,6 +120,12 @@ class MTCNN(nn.Module):
             landmarks mapped back; None never shrinks.
             Default: 1600 (no effect on LFW's 250×250).
         device: where the networks run (``"cpu"``, ``"cuda"``...). Default: CPU.
+        batch_networks: run each network once over the whole batch (P-Net on each pyramid
+            level of all the photos, R-Net and O-Net on all their crops, 512 per call)
+            instead of photo by photo. Faster for many photos, but PyTorch then picks other
+            convolution kernels, so the last bits of the numbers, and rarely a box near a
+            threshold, differ from facenet-pytorch's and from one photo per call
+            (docs/benchmarks.md, issue 47, measures how much). Default: False (bit for bit).
 
     ``detect(images)`` gives one :class:`~marginface.detect.Faces` per image.
     """
@@ -132,6 +139,7 @@ class MTCNN(nn.Module):
         factor: float = 0.709,
         max_side: int | None = 1600,
         device: str | torch.device | None = None,
+        batch_networks: bool = False,
     ) -> None:
         super().__init__()
         self.min_face_size = check_real("min_face_size", min_face_size, positive=True)
@@ -143,6 +151,9 @@ class MTCNN(nn.Module):
         )
         self.factor = check_real("factor", factor, positive=True, below=1.0)
         self.max_side = None if max_side is None else check_int("max_side", max_side, minimum=12)
+        if not isinstance(batch_networks, bool):
+            raise TypeError(f"batch_networks must be True or False, got {batch_networks!r}")
+        self.batch_networks = batch_networks
         self.pnet, self.rnet, self.onet = PNet(), RNet(), ONet()
         states = read_mtcnn_weights(weights)
         for name in ("pnet", "rnet", "onet"):
@@ -224,12 +235,15 @@ class MTCNN(nn.Module):
             try:
                 level = area_resize(integral, size)
             except ValueError:  # windows too large for integer sums: PyTorch's own resize
-                level = F.interpolate(batch, size=size, mode="area")
-            level = (level - 127.5) * 0.0078125
+                level = F.interpolate(batch.float(), size=size, mode="area")
+            level = level.sub_(127.5).mul_(0.0078125)  # a new tensor: normalized in place
             # one image per call: facenet-pytorch's kernels (PyTorch picks a convolution
             # by the batch size), so each image's numbers are the ones it would get alone
-            outs = [self.pnet(level[i : i + 1]) for i in range(level.shape[0])]
-            regression, probability = (torch.cat(parts) for parts in zip(*outs, strict=True))
+            if self.batch_networks:
+                regression, probability = self.pnet(level)
+            else:
+                outs = [self.pnet(level[i : i + 1]) for i in range(level.shape[0])]
+                regression, probability = (torch.cat(parts) for parts in zip(*outs, strict=True))
             face = probability[:, 1]  # (B, h, w)
             cells = torch.nonzero(face >= self.thresholds[0])  # (K, 3): image, row, column
             corner = cells[:, 1:].to(face.dtype).flip(1)  # (K, 2): column, row
@@ -242,7 +256,10 @@ class MTCNN(nn.Module):
             found.append(boxes[keep])
             images.append(cells[keep, 0])
         if not found:  # smaller than P-Net's 12×12 window at the first scale
-            return batch.new_zeros(0, 5), torch.zeros(0, dtype=torch.int64, device=batch.device)
+            return (
+                torch.zeros(0, 5, device=batch.device),
+                torch.zeros(0, dtype=torch.int64, device=batch.device),
+            )
         boxes, image = torch.cat(found), torch.cat(images)
         keep = self._per_image_nms(boxes, image, 0.7)
         boxes, image = boxes[keep], image[keep]
@@ -279,15 +296,17 @@ class MTCNN(nn.Module):
         crops, exact = area_crops(integral, image[torch.from_numpy(valid)], inside, side)
         if not exact.all():  # windows too large for integer sums: PyTorch's own resize
             images = image[torch.from_numpy(valid)].tolist()
-            every = batch.new_zeros(len(images), 3, side, side)
+            every = torch.zeros(len(images), 3, side, side, device=batch.device)
             every[torch.from_numpy(exact)] = crops
             for k in np.flatnonzero(~exact):
                 i, (x1, y1, x2, y2) = images[k], inside[k]
                 every[k] = F.interpolate(
-                    batch[i, :, y1 - 1 : y2, x1 - 1 : x2].unsqueeze(0), (side, side), mode="area"
+                    batch[i, :, y1 - 1 : y2, x1 - 1 : x2].unsqueeze(0).float(),
+                    (side, side),
+                    mode="area",
                 )[0]
             crops = every
-        return (crops - 127.5) * 0.0078125, torch.from_numpy(valid).to(boxes.device)
+        return crops.sub_(127.5).mul_(0.0078125), torch.from_numpy(valid).to(boxes.device)
 
     @staticmethod
     def _regress(boxes: Tensor, offsets: Tensor) -> Tensor:
@@ -308,14 +327,14 @@ class MTCNN(nn.Module):
 
     def _cascade(self, pixels: Tensor) -> list[Faces]:
         """The three stages on ``pixels`` (``uint8[B, H, W, 3]``)."""
-        batch = pixels.permute(0, 3, 1, 2).float()  # (B, 3, H, W), 0..255, channels-last
+        batch = pixels.permute(0, 3, 1, 2)  # (B, 3, H, W) uint8 view, channels-last
         integral = integral_images(pixels)
         boxes, image = self._proposals(batch, integral)
         points = boxes.new_zeros(0, 5, 2)
         if boxes.shape[0]:
             crops, valid = self._crops(batch, integral, boxes, image, 24)
             boxes, image = boxes[valid], image[valid]
-            offsets, probability = _per_image(self.rnet, crops, image)
+            offsets, probability = _per_image(self.rnet, crops, image, self.batch_networks)
             score = probability[:, 1]
             passed = score > self.thresholds[1]
             boxes = torch.cat([boxes[passed, :4], score[passed, None]], dim=1)
@@ -326,7 +345,7 @@ class MTCNN(nn.Module):
         if boxes.shape[0]:
             crops, valid = self._crops(batch, integral, boxes, image, 48)
             boxes, image = boxes[valid], image[valid]
-            offsets, marks, probability = _per_image(self.onet, crops, image)
+            offsets, marks, probability = _per_image(self.onet, crops, image, self.batch_networks)
             score = probability[:, 1]
             passed = score > self.thresholds[2]
             boxes = torch.cat([boxes[passed, :4], score[passed, None]], dim=1)
@@ -354,10 +373,15 @@ class MTCNN(nn.Module):
         ]
 
 
-def _per_image(net: nn.Module, crops: Tensor, image: Tensor) -> tuple[Tensor, ...]:
+def _per_image(
+    net: nn.Module, crops: Tensor, image: Tensor, whole: bool = False
+) -> tuple[Tensor, ...]:
     """``net`` over each image's crops (``image`` sorted) in chunks of at most 512, as
-    facenet-pytorch calls it for one image, outputs concatenated."""
+    facenet-pytorch calls it for one image, outputs concatenated; ``whole``: chunks of 512
+    crops whatever their images (``batch_networks``)."""
     bounds = np.flatnonzero(np.diff(image.cpu().numpy())) + 1
+    if whole:
+        bounds = bounds[:0]
     starts = [0, *bounds.tolist()]
     stops = [*bounds.tolist(), crops.shape[0]]
     outs = [
