@@ -1,5 +1,6 @@
-"""MTCNN's opt-in ``batch_networks`` (marginface.detect.mtcnn): the networks run once over a
-batch's photos; the numbers then differ from one photo at a time only in the last bits.
+"""MTCNN's opt-in ``batch_networks`` (marginface.detect.mtcnn): P-Net runs once per pyramid
+level over a batch's photos; the numbers then differ from one photo at a time only in the last
+bits.
 
 Tolerances as in test_mtcnn.py: corners and landmarks to 2e-3 px, probabilities to 1e-5 (the
 same faces found on these photos; a face near a threshold could in principle flip)."""

@@ -120,12 +120,13 @@ class MTCNN(nn.Module):
             landmarks mapped back; None never shrinks.
             Default: 1600 (no effect on LFW's 250×250).
         device: where the networks run (``"cpu"``, ``"cuda"``...). Default: CPU.
-        batch_networks: run each network once over the whole batch (P-Net on each pyramid
-            level of all the photos, R-Net and O-Net on all their crops, 512 per call)
-            instead of photo by photo. Faster for many photos, but PyTorch then picks other
-            convolution kernels, so the last bits of the numbers, and rarely a box near a
-            threshold, differ from facenet-pytorch's and from one photo per call
-            (docs/benchmarks.md, issue 47, measures how much). Default: False (bit for bit).
+        batch_networks: run P-Net once per pyramid level over all the photos of a batch
+            instead of photo by photo (R-Net and O-Net stay per photo: larger calls were
+            measured slower on CPU). About 10 % faster for 16 photos of one size, but PyTorch
+            then picks other convolution kernels, so the last bits of the numbers, and in
+            principle a box near a threshold, differ from facenet-pytorch's and from one
+            photo per call (docs/benchmarks.md, issue 47, measures how much).
+            Default: False (bit for bit).
 
     ``detect(images)`` gives one :class:`~marginface.detect.Faces` per image.
     """
@@ -334,7 +335,7 @@ class MTCNN(nn.Module):
         if boxes.shape[0]:
             crops, valid = self._crops(batch, integral, boxes, image, 24)
             boxes, image = boxes[valid], image[valid]
-            offsets, probability = _per_image(self.rnet, crops, image, self.batch_networks)
+            offsets, probability = _per_image(self.rnet, crops, image)
             score = probability[:, 1]
             passed = score > self.thresholds[1]
             boxes = torch.cat([boxes[passed, :4], score[passed, None]], dim=1)
@@ -345,7 +346,7 @@ class MTCNN(nn.Module):
         if boxes.shape[0]:
             crops, valid = self._crops(batch, integral, boxes, image, 48)
             boxes, image = boxes[valid], image[valid]
-            offsets, marks, probability = _per_image(self.onet, crops, image, self.batch_networks)
+            offsets, marks, probability = _per_image(self.onet, crops, image)
             score = probability[:, 1]
             passed = score > self.thresholds[2]
             boxes = torch.cat([boxes[passed, :4], score[passed, None]], dim=1)
@@ -373,15 +374,10 @@ class MTCNN(nn.Module):
         ]
 
 
-def _per_image(
-    net: nn.Module, crops: Tensor, image: Tensor, whole: bool = False
-) -> tuple[Tensor, ...]:
+def _per_image(net: nn.Module, crops: Tensor, image: Tensor) -> tuple[Tensor, ...]:
     """``net`` over each image's crops (``image`` sorted) in chunks of at most 512, as
-    facenet-pytorch calls it for one image, outputs concatenated; ``whole``: chunks of 512
-    crops whatever their images (``batch_networks``)."""
+    facenet-pytorch calls it for one image, outputs concatenated."""
     bounds = np.flatnonzero(np.diff(image.cpu().numpy())) + 1
-    if whole:
-        bounds = bounds[:0]
     starts = [0, *bounds.tolist()]
     stops = [*bounds.tolist(), crops.shape[0]]
     outs = [
