@@ -4,6 +4,8 @@ and (``--versus N``) the comparison with facenet-pytorch 2.6.0's own ``detect_fa
 
     PYTHONPATH=src python benchmarks/bench_detect.py --time-sample 500 --find-every 1
     PYTHONPATH=src python benchmarks/bench_detect.py --versus 560 --skip-timing --skip-find
+    PYTHONPATH=src python benchmarks/bench_detect.py --versus 560 --skip-timing --skip-find \
+        --before ../wt-base --batch-networks
 
 (``--skip-timing`` / ``--skip-find`` run one half; ``--find-threads`` sets the find run's).
 
@@ -11,8 +13,11 @@ and (``--versus N``) the comparison with facenet-pytorch 2.6.0's own ``detect_fa
 ``detect_face`` one photo per call (as its ``MTCNN.detect`` runs a photo; loaded by
 ``tests/detect/_facenet_pytorch.py``, with torchvision's ``batched_nms`` restated in Python
 when torchvision is absent), marginface with the 16 as one batch, and marginface one photo per
-call, the three interleaved, the first of them rotating from chunk to chunk. Per photo: the
-boxes, scores and landmarks equal bit for bit, within 1e-4 (px and probability), or worse
+call, interleaved, the first of them rotating from chunk to chunk. ``--before TREE`` adds the
+``MTCNN`` of another checkout (``TREE/src``, loaded as the package ``marginface_before``) and
+``--batch-networks`` ``MTCNN(batch_networks=True)``, each with 16 photos per call, to the
+rotation. For each marginface run, per photo against facenet-pytorch: the boxes, scores and
+landmarks equal bit for bit, within 1e-4 (px and probability), or worse
 (another face count or a larger difference). Times: per chunk, wall (``perf_counter``) and
 CPU (``process_time``) ms per photo; medians over the chunks, and the ratio of the medians.
 The Python ``batched_nms`` stand-in is slower than torchvision's C++ one: its time is
@@ -71,7 +76,22 @@ def time_per_photo(detector: MTCNN, images: list[np.ndarray], batch: int) -> flo
     return (time.perf_counter() - start) / len(images)
 
 
-def versus_facenet(count: int) -> None:
+def load_before(tree: str):
+    """``MTCNN`` of the checkout ``tree`` (its ``src/marginface`` imported as the package
+    ``marginface_before``, so both trees load in one process)."""
+    import importlib.util
+
+    root = Path(tree).resolve() / "src" / "marginface"
+    spec = importlib.util.spec_from_file_location(
+        "marginface_before", root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["marginface_before"] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("marginface_before.detect.mtcnn").MTCNN
+
+
+def versus_facenet(count: int, before: str | None = None, batch_networks: bool = False) -> None:
     """The ``--versus`` comparison (see the module docstring); prints markdown lines."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.detect._facenet_pytorch import load_facenet_mtcnn
@@ -95,15 +115,28 @@ def versus_facenet(count: int) -> None:
         "batched": lambda chunk: detector.detect(chunk),
         "single": lambda chunk: [detector.detect(image)[0] for image in chunk],
     }
+    labels = {
+        "facenet": "facenet-pytorch detect_face, 1 photo/call",
+        "batched": "marginface MTCNN, 16 photos/call",
+        "single": "marginface MTCNN, 1 photo/call",
+    }
+    if before:
+        old = load_before(before)()
+        runs["before"] = lambda chunk: old.detect(chunk)
+        labels["before"] = f"marginface MTCNN of {before}, 16 photos/call"
+    if batch_networks:
+        whole = MTCNN(batch_networks=True)
+        runs["whole"] = lambda chunk: whole.detect(chunk)
+        labels["whole"] = "marginface MTCNN(batch_networks=True), 16 photos/call"
+    agree = {name: {"exact": 0, "1e-4": 0, "worse": 0, "gap": 0.0} for name in runs}
     for run in runs.values():  # warm-up
         run(images[:2])
     times = {name: ([], []) for name in runs}  # wall, CPU ms per photo, per chunk
-    nms_ms, counts = [], {"exact": 0, "1e-4": 0, "worse": 0}
-    worst = 0.0
+    nms_ms = []
     for number, start in enumerate(range(0, len(images), 16)):
         chunk = images[start : start + 16]
         names = list(runs)
-        names = names[number % 3 :] + names[: number % 3]
+        names = names[number % len(names) :] + names[: number % len(names)]
         out = {}
         for name in names:
             nms_seconds[:] = [0.0, 0.0]
@@ -113,47 +146,42 @@ def versus_facenet(count: int) -> None:
             times[name][1].append(1000 * (time.process_time() - cpu) / len(chunk))
             if name == "facenet":
                 nms_ms.append([1000 * t / len(chunk) for t in nms_seconds])
-        for (boxes, scores, points), ours, alone in zip(
-            out["facenet"], out["batched"], out["single"], strict=True
-        ):
-            for faces in (ours, alone):
-                expected = (boxes, scores, points)
+        for name in runs:
+            if name == "facenet":
+                continue
+            tally = agree[name]
+            for expected, faces in zip(out["facenet"], out[name], strict=True):
                 got = (faces.boxes, faces.scores, faces.landmarks)
                 if any(a.shape != np.shape(b) for a, b in zip(got, expected, strict=True)):
-                    counts["worse"] += faces is ours
+                    tally["worse"] += 1
                     continue
                 gap = max(
                     (float(np.abs(a - np.asarray(b, np.float32)).max(initial=0.0)))
                     for a, b in zip(got, expected, strict=True)
                 )
-                worst = max(worst, gap) if faces is ours else worst
-                if faces is ours:
-                    counts["exact" if gap == 0 else "1e-4" if gap <= 1e-4 else "worse"] += 1
-                elif gap != 0:
-                    counts.setdefault("one-at-a-time not exact", 0)
-                    counts["one-at-a-time not exact"] += 1
+                tally["gap"] = max(tally["gap"], gap)
+                tally["exact" if gap == 0 else "1e-4" if gap <= 1e-4 else "worse"] += 1
     total = len(images)
-    print(
-        f"| equality, {total} LFW photos (batched) | {counts['exact']} exact | "
-        f"{counts['1e-4']} within 1e-4 | {counts['worse']} worse | largest gap {worst:g} |"
-    )
-    if "one-at-a-time not exact" in counts:
-        print(f"one photo per call: {counts['one-at-a-time not exact']} photos not exact")
+    for name in runs:
+        if name == "facenet":
+            continue
+        tally = agree[name]
+        print(
+            f"| equality, {total} LFW photos ({labels[name]}) | {tally['exact']} exact | "
+            f"{tally['1e-4']} within 1e-4 | {tally['worse']} worse (another face count or "
+            f"further) | largest gap among equal counts {tally['gap']:g} |"
+        )
     median = {name: (np.median(w), np.median(c)) for name, (w, c) in times.items()}
     stand_in_ms = np.median(np.asarray(nms_ms), axis=0)  # wall, CPU
     print("| 1 thread, ms/photo (median of chunks) | wall | CPU |")
     print("|---|---|---|")
-    for name, label in [
-        ("facenet", "facenet-pytorch detect_face, 1 photo/call"),
-        ("batched", "marginface MTCNN, 16 photos/call"),
-        ("single", "marginface MTCNN, 1 photo/call"),
-    ]:
+    for name, label in labels.items():
         print(f"| {label} | {median[name][0]:.1f} | {median[name][1]:.1f} |")
     print(
         f"| (facenet-pytorch's Python batched_nms stand-in inside it) | {stand_in_ms[0]:.1f} | "
         f"{stand_in_ms[1]:.1f} |"
     )
-    for name in ("batched", "single"):
+    for name in (name for name in runs if name != "facenet"):
         wall, cpu = median[name]
         print(
             f"ratio facenet/{name}: wall {median['facenet'][0] / wall:.2f}x, "
@@ -172,10 +200,14 @@ def main() -> None:
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-find", action="store_true")
     parser.add_argument("--versus", type=int, default=0, help="photos against facenet-pytorch")
+    parser.add_argument("--before", help="--versus: also time the MTCNN of this checkout")
+    parser.add_argument(
+        "--batch-networks", action="store_true", help="--versus: also MTCNN(batch_networks=True)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     if args.versus:
-        versus_facenet(args.versus)
+        versus_facenet(args.versus, args.before, args.batch_networks)
     detector = MTCNN()
     if not args.skip_timing:
         images = [image for _, image in lfw_photos(1, args.time_sample)]

@@ -65,6 +65,7 @@ def test_area_windows_too_large_are_refused():
         ((60, 28, 22, 22), 3, False),  # R-Net
         ((10, 32, 46, 46), 3, False),  # O-Net
         ((10, 64, 8, 8), 2, False),
+        ((4, 8, 41, 30), 3, True),  # ragged last windows, channels-last
         ((3, 5, 9, 10), 3, False),  # small: PyTorch's own kernel
     ],
 )

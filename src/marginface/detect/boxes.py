@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .._validation import check_choice, check_real
 
-__all__ = ["Faces", "nms", "square_boxes"]
+__all__ = ["Faces", "grouped_nms", "nms", "square_boxes"]
 
 
 class Faces(NamedTuple):
@@ -121,6 +121,7 @@ def nms(
 
 
 _BLOCK = 1024  # boxes whose overlaps are computed as one matrix
+_GROUPED = 512  # grouped_nms: boxes of consecutive groups in one overlap matrix
 
 
 def _greedy(corners: np.ndarray, overlap: str, one: np.float32, suppressed) -> list[int]:
@@ -165,6 +166,94 @@ def _greedy(corners: np.ndarray, overlap: str, one: np.float32, suppressed) -> l
                 keep.append(i)
                 alive[i + 1 :] &= ~dropped(np.array([i]), slice(i + 1, None))[0]
     return keep
+
+
+def grouped_nms(boxes: Tensor, scores: Tensor, groups: Tensor, threshold: float) -> Tensor:
+    """:func:`nms` with ``order="torchvision"`` (IoU, ``overlap="union"``, not inclusive) run
+    separately on each group's boxes (boxes of different groups never suppress each other),
+    in one pass: the indices kept, group by group in increasing group number, each group's
+    best score first; equal to concatenating ``members[nms(boxes[members], scores[members],
+    threshold, order="torchvision")]`` over ``members`` = the indices of each group.
+
+    One overlap matrix and one greedy visit serve all the groups (the visit in each group's
+    order: stable descending scores), so many small groups (MTCNN's photos of a batch) cost
+    one call. A group of more than 1,000 boxes falls back to :func:`nms` for that group.
+
+    Args:
+        boxes: ``[K, 4]`` ``(x1, y1, x2, y2)``.
+        scores: ``[K]``.
+        groups: ``int64[K]``, each box's group (any integers).
+        threshold: the IoU above which a box is dropped (float64 comparison), in [0, 1].
+
+    Returns:
+        ``int64[k]`` indices into ``boxes``, on its device.
+    """
+    threshold = check_real("threshold", threshold, nonnegative=True, at_most=1.0)
+    if (
+        boxes.ndim != 2
+        or boxes.shape[-1] != 4
+        or scores.shape != boxes.shape[:1]
+        or groups.shape != boxes.shape[:1]
+    ):
+        raise ValueError(
+            f"boxes must be [K, 4], scores and groups [K], got {tuple(boxes.shape)}, "
+            f"{tuple(scores.shape)} and {tuple(groups.shape)}"
+        )
+    if boxes.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.int64, device=boxes.device)
+    values = scores.detach().cpu()
+    label = groups.detach().cpu().numpy()
+    by_score = torch.sort(values, descending=True, stable=True).indices.numpy()
+    visit = by_score[np.argsort(label[by_score], kind="stable")]  # by group, then score
+    label = label[visit]
+    starts = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
+    stops = np.r_[starts[1:], visit.size].astype(np.int64)
+    if (stops - starts).max() > 1000:
+        kept = [
+            members[nms(boxes[members], scores[members], threshold, order="torchvision")]
+            for members in (
+                torch.from_numpy(np.sort(visit[a:b])).to(boxes.device)
+                for a, b in zip(starts, stops, strict=True)
+            )
+        ]
+        return torch.cat(kept) if kept else boxes.new_zeros(0, dtype=torch.int64)
+    corners = boxes.detach().cpu().numpy()[visit].astype(np.float32, copy=False)
+    x1, y1, x2, y2 = (np.ascontiguousarray(corners[:, i]) for i in range(4))
+    area = (x2 - x1) * (y2 - y1)
+    keep: list[int] = []
+    # consecutive groups together, up to _GROUPED boxes per overlap matrix (one group alone
+    # when larger), other groups' entries masked out
+    chunks, begin = [], 0
+    for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+        if b - begin > _GROUPED and a > begin:
+            chunks.append((begin, a))
+            begin = a
+    chunks.append((begin, int(visit.size)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for a, b in chunks:
+            part = slice(a, b)
+            w = np.maximum(
+                np.float32(0),
+                np.minimum(x2[part, None], x2[None, part])
+                - np.maximum(x1[part, None], x1[None, part]),
+            )
+            h = np.maximum(
+                np.float32(0),
+                np.minimum(y2[part, None], y2[None, part])
+                - np.maximum(y1[part, None], y1[None, part]),
+            )
+            inter = w * h
+            ratio = inter / (area[part, None] + area[None, part] - inter)
+            matrix = (ratio.astype(np.float64) > threshold) & (
+                label[part, None] == label[None, part]
+            )
+            alive = np.ones(b - a, dtype=bool)
+            for i in range(b - a):
+                if alive[i]:
+                    keep.append(a + i)
+                    alive[i + 1 :] &= ~matrix[i, i + 1 :]
+    chosen = visit[np.asarray(keep, dtype=np.int64)]
+    return torch.from_numpy(np.ascontiguousarray(chosen, dtype=np.int64)).to(boxes.device)
 
 
 def square_boxes(boxes: Tensor) -> Tensor:

@@ -24,8 +24,9 @@ NMS runs per image, so a batch gives each image what it alone would give (facene
 separates the images of a batch by shifting their boxes, which can let boxes of neighbouring
 images with negative coordinates meet).
 
-**Bit for bit.** On CPU (float32), each image's boxes, scores and landmarks equal those of
-facenet-pytorch's ``detect_face`` run on that image alone, whatever the batch
+**Bit for bit** (unless ``batch_networks=True``). On CPU (float32), each image's boxes,
+scores and landmarks equal those of facenet-pytorch's ``detect_face`` run on that image alone,
+whatever the batch
 (``tests/detect/test_mtcnn.py`` runs facenet-pytorch's own code): the networks are called
 per image with the shapes and memory layouts facenet-pytorch gives them (PyTorch chooses a
 convolution kernel by the batch size and layout, and the kernels round differently): each
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._validation import check_device, check_int, check_real
-from .boxes import Faces, nms, square_boxes
+from .boxes import Faces, grouped_nms, nms, square_boxes
 from .mtcnn_nets import ONet, PNet, RNet
 from .mtcnn_ops import area_crops, area_resize, integral_images
 from .weights import INSTALL_HINT, WeightsError, read_mtcnn_weights
@@ -119,6 +120,13 @@ class MTCNN(nn.Module):
             landmarks mapped back; None never shrinks.
             Default: 1600 (no effect on LFW's 250×250).
         device: where the networks run (``"cpu"``, ``"cuda"``...). Default: CPU.
+        batch_networks: run P-Net once per pyramid level over all the photos of a batch
+            instead of photo by photo (R-Net and O-Net stay per photo: larger calls were
+            measured slower on CPU). About 10 % faster for 16 photos of one size, but PyTorch
+            then picks other convolution kernels, so the last bits of the numbers, and in
+            principle a box near a threshold, differ from facenet-pytorch's and from one
+            photo per call (docs/benchmarks.md, issue 47, measures how much).
+            Default: False (bit for bit).
 
     ``detect(images)`` gives one :class:`~marginface.detect.Faces` per image.
     """
@@ -132,6 +140,7 @@ class MTCNN(nn.Module):
         factor: float = 0.709,
         max_side: int | None = 1600,
         device: str | torch.device | None = None,
+        batch_networks: bool = False,
     ) -> None:
         super().__init__()
         self.min_face_size = check_real("min_face_size", min_face_size, positive=True)
@@ -143,6 +152,9 @@ class MTCNN(nn.Module):
         )
         self.factor = check_real("factor", factor, positive=True, below=1.0)
         self.max_side = None if max_side is None else check_int("max_side", max_side, minimum=12)
+        if not isinstance(batch_networks, bool):
+            raise TypeError(f"batch_networks must be True or False, got {batch_networks!r}")
+        self.batch_networks = batch_networks
         self.pnet, self.rnet, self.onet = PNet(), RNet(), ONet()
         states = read_mtcnn_weights(weights)
         for name in ("pnet", "rnet", "onet"):
@@ -198,6 +210,8 @@ class MTCNN(nn.Module):
         self, boxes: Tensor, image: Tensor, threshold: float, overlap: str = "union"
     ) -> Tensor:
         """Indices kept by NMS run separately on each image's boxes, image by image."""
+        if overlap == "union":  # torchvision's order: all the images in one pass
+            return grouped_nms(boxes[:, :4], boxes[:, 4], image, threshold)
         kept = [
             members[
                 nms(
@@ -222,12 +236,15 @@ class MTCNN(nn.Module):
             try:
                 level = area_resize(integral, size)
             except ValueError:  # windows too large for integer sums: PyTorch's own resize
-                level = F.interpolate(batch, size=size, mode="area")
-            level = (level - 127.5) * 0.0078125
+                level = F.interpolate(batch.float(), size=size, mode="area")
+            level = level.sub_(127.5).mul_(0.0078125)  # a new tensor: normalized in place
             # one image per call: facenet-pytorch's kernels (PyTorch picks a convolution
             # by the batch size), so each image's numbers are the ones it would get alone
-            outs = [self.pnet(level[i : i + 1]) for i in range(level.shape[0])]
-            regression, probability = (torch.cat(parts) for parts in zip(*outs, strict=True))
+            if self.batch_networks:
+                regression, probability = self.pnet(level)
+            else:
+                outs = [self.pnet(level[i : i + 1]) for i in range(level.shape[0])]
+                regression, probability = (torch.cat(parts) for parts in zip(*outs, strict=True))
             face = probability[:, 1]  # (B, h, w)
             cells = torch.nonzero(face >= self.thresholds[0])  # (K, 3): image, row, column
             corner = cells[:, 1:].to(face.dtype).flip(1)  # (K, 2): column, row
@@ -240,7 +257,10 @@ class MTCNN(nn.Module):
             found.append(boxes[keep])
             images.append(cells[keep, 0])
         if not found:  # smaller than P-Net's 12×12 window at the first scale
-            return batch.new_zeros(0, 5), torch.zeros(0, dtype=torch.int64, device=batch.device)
+            return (
+                torch.zeros(0, 5, device=batch.device),
+                torch.zeros(0, dtype=torch.int64, device=batch.device),
+            )
         boxes, image = torch.cat(found), torch.cat(images)
         keep = self._per_image_nms(boxes, image, 0.7)
         boxes, image = boxes[keep], image[keep]
@@ -277,15 +297,17 @@ class MTCNN(nn.Module):
         crops, exact = area_crops(integral, image[torch.from_numpy(valid)], inside, side)
         if not exact.all():  # windows too large for integer sums: PyTorch's own resize
             images = image[torch.from_numpy(valid)].tolist()
-            every = batch.new_zeros(len(images), 3, side, side)
+            every = torch.zeros(len(images), 3, side, side, device=batch.device)
             every[torch.from_numpy(exact)] = crops
             for k in np.flatnonzero(~exact):
                 i, (x1, y1, x2, y2) = images[k], inside[k]
                 every[k] = F.interpolate(
-                    batch[i, :, y1 - 1 : y2, x1 - 1 : x2].unsqueeze(0), (side, side), mode="area"
+                    batch[i, :, y1 - 1 : y2, x1 - 1 : x2].unsqueeze(0).float(),
+                    (side, side),
+                    mode="area",
                 )[0]
             crops = every
-        return (crops - 127.5) * 0.0078125, torch.from_numpy(valid).to(boxes.device)
+        return crops.sub_(127.5).mul_(0.0078125), torch.from_numpy(valid).to(boxes.device)
 
     @staticmethod
     def _regress(boxes: Tensor, offsets: Tensor) -> Tensor:
@@ -306,7 +328,7 @@ class MTCNN(nn.Module):
 
     def _cascade(self, pixels: Tensor) -> list[Faces]:
         """The three stages on ``pixels`` (``uint8[B, H, W, 3]``)."""
-        batch = pixels.permute(0, 3, 1, 2).float()  # (B, 3, H, W), 0..255, channels-last
+        batch = pixels.permute(0, 3, 1, 2)  # (B, 3, H, W) uint8 view, channels-last
         integral = integral_images(pixels)
         boxes, image = self._proposals(batch, integral)
         points = boxes.new_zeros(0, 5, 2)

@@ -37,7 +37,9 @@ def integral_images(images: Tensor) -> Tensor:
     batch, height, width, channels = images.shape
     dtype = torch.int32 if 255 * height * width < 2**31 else torch.int64
     out = images.new_zeros((batch, height + 1, width + 1, channels), dtype=dtype)
-    out[:, 1:, 1:] = images.to(dtype).cumsum(1).cumsum(2)
+    inner = out[:, 1:, 1:]
+    torch.cumsum(images, 1, dtype=dtype, out=inner)  # written in place: no temporaries
+    torch.cumsum(inner, 2, out=inner)
     return out
 
 
@@ -58,18 +60,24 @@ def _window_means(
     """
     (r0, r1), (c0, c1) = rows, cols
     _, height, width, channels = integral.shape  # height, width: one more than the image's
-    flat = integral.reshape(-1, channels)
     base = (image * height)[:, None, None]
     shape = (r0.shape[0], r0.shape[1], c0.shape[1], channels)
-
-    def corner(r: Tensor, c: Tensor) -> Tensor:
-        pixel = (base + r[:, :, None]) * width + c[:, None, :]  # (K, h, w)
-        return flat.index_select(0, pixel.reshape(-1)).reshape(shape)
-
-    total = corner(r1, c1) - corner(r0, c1) - corner(r1, c0) + corner(r0, c0)
+    pixels = torch.stack(
+        [
+            (base + r[:, :, None]) * width + c[:, None, :]  # (K, h, w)
+            for r, c in ((r1, c1), (r0, c1), (r1, c0), (r0, c0))
+        ]
+    ).reshape(-1)
+    if integral.device.type == "cpu":  # NumPy's row take: about twice PyTorch's index_select
+        rows = integral.numpy().reshape(-1, channels)
+        found = torch.from_numpy(np.take(rows, pixels.numpy(), axis=0))
+    else:
+        found = integral.reshape(-1, channels).index_select(0, pixels)
+    a, b, c, d = found.reshape(4, *shape)
+    total = (a - b - c + d).to(torch.float32)
     k_h = (r1 - r0).to(torch.float32)[:, :, None, None]
     k_w = (c1 - c0).to(torch.float32)[:, None, :, None]
-    return total.to(torch.float32) / k_h / k_w
+    return total.div_(k_h).div_(k_w)
 
 
 def area_resize(integral: Tensor, size: tuple[int, int]) -> Tensor:
@@ -85,13 +93,23 @@ def area_resize(integral: Tensor, size: tuple[int, int]) -> Tensor:
     h, w = size
     if exact_area_limit(height, h) * exact_area_limit(width, w) * 255 >= _EXACT:
         raise ValueError(f"size {size} from {height}x{width}: windows too large to be exact")
+    batch, channels = integral.shape[0], integral.shape[3]
     zero = torch.zeros(1, dtype=torch.int64, device=integral.device)
-    (r0, r1), (c0, c1) = (_windows(zero, zero + n, m) for n, m in ((height, h), (width, w)))
-    strips = integral.index_select(1, r1[0]) - integral.index_select(1, r0[0])  # (B, h, W+1, C)
-    total = strips.index_select(2, c1[0]) - strips.index_select(2, c0[0])  # (B, h, w, C)
-    k_h = (r1 - r0).to(torch.float32)[0, :, None, None]
-    k_w = (c1 - c0).to(torch.float32)[0, None, :, None]
-    return (total.to(torch.float32) / k_h / k_w).permute(0, 3, 1, 2)
+    (r0, r1), (c0, c1) = (
+        (first[0], last[0])
+        for first, last in (_windows(zero, zero + n, m) for n, m in ((height, h), (width, w)))
+    )
+    # rows gathered as whole rows of a 2-D view (a copy per row, not per number)
+    rows = integral.reshape(batch * (height + 1), (width + 1) * channels)
+    first = (torch.arange(batch, device=integral.device) * (height + 1))[:, None]
+    strips = rows.index_select(0, (first + r1).reshape(-1)) - rows.index_select(
+        0, (first + r0).reshape(-1)
+    )
+    strips = strips.reshape(batch * h, width + 1, channels)
+    total = (strips.index_select(1, c1) - strips.index_select(1, c0)).reshape(batch, h, w, -1)
+    k_h = (r1 - r0).to(torch.float32)[:, None, None]
+    k_w = (c1 - c0).to(torch.float32)[None, :, None]
+    return total.to(torch.float32).div_(k_h).div_(k_w).permute(0, 3, 1, 2)
 
 
 def area_crops(
