@@ -13,6 +13,7 @@ from PIL import Image
 
 from marginface.cli import main
 from marginface.data.face_photos import read_photo
+from marginface.inference import FaceModel
 from tests._face_fixtures import lfw_jpegs, mtcnn_weights, photos
 
 __all__ = ["lfw_jpegs", "mtcnn_weights", "photos"]  # fixtures
@@ -271,6 +272,13 @@ def test_verify_with_a_detector_on_hard_photos(hard, capsys, second, code, needl
     assert needle in text, captured
     if code:
         assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    else:  # one line, with the box each photo's face was cut from, as the library gives it
+        assert len(captured.out.strip().splitlines()) == 1
+        model = FaceModel(DLIB, detector="mtcnn")
+        answer = model.verify(str(hard / "ann" / "good.jpg"), str(hard / second))
+        for path, face in zip((argv[2], argv[3]), answer.faces, strict=True):
+            box = ",".join(f"{v:.1f}" for v in face.box)
+            assert f"; face in {path}: box {box} (score {face.score:.3f})" in captured.out
 
 
 def test_align_on_hard_photos_lists_each(hard, tmp_path, capsys):
