@@ -358,10 +358,7 @@ def _read_one(run_dir: Path, source: Path) -> SavedRun:
         )
     from .sharded_checkpoint import read_sharded_checkpoint  # torch.distributed.checkpoint
 
-    if source == run_dir / SHARDED_CHECKPOINT_NAME:
-        checkpoint = read_sharded_checkpoint(run_dir)
-    else:  # a kept one
-        checkpoint = read_sharded_checkpoint(run_dir, folder=source)
+    checkpoint = read_sharded_checkpoint(run_dir, folder=source)  # checkpoint/ or a kept one
     sidecar = checkpoint.sidecar
     epoch = int(sidecar["epoch"])
     history = [dict(row) for row in sidecar.get("history", [])][:epoch]
