@@ -99,3 +99,19 @@ def test_align_detects_on_the_model_thread_with_the_main_threads_boxes(
     for got, want in zip(found, direct, strict=True):
         np.testing.assert_array_equal(got.boxes, want.boxes)
         np.testing.assert_array_equal(got.landmarks, want.landmarks)
+
+
+def test_a_forked_child_makes_its_own_model_thread():
+    import multiprocessing
+
+    on_model_thread(_where)  # the parent's thread exists before the fork
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:  # the pool's worker runs the call on its own main thread
+        result = pool.apply_async(_in_a_fresh_main_thread)
+        assert result.get(timeout=30).startswith("marginface-model")
+
+
+def _in_a_fresh_main_thread() -> str:
+    # a fork Pool worker runs its tasks on its main thread: the call hops there too
+    assert threading.current_thread() is threading.main_thread()
+    return on_model_thread(_where)

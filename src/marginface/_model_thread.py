@@ -25,11 +25,13 @@ team shortens: a sleeping teammate is woken through the kernel (tens of microsec
 operation) instead of spinning, as already in ``embed``. Setting one intra-op thread would cut
 a many-core machine's batches to one core; ``OMP_WAIT_POLICY`` must be set before torch is
 imported, which a library cannot do. The thread is made at the first call (no import-time
-side effect) and waits idle until the process ends.
+side effect) and waits idle until the process ends; a process forked
+from this one makes its own at its first call.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,13 +43,15 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
+_pid: int | None = None  # the process that made _executor: a forked child makes its own
 
 
 def _model_executor() -> ThreadPoolExecutor:
-    global _executor
+    global _executor, _pid
     with _lock:
-        if _executor is None:
+        if _executor is None or _pid != os.getpid():  # a fork copies no threads
             _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marginface-model")
+            _pid = os.getpid()
         return _executor
 
 
