@@ -93,6 +93,7 @@ def test_verify_prints_one_line(digits_run, faces, capsys):
     assert main(["verify", str(digits_run), str(a), str(a)]) == 0
     line = capsys.readouterr().out.strip()
     assert len(line.splitlines()) == 1 and "cosine 1.0000 (no calibrated threshold)" in line
+    assert "face in" not in line  # aligned crops: no detected face to show
     assert main(["verify", str(digits_run), str(a), str(b), "--threshold", "1.01"]) == 0
     assert ": different at threshold 1.0100" in capsys.readouterr().out
     assert main(["verify", str(digits_run), str(a), str(faces / "3" / "big.png")]) == 2

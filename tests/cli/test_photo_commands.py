@@ -13,6 +13,7 @@ from PIL import Image
 
 from marginface.cli import main
 from marginface.data.face_photos import read_photo
+from marginface.inference import FaceModel
 from tests._face_fixtures import lfw_jpegs, mtcnn_weights, photos
 
 __all__ = ["lfw_jpegs", "mtcnn_weights", "photos"]  # fixtures
@@ -216,9 +217,14 @@ def test_embed_gallery_search_with_a_detector_on_hard_photos(hard, tmp_path, cap
     gallery = tmp_path / "gallery"
     assert main(["gallery", "build", DLIB, str(hard), "--out", str(gallery), *detector]) == 0
     assert "gallery of 2 identities (3 images)" in capsys.readouterr().out
-    results = tmp_path / "r.json"
-    assert main(["search", str(gallery), str(hard), "--out", str(results), *detector]) == 0
+    results, page = tmp_path / "r.json", tmp_path / "r.html"
+    argv = ["search", str(gallery), str(hard), "--out", str(results), "--html", str(page)]
+    assert main([*argv, *detector]) == 0
     rows = json.loads(results.read_text())
+    shown = page.read_text(encoding="utf-8")
+    for row in rows:  # the page shows each probe's box, as the results hold it
+        box = ",".join(f"{v:.1f}" for v in row["face"]["box"])
+        assert f'class="box">box {box} (score {row["face"]["score"]:.3f})' in shown
     assert sorted(r["probe"] for r in rows) == ["ann/good.jpg", "ann/grey.jpg", "bob/two.jpg"]
     probes = [r["probe"] for r in rows]
     for row, face in zip(rows, _subject_faces(hard, probes), strict=True):
@@ -271,6 +277,13 @@ def test_verify_with_a_detector_on_hard_photos(hard, capsys, second, code, needl
     assert needle in text, captured
     if code:
         assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    else:  # one line, with the box each photo's face was cut from, as the library gives it
+        assert len(captured.out.strip().splitlines()) == 1
+        model = FaceModel(DLIB, detector="mtcnn")
+        answer = model.verify(str(hard / "ann" / "good.jpg"), str(hard / second))
+        for path, face in zip((argv[2], argv[3]), answer.faces, strict=True):
+            box = ",".join(f"{v:.1f}" for v in face.box)
+            assert f"; face in {path}: box {box} (score {face.score:.3f})" in captured.out
 
 
 def test_align_on_hard_photos_lists_each(hard, tmp_path, capsys):

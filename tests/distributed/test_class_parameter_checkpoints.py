@@ -73,9 +73,9 @@ def _held_state(model, head, optimizer) -> dict[str, torch.Tensor]:
 def _dump_saves(dumps: Path, rank: int) -> None:
     """Every checkpoint this rank writes, its held state first dumped to
     ``dumps/<epoch>-<step>-<rank>.pt``."""
-    from marginface.train.state import run_state
+    from marginface.train.state import sharded_checkpoint  # run_state imports it at each save
 
-    original = run_state.save_sharded_checkpoint
+    original = sharded_checkpoint.save_sharded_checkpoint
 
     def save(run_dir, *, epoch, model, loss, optimizer, extra, **kwargs):
         step = (extra.get("position") or {}).get("step", 0)
@@ -85,7 +85,7 @@ def _dump_saves(dumps: Path, rank: int) -> None:
             run_dir, epoch=epoch, model=model, loss=loss, optimizer=optimizer, extra=extra, **kwargs
         )
 
-    run_state.save_sharded_checkpoint = save
+    sharded_checkpoint.save_sharded_checkpoint = save
 
 
 def _straight(rank: int, world: int, run: str, dumps: str, optimizer: str) -> None:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from marginface.cli import main
 from marginface.train import Trainer, load_checkpoint, load_run, read_history
 from marginface.train.config import TrainConfig
-from marginface.train.state import run_state
+from marginface.train.state import sharded_checkpoint
 from marginface.train.state.run_state import read_saved_run
 from marginface.train.state.sharded_checkpoint import (
     INDEX_NAME,
@@ -120,13 +120,16 @@ def test_two_ranks_then_one_then_two(tmp_path, capsys, monkeypatch):
         assert torch.equal(trainer.model.state_dict()[key], value), key
     assert [r["epoch"] for r in load_run(run).history] == [1, 2]  # evaluate/plot read it too
     sidecar_reads: list[Path] = []
-    real_read_sharded_checkpoint = run_state.read_sharded_checkpoint
+    real_read_sharded_checkpoint = sharded_checkpoint.read_sharded_checkpoint
 
-    def counting_read_sharded_checkpoint(run_dir):
+    def counting_read_sharded_checkpoint(run_dir, **options):
         sidecar_reads.append(Path(run_dir))
-        return real_read_sharded_checkpoint(run_dir)
+        return real_read_sharded_checkpoint(run_dir, **options)
 
-    monkeypatch.setattr(run_state, "read_sharded_checkpoint", counting_read_sharded_checkpoint)
+    # run_state imports the reader where it reads (no torch.distributed.checkpoint otherwise)
+    monkeypatch.setattr(
+        sharded_checkpoint, "read_sharded_checkpoint", counting_read_sharded_checkpoint
+    )
     assert main(["--quiet", "train", "--out", str(run), "--resume", "--epochs", "3"]) == 0
     assert sidecar_reads == [run]  # the sharded checkpoint is read once per resume
     monkeypatch.undo()

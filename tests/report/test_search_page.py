@@ -51,3 +51,43 @@ def test_without_threshold_the_best_match_is_shown(tmp_path) -> None:
         tmp_path / "p.html", results, probe_paths={}, examples={}, threshold=None
     )
     assert "no threshold: best match shown" in page.read_text(encoding="utf-8")
+
+
+def _decoded(uri: str) -> Image.Image:
+    import base64
+    import io
+
+    return Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).convert("RGB")
+
+
+def test_a_probe_cut_from_a_photo_shows_its_box(tmp_path) -> None:
+    import numpy as np
+
+    from marginface.inference.face_rows import DetectedFace
+    from marginface.report.search_page import BOX_COLOUR
+
+    photo = tmp_path / "probe.png"
+    Image.new("RGB", (200, 100), (40, 40, 40)).save(photo)
+    face = DetectedFace(np.array([50, 20, 150, 80]), np.zeros((5, 2)), 0.9987)
+    results = [
+        SearchResult("probe.png", "bob", 0.5, None, [("bob", 0.5)], face=face),
+        SearchResult("crop.png", "bob", 0.5, None, [("bob", 0.5)]),
+    ]
+    page = write_search_page(
+        tmp_path / "p.html",
+        results,
+        probe_paths={"probe.png": str(photo), "crop.png": str(photo)},
+        examples={},
+        threshold=None,
+    )
+    text = page.read_text(encoding="utf-8")
+    assert text.count("box 50.0,20.0,150.0,80.0 (score 0.999)") == 1  # the aligned crop: none
+    boxed = _decoded(thumbnail_uri(photo, box=face.box))
+    plain = _decoded(thumbnail_uri(photo))
+    assert boxed.size == plain.size == (96, 48)
+    # the box's left edge, at x = 50 * 96 / 200 = 24 of the thumbnail, halfway down
+    edge = boxed.getpixel((24, 24))  # resampled: near the colour, not equal to it
+    assert max(abs(a - b) for a, b in zip(edge, BOX_COLOUR, strict=True)) < 30, edge
+    assert plain.getpixel((24, 24)) == (40, 40, 40)
+    assert boxed.getpixel((48, 24)) == (40, 40, 40)  # inside the box: the photo as it was
+    assert f'src="{thumbnail_uri(photo, box=face.box)}"' in text

@@ -196,10 +196,23 @@ def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """One line: the two names, the answer and, for each photo whose face was detected
+    (``--detector``), the box it was cut from (``Verification.faces``)."""
     model = _face_model(args, args.model)
     answer = model.verify(str(args.first), str(args.second), threshold=args.threshold)
-    print(f"{args.first} {args.second}: {answer}")
+    detected = [
+        _face_words(name, face)
+        for name, face in zip((args.first, args.second), answer.faces, strict=True)
+        if face is not None
+    ]
+    print(f"{args.first} {args.second}: {answer}" + "".join(f"; {d}" for d in detected))
     return 0
+
+
+def _face_words(name: Path, face: Any) -> str:
+    """``face in NAME: box x1,y1,x2,y2 (score S)``, pixels of the photo to one decimal."""
+    box = ",".join(f"{v:.1f}" for v in face.box)
+    return f"face in {name}: box {box} (score {face.score:.3f})"
 
 
 # ------------------------------------------------------------------------------ gallery

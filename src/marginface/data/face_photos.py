@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import DiskFullError, atomic_write_bytes, atomic_write_text
+from .._model_thread import on_model_thread
 from .._validation import check_choice, check_int
 from ..detect import Faces, load_detector
 from .align import ALIGNMENTS, _cv2, arcface_template, check_output_folder
@@ -162,7 +163,8 @@ def detect_photos(
         for chunk in _chunks(photos, pool):
             images = list(pool.map(_read_or_error, [path for path, _ in chunk]))
             readable = [i for i, image in enumerate(images) if isinstance(image, np.ndarray)]
-            found = model.detect([images[i] for i in readable]) if readable else []
+            # on the model thread from the main thread: marginface._model_thread says why
+            found = on_model_thread(model.detect, [images[i] for i in readable]) if readable else []
             by_index = dict(zip(readable, found, strict=True))
             for i, (_, name) in enumerate(chunk):
                 image = images[i]

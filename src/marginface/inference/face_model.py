@@ -18,6 +18,7 @@ import torch
 from numpy.typing import ArrayLike
 from torch import Tensor, nn
 
+from .._model_thread import on_model_thread
 from ..evaluation.binomial import DEFAULT_MIN_ERRORS
 from ..models.description import ModelDescription
 from .calibration import Calibration, calibrate_threshold
@@ -245,11 +246,16 @@ class FaceModel:
         in the model's dtype on its device."""
         return self.description.normalise(pixels.to(self.device)).to(self.dtype)
 
-    @torch.no_grad()
     def embed_pixels(self, pixels: Tensor) -> Tensor:
         """Embeddings of ``uint8[N, C, H, W]`` pixels already of the input size:
         ``float32[N, D]`` L2-normalised rows, on the model's device, batch by batch
-        (:func:`~marginface.inference.embedder.embed_batches`)."""
+        (:func:`~marginface.inference.embedder.embed_batches`), without gradients; called from
+        the main thread, run on the model thread (:mod:`marginface._model_thread`: the same
+        numbers, without the main thread's OpenMP spinning on a busy machine)."""
+        return on_model_thread(self._embed_pixels_here, pixels)
+
+    @torch.no_grad()
+    def _embed_pixels_here(self, pixels: Tensor) -> Tensor:
         return embed_batches(
             self.module,
             pixels,
@@ -301,6 +307,11 @@ class FaceModel:
         return EmbeddedFaces(embeddings.cpu().numpy(), faces)
 
     def _embed_with_faces(self, images: ImageInput) -> tuple[Tensor, list[DetectedFace | None]]:
+        """Decode, detect and cut, embed: on the model thread when called from the main thread
+        (:mod:`marginface._model_thread`), as ``embed``'s decoding threads detect."""
+        return on_model_thread(self._embed_here, images)
+
+    def _embed_here(self, images: ImageInput) -> tuple[Tensor, list[DetectedFace | None]]:
         d = self.description
         pixels, faces = face_pixel_batch(
             images, channels=d.in_channels, size=d.image_size, aligner=self.aligner

@@ -39,7 +39,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -60,14 +60,11 @@ from .layout import (
     position_label,
 )
 from .pending_checkpoint import PendingCheckpoint, copied_state, in_thread
-from .sharded_checkpoint import (
-    ShardedCheckpoint,
-    has_sharded_checkpoint,
-    read_sharded_checkpoint,
-    save_sharded_checkpoint,
-    sharded_checkpoint_on_disk,
-)
+from .sharded_folder import has_sharded_checkpoint, sharded_checkpoint_on_disk
 from .step_position import StepPosition, host_rng_state, restore_host_rng_state
+
+if TYPE_CHECKING:  # the sharded folder's reader is imported where a sharded run is read
+    from .sharded_checkpoint import ShardedCheckpoint
 
 __all__ = [
     "RESUMABLE_KEYS",
@@ -233,6 +230,8 @@ class SavedRun:
         """The sharded folder as :func:`read_saved_run` read it (read now if this
         :class:`SavedRun` was made by hand)."""
         if self.sharded_checkpoint is None:
+            from .sharded_checkpoint import read_sharded_checkpoint
+
             folder = None if self.source.name == SHARDED_CHECKPOINT_NAME else self.source
             self.sharded_checkpoint = read_sharded_checkpoint(self.run_dir, folder=folder)
         return self.sharded_checkpoint
@@ -357,10 +356,9 @@ def _read_one(run_dir: Path, source: Path) -> SavedRun:
             state,
             position=StepPosition.from_plain(state["position"]) if state.get("position") else None,
         )
-    if source == run_dir / SHARDED_CHECKPOINT_NAME:
-        checkpoint = read_sharded_checkpoint(run_dir)
-    else:  # a kept one
-        checkpoint = read_sharded_checkpoint(run_dir, folder=source)
+    from .sharded_checkpoint import read_sharded_checkpoint  # torch.distributed.checkpoint
+
+    checkpoint = read_sharded_checkpoint(run_dir, folder=source)  # checkpoint/ or a kept one
     sidecar = checkpoint.sidecar
     epoch = int(sidecar["epoch"])
     history = [dict(row) for row in sidecar.get("history", [])][:epoch]
@@ -524,6 +522,8 @@ def save_run_state(
     if objects.device.type == "cuda":
         own["cuda_rng"] = torch.cuda.get_rng_state(objects.device)
     if distributed:
+        from .sharded_checkpoint import save_sharded_checkpoint
+
         extra = {
             **{k: v for k, v in plain.items() if k != "epoch"},
             "scheduler": objects.scheduler.state_dict(),

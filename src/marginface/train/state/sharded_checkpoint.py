@@ -37,16 +37,13 @@ the tensors and loads them (any world size) from that index, never reading ``.me
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import hashlib
 import io
 import json
 import pickle
 import shutil
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +66,6 @@ from .layout import (
     CHECKPOINT_NAME,
     INDEX_NAME,
     KEPT_NAME,
-    REPAIR_LOCK_NAME,
     REPLACED_SHARDED_NAME,
     SHARDED_CHECKPOINT_NAME,
     SIDECAR_NAME,
@@ -78,19 +74,17 @@ from .layout import (
     staging_name,
 )
 from .pending_checkpoint import PendingCheckpoint
+from .sharded_folder import recover
 
 __all__ = [
     "ShardedCheckpoint",
     "center_state_position",
     "checkpoint_entries",
-    "has_sharded_checkpoint",
     "load_sharded_tensors",
     "read_sharded_checkpoint",
     "read_sidecar",
-    "recover",
     "save_failure",
     "save_sharded_checkpoint",
-    "sharded_checkpoint_on_disk",
 ]
 
 SHARDED_FORMAT = "marginface-sharded-checkpoint"
@@ -161,58 +155,6 @@ class SafeFileSystemReader(FileSystemReader):
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
-
-
-def has_sharded_checkpoint(run_dir: str | Path) -> bool:
-    """Whether ``run_dir`` holds a complete sharded checkpoint (after :func:`recover`)."""
-    recover(run_dir)
-    return (Path(run_dir) / SHARDED_CHECKPOINT_NAME / SIDECAR_NAME).is_file()
-
-
-def sharded_checkpoint_on_disk(run_dir: str | Path) -> bool:
-    """Whether a complete sharded checkpoint is in ``run_dir``, in place or set aside by a swap
-    cut short (looked for, not read, not repaired)."""
-    run_dir = Path(run_dir)
-    return any(
-        (run_dir / name / SIDECAR_NAME).is_file()
-        for name in (SHARDED_CHECKPOINT_NAME, REPLACED_SHARDED_NAME)
-    )
-
-
-@contextlib.contextmanager
-def _repair_lock(run_dir: Path) -> Iterator[None]:
-    """Exclusive ``flock`` on ``run_dir/.checkpoint.lock`` while one process repairs: the ranks
-    of a restarted job all look at the folder before any process group exists, and two repairs
-    at once could delete the only complete checkpoint. The lock file stays (removing it would
-    let a waiting process lock a file no longer in the folder)."""
-    with open(run_dir / REPAIR_LOCK_NAME, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def recover(run_dir: str | Path) -> None:
-    """Repair a kill between the two renames of a checkpoint swap: when ``checkpoint/`` is
-    missing or incomplete and ``.checkpoint.old/`` is complete, put the old one back.
-
-    Safe to call from every rank at once (on one host, or on a shared file system with
-    ``flock``): one process repairs under a lock, the others then find the repaired folder.
-    """
-    run_dir = Path(run_dir)
-    current, old = run_dir / SHARDED_CHECKPOINT_NAME, run_dir / REPLACED_SHARDED_NAME
-    if not old.is_dir():
-        return  # nothing set aside: no swap was cut short
-    with _repair_lock(run_dir):
-        if not old.is_dir():
-            return  # another process repaired it while this one waited
-        if (current / SIDECAR_NAME).is_file():
-            shutil.rmtree(old, ignore_errors=True)
-        elif (old / SIDECAR_NAME).is_file():
-            if current.exists():
-                shutil.rmtree(current)
-            old.rename(current)
 
 
 def _digests(folder: Path, *, kept: dict[str, bytes] | None = None) -> dict[str, str]:

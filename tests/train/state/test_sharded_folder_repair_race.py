@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 
 from marginface.train.state.layout import SHARDED_CHECKPOINT_NAME, SIDECAR_NAME
-from marginface.train.state.sharded_checkpoint import has_sharded_checkpoint
+from marginface.train.state.sharded_folder import has_sharded_checkpoint
 
 OLD = ".checkpoint.old"  # where the swap sets the previous checkpoint aside
 RANKS = 3
