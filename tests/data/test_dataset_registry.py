@@ -42,3 +42,23 @@ def test_digits_common_options():
     assert bundle.test.images.shape[1:] == (1, 16, 16)
     assert np.isin(bundle.train.labels, np.arange(10)).all()
     assert len(load_dataset("digits").train) == 1437  # default unchanged
+
+
+def test_the_registry_is_imported_on_first_use_only():
+    """Reading a file of the data package (the model cache reaches ``data.download``) does not
+    import every dataset's loader; ``marginface.data.load_dataset`` still resolves, and an
+    unknown name is still an AttributeError."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, marginface.data.download as d, marginface.data as data\n"
+        "assert 'marginface.data.registry' not in sys.modules, 'registry imported eagerly'\n"
+        "assert callable(data.load_dataset) and 'marginface.data.registry' in sys.modules\n"
+        "try:\n    data.no_such_name\nexcept AttributeError as e:\n    print('ok', e)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok module 'marginface.data' has no attribute 'no_such_name'" in result.stdout
