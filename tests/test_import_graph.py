@@ -251,7 +251,7 @@ def test_the_one_way_rule_sees_an_upward_import() -> None:
 
 
 def _in_loop(module: str) -> bool:
-    return any(module == name or module.startswith(name + ".") for name in TRAINING_LOOP)
+    return any(_within(module, name) for name in TRAINING_LOOP)
 
 
 def _inference_imports_of_train(graph: dict[str, set[str]]) -> dict[str, list[str]]:

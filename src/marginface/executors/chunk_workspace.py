@@ -162,9 +162,10 @@ class ChunkWorkspace:
         self._products = None
         self._kept = set()
 
-    def ranges(self) -> list[tuple[int, int]]:
-        """Class ranges ``[start, stop)`` of the chunks."""
-        step = self.chunk_size
+    def ranges(self, step: int | None = None) -> list[tuple[int, int]]:
+        """Class ranges ``[start, stop)`` of the chunks, or of ``step`` classes each (the last
+        one shorter)."""
+        step = step or self.chunk_size
         return [(lo, min(lo + step, self.num_classes)) for lo in range(0, self.num_classes, step)]
 
     def fold(self, step: Callable[[int, int, State], State], state: State) -> State:

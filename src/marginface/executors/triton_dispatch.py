@@ -120,9 +120,7 @@ def weight_gradient_ranges(chunks: ChunkWorkspace, dim: int) -> list[tuple[int, 
     whole chunks each, ``G·chunk_size·K·D·4 <=`` :data:`WEIGHT_GRADIENT_WORKSPACE_BYTES`
     (``G >= 1``), the last one shorter."""
     per_chunk = chunks.chunk_size * chunks.k * dim * 4
-    span = max(1, WEIGHT_GRADIENT_WORKSPACE_BYTES // max(per_chunk, 1)) * chunks.chunk_size
-    classes = chunks.num_classes
-    return [(start, min(start + span, classes)) for start in range(0, classes, span)]
+    return chunks.ranges(max(1, WEIGHT_GRADIENT_WORKSPACE_BYTES // per_chunk) * chunks.chunk_size)
 
 
 def kernel_backward(

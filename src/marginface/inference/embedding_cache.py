@@ -141,12 +141,11 @@ def key_differences(
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
-    """A BLAKE2b digest (hex, 32 characters) of a file's bytes, read 1 MiB at a time."""
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 (hex) of a file's bytes
+    (:func:`~marginface.data.download.file_digest`, read 1 MiB at a time)."""
+    from ..data.download import file_digest
+
+    return file_digest(path)
 
 
 def model_fingerprint(module: nn.Module) -> str:
