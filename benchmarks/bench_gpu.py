@@ -6,7 +6,11 @@ m = 0.5; forward + backward, gradients set to None before each step as ``zero_gr
 * ``gemm4``: the four bare GEMMs a loss that never stores ``N×C`` needs (logits, the backward's
   recompute, ``∂x``, ``∂W``; ``torch.matmul``): the floor. It holds its own ``N×C`` products.
 * ``dense``: marginface ``ArcFaceLoss(impl="dense")``.
-* ``fused``: ``impl="chunked"`` with the Triton kernels (``kernels="triton"``).
+* ``fused``: ``impl="chunked"`` with the Triton kernels (``kernels="triton"``): the forward's
+  statistics kernel, the backward as gradient tiles and GEMMs (the default ``TRITON_BACKWARD``,
+  ``"tiles"``).
+* ``fused_kernels``: the same with the backward on the fused ``∂x̂``/``∂W`` kernels
+  (``TRITON_BACKWARD = "fused"``).
 * ``fused_torch``: ``impl="chunked"`` with PyTorch per chunk (``kernels="torch"``: cuBLAS does
   the GEMMs, the margin and the log-sum-exp are elementwise kernels): the "split" alternative.
 * ``fused_compiled``: ``torch.compile`` of the ``fused`` loss.
@@ -24,6 +28,10 @@ Times: CUDA events around each step, methods interleaved round by round, median 
 allocated before the step plus the gradients a training loop holds anyway (``W.grad``,
 ``x.grad``): the step's workspace beyond inputs, weights and gradients. For ``gemm4`` the
 baseline holds only the inputs, so its figure includes its ``N×C`` products.
+
+``--tuned JSON`` sets the kernels' tiles (:data:`~marginface.executors.kernel_options.
+TUNED_BLOCKS`, ``{"statistics": "128x256x32x8x3", ...}``) before anything runs: the tiles a
+probe in the same session found fastest (``probe_gpu_chunks.py --best``).
 
 ``--train-steps K`` instead runs K optimizer steps (SGD, momentum 0.9) of the ``fused`` head
 alone at each C and reports the peak beyond weights, gradients and optimizer state: the
@@ -64,6 +72,7 @@ METHODS = (
     "gemm4",
     "dense",
     "fused",
+    "fused_kernels",
     "fused_torch",
     "fused_compiled",
     "plain",
@@ -95,6 +104,32 @@ def kernels_from_environment(kernels: str) -> Iterator[None]:
             os.environ.pop(KERNELS_ENV, None)
         else:
             os.environ[KERNELS_ENV] = previous
+
+
+@contextlib.contextmanager
+def triton_backward(backward: str) -> Iterator[None]:
+    """The chunked executor's Triton backward (``triton_dispatch.TRITON_BACKWARD``) inside."""
+    from marginface.executors import triton_dispatch
+
+    previous = triton_dispatch.TRITON_BACKWARD
+    triton_dispatch.TRITON_BACKWARD = backward
+    try:
+        yield
+    finally:
+        triton_dispatch.TRITON_BACKWARD = previous
+
+
+def set_tuned_blocks(path: str) -> dict[str, str]:
+    """Set :data:`~marginface.executors.kernel_options.TUNED_BLOCKS` from a JSON file of
+    ``{kernel: "NxCxDxWARPSxSTAGES"}``; returns what it set."""
+    from marginface.executors import kernel_options
+
+    with open(path) as handle:
+        tuned = json.load(handle)
+    for kernel, spec in tuned.items():
+        n, c, d, warps, stages = (int(part) for part in spec.split("x"))
+        kernel_options.TUNED_BLOCKS[kernel] = kernel_options.Blocks(n, c, d, warps, stages)
+    return tuned
 
 
 class Step:
@@ -132,14 +167,15 @@ def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
             _ = logits.t() @ xd  # ∂W
 
         return Step(gemms, [])
-    if method in ("dense", "fused", "fused_torch", "fused_compiled"):
+    if method in ("dense", "fused", "fused_kernels", "fused_torch", "fused_compiled"):
         impl = "dense" if method == "dense" else "chunked"
         head = marginface.ArcFaceLoss(c, d, MARGIN, SCALE, impl=impl, dtype=dtype, device=device)
         call = torch.compile(head) if method == "fused_compiled" else head
         kernels = "torch" if method == "fused_torch" else "triton"
+        backward = "fused" if method == "fused_kernels" else "tiles"
 
         def head_step() -> None:
-            with kernels_from_environment(kernels):
+            with kernels_from_environment(kernels), triton_backward(backward):
                 call(x, labels).backward()
 
         return Step(head_step, [head.weight, x])
@@ -281,7 +317,7 @@ def train_steps(n: int, d: int, c: int, dtype: torch.dtype, steps: int) -> dict:
     }
 
 
-CUDA_ONLY = {"fused", "fused_compiled", "liger", "cce"}
+CUDA_ONLY = {"fused", "fused_kernels", "fused_compiled", "liger", "cce"}
 """Methods that run Triton kernels: timed on CUDA only (a ``--device cpu`` smoke run leaves
 them out with one line each)."""
 
@@ -304,6 +340,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=0, metavar="K")
+    parser.add_argument(
+        "--tuned", default=None, help="a JSON file of the kernels' tiles to run with"
+    )
     parser.add_argument("--json", default=None, help="write the results to this file")
     parser.add_argument(
         "--deadline-s",
@@ -328,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
         args.classes = list(dict.fromkeys(min(c, 64) for c in args.classes))
     dtype = DTYPES[args.dtype]
     n, d = args.batch, args.dim
+    if args.tuned:
+        print(f"# tuned tiles: {set_tuned_blocks(args.tuned)}", flush=True)
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU (smoke)"
     print(f"# {name}, torch {torch.__version__}, N={n}, D={d}", flush=True)
     rows: list[dict] = []

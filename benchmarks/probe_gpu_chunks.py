@@ -23,49 +23,82 @@ Command (docs/gpu.md; ``--smoke`` runs the logic on tiny shapes, on the CPU with
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import bench_gpu
 import marginface
 from bench_compile import MARGIN, SCALE
+from marginface.executors.kernel_options import Blocks
+
+SETTINGS = {
+    "backward": ("triton_dispatch", "TRITON_BACKWARD"),
+    "wg_bytes": ("triton_dispatch", "WEIGHT_GRADIENT_WORKSPACE_BYTES"),
+    "tile_bytes": ("triton_dispatch", "GRADIENT_TILE_BYTES"),
+    "tuned": ("kernel_options", "TUNED_BLOCKS"),
+}
+"""A variant's settings: the module setting each one sets for the step
+(``marginface.executors.<module>.<name>``)."""
+
+
+def blocks_of(spec: str) -> Blocks:
+    """``"128x128x64x8x3"`` -> ``Blocks(n=128, c=128, d=64, warps=8, stages=3)``."""
+    n, c, d, warps, stages = (int(part) for part in spec.split("x"))
+    return Blocks(n=n, c=c, d=d, warps=warps, stages=stages)
+
+
+@contextlib.contextmanager
+def settings_applied(settings: dict[str, Any]) -> Iterator[None]:
+    """The executor's module settings of a variant (:data:`SETTINGS`) for the calls inside."""
+    saved = []
+    for key, value in settings.items():
+        module_name, name = SETTINGS[key]
+        module = importlib.import_module(f"marginface.executors.{module_name}")
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
 
 
 def fused_step(
     n: int, d: int, c: int, dtype: torch.dtype, chunk: int | None, kernels: str,
-    weight_gradient_bytes: int | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> bench_gpu.Step:  # fmt: skip
     """One forward + backward of ``ArcFaceLoss(impl="chunked", chunk_size=chunk)`` on the
-    executor's ``kernels``, on seeded inputs; ``weight_gradient_bytes``: the Triton weight
-    gradient's workspace bound for this step
-    (:data:`~marginface.executors.triton_dispatch.WEIGHT_GRADIENT_WORKSPACE_BYTES`; 0: one
-    launch per chunk)."""
-    from marginface.executors import triton_dispatch
-
+    executor's ``kernels``, on seeded inputs (the same for every call), with the variant's
+    ``settings`` (:data:`SETTINGS`: the Triton backward, the workspace bounds, tuned tiles)."""
     device = torch.device(bench_gpu.DEVICE)
     generator = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(n, d, generator=generator, device=device).to(dtype).requires_grad_(True)
     labels = torch.randint(0, c, (n,), generator=generator, device=device)
+    torch.manual_seed(0)  # the head's weight
     head = marginface.ArcFaceLoss(
         c, d, MARGIN, SCALE, impl="chunked", chunk_size=chunk, dtype=dtype, device=device
     )
 
     def run() -> None:
-        bound = triton_dispatch.WEIGHT_GRADIENT_WORKSPACE_BYTES
-        if weight_gradient_bytes is not None:
-            triton_dispatch.WEIGHT_GRADIENT_WORKSPACE_BYTES = weight_gradient_bytes
-        try:
-            with bench_gpu.kernels_from_environment(kernels):
-                head(x, labels).backward()
-        finally:
-            triton_dispatch.WEIGHT_GRADIENT_WORKSPACE_BYTES = bound
+        with settings_applied(settings or {}), bench_gpu.kernels_from_environment(kernels):
+            head(x, labels).backward()
 
     return bench_gpu.Step(run, [head.weight, x])
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``max|a - e| / max|e|`` in float32 (``e`` the reference variant's)."""
+    scale = float(expected.float().abs().max())
+    return float((actual.float() - expected.float()).abs().max()) / (scale or 1.0)
 
 
 def profile(step: bench_gpu.Step, top: int) -> dict:
@@ -101,6 +134,27 @@ def profile(step: bench_gpu.Step, top: int) -> dict:
     }
 
 
+def best_tiles(rows: dict[str, dict]) -> dict[str, str]:
+    """The fastest tile per kernel among the timed variants ``triton:tiles:SPEC`` and
+    ``triton:statistics:SPEC`` whose ``dx``/``dW`` errors (when checked) are within 5e-2,
+    if faster than the default tiles' variant (``triton:tiles``, ``triton:default``)."""
+    chosen = {}
+    for kernel, prefix, default in (
+        ("gradient_tile", "triton:tiles:", "triton:tiles"),
+        ("statistics", "triton:statistics:", "triton:default"),
+    ):
+        baseline = rows.get(default, {}).get("ms", float("inf"))
+        best, best_ms = None, baseline
+        for key, row in rows.items():
+            errors = [row.get("dx_error", 0.0), row.get("dw_error", 0.0)]
+            fits = key.startswith(prefix) and "ms" in row and max(errors) <= 5e-2
+            if fits and row["ms"] < best_ms:
+                best, best_ms = key.removeprefix(prefix), row["ms"]
+        if best is not None:
+            chosen[kernel] = best
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=512)
@@ -114,8 +168,53 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         nargs="*",
         default=[],
-        help="also time the Triton path at the default chunk with these weight-gradient "
-        "workspace bounds (0: one launch per chunk)",
+        help="also time the fused Triton backward at the default chunk with these "
+        "weight-gradient workspace bounds (0: one launch per chunk)",
+    )
+    parser.add_argument(
+        "--backwards",
+        nargs="*",
+        default=[],
+        help="also time the Triton path at the default chunk with each of these backwards "
+        "(triton_dispatch.BACKWARDS: tiles, fused)",
+    )
+    parser.add_argument(
+        "--tile-blocks",
+        nargs="*",
+        default=[],
+        help="also time the tiled backward with these gradient-tile tiles, NxCxDxWARPSxSTAGES",
+    )
+    parser.add_argument(
+        "--statistics-blocks",
+        nargs="*",
+        default=[],
+        help="also time the Triton path with these statistics-kernel tiles, NxCxDxWARPSxSTAGES",
+    )
+    parser.add_argument(
+        "--tile-bytes",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also time the tiled backward with these class-tile workspace bounds",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare each Triton variant's loss gradients with those of the first one "
+        "(max relative error of dx and dW)",
+    )
+    parser.add_argument(
+        "--best",
+        default=None,
+        help="write the fastest tiles per kernel among the --tile-blocks and "
+        "--statistics-blocks variants (and the defaults) whose errors are within 5e-2 to this "
+        "JSON file (bench_gpu.py --tuned reads it)",
+    )
+    parser.add_argument(
+        "--profile",
+        nargs="*",
+        default=None,
+        help="the variants to profile (default: each kernels choice at the default chunk)",
     )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--top", type=int, default=8)
@@ -147,31 +246,67 @@ def main(argv: list[str] | None = None) -> None:
                 steps.pop(key, None)
                 if bench_gpu.DEVICE == "cuda":
                     torch.cuda.empty_cache()
+    variants: dict[str, dict[str, Any]] = {}
     if "triton" in args.kernels:
         for bound in args.weight_gradient_bytes:
-            key = f"triton:default:wg={bound}"
-            steps[key] = fused_step(n, d, c, dtype, None, "triton", bound)
+            variants[f"triton:wg={bound}"] = {"backward": "fused", "wg_bytes": bound}
+        for backward in args.backwards:
+            variants[f"triton:{backward}"] = {"backward": backward}
+        for spec in args.tile_blocks:
+            tuned = {"gradient_tile": blocks_of(spec)}
+            variants[f"triton:tiles:{spec}"] = {"backward": "tiles", "tuned": tuned}
+        for spec in args.statistics_blocks:
+            tuned = {"statistics": blocks_of(spec)}
+            variants[f"triton:statistics:{spec}"] = {"tuned": tuned}
+        for bound in args.tile_bytes:
+            variants[f"triton:tile_bytes={bound}"] = {"backward": "tiles", "tile_bytes": bound}
+    reference: tuple[torch.Tensor, torch.Tensor] | None = None
+    for key, settings in variants.items():
+        try:
+            steps[key] = fused_step(n, d, c, dtype, None, "triton", settings)
             rows[key] = {"workspace_mb": bench_gpu.step_memory(steps[key])}
+            if args.check:
+                gradients = (steps[key].holds[1].grad, steps[key].holds[0].grad)  # dx, dW
+                if reference is None:
+                    reference = tuple(g.detach().clone() for g in gradients)  # type: ignore[assignment]
+                rows[key]["dx_error"] = relative_error(gradients[0], reference[0])
+                rows[key]["dw_error"] = relative_error(gradients[1], reference[1])
+        except Exception as error:  # a variant that fails is reported, not fatal
+            rows[key] = {"error": f"{type(error).__name__}: {str(error)[:160]}"}
+            steps.pop(key, None)
+            if bench_gpu.DEVICE == "cuda":
+                torch.cuda.empty_cache()
+    reference = None
     samples: dict[str, list[float]] = {key: [] for key in steps}
     for _ in range(args.repeats):
         for key, step in steps.items():
             samples[key].append(bench_gpu.timed_ms(step))
     floor = statistics.median(samples["gemm4"])
-    print("| method:chunk | median ms | / gemm4 | workspace MB |\n|---|---:|---:|---:|")
+    print("| variant | median ms | / gemm4 | workspace MB | dx, dW error |")
+    print("|---|---:|---:|---:|---|")
     for key, values in samples.items():
         rows[key]["ms"] = statistics.median(values)
         rows[key]["ratio"] = rows[key]["ms"] / floor
+        errors = [f"{rows[key][e]:.1e}" for e in ("dx_error", "dw_error") if e in rows[key]]
         print(f"| {key} | {rows[key]['ms']:.3f} | {rows[key]['ratio']:.2f} | "
-              f"{rows[key]['workspace_mb']:.0f} |", flush=True)  # fmt: skip
+              f"{rows[key]['workspace_mb']:.0f} | {', '.join(errors)} |", flush=True)  # fmt: skip
+    for key, row in rows.items():
+        if "error" in row:
+            print(f"| {key} | {row['error']} |", flush=True)
     profiles = {}
-    for kernels in args.kernels:
-        key = f"{kernels}:default"
+    profiled = args.profile
+    if profiled is None:
+        profiled = [f"{kernels}:default" for kernels in args.kernels]
+    for key in profiled:
         if key in steps:
             profiles[key] = profile(steps[key], args.top)
             summary = {k: v for k, v in profiles[key].items() if k != "top"}
             print(f"# profile {key}: {json.dumps(summary)}", flush=True)
             for row in profiles[key]["top"]:
                 print(f"#   {row['ms']:8.3f} ms {row['calls']:5d}x {row['kernel']}", flush=True)
+    if args.best:
+        Path(args.best).write_text(json.dumps(best_tiles(rows)))
+        print(f"# best tiles: {Path(args.best).read_text()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"steps": rows, "profiles": profiles}, indent=1))
 

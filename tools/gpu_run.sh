@@ -2,7 +2,9 @@
 # The GPU work, run ON the device machine (docs/gpu.md). A lent session runs ONE command:
 #   bash tools/gpu_run.sh all          (device tool: carry [".whl"], timeout_s 540)
 # `all` fits in GPU_BUDGET seconds (default 480) and writes each result under $OUT the moment
-# it has it, in order of value: correctness on CUDA, the race at C = 1M then 100k, three steps at
+# it has it, in order of value: correctness on CUDA, the backward probe at C = 1M (both Triton
+# backwards, gradient-tile and statistics tiles checked against the fused kernels, the fastest
+# written to tuned.json), the race at C = 1M with those tiles, three steps at
 # C = 10M, then a tile sweep and the pretrained models' networks (dlib's ResNet, facenet's
 # InceptionResnetV1, MTCNN) if time is left. Without CUDA (make test's dry run,
 # tests/test_gpu_kit.py) the same script runs, each CUDA part replaced by one line and a smoke run
@@ -54,7 +56,8 @@ case "$stage" in
         #    bf16/fp32 (the precision matrix), torch.compile of the fused path
         checks=(tests/executors/test_triton.py tests/executors/test_triton_rules.py
             tests/executors/test_triton_row_statistics.py tests/executors/test_binary_triton.py
-            tests/executors/test_precision_matrix.py tests/executors/test_compile.py)
+            tests/executors/test_precision_matrix.py tests/executors/test_compile.py
+            tests/executors/test_triton_gradient_tiles.py)
         if [ "$cuda" = 1 ]; then
             timeout "$(cap 170)" python3 -m pytest -q -p no:cacheprovider -n 4 -rfE \
                 --junitxml="$OUT/correctness.xml" "${checks[@]}" 2>&1 \
@@ -70,15 +73,27 @@ case "$stage" in
             smoke=(--smoke)
             methods=(--methods gemm4 dense fused fused_torch plain pml liger cce)
         fi
-        # 2. the race, bf16, N = D = 512: C = 1M first, then 100k if the deadline allows
-        timeout "$(cap 200)" python3 benchmarks/bench_gpu.py --classes 1000000 100000 \
-            --dtype bfloat16 --repeats 10 --warmup 2 --deadline-s 120 "${smoke[@]}" \
-            "${methods[@]}" --json "$OUT/race.json" 2>&1 | tee "$OUT/race.log" | tail -25
-        # 3. three SGD steps at C = 10M, bf16: time and workspace
-        timeout "$(cap 100)" python3 benchmarks/bench_gpu.py --classes 10000000 \
-            --dtype bfloat16 --train-steps 3 "${smoke[@]}" --json "$OUT/train10m.json" 2>&1 \
-            | tee "$OUT/train10m.log" | tail -5
-        # 4. with what is left: a tile sweep of the statistics kernel
+        # 2. the backward probe, bf16, C = 1M: both Triton backwards, gradient-tile and
+        #    statistics tiles (each checked against the first variant, the fused kernels), a
+        #    larger class tile, a profile of the tiled step; the fastest tiles -> tuned.json
+        echo '{}' > "$OUT/tuned.json"
+        timeout "$(cap 110)" python3 benchmarks/probe_gpu_chunks.py --classes 1000000 \
+            --kernels triton --chunks 0 --backwards fused tiles \
+            --tile-blocks 128x128x32x8x3 128x128x64x8x3 64x128x64x4x3 128x64x64x4x3 \
+            64x256x32x8x3 --statistics-blocks 128x256x32x8x3 128x128x64x8x3 \
+            --tile-bytes 268435456 --check --profile triton:tiles --repeats 7 "${smoke[@]}" \
+            --best "$OUT/tuned.json" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log" \
+            | tail -30
+        # 3. the race, bf16, N = D = 512, C = 1M, with the probe's tiles
+        timeout "$(cap 130)" python3 benchmarks/bench_gpu.py --classes 1000000 \
+            --dtype bfloat16 --repeats 10 --warmup 2 "${smoke[@]}" \
+            "${methods[@]}" --tuned "$OUT/tuned.json" --json "$OUT/race.json" 2>&1 \
+            | tee "$OUT/race.log" | tail -25
+        # 4. three SGD steps at C = 10M, bf16: time and workspace
+        timeout "$(cap 60)" python3 benchmarks/bench_gpu.py --classes 10000000 \
+            --dtype bfloat16 --train-steps 3 "${smoke[@]}" --tuned "$OUT/tuned.json" \
+            --json "$OUT/train10m.json" 2>&1 | tee "$OUT/train10m.log" | tail -5
+        # 5. with what is left: a tile sweep of the statistics kernel
         if [ "$cuda" != 1 ]; then
             echo "tune: skipped, no CUDA"
         elif (($(left) < 60)); then
@@ -88,7 +103,7 @@ case "$stage" in
                 --dtype bfloat16 --kernels statistics --json "$OUT/tune.json" 2>&1 \
                 | tee "$OUT/tune.log" | tail -15
         fi
-        # 5. optional, with what is left: the pretrained models' networks on the device
+        # 6. optional, with what is left: the pretrained models' networks on the device
         #    (dlib's ResNet and InceptionResnetV1 throughput, MTCNN per photo)
         if [ "$cuda" != 1 ]; then
             timeout 240 python3 benchmarks/bench_pretrained_gpu.py --device cpu --smoke \

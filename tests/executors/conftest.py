@@ -22,7 +22,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from ._compare import BINARY_KERNEL_LAUNCHERS, DEVICE, KERNEL_LAUNCHERS
+from ._compare import BINARY_KERNEL_LAUNCHERS, DEVICE, KERNEL_LAUNCHERS, TILE_LAUNCHERS
 
 if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -53,8 +53,14 @@ def launches(kernels: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Counter:
     """Counts the calls of each kernel launcher, the softmax kernels' and the one-vs-all
     kernels' (so a test can tell the kernels did run)."""
     binary = importlib.import_module("marginface.executors.triton_binary")
+    tiles = importlib.import_module("marginface.executors.triton_gradient_tiles")
     counts: Counter = Counter()
-    for module, names in ((kernels, KERNEL_LAUNCHERS), (binary, BINARY_KERNEL_LAUNCHERS)):
+    counted_modules = (
+        (kernels, KERNEL_LAUNCHERS),
+        (binary, BINARY_KERNEL_LAUNCHERS),
+        (tiles, TILE_LAUNCHERS),
+    )
+    for module, names in counted_modules:
         for name in names:
             original = getattr(module, name)
 

@@ -39,7 +39,7 @@ from marginface.executors.chunked import chunked_margin_cross_entropy, triton_av
 from marginface.executors.dense import dense_margin_cross_entropy
 
 from ..conftest import make_loss
-from ._compare import DEVICE, relative_error
+from ._compare import DEVICE, backward_launcher, relative_error
 
 ALL = marginface.list_losses()
 
@@ -315,8 +315,8 @@ def test_chunked_matches_dense_and_float64(
     }
     if choice == "triton" or (choice == "auto" and CUDA and triton_available()):
         binary = marginface.create_loss(name, 3, 2).margin.objective == "binary"
-        launcher = "binary_embedding_gradient" if binary else "embedding_gradient"
-        assert launches[launcher] == STEPS  # the kernels (one-vs-all: their own) did the backward
+        # the kernels (one-vs-all: their own) did the backward
+        assert launches[backward_launcher(binary)] == STEPS
     else:
         assert sum(launches.values()) == 0
 

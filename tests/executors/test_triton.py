@@ -23,7 +23,7 @@ from marginface.executors.chunked import KERNELS_ENV, chunked_margin_cross_entro
 from marginface.executors.dense import dense_margin_cross_entropy
 from marginface.margins import ArcFaceMargin, CosFaceMargin, Margin
 
-from ._compare import DEVICE, relative_error
+from ._compare import DEVICE, backward_launcher, relative_error
 
 pytest.importorskip("triton")
 
@@ -78,9 +78,17 @@ def run(impl: str, margin: Margin, k: int, x, weight, labels, upstream, chunk_si
     return loss.detach(), x.grad, weight.grad
 
 
+@pytest.mark.parametrize("backward", ["tiles", "fused"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["arcface", "cosface", "curricularface", "subcenter-arcface"])
-def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None:
+def test_matches_dense(
+    name: str, dtype: torch.dtype, backward: str, launches: Counter, monkeypatch
+) -> None:
+    """Both backwards (gradient tiles and GEMMs; the fused kernels) give dense's loss and
+    gradients, over two steps (CurricularFace's buffer updated by the first)."""
+    import marginface.executors.triton_dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "TRITON_BACKWARD", backward)
     options = {"sub_centers": 2} if name == "subcenter-arcface" else {}
     margin, k, x, weight, labels, upstream = make_case(name, dtype, **options)
     dense_margin, triton_margin = margin, copy.deepcopy(margin)
@@ -96,8 +104,13 @@ def test_matches_dense(name: str, dtype: torch.dtype, launches: Counter) -> None
         for key, buffer in dense_margin.state_dict().items():
             other = triton_margin.state_dict()[key]
             assert relative_error(other, buffer) <= 1e-5, key
-    # per step one launch each: the weight gradient's 3 chunks fit one launch's workspace
-    assert launches == {"nontarget_statistics": 2, "embedding_gradient": 2, "weight_gradient": 2}
+    # per step one launch each: the 3 chunks fit one launch's (one class tile's) workspace
+    if backward == "tiles":
+        assert launches == {"nontarget_statistics": 2, "gradient_tile": 2}
+    else:
+        assert launches == {
+            "nontarget_statistics": 2, "embedding_gradient": 2, "weight_gradient": 2
+        }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["arcface", "sphereface2"])
@@ -110,6 +123,7 @@ def test_the_weight_gradient_launches_whole_chunks_within_its_bound(
     three (one per chunk), and the loss and gradients equal those of one launch."""
     import marginface.executors.triton_dispatch as dispatch
 
+    monkeypatch.setattr(dispatch, "TRITON_BACKWARD", "fused")
     kernel = kernels._weight_gradient_kernel
     spans: list[int] = []
 
@@ -156,7 +170,7 @@ def test_every_loss_matches_dense_fp32(name: str, launches: Counter) -> None:
     actual = run("triton", triton_margin, k, x, weight, labels, upstream)
     for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
         assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
-    assert launches["embedding_gradient"] == 1
+    assert launches[backward_launcher()] == 1
 
 
 ISSUE_25 = ["mv-am-softmax", "mv-arc-softmax", "npcface", "arcnegface", "circle", "li-arcface"]
@@ -174,7 +188,7 @@ def test_issue_25_rules_match_the_torch_chunk_loop(name: str, launches: Counter)
     actual = run("triton", copy.deepcopy(margin), k, x, weight, labels, upstream)
     for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
         assert relative_error(a, e) <= 1e-5, (what, relative_error(a, e))
-    assert launches["embedding_gradient"] == 1
+    assert launches[backward_launcher()] == 1
 
 
 @pytest.mark.parametrize(
@@ -205,7 +219,7 @@ def test_issue_25_rule_options_match_dense(name: str, options: dict, launches: C
         for what, a, e in zip(("loss", "∂x", "∂W"), actual, expected, strict=True):
             assert relative_error(a, e) <= 1e-5, (step, what, relative_error(a, e))
         x = x - 0.5 * actual[1]  # the second step on moved embeddings
-    assert launches["embedding_gradient"] == 2
+    assert launches[backward_launcher()] == 2
 
 
 def test_kernels_over_several_tiles_match_reference(kernels: ModuleType) -> None:
@@ -318,7 +332,7 @@ def test_unknown_nontarget_rule_raises_for_triton_and_falls_back_for_auto(
     expected = run("dense", margin, k, x, weight, labels, upstream)
     actual = run("auto", margin, k, x, weight, labels, upstream)
     assert relative_error(actual[0], expected[0]) <= 1e-5
-    assert launches["embedding_gradient"] == 0
+    assert launches[backward_launcher()] == 0
 
 
 def test_interclass_filtering_raises_for_triton_and_runs_torch_for_auto(
@@ -470,7 +484,7 @@ def test_compiled_triton_path_matches_eager(name: str, launches: Counter) -> Non
     finally:
         torch._dynamo.reset()
     assert launches["nontarget_statistics"] == 2 * eager_launches["nontarget_statistics"]
-    assert launches["embedding_gradient"] == 2 * eager_launches["embedding_gradient"] > 0
+    assert launches[backward_launcher()] == 2 * eager_launches[backward_launcher()] > 0
     for a, e in zip(actual, expected, strict=True):
         assert relative_error(a, e) <= 1e-6
 
@@ -498,7 +512,7 @@ def test_partial_fc_sample_read_in_place_matches_the_materialized_sample(
         kernels="triton", sampled_classes=sampled,
     )  # fmt: skip
     (loss * upstream).sum().backward()
-    assert launches["embedding_gradient"] - launched["embedding_gradient"] == 3  # 3 chunks
+    assert launches[backward_launcher()] - launched[backward_launcher()] == 3  # 3 chunks
     grad = w_in.grad.view(C, k, D)
     outside = torch.ones(C, dtype=torch.bool, device=DEVICE)
     outside[sampled] = False

@@ -76,11 +76,12 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 def test_every_kernel_compiles_for_sm90(compiled: list[dict]) -> None:
-    assert len(compiled) == 12 + 3 * len(RULES) + 4 * 4 + 3
+    assert len(compiled) == 4 * 4 + 4 * len(RULES) + 5 * 4 + 4
     assert {case["rule"] for case in compiled} == {"curricular", *RULES, None}
     assert {case["kernel"] for case in compiled} == {
         "statistics", "embedding_gradient", "weight_gradient", "above_threshold",
         "binary_sums", "binary_embedding_gradient", "binary_weight_gradient",
+        "gradient_tile", "binary_gradient_tile",
     }  # fmt: skip
     for case in compiled:
         assert case["registers"] > 0, case

@@ -9,15 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ..margins.rules import NONTARGET_RULES
 
 __all__ = [
+    "TUNED_BLOCKS",
     "Blocks",
     "NonTargetRule",
     "RowInputs",
     "default_blocks",
+    "launch_blocks",
 ]
 
 
@@ -68,6 +71,23 @@ def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
         return max(16, min(top, 1 << (max(size, 1) - 1).bit_length()))
 
     return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
+
+
+TUNED_BLOCKS: dict[str, Blocks] = {}
+"""Tiles of the softmax's kernels for bf16/fp16 inputs on CUDA, by kernel (``"statistics"``: the
+forward's reduction; ``"gradient_tile"``: the tiled backward's), where a GPU run measured one
+faster than :func:`default_blocks` (docs/benchmarks.md); a kernel not listed takes the default.
+"""
+
+
+def launch_blocks(kernel: str, x: Tensor, rows: int, classes: int, dim: int) -> Blocks:
+    """The tiles a launch of ``kernel`` on ``x`` (``Tensor[rows, dim]``) over ``classes``
+    takes: :data:`TUNED_BLOCKS` ``[kernel]`` for bf16/fp16 CUDA tensors where listed, else
+    :func:`default_blocks`."""
+    tuned = TUNED_BLOCKS.get(kernel)
+    if tuned is not None and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16):
+        return tuned
+    return default_blocks(rows, classes, dim)
 
 
 @dataclass(frozen=True)

@@ -38,20 +38,22 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from ..margins.base import NONTARGET_KERNELS
-from . import triton_kernels
+from . import triton_gradient_tiles, triton_kernels
 from .triton_kernels import Blocks
 
 __all__ = ["ALL_KERNELS", "KERNELS", "OTHER_KERNELS", "CompiledKernel", "compile_kernel"]
 
-KERNELS = ("statistics", "embedding_gradient", "weight_gradient")
-"""The softmax kernels, each with a non-target ``rule``: the forward's ``(max, Σexp)`` and the
-backward's ``∂x̂`` and ``∂W``."""
+KERNELS = ("statistics", "embedding_gradient", "weight_gradient", "gradient_tile")
+"""The softmax kernels, each with a non-target ``rule``: the forward's ``(max, Σexp)``, the fused
+backward's ``∂x̂`` and ``∂W``, and the tiled backward's ``∂L/∂(x̂·w)``
+(:mod:`~marginface.executors.triton_gradient_tiles`)."""
 
 OTHER_KERNELS = (
     "above_threshold",
     "binary_sums",
     "binary_embedding_gradient",
     "binary_weight_gradient",
+    "binary_gradient_tile",
 )
 """The row statistics ``"above_threshold"`` (NPCFace's hard negatives) and the one-vs-all
 kernels (the forward's ``Σ softplus`` and the backward's ``∂x̂``, ``∂b`` and ``∂W``)."""
@@ -67,11 +69,13 @@ _FUNCTIONS = {  # kernel -> (its function in triton_kernels, the reduction it is
     "binary_sums": ("_reduce_kernel", "softplus"),
     "binary_embedding_gradient": ("_embedding_gradient_kernel", "softplus"),
     "binary_weight_gradient": ("_weight_gradient_kernel", "softplus"),
+    "gradient_tile": ("_gradient_tile_kernel", "softmax"),
+    "binary_gradient_tile": ("_gradient_tile_kernel", "softplus"),
 }
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 _INT_POINTERS = ("label_ptr",)
-_OPERAND_POINTERS = ("x_ptr", "w_ptr")
+_OPERAND_POINTERS = ("x_ptr", "w_ptr", "g_ptr")
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,9 @@ class CompiledKernel:
 def _kernel_function(kernel: str) -> triton.runtime.jit.JITFunction:
     if kernel not in ALL_KERNELS:
         raise ValueError(f"kernel must be one of {ALL_KERNELS}, got {kernel!r}")
-    function = getattr(triton_kernels, _FUNCTIONS[kernel][0])
+    name = _FUNCTIONS[kernel][0]
+    module = triton_kernels if hasattr(triton_kernels, name) else triton_gradient_tiles
+    function = getattr(module, name)
     if not isinstance(function, triton.runtime.jit.JITFunction):
         raise RuntimeError(
             f"{triton_kernels.__name__} was imported under TRITON_INTERPRET=1; its interpreted "
@@ -124,7 +130,7 @@ def _signature(
     signature: dict[str, str] = {}
     attributes: dict[tuple[int], list] = {}
     divisible = [["tt.divisibility", 16]]
-    sizes = {"dim": dim, "chunk": chunk, "stride_x": dim, "stride_w": dim}
+    sizes = {"dim": dim, "chunk": chunk, "stride_x": dim, "stride_w": dim, "stride_g": chunk}
     constexprs = set(function.constexprs)
     for index, name in enumerate(function.arg_names):
         if index in constexprs:

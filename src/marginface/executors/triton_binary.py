@@ -32,10 +32,12 @@ from .binary_rule import BinaryRule
 from .chunk_workspace import ChunkWorkspace
 from .kernel_options import Blocks, RowInputs
 from .triton_dispatch import add_parts, kernel_backward, kernel_reduce
+from .triton_gradient_tiles import kernel_gradient_tile
 from .triton_kernels import kernel_embedding_gradient, kernel_partials, kernel_weight_gradient
 
 __all__ = [
     "binary_embedding_gradient",
+    "binary_gradient_tile",
     "binary_sums",
     "binary_weight_gradient",
     "triton_binary_sums",
@@ -112,6 +114,21 @@ def binary_weight_gradient(
     )  # fmt: skip
 
 
+def binary_gradient_tile(
+    x_hat: Tensor, weight: Tensor, inv_norms: Tensor, labels: Tensor, rule: BinaryRule,
+    grad: Tensor, *, sub_centers: int, out: Tensor | None = None, blocks: Blocks | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """The one-vs-all gradient tile ``G_{i,jk} = [j≠y_i][k = k*] r_jk γ_i w_- σ(z_ij)
+    ∂z_ij/∂c_ij`` (``Tensor[N, C·K]`` in ``x_hat``'s dtype) and each row's
+    ``Σ_{j≠y} γ_i w_- σ(z_ij)·[not clamped]`` (``Tensor[N]`` float32), as
+    :func:`~marginface.executors.triton_gradient_tiles.kernel_gradient_tile`."""
+    row_grad = _row_grad(rule, grad)
+    return kernel_gradient_tile(
+        x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule), row_grad, row_grad,
+        sub_centers=sub_centers, out=out, blocks=blocks,
+    )  # fmt: skip
+
+
 def triton_binary_sums(chunks: ChunkWorkspace, rule: BinaryRule) -> Tensor:
     """The forward's pass of :mod:`~marginface.executors.binary_loop` on these kernels: each
     row's ``Σ_{j≠y_i} softplus(z_ij)`` over every class of ``chunks`` (every sampled one: one
@@ -138,7 +155,7 @@ def triton_nontarget_gradient(
     def add_bias(share: Tensor) -> None:
         bias[0] = bias[0] + share.sum()
 
-    launchers = (binary_embedding_gradient, binary_weight_gradient)
+    launchers = (binary_embedding_gradient, binary_weight_gradient, binary_gradient_tile)
     arguments = (rule, grad.contiguous())
     kernel_backward(chunks, launchers, arguments, grad_x_hat, grad_weight, add_bias)
     return (bias[0] * sign).to(grad_x_hat.dtype)

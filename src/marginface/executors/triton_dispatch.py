@@ -22,11 +22,17 @@ from .chunk_workspace import ChunkWorkspace
 from .kernel_options import NonTargetRule
 
 __all__ = [
+    "BACKWARDS",
+    "GRADIENT_TILE_BYTES",
+    "TILE_CLASS_MULTIPLE",
+    "TRITON_BACKWARD",
     "WEIGHT_GRADIENT_WORKSPACE_BYTES",
     "add_parts",
+    "gradient_tile_ranges",
     "kernel_backward",
     "kernel_reduce",
     "kernel_rule",
+    "tile_backward",
     "triton_gradient",
     "triton_row_statistics",
     "triton_statistics",
@@ -123,25 +129,114 @@ def weight_gradient_ranges(chunks: ChunkWorkspace, dim: int) -> list[tuple[int, 
     return chunks.ranges(max(1, WEIGHT_GRADIENT_WORKSPACE_BYTES // per_chunk) * chunks.chunk_size)
 
 
-def kernel_backward(
+BACKWARDS = ("tiles", "fused")
+"""How a backward runs on the kernels: ``"tiles"`` (:func:`tile_backward`: a kernel writes each
+class tile's ``∂L/∂(x̂·w)``, the GEMM library multiplies it into ``∂x̂`` and ``∂W``) or
+``"fused"`` (the ``∂x̂`` and ``∂W`` kernels of :mod:`~marginface.executors.triton_kernels`, which
+multiply on chip and accumulate their outputs in float32 buffers)."""
+
+TRITON_BACKWARD = "tiles"
+"""The backward of :func:`kernel_backward`, one of :data:`BACKWARDS` (a module setting, read at
+each backward; the benchmarks set it to time one against the other)."""
+
+GRADIENT_TILE_BYTES = 128 * 2**20
+"""Bound on the workspace of one class tile of :func:`tile_backward` without a Partial FC
+sample: ``G`` (``N·c·K`` elements of the GEMM dtype) and the weight gradient's float32
+product ``P`` (``c·K·D`` floats). At N = D = 512, bf16, K = 1: 43,648 classes a tile, 23 tiles
+at C = 1M."""
+
+TILE_CLASS_MULTIPLE = 64
+"""A class tile's width is a multiple of this many classes (the last tile excepted), and its
+``G`` rows are padded to a multiple of 8 elements: leading dimensions the GEMM library's
+vectorized kernels take."""
+
+
+def gradient_tile_ranges(chunks: ChunkWorkspace, dim: int) -> list[tuple[int, int]]:
+    """The loop's classes ``[start, stop)`` per class tile of :func:`tile_backward` without a
+    sample: the most classes, a multiple of :data:`TILE_CLASS_MULTIPLE` (at least one such
+    multiple), with ``c·K·(N·itemsize + 4·D) <=`` :data:`GRADIENT_TILE_BYTES`; the last tile
+    shorter."""
+    rows, itemsize = chunks.x_gemm.shape[0], chunks.x_gemm.element_size()
+    per_class = chunks.k * (rows * itemsize + 4 * dim)
+    multiple = TILE_CLASS_MULTIPLE
+    return chunks.ranges(max(multiple, GRADIENT_TILE_BYTES // per_class // multiple * multiple))
+
+
+def tile_backward(
     chunks: ChunkWorkspace,
-    launchers: tuple[Launcher, Launcher],
+    launcher: Launcher,
     arguments: tuple[Any, ...],
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
     add_row_share: Callable[[Tensor], None],
 ) -> None:
-    """A backward pass on the kernels, ``launchers = (embedding, weight_gradient)`` called with
-    ``(x_gemm, weight, inv_norms, labels, *arguments, sub_centers=K, ...)``: ``embedding``'s
-    ``(∂L/∂x̂ part [N, D], a per-row share [N])`` added into ``grad_x_hat`` and handed to
-    ``add_row_share`` (the softmax's ``∂L/∂s``, the one-vs-all's bias terms), and
-    ``weight_gradient``'s float32 partial for the classes ``[start, stop)`` of those centers
-    (written into ``out`` if given), projected through ``w/‖w‖`` into every row of
-    ``grad_weight`` (if given). Without a sample: one embedding launch over every class, then
-    the weight gradient in launches of whole chunks (:func:`weight_gradient_ranges`), in
-    place where ``grad_weight`` is contiguous float32; with one, per chunk: its rows gathered
-    once, both kernels on them."""
-    embedding, weight_gradient = launchers
+    """A backward pass as gradient tiles and GEMMs (:mod:`~.triton_gradient_tiles`), per class
+    tile (the class ranges of :func:`gradient_tile_ranges`; with a Partial FC sample, each
+    chunk on its gathered rows): ``G, share = launcher(x_gemm, W_tile, r_tile, labels,
+    *arguments, sub_centers=K, out=...)`` (``G``: ``Tensor[N, c·K]``, the GEMM dtype), ``share``
+    handed to ``add_row_share``, ``∂L/∂x̂ += G·W_tile`` and ``∂L/∂W_tile`` from ``P = Gᵀ·x̂``
+    through the Jacobian of ``w/‖w‖`` into the tile's rows of ``grad_weight`` (if given).
+    Float32 accumulation throughout (:func:`~.triton_gradient_tiles.float32_product`)."""
+    from .triton_gradient_tiles import float32_product, project_weight_gradient
+
+    x_gemm, k = chunks.x_gemm, chunks.k
+
+    def step(start: int, stop: int, state: None) -> None:
+        weight, inv_norms, labels = _chunk_inputs(chunks, start, stop)
+        width = weight.shape[0]  # c·K; G's rows padded to a multiple of 8 elements
+        padded = -(-width // 8) * 8
+        out = chunks.scratch(x_gemm.shape[0], padded, x_gemm.dtype, "tile")[:, :width]
+        tile, share = launcher(
+            x_gemm, weight, inv_norms, labels, *arguments, sub_centers=k, out=out
+        )
+        add_row_share(share)
+        grad_x_hat.add_(float32_product(tile, weight).to(grad_x_hat.dtype))
+        if grad_weight is None:
+            return
+        partial = float32_product(tile.t(), x_gemm)  # (c·K, D) float32
+        rows = chunks.gradient_rows(grad_weight, start, stop)  # (c·K, D)
+        raw = chunks.raw_rows(start, stop)
+        if not (rows.is_contiguous() and raw.is_contiguous()):
+            chunks.project_into(grad_weight, start, stop, partial)
+            return
+        project_weight_gradient(partial, raw, inv_norms, rows)
+        if chunks.sample is not None:  # each sampled row is written by exactly one chunk
+            grad_weight.index_copy_(0, chunks.weight_index(start, stop), rows)
+
+    if chunks.sample is not None:
+        chunks.fold(step, None)
+        return
+    dim = chunks.x_gemm.shape[1]
+    for start, stop in gradient_tile_ranges(chunks, dim):
+        step(start, stop, None)
+    chunks.release()
+
+
+def kernel_backward(
+    chunks: ChunkWorkspace,
+    launchers: tuple[Launcher, Launcher, Launcher],
+    arguments: tuple[Any, ...],
+    grad_x_hat: Tensor,
+    grad_weight: Tensor | None,
+    add_row_share: Callable[[Tensor], None],
+) -> None:
+    """A backward pass on the kernels, ``launchers = (embedding, weight_gradient, tile)``
+    called with ``(x_gemm, weight, inv_norms, labels, *arguments, sub_centers=K, ...)``: by
+    :data:`TRITON_BACKWARD`, :func:`tile_backward` with ``tile``, or the fused kernels:
+    ``embedding``'s ``(∂L/∂x̂ part [N, D], a per-row share [N])`` added into ``grad_x_hat``
+    and handed to ``add_row_share`` (the softmax's ``∂L/∂s``, the one-vs-all's bias terms),
+    and ``weight_gradient``'s float32 partial for the classes ``[start, stop)`` of those
+    centers (written into ``out`` if given), projected through ``w/‖w‖`` into every row of
+    ``grad_weight`` (if given). Fused, without a sample: one embedding launch over every
+    class, then the weight gradient in launches of whole chunks
+    (:func:`weight_gradient_ranges`), in place where ``grad_weight`` is contiguous float32;
+    with one, per chunk: its rows gathered once, both kernels on them."""
+    embedding, weight_gradient, tile = launchers
+    if TRITON_BACKWARD not in BACKWARDS:
+        raise ValueError(f"TRITON_BACKWARD must be one of {BACKWARDS}, got {TRITON_BACKWARD!r}")
+    if TRITON_BACKWARD == "tiles":
+        tile_backward(chunks, tile, arguments, grad_x_hat, grad_weight, add_row_share)
+        return
     x_gemm, k = chunks.x_gemm, chunks.k
     sampled = chunks.sample is not None
 
@@ -233,6 +328,7 @@ def triton_gradient(
     (see :func:`~marginface.executors.chunk_loop.nontarget_gradient`). ``arguments``: the
     softmax launchers' ``(scale, rule, lse, grad)`` (``Tensor[N]`` each but the
     :class:`~marginface.executors.kernel_options.NonTargetRule`)."""
+    from .triton_gradient_tiles import gradient_tile
     from .triton_kernels import embedding_gradient, weight_gradient
 
     def add_scale(share: Tensor) -> None:
@@ -241,5 +337,5 @@ def triton_gradient(
 
     scale, rule, lse, grad = arguments
     rows = (scale.contiguous(), rule, lse.contiguous(), grad.contiguous())
-    launchers = (embedding_gradient, weight_gradient)
+    launchers = (embedding_gradient, weight_gradient, gradient_tile)
     kernel_backward(chunks, launchers, rows, grad_x_hat, grad_weight, add_scale)

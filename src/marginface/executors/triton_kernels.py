@@ -48,7 +48,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .kernel_options import Blocks, NonTargetRule, RowInputs, default_blocks
+from .kernel_options import Blocks, NonTargetRule, RowInputs, default_blocks, launch_blocks
 from .triton_rules import _gradient_step, _reduce_step
 
 __all__ = [
@@ -399,7 +399,9 @@ def kernel_partials(
     _check(x_hat, weight, sub_centers)
     n, dim = x_hat.shape
     classes = weight.shape[0] // sub_centers
-    blocks = blocks or default_blocks(n, min(chunk_size, classes), dim)
+    if blocks is None:
+        kernel = "statistics" if inputs.reduction == "softmax" else inputs.reduction
+        blocks = launch_blocks(kernel, x_hat, n, min(chunk_size, classes), dim)
     chunks = triton.cdiv(classes, chunk_size)
     outputs = 1 if inputs.reduction == "softplus" else 2
     out = torch.empty(outputs, chunks, n, dtype=torch.float32, device=x_hat.device)
