@@ -38,6 +38,7 @@ import torch
 import bench_gpu
 import marginface
 from bench_compile import MARGIN, SCALE
+from marginface.executors import kernel_options
 from marginface.executors.kernel_options import Blocks
 
 SETTINGS = {
@@ -252,11 +253,14 @@ def main(argv: list[str] | None = None) -> None:
             variants[f"triton:wg={bound}"] = {"backward": "fused", "wg_bytes": bound}
         for backward in args.backwards:
             variants[f"triton:{backward}"] = {"backward": backward}
+        current = dict(kernel_options.TUNED_BLOCKS)
+        if args.tile_blocks or args.statistics_blocks:
+            variants["triton:untuned"] = {"backward": "tiles", "tuned": {}}
         for spec in args.tile_blocks:
-            tuned = {"gradient_tile": blocks_of(spec)}
+            tuned = {**current, "gradient_tile": blocks_of(spec)}
             variants[f"triton:tiles:{spec}"] = {"backward": "tiles", "tuned": tuned}
         for spec in args.statistics_blocks:
-            tuned = {"statistics": blocks_of(spec)}
+            tuned = {**current, "statistics": blocks_of(spec)}
             variants[f"triton:statistics:{spec}"] = {"tuned": tuned}
         for bound in args.tile_bytes:
             variants[f"triton:tile_bytes={bound}"] = {"backward": "tiles", "tile_bytes": bound}

@@ -110,20 +110,22 @@ def test_the_tile_writes_into_padded_rows_and_refuses_an_out_it_cannot_write(
             tile(wrong)
 
 
+@pytest.mark.parametrize("dim", [200, 1500])
 @pytest.mark.parametrize(
     ("weight_dtype", "out_dtype"),
     [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.bfloat16, None)],
 )
 def test_the_projection_is_the_jacobian_of_the_normalization(
-    weight_dtype: torch.dtype, out_dtype: torch.dtype | None, kernels: ModuleType
+    weight_dtype: torch.dtype, out_dtype: torch.dtype | None, dim: int, kernels: ModuleType
 ) -> None:
     """``∂L/∂w = P - r²(w·P)·w`` (restated in float64), a row of norm 0 (``r = 1/eps``) left
-    as ``P``; ``out_dtype`` None: in place, into ``P`` itself."""
+    as ``P``; ``out_dtype`` None: in place, into ``P`` itself. D = 200 is read in one block,
+    D = 1500 (over ``PROJECTION_WIDTH``) in blocks of 128, twice."""
     from marginface.executors.dense import NORMALIZE_EPS
     from marginface.executors.triton_gradient_tiles import project_weight_gradient
 
     generator = torch.Generator().manual_seed(6)
-    rows, dim = 37, 200  # D not a multiple of the kernel's block
+    rows = 37  # neither D a multiple of the kernel's block
     weight = torch.randn(rows, dim, generator=generator).to(weight_dtype)
     weight[7] = 0
     partial = torch.randn(rows, dim, generator=generator)
@@ -218,3 +220,27 @@ def test_an_unknown_backward_is_refused(kernels: ModuleType, monkeypatch: pytest
         ValueError, match=r"TRITON_BACKWARD must be one of \('tiles', 'fused'\), got 'split'"
     ):
         run("triton", margin, k, x, weight, labels, upstream, CHUNK)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("indexed", [False, True])
+def test_the_inverse_norms_kernel_reads_the_rows_in_place(
+    dtype: torch.dtype, indexed: bool, kernels: ModuleType
+) -> None:
+    """``1 / max(‖w‖, eps)`` in float32 from rows of any dtype, every row or those of an index
+    (a Partial FC sample's), as ``vector_norm`` of the float32 rows gives; a zero row ``1/eps``."""
+    from marginface.executors.dense import NORMALIZE_EPS
+    from marginface.executors.triton_weight_norms import inverse_norms
+
+    generator = torch.Generator().manual_seed(8)
+    weight = (torch.randn(45, 300, generator=generator) * 3).to(dtype)
+    weight[5] = 0
+    index = torch.tensor([44, 0, 5, 17, 17, 3]) if indexed else None
+    rows = weight if index is None else weight[index]
+    expected = 1.0 / torch.linalg.vector_norm(rows.float(), dim=1).clamp_min(NORMALIZE_EPS)
+    on_device = None if index is None else index.to(DEVICE)
+    actual = inverse_norms(weight.to(DEVICE), NORMALIZE_EPS, on_device)
+    assert actual.dtype == torch.float32 and actual.shape == expected.shape
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-6, atol=0.0)
+    with pytest.raises(ValueError, match=r"weight must be a 2-D tensor with unit stride along D"):
+        inverse_norms(weight.t(), NORMALIZE_EPS)

@@ -103,11 +103,18 @@ class ChunkWorkspace:
         A weight of another dtype (bf16/fp16 into float32) is converted block by block through
         the workspace: ``vector_norm(weight, dtype=float32)`` would convert all of it at once (a
         float32 copy, twice the size of a bf16 weight). Sampled rows are gathered block by block
-        the same way.
+        the same way. On CUDA with triton installed, those two cases take one launch of
+        :func:`~marginface.executors.triton_weight_norms.inverse_norms` instead (the rows read
+        in place, in their own dtype, through the sample's index; float32 sums).
         """
         weight = self.weight
         if weight.dtype == dtype and self.sample is None:
             norms = torch.linalg.vector_norm(weight, dim=1)  # (C·K,)
+        elif weight.is_cuda and dtype == torch.float32 and _triton_importable():
+            from .triton_weight_norms import inverse_norms
+
+            index = None if self.sample is None else self.weight_index(0, self.num_classes)
+            return inverse_norms(weight, NORMALIZE_EPS, index)
         else:
             k, dim = self.k, weight.shape[1]
             norms = torch.empty(self.num_classes * k, dtype=dtype, device=weight.device)
@@ -352,6 +359,21 @@ class ChunkWorkspace:
         inside = (self.labels >= start) & (self.labels < stop)  # (N,)
         rows = inside.nonzero().squeeze(1)  # (r,)
         return rows, self.labels[rows] - start
+
+
+def _triton_importable() -> bool:
+    """Whether :mod:`triton` imports (found once; it is optional)."""
+    if not _TRITON:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            _TRITON.append(False)
+        else:
+            _TRITON.append(True)
+    return _TRITON[0]
+
+
+_TRITON: list[bool] = []
 
 
 def _row_dot(a: Tensor, b: Tensor) -> Tensor:

@@ -16,6 +16,7 @@ from ..margins.rules import NONTARGET_RULES
 
 __all__ = [
     "TUNED_BLOCKS",
+    "TUNED_RULES",
     "Blocks",
     "NonTargetRule",
     "RowInputs",
@@ -73,19 +74,36 @@ def default_blocks(rows: int, classes: int, dim: int) -> Blocks:
     return Blocks(n=fit(rows, 64), c=fit(classes, 64), d=fit(dim, 32))
 
 
-TUNED_BLOCKS: dict[str, Blocks] = {}
-"""Tiles of the softmax's kernels for bf16/fp16 inputs on CUDA, by kernel (``"statistics"``: the
-forward's reduction; ``"gradient_tile"``: the tiled backward's), where a GPU run measured one
-faster than :func:`default_blocks` (docs/benchmarks.md); a kernel not listed takes the default.
-"""
+TUNED_BLOCKS: dict[str, Blocks] = {
+    "statistics": Blocks(n=128, c=256, d=32, warps=8, stages=3),
+    "gradient_tile": Blocks(n=128, c=64, d=64, warps=4, stages=3),
+}
+"""Tiles of the softmax's kernels (``"statistics"``: the forward's reduction;
+``"gradient_tile"``: the tiled backward's) for bf16/fp16 inputs on CUDA with the rules of
+:data:`TUNED_RULES` and one center per class, where a GPU run measured them faster than
+:func:`default_blocks` (docs/benchmarks.md, "On an NVIDIA H200"). Other cases keep the
+default: with sub-centers or the other rules these tiles spill registers (checked by
+``tests/executors/test_triton_aot.py``)."""
+
+TUNED_RULES = ("identity",)
+"""The non-target rules :data:`TUNED_BLOCKS` applies to (those it was measured and compiled
+without spills for)."""
 
 
-def launch_blocks(kernel: str, x: Tensor, rows: int, classes: int, dim: int) -> Blocks:
+def launch_blocks(
+    kernel: str, x: Tensor, rows: int, classes: int, dim: int, *, rule: str, sub_centers: int
+) -> Blocks:
     """The tiles a launch of ``kernel`` on ``x`` (``Tensor[rows, dim]``) over ``classes``
-    takes: :data:`TUNED_BLOCKS` ``[kernel]`` for bf16/fp16 CUDA tensors where listed, else
-    :func:`default_blocks`."""
+    takes: :data:`TUNED_BLOCKS` ``[kernel]`` for bf16/fp16 CUDA tensors, a rule of
+    :data:`TUNED_RULES` and ``sub_centers == 1``, where listed; else :func:`default_blocks`."""
     tuned = TUNED_BLOCKS.get(kernel)
-    if tuned is not None and x.is_cuda and x.dtype in (torch.bfloat16, torch.float16):
+    if (
+        tuned is not None
+        and x.is_cuda
+        and x.dtype in (torch.bfloat16, torch.float16)
+        and rule in TUNED_RULES
+        and sub_centers == 1
+    ):
         return tuned
     return default_blocks(rows, classes, dim)
 

@@ -9,8 +9,8 @@ on a GPU. This module runs the same compiler (Triton's front end, its MLIR passe
 ``sm_90``, with the specializations a launch on PyTorch tensors gets (16-byte
 aligned pointers, sizes divisible by 16 marked as such), and reports per kernel:
 
-* registers per thread, spilled bytes (``LOCAL``) and shared memory (bytes), read from the cubin
-  with the ``cuobjdump`` shipped beside ``ptxas``;
+* registers per thread (read from the cubin with the ``cuobjdump`` shipped beside ``ptxas``),
+  register spill stores (ptxas's own ``-v`` report of the compilation) and shared memory;
 * whether the matrix products became Hopper's warp-group MMA (``wgmma``) or the older ``mma``.
 
 What it cannot tell: speed (no GPU runs), nor whether the compiled code computes the right
@@ -26,9 +26,12 @@ be compiled).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +91,8 @@ class CompiledKernel:
         blocks: the tile sizes, warps and pipeline stages it was compiled with.
         arch: the compute capability as an integer (``90`` for ``sm_90``).
         registers: registers per thread.
-        spilled_bytes: local memory per thread (register spills), bytes; 0 when nothing spills.
+        spilled_bytes: register spill stores per thread (ptxas's ``-v`` report), bytes; 0 when
+            nothing spills.
         shared_bytes: shared memory per program, bytes (Triton's figure, which includes the
             pipeline's buffers).
         wgmma: whether the products use Hopper's ``wgmma`` instructions.
@@ -150,8 +154,8 @@ def _signature(
     return signature, attributes
 
 
-def _resource_usage(cubin: bytes) -> tuple[int, int]:
-    """``(registers, local bytes)`` of the one function in ``cubin``, from ``cuobjdump``."""
+def _registers(cubin: bytes) -> int:
+    """Registers per thread of the one function in ``cubin``, from ``cuobjdump``."""
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "kernel.cubin"
@@ -163,10 +167,35 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
             check=True,
             timeout=60,
         ).stdout
-    found = re.search(r"REG:(\d+).*?LOCAL:(\d+)", report)
+    found = re.search(r"REG:(\d+)", report)
     if found is None:
         raise RuntimeError(f"cuobjdump printed no resource usage: {report!r}")
-    return int(found.group(1)), int(found.group(2))
+    return int(found.group(1))
+
+
+@contextlib.contextmanager
+def _ptxas_report() -> Iterator[io.StringIO]:
+    """Compile afresh (no cache) with ptxas's ``-v`` report printed, captured in the yielded
+    buffer (Triton's ``always_compile`` and ``dump_ptxas_log`` settings, restored after)."""
+    knobs = triton.knobs
+    saved = (knobs.compilation.always_compile, knobs.nvidia.dump_ptxas_log)
+    knobs.compilation.always_compile = True
+    knobs.nvidia.dump_ptxas_log = True
+    report = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(report):
+            yield report
+    finally:
+        knobs.compilation.always_compile, knobs.nvidia.dump_ptxas_log = saved
+
+
+def _spilled_bytes(report: str) -> int:
+    """Bytes of register spill stores per thread in ptxas's ``-v`` report (``N bytes spill
+    stores``; a stack frame for calls is not a spill)."""
+    found = re.findall(r"(\d+) bytes spill stores", report)
+    if not found:
+        raise RuntimeError(f"ptxas printed no spill figures: {report[-2000:]!r}")
+    return max(int(value) for value in found)
 
 
 def compile_kernel(
@@ -250,12 +279,13 @@ def compile_kernel(
         },
         attrs=attributes,
     )
-    compiled = triton.compile(
-        source,
-        target=GPUTarget("cuda", arch, 32),
-        options={"num_warps": blocks.warps, "num_stages": blocks.stages},
-    )
-    registers, spilled = _resource_usage(compiled.asm["cubin"])
+    with _ptxas_report() as report:
+        compiled = triton.compile(
+            source,
+            target=GPUTarget("cuda", arch, 32),
+            options={"num_warps": blocks.warps, "num_stages": blocks.stages},
+        )
+    registers, spilled = _registers(compiled.asm["cubin"]), _spilled_bytes(report.getvalue())
     ptx = compiled.asm["ptx"]
     return CompiledKernel(
         kernel=kernel,

@@ -48,6 +48,7 @@ from .triton_kernels import (
 
 __all__ = [
     "PROJECTION_ROWS",
+    "PROJECTION_WIDTH",
     "float32_product",
     "gradient_tile",
     "kernel_gradient_tile",
@@ -56,6 +57,10 @@ __all__ = [
 
 PROJECTION_ROWS = 16
 """Weight rows per program of :func:`project_weight_gradient`."""
+
+PROJECTION_WIDTH = 1024
+"""The longest row (``D``, rounded up to a power of two) :func:`project_weight_gradient` reads
+once; a longer one is read twice, 128 elements at a time."""
 
 
 @triton.jit
@@ -99,26 +104,36 @@ def _project_kernel(
 ):  # fmt: skip
     """Program ``block of weight rows``: ``out = P - c·w`` with ``c = r²(w·P)`` where
     ``r < INSIDE`` (else 0), float32 arithmetic, stored in ``out_ptr``'s dtype (which may be
-    ``partial_ptr``: each element is read before it is written)."""
+    ``partial_ptr``: each element is read before it is written). A row that fits one block
+    (``BLOCK_D >= dim``) is read once; a longer one twice (the dot product, then the update)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < rows_total
     base = rows[:, None].to(tl.int64) * dim
-    dot = tl.zeros((BLOCK_R,), tl.float32)
-    for d0 in range(0, dim, BLOCK_D):
-        dims = d0 + tl.arange(0, BLOCK_D)
-        ok = row_ok[:, None] & (dims < dim)[None, :]
-        p = tl.load(partial_ptr + base + dims[None, :], mask=ok, other=0.0)
-        w = tl.load(w_ptr + base + dims[None, :], mask=ok, other=0.0).to(tl.float32)
-        dot += tl.sum(p * w, axis=1)
     r = tl.load(inv_norm_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    coefficient = tl.where(r < INSIDE, dot * r * r, 0.0)
-    for d0 in range(0, dim, BLOCK_D):
-        dims = d0 + tl.arange(0, BLOCK_D)
+    if dim <= BLOCK_D:
+        dims = tl.arange(0, BLOCK_D)
         ok = row_ok[:, None] & (dims < dim)[None, :]
         p = tl.load(partial_ptr + base + dims[None, :], mask=ok, other=0.0)
         w = tl.load(w_ptr + base + dims[None, :], mask=ok, other=0.0).to(tl.float32)
+        coefficient = tl.where(r < INSIDE, tl.sum(p * w, axis=1) * r * r, 0.0)
         value = p - coefficient[:, None] * w
         tl.store(out_ptr + base + dims[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
+    else:
+        dot = tl.zeros((BLOCK_R,), tl.float32)
+        for d0 in range(0, dim, BLOCK_D):
+            dims = d0 + tl.arange(0, BLOCK_D)
+            ok = row_ok[:, None] & (dims < dim)[None, :]
+            p = tl.load(partial_ptr + base + dims[None, :], mask=ok, other=0.0)
+            w = tl.load(w_ptr + base + dims[None, :], mask=ok, other=0.0).to(tl.float32)
+            dot += tl.sum(p * w, axis=1)
+        coefficient = tl.where(r < INSIDE, dot * r * r, 0.0)
+        for d0 in range(0, dim, BLOCK_D):
+            dims = d0 + tl.arange(0, BLOCK_D)
+            ok = row_ok[:, None] & (dims < dim)[None, :]
+            p = tl.load(partial_ptr + base + dims[None, :], mask=ok, other=0.0)
+            w = tl.load(w_ptr + base + dims[None, :], mask=ok, other=0.0).to(tl.float32)
+            value = p - coefficient[:, None] * w
+            tl.store(out_ptr + base + dims[None, :], value.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def kernel_gradient_tile(
@@ -146,7 +161,9 @@ def kernel_gradient_tile(
         )
     if blocks is None:
         kernel = "gradient_tile" if inputs.reduction == "softmax" else "binary_gradient_tile"
-        blocks = launch_blocks(kernel, x_hat, n, classes, dim)
+        blocks = launch_blocks(
+            kernel, x_hat, n, classes, dim, rule=inputs.rule, sub_centers=sub_centers
+        )
     tiles = triton.cdiv(classes, blocks.c)
     share = torch.empty(tiles, n, dtype=torch.float32, device=x_hat.device)
     _gradient_tile_kernel[(triton.cdiv(n, blocks.n), tiles)](
@@ -205,10 +222,12 @@ def project_weight_gradient(
     if partial.dtype != torch.float32:
         raise TypeError(f"partial must be float32, got {partial.dtype}")
     if rows:
-        block_d = max(16, min(128, triton.next_power_of_2(dim)))
+        # a row of up to PROJECTION_WIDTH elements in one block (read once), else 128 at a time
+        width = triton.next_power_of_2(dim)
+        block_d = max(16, width if width <= PROJECTION_WIDTH else 128)
         _project_kernel[(triton.cdiv(rows, PROJECTION_ROWS),)](
             partial, weight_rows, inv_norms.contiguous(), out, rows, dim, 1.0 / NORMALIZE_EPS,
-            BLOCK_R=PROJECTION_ROWS, BLOCK_D=block_d,
+            BLOCK_R=PROJECTION_ROWS, BLOCK_D=block_d, num_warps=8,
         )  # fmt: skip
     return out
 

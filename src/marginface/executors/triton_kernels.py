@@ -401,7 +401,10 @@ def kernel_partials(
     classes = weight.shape[0] // sub_centers
     if blocks is None:
         kernel = "statistics" if inputs.reduction == "softmax" else inputs.reduction
-        blocks = launch_blocks(kernel, x_hat, n, min(chunk_size, classes), dim)
+        blocks = launch_blocks(
+            kernel, x_hat, n, min(chunk_size, classes), dim,
+            rule=inputs.rule, sub_centers=sub_centers,
+        )  # fmt: skip
     chunks = triton.cdiv(classes, chunk_size)
     outputs = 1 if inputs.reduction == "softplus" else 2
     out = torch.empty(outputs, chunks, n, dtype=torch.float32, device=x_hat.device)
