@@ -517,7 +517,10 @@ def test_partial_fc_sample_read_in_place_matches_the_materialized_sample(
     outside = torch.ones(C, dtype=torch.bool, device=DEVICE)
     outside[sampled] = False
     assert (grad[outside] == 0).all()
-    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    # float32: 5e-6, as on CUDA the sampled rows' norms come from the inverse-norms kernel (read
+    # through the sample's index) and the materialized rows' from vector_norm: float32 sums in
+    # another order (1.24e-6 seen on an H200 for Sub-center ArcFace)
+    tolerance = 5e-6 if dtype == torch.float32 else 1e-2
     for what, a, e in zip(
         ("loss", "∂x", "∂W"), (loss.detach(), x_in.grad, grad[sampled].reshape(-1, D)), expected,
         strict=True,
