@@ -139,12 +139,14 @@ TRITON_BACKWARD = "tiles"
 """The backward of :func:`kernel_backward`, one of :data:`BACKWARDS` (a module setting, read at
 each backward; the benchmarks set it to time one against the other)."""
 
-GRADIENT_TILE_BYTES = 512 * 2**20
+GRADIENT_TILE_BYTES = 256 * 2**20
 """Bound on the workspace of one class tile of :func:`tile_backward` without a Partial FC
 sample: ``G`` (``N·c·K`` elements of the GEMM dtype) and the weight gradient's float32
-product ``P`` (``c·K·D`` floats). At N = D = 512, bf16, K = 1: 174,720 classes a tile, 6 tiles
-at C = 1M. Each tile costs the host a fixed ~0.3 ms of launches, so fewer, larger tiles are
-faster while the step waits on the host (docs/benchmarks.md, "On an NVIDIA H200")."""
+product ``P`` (``c·K·D`` floats). At N = D = 512, bf16, K = 1: 87,360 classes a tile, 12 tiles
+at C = 1M. Each tile costs the host a fixed share of launches: 128 MiB tiles were 1.3x slower
+on an H200; 512 MiB ones were 1.19x faster in one run and as fast in another, for twice the
+workspace (docs/benchmarks.md, "On an NVIDIA H200")."""
+
 
 TILE_CLASS_MULTIPLE = 64
 """A class tile's width is a multiple of this many classes (the last tile excepted), and its
