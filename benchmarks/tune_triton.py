@@ -8,13 +8,14 @@ Two modes:
   spilled bytes, shared memory, whether the products are ``wgmma``. Candidates that spill or
   exceed the shared memory are marked; a GPU run times only the others.
 * default (CUDA): each kernel's launcher (:func:`~marginface.executors.triton_kernels.
-  nontarget_statistics`, ``embedding_gradient``, ``weight_gradient`` over all chunks, as the
-  executor calls them) with each candidate's ``Blocks`` on N×D embeddings and C×D centers at
-  the executor's default chunk size; median milliseconds by ``triton.testing.do_bench``; each
-  candidate's output compared with the default tiles' (a candidate that changes the numbers
-  beyond rounding is reported, not ranked). Prints the table, the best candidate per kernel and
-  its speed-up over the default, and the 4-GEMM floor of the shape (``torch.matmul``) in the
-  same run.
+  nontarget_statistics`, ``embedding_gradient``, ``weight_gradient`` over all chunks, and
+  :func:`~marginface.executors.triton_gradient_tiles.gradient_tile` over the class tiles of
+  ``triton_dispatch.GRADIENT_TILE_BYTES``, as the executor calls them) with each candidate's
+  ``Blocks`` on N×D embeddings and C×D centers at the executor's default chunk size; median
+  milliseconds by ``triton.testing.do_bench``; each candidate's output compared with the
+  default tiles' (a candidate that changes the numbers beyond rounding is reported, not
+  ranked). Prints the table, the best candidate per kernel and its speed-up over the default,
+  and the 4-GEMM floor of the shape (``torch.matmul``) in the same run.
 
 Commands (docs/benchmarks.md, docs/gpu.md)::
 
@@ -37,7 +38,7 @@ import warnings
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-KERNELS = ("statistics", "embedding_gradient", "weight_gradient")
+KERNELS = ("statistics", "embedding_gradient", "weight_gradient", "gradient_tile")
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory one block may use on sm_90
 
 TILES_N = (64, 128)
@@ -173,6 +174,22 @@ def _launch(kernel: str, problem, blocks) -> torch.Tensor:
             chunk_size=chunk, blocks=blocks,
         )[0]  # fmt: skip
     classes = weight.shape[0]
+    if kernel == "gradient_tile":
+        from marginface.executors.triton_dispatch import GRADIENT_TILE_BYTES
+        from marginface.executors.triton_gradient_tiles import gradient_tile
+
+        n, dim = x_hat.shape
+        width = max(64, GRADIENT_TILE_BYTES // (n * x_hat.element_size() + 4 * dim) // 64 * 64)
+        tile = torch.empty(n, min(width, classes), dtype=x_hat.dtype, device=x_hat.device)
+        checksum = torch.zeros((), dtype=torch.float64, device=weight.device)
+        for start in range(0, classes, width):
+            stop = min(start + width, classes)
+            part, _ = gradient_tile(
+                x_hat, weight[start:stop], inv_norms[start:stop], labels - start, scale, rule,
+                lse, grad, sub_centers=1, out=tile[:, : stop - start], blocks=blocks,
+            )  # fmt: skip
+            checksum += part.double().abs().sum()
+        return checksum.reshape(1)
     out = torch.empty(chunk, weight.shape[1], dtype=torch.float32, device=weight.device)
     checksum = torch.zeros((), dtype=torch.float64, device=weight.device)
     for start in range(0, classes, chunk):

@@ -56,6 +56,7 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "executors/triton_binary.py": ("executors/test_binary_triton.py",),
     "executors/triton_dispatch.py": ("executors/test_triton_rules.py",),
     "executors/triton_kernels.py": ("executors/test_triton_aot.py",),
+    "executors/triton_weight_norms.py": ("executors/test_triton_gradient_tiles.py",),
     "inference/source.py": ("inference/test_face_model.py",),
     "keras/functional.py": ("keras/test_parity.py",),
     "keras/head.py": ("keras/test_api.py",),

@@ -244,3 +244,42 @@ def test_the_inverse_norms_kernel_reads_the_rows_in_place(
     torch.testing.assert_close(actual.cpu(), expected, rtol=1e-6, atol=0.0)
     with pytest.raises(ValueError, match=r"weight must be a 2-D tensor with unit stride along D"):
         inverse_norms(weight.t(), NORMALIZE_EPS)
+
+
+def test_tuned_tiles_apply_to_half_cuda_launches_of_their_rules_with_one_center() -> None:
+    """``launch_blocks`` takes ``TUNED_BLOCKS[kernel]`` only for bf16/fp16 CUDA tensors, a rule
+    of ``TUNED_RULES`` and K = 1 (where they were measured and compile without spills); every
+    other launch keeps ``default_blocks``. It reads only the tensor's device and dtype."""
+    from types import SimpleNamespace
+
+    from marginface.executors.kernel_options import (
+        TUNED_BLOCKS,
+        TUNED_RULES,
+        default_blocks,
+        launch_blocks,
+    )
+
+    assert set(TUNED_BLOCKS) == {"statistics", "gradient_tile"} and TUNED_RULES == ("identity",)
+    default = default_blocks(512, 5461, 512)
+    for kernel, tuned in TUNED_BLOCKS.items():
+        for dtype in (torch.bfloat16, torch.float16):
+            cuda = SimpleNamespace(is_cuda=True, dtype=dtype)
+            assert (
+                launch_blocks(kernel, cuda, 512, 5461, 512, rule="identity", sub_centers=1) == tuned
+            )
+            for rule, k in (("curricular", 1), ("identity", 2)):
+                assert (
+                    launch_blocks(kernel, cuda, 512, 5461, 512, rule=rule, sub_centers=k) == default
+                )
+        for x in (
+            SimpleNamespace(is_cuda=True, dtype=torch.float32),
+            SimpleNamespace(is_cuda=False, dtype=torch.bfloat16),
+        ):
+            assert (
+                launch_blocks(kernel, x, 512, 5461, 512, rule="identity", sub_centers=1) == default
+            )
+    bf16 = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16)
+    assert (
+        launch_blocks("binary_gradient_tile", bf16, 512, 5461, 512, rule="identity", sub_centers=1)
+        == default
+    )

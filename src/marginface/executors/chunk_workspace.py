@@ -63,6 +63,9 @@ class ChunkWorkspace:
     (:meth:`gradient_rows`, :meth:`project_into`): no ``S·K×D`` copy of the sampled centers
     or of their gradient exists at any time. ``inv_norms`` is then ``Tensor[S·K]`` (the
     sampled rows').
+
+    ``triton``: the call runs on the Triton kernels; with CUDA tensors the inverse norms are
+    then one kernel launch (:meth:`_inverse_norms`).
     """
 
     def __init__(
@@ -75,6 +78,8 @@ class ChunkWorkspace:
         gemm: torch.dtype,
         inv_norms: Tensor | None = None,
         sample: Tensor | None = None,
+        *,
+        triton: bool = False,
     ) -> None:
         self.x_hat = x_hat  # (N, D), compute dtype
         self.weight = weight  # (C·K, D), its own dtype
@@ -92,6 +97,7 @@ class ChunkWorkspace:
         self._gathered: tuple[int, int, Tensor] | None = None  # the gathered chunk's rows
         self._products: Tensor | None = None  # (N·C·K,), GEMM dtype: kept chunk products
         self._kept: set[int] = set()  # the chunks (by start) whose products are kept
+        self.triton = triton  # the call runs on the Triton kernels
         if inv_norms is None:  # (C·K,) or (S·K,), compute dtype; given: the forward's, reused
             inv_norms = self._inverse_norms(x_hat.dtype)
         self.inv_norms = inv_norms
@@ -103,14 +109,14 @@ class ChunkWorkspace:
         A weight of another dtype (bf16/fp16 into float32) is converted block by block through
         the workspace: ``vector_norm(weight, dtype=float32)`` would convert all of it at once (a
         float32 copy, twice the size of a bf16 weight). Sampled rows are gathered block by block
-        the same way. On CUDA with triton installed, those two cases take one launch of
+        the same way. A call on the Triton kernels with CUDA tensors takes one launch of
         :func:`~marginface.executors.triton_weight_norms.inverse_norms` instead (the rows read
         in place, in their own dtype, through the sample's index; float32 sums).
         """
         weight = self.weight
         if weight.dtype == dtype and self.sample is None:
             norms = torch.linalg.vector_norm(weight, dim=1)  # (C·K,)
-        elif weight.is_cuda and dtype == torch.float32 and _triton_importable():
+        elif self.triton and weight.is_cuda and dtype == torch.float32:
             from .triton_weight_norms import inverse_norms
 
             index = None if self.sample is None else self.weight_index(0, self.num_classes)
@@ -250,6 +256,7 @@ class ChunkWorkspace:
             self.gemm,
             inv_norms=self.inv_norms,
             sample=self.sample,
+            triton=self.triton,
         )
 
     def add_unprojected(
@@ -359,21 +366,6 @@ class ChunkWorkspace:
         inside = (self.labels >= start) & (self.labels < stop)  # (N,)
         rows = inside.nonzero().squeeze(1)  # (r,)
         return rows, self.labels[rows] - start
-
-
-def _triton_importable() -> bool:
-    """Whether :mod:`triton` imports (found once; it is optional)."""
-    if not _TRITON:
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            _TRITON.append(False)
-        else:
-            _TRITON.append(True)
-    return _TRITON[0]
-
-
-_TRITON: list[bool] = []
 
 
 def _row_dot(a: Tensor, b: Tensor) -> Tensor:

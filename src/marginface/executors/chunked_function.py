@@ -77,9 +77,11 @@ class Reduction(Protocol):
     Attributes:
         requires_norms: whether :meth:`target` reads the embeddings' norms (a leaf of the small
             graph, its gradient flowing back through ``‖x‖``).
+        triton: whether the call's per-chunk work runs on the Triton kernels.
     """
 
     requires_norms: bool
+    triton: bool
 
     def parameter_leaf(self, parameters: Tensor, shard: ClassShard | None) -> Tensor:
         """The small graph's leaf for the Function's ``parameters`` input (a copy, same on
@@ -148,7 +150,10 @@ class ChunkedLoss(torch.autograd.Function):
         # target, summed over the ranks below) and its weight row (N,), as the custom ops'.
         start = prologue(x, weight, local_labels, k, sample, chunk_size)
         x_hat, norms, cos_raw, target_rows, chunk_size = start
-        chunks = ChunkWorkspace(x_hat, weight, local_labels, k, chunk_size, gemm, sample=sample)
+        chunks = ChunkWorkspace(
+            x_hat, weight, local_labels, k, chunk_size, gemm, sample=sample,
+            triton=reduction.triton,
+        )  # fmt: skip
         owned = local_labels >= 0  # (N,)
         if shard is not None:
             shard.all_sum_(cos_raw)

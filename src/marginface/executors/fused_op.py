@@ -177,9 +177,13 @@ def _workspace(
     sample: Tensor | None,
     inv_norms: Tensor | None = None,
 ) -> ChunkWorkspace:
-    """The chunk workspace of an operator's call (``options``: ``(K, chunk_size, ...)``)."""
+    """The chunk workspace of an operator's call (``options``: ``(K, chunk_size, kernels,
+    ...)``)."""
     gemm = gemm_dtype(x_hat, weight)
-    return ChunkWorkspace(x_hat, weight, labels, options[0], options[1], gemm, inv_norms, sample)
+    return ChunkWorkspace(
+        x_hat, weight, labels, options[0], options[1], gemm, inv_norms, sample,
+        triton=options[2] == "triton",
+    )  # fmt: skip
 
 
 def register(reduction: OpReduction) -> ReductionOps:
@@ -411,7 +415,7 @@ def _row_statistics_impl(*inputs: Any) -> Tensor:
     every non-target class (every sampled one), one chunk at a time, on the Triton kernel
     (``kernels="triton"``) or PyTorch ops; no gradient."""
     x_hat, weight, labels, threshold, k, chunk_size, kind, kernels, sample = inputs
-    chunks = _workspace(x_hat, weight, labels, (k, chunk_size), sample)
+    chunks = _workspace(x_hat, weight, labels, (k, chunk_size, kernels), sample)
     name = ROW_STATISTICS_KERNELS[kind]
     if kernels == "triton":
         return triton_row_statistics(chunks, name, threshold).to(chunks.inv_norms.dtype)
