@@ -104,7 +104,8 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 def profile(step: bench_gpu.Step, top: int) -> dict:
     """One profiled step after a warm-up: host wall ms, GPU busy ms, kernel launches, and the
-    ``top`` kernels by device time (name, ms, calls)."""
+    ``top`` kernels by device time and the ``top`` most launched ones (name, ms, calls): the
+    launches are what a step that waits on the host spends its time on."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -132,6 +133,10 @@ def profile(step: bench_gpu.Step, top: int) -> dict:
         "gpu_busy_ms": sum(ms for _, ms, _ in kernels),
         "launches": sum(count for _, _, count in kernels),
         "top": [{"kernel": k[:90], "ms": ms, "calls": calls} for k, ms, calls in kernels[:top]],
+        "most_launched": [
+            {"kernel": k[:90], "ms": ms, "calls": calls}
+            for k, ms, calls in sorted(kernels, key=lambda row: -row[2])[:top]
+        ],
     }
 
 
@@ -304,10 +309,13 @@ def main(argv: list[str] | None = None) -> None:
     for key in profiled:
         if key in steps:
             profiles[key] = profile(steps[key], args.top)
-            summary = {k: v for k, v in profiles[key].items() if k != "top"}
+            summary = {k: v for k, v in profiles[key].items() if k not in ("top", "most_launched")}
             print(f"# profile {key}: {json.dumps(summary)}", flush=True)
             for row in profiles[key]["top"]:
                 print(f"#   {row['ms']:8.3f} ms {row['calls']:5d}x {row['kernel']}", flush=True)
+            print("# most launched:", flush=True)
+            for row in profiles[key]["most_launched"]:
+                print(f"#   {row['calls']:5d}x {row['ms']:8.3f} ms {row['kernel']}", flush=True)
     if args.best:
         Path(args.best).write_text(json.dumps(best_tiles(rows)))
         print(f"# best tiles: {Path(args.best).read_text()}", flush=True)

@@ -53,13 +53,14 @@ case "$stage" in
         }
         cuda=$(python3 -c "import torch; print(int(torch.cuda.is_available()))")
         # 1. correctness on CUDA: the Triton kernels, chunked == dense for every loss in
-        #    bf16/fp32 (the precision matrix), torch.compile of the fused path
+        #    bf16/fp32 (the precision matrix), torch.compile of the fused path; 8 workers (the
+        #    second session's 734 tests did not finish in 170 s on 4)
         checks=(tests/executors/test_triton.py tests/executors/test_triton_rules.py
             tests/executors/test_triton_row_statistics.py tests/executors/test_binary_triton.py
             tests/executors/test_precision_matrix.py tests/executors/test_compile.py
             tests/executors/test_triton_gradient_tiles.py)
         if [ "$cuda" = 1 ]; then
-            timeout "$(cap 170)" python3 -m pytest -q -p no:cacheprovider -n 4 -rfE \
+            timeout "$(cap 170)" python3 -m pytest -q -p no:cacheprovider -n 8 -rfE \
                 --junitxml="$OUT/correctness.xml" "${checks[@]}" 2>&1 \
                 | tee "$OUT/correctness.log" | tail -25
         else
