@@ -283,3 +283,54 @@ def test_tuned_tiles_apply_to_half_cuda_launches_of_their_rules_with_one_center(
         launch_blocks("binary_gradient_tile", bf16, 512, 5461, 512, rule="identity", sub_centers=1)
         == default
     )
+
+
+def test_a_label_offset_equals_shifted_labels_and_the_share_can_be_left_out(
+    kernels: ModuleType,
+) -> None:
+    """A class tile of a larger weight: the labels unshifted with ``label_offset = start`` give
+    the tile of the labels shifted by ``start`` (rows whose target lies outside the tile have no
+    target column there); ``share=False`` leaves the share out (None) and ``G`` unchanged."""
+    from marginface.executors.kernel_options import NonTargetRule
+    from marginface.executors.triton_gradient_tiles import gradient_tile
+
+    generator = torch.Generator().manual_seed(9)
+    n, classes, dim, start, stop = 7, 40, 16, 13, 29
+    x_hat = torch.nn.functional.normalize(torch.randn(n, dim, generator=generator), dim=1)
+    weight = torch.randn(classes, dim, generator=generator)
+    labels = torch.tensor([0, 13, 14, 20, 28, 29, 39])  # outside, first, inside, last, outside
+    scale, lse = torch.full((n,), 6.0), torch.full((n,), 4.0)
+    grad = torch.rand(n, generator=generator)
+    inv_norms = 1.0 / weight.norm(dim=1)
+    on = [t.to(DEVICE) for t in (x_hat, weight[start:stop], inv_norms[start:stop])]
+    rows = (scale.to(DEVICE), NonTargetRule(), lse.to(DEVICE), grad.to(DEVICE))
+    shifted, shifted_share = gradient_tile(*on, (labels - start).to(DEVICE), *rows, sub_centers=1)
+    offset, offset_share = gradient_tile(
+        *on, labels.to(DEVICE), *rows, sub_centers=1, label_offset=start
+    )
+    assert torch.equal(offset, shifted) and torch.equal(offset_share, shifted_share)
+    inside = (labels >= start) & (labels < stop)
+    targets = offset.cpu()[inside.nonzero().squeeze(1), labels[inside] - start]
+    assert (targets == 0).all() and (offset.cpu()[~inside] != 0).all()
+    alone, none = gradient_tile(
+        *on, labels.to(DEVICE), *rows, sub_centers=1, label_offset=start, share=False
+    )
+    assert none is None and torch.equal(alone, offset)
+
+
+def test_add_float32_product_adds_in_float32() -> None:
+    from marginface.executors.triton_gradient_tiles import add_float32_product
+
+    generator = torch.Generator().manual_seed(10)
+    a = torch.randn(5, 70, generator=generator).to(torch.bfloat16)
+    b = torch.randn(70, 3, generator=generator).to(torch.bfloat16)
+    total = torch.randn(5, 3, generator=generator)
+    expected = total + a.float() @ b.float()
+    first = add_float32_product(None, a, b)
+    assert first.dtype == torch.float32 and torch.equal(first, a.float() @ b.float())
+    added = add_float32_product(total.clone(), a, b)
+    torch.testing.assert_close(added, expected, rtol=1e-6, atol=1e-6)
+    x, y = a.float(), b.float()
+    in_place = total.clone()
+    assert add_float32_product(in_place, x, y) is in_place  # float32 adds in place
+    torch.testing.assert_close(in_place, expected, rtol=1e-6, atol=1e-6)

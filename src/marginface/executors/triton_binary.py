@@ -117,7 +117,8 @@ def binary_weight_gradient(
 def binary_gradient_tile(
     x_hat: Tensor, weight: Tensor, inv_norms: Tensor, labels: Tensor, rule: BinaryRule,
     grad: Tensor, *, sub_centers: int, out: Tensor | None = None, blocks: Blocks | None = None,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+    label_offset: int = 0, share: bool = True,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """The one-vs-all gradient tile ``G_{i,jk} = [j≠y_i][k = k*] r_jk γ_i w_- σ(z_ij)
     ∂z_ij/∂c_ij`` (``Tensor[N, C·K]`` in ``x_hat``'s dtype) and each row's
     ``Σ_{j≠y} γ_i w_- σ(z_ij)·[not clamped]`` (``Tensor[N]`` float32), as
@@ -125,7 +126,7 @@ def binary_gradient_tile(
     row_grad = _row_grad(rule, grad)
     return kernel_gradient_tile(
         x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule), row_grad, row_grad,
-        sub_centers=sub_centers, out=out, blocks=blocks,
+        sub_centers=sub_centers, out=out, blocks=blocks, label_offset=label_offset, share=share,
     )  # fmt: skip
 
 

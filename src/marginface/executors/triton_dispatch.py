@@ -171,29 +171,43 @@ def tile_backward(
     arguments: tuple[Any, ...],
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
-    add_row_share: Callable[[Tensor], None],
+    add_row_share: Callable[[Tensor], None] | None,
 ) -> None:
     """A backward pass as gradient tiles and GEMMs (:mod:`~.triton_gradient_tiles`), per class
     tile (the class ranges of :func:`gradient_tile_ranges`; with a Partial FC sample, each
     chunk on its gathered rows): ``G, share = launcher(x_gemm, W_tile, r_tile, labels,
-    *arguments, sub_centers=K, out=...)`` (``G``: ``Tensor[N, c·K]``, the GEMM dtype), ``share``
-    handed to ``add_row_share``, ``∂L/∂x̂ += G·W_tile`` and ``∂L/∂W_tile`` from ``P = Gᵀ·x̂``
-    through the Jacobian of ``w/‖w‖`` into the tile's rows of ``grad_weight`` (if given).
-    Float32 accumulation throughout (:func:`~.triton_gradient_tiles.float32_product`)."""
-    from .triton_gradient_tiles import float32_product, project_weight_gradient
+    *arguments, sub_centers=K, out=..., label_offset=start, share=...)`` (``G``:
+    ``Tensor[N, c·K]``, the GEMM dtype; the labels unshifted, the tile's first class
+    subtracted in the kernel), ``share`` handed to ``add_row_share`` (not summed when that is
+    None), ``∂L/∂x̂ += G·W_tile`` (accumulated over the tiles in float32 by one GEMM each, added
+    to ``grad_x_hat`` once) and ``∂L/∂W_tile`` from ``P = Gᵀ·x̂`` through the Jacobian of
+    ``w/‖w‖`` into the tile's rows of ``grad_weight`` (if given)
+    (:func:`~.triton_gradient_tiles.add_float32_product`, ``float32_product``)."""
+    from .triton_gradient_tiles import (
+        add_float32_product,
+        float32_product,
+        project_weight_gradient,
+    )
 
     x_gemm, k = chunks.x_gemm, chunks.k
+    k_inv = chunks.inv_norms
+    # float32 products add into a float32 ∂x̂ in place; the others through a float32 total
+    in_place = x_gemm.dtype == grad_x_hat.dtype == torch.float32
+    total: list[Tensor | None] = [grad_x_hat if in_place else None]
 
     def step(start: int, stop: int, state: None) -> None:
-        weight, inv_norms, labels = _chunk_inputs(chunks, start, stop)
+        weight = chunks.weight_rows(start, stop)  # (c·K, D), the GEMM dtype
+        inv_norms = k_inv[start * k : stop * k]
         width = weight.shape[0]  # c·K; G's rows padded to a multiple of 8 elements
         padded = -(-width // 8) * 8
         out = chunks.scratch(x_gemm.shape[0], padded, x_gemm.dtype, "tile")[:, :width]
         tile, share = launcher(
-            x_gemm, weight, inv_norms, labels, *arguments, sub_centers=k, out=out
-        )
-        add_row_share(share)
-        grad_x_hat.add_(float32_product(tile, weight).to(grad_x_hat.dtype))
+            x_gemm, weight, inv_norms, chunks.labels, *arguments, sub_centers=k, out=out,
+            label_offset=start, share=add_row_share is not None,
+        )  # fmt: skip
+        if add_row_share is not None:
+            add_row_share(share)
+        total[0] = add_float32_product(total[0], tile, weight)
         if grad_weight is None:
             return
         partial = float32_product(tile.t(), x_gemm)  # (c·K, D) float32
@@ -208,11 +222,13 @@ def tile_backward(
 
     if chunks.sample is not None:
         chunks.fold(step, None)
-        return
-    dim = chunks.x_gemm.shape[1]
-    for start, stop in gradient_tile_ranges(chunks, dim):
-        step(start, stop, None)
-    chunks.release()
+    else:
+        dim = chunks.x_gemm.shape[1]
+        for start, stop in gradient_tile_ranges(chunks, dim):
+            step(start, stop, None)
+        chunks.release()
+    if total[0] is not None and total[0] is not grad_x_hat:
+        grad_x_hat.add_(total[0].to(grad_x_hat.dtype))
 
 
 def kernel_backward(
@@ -221,7 +237,7 @@ def kernel_backward(
     arguments: tuple[Any, ...],
     grad_x_hat: Tensor,
     grad_weight: Tensor | None,
-    add_row_share: Callable[[Tensor], None],
+    add_row_share: Callable[[Tensor], None] | None,
 ) -> None:
     """A backward pass on the kernels, ``launchers = (embedding, weight_gradient, tile)``
     called with ``(x_gemm, weight, inv_norms, labels, *arguments, sub_centers=K, ...)``: by
@@ -248,7 +264,8 @@ def kernel_backward(
             x_gemm, weight, inv_norms, labels, *arguments, sub_centers=k, chunk_size=size
         )
         grad_x_hat.add_(part_x.to(grad_x_hat.dtype))
-        add_row_share(share)
+        if add_row_share is not None:
+            add_row_share(share)
 
     if not sampled:
         add_embedding(chunks.weight, chunks.inv_norms, chunks.labels, chunks.chunk_size)
@@ -335,10 +352,11 @@ def triton_gradient(
     from .triton_kernels import embedding_gradient, weight_gradient
 
     def add_scale(share: Tensor) -> None:
-        if grad_scale is not None:
-            grad_scale.add_(share.to(grad_scale.dtype))
+        assert grad_scale is not None
+        grad_scale.add_(share.to(grad_scale.dtype))
 
     scale, rule, lse, grad = arguments
     rows = (scale.contiguous(), rule, lse.contiguous(), grad.contiguous())
     launchers = (embedding_gradient, weight_gradient, gradient_tile)
-    kernel_backward(chunks, launchers, rows, grad_x_hat, grad_weight, add_scale)
+    share = None if grad_scale is None else add_scale  # without ∂L/∂s the share is not summed
+    kernel_backward(chunks, launchers, rows, grad_x_hat, grad_weight, share)

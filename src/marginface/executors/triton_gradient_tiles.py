@@ -49,6 +49,7 @@ from .triton_kernels import (
 __all__ = [
     "PROJECTION_ROWS",
     "PROJECTION_WIDTH",
+    "add_float32_product",
     "float32_product",
     "gradient_tile",
     "kernel_gradient_tile",
@@ -67,14 +68,15 @@ once; a longer one is read twice, 128 elements at a time."""
 def _gradient_tile_kernel(
     x_ptr, w_ptr, inv_norm_ptr, label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, lse_ptr,
     grad_ptr, g_ptr, share_ptr, rows_total, classes, dim, stride_x, stride_w, stride_g,
-    SCALE, POWER, OFFSET, BIAS, LIMIT,
+    label_offset, SCALE, POWER, OFFSET, BIAS, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
     K: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """Program ``(row block, class block)``: its tile of ``G`` (every sub-center's column,
     ``g[i, j·K + k]``, in ``g_ptr``'s dtype) and its rows' share of the gradient step into
-    ``share[class block, rows]`` (float32)."""
+    ``share[class block, rows]`` (float32). Row ``i``'s target is column
+    ``label[i] - label_offset`` (none where that is outside the tile's classes)."""
     pid_c = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < rows_total
@@ -83,6 +85,7 @@ def _gradient_tile_kernel(
     label, scale, threshold, t, p0, p1 = _row_inputs(
         label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok, REDUCTION, RULE
     )
+    label = label - label_offset
     lse, grad = _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION)
     grad_cos, share, best = _tile_gradient(
         x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t,
@@ -139,14 +142,17 @@ def _project_kernel(
 def kernel_gradient_tile(
     x_hat: Tensor, weight: Tensor, inv_norms: Tensor, labels: Tensor, inputs: RowInputs,
     lse: Tensor, grad: Tensor, *, sub_centers: int, out: Tensor | None = None,
-    blocks: Blocks | None = None,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+    blocks: Blocks | None = None, label_offset: int = 0, share: bool = True,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """``G = ∂L/∂(x̂·wᵀ)`` of the non-target entries over every center of ``weight``
     (``Tensor[N, C·K]`` in ``x_hat``'s dtype, 0 on each row's target class and on the sub-centers
     that did not win) and the rows' share of the gradient step (``Tensor[N]`` float32: the
-    softmax's ``∂L/∂s``, the one-vs-all's bias terms). One program per (block of rows, block of
-    classes). ``out``: a contiguous ``Tensor[N, C·K]`` of ``x_hat``'s dtype to write ``G``
-    into (default a new one). Other arguments as
+    softmax's ``∂L/∂s``, the one-vs-all's bias terms; None when ``share`` is False: not summed).
+    One program per (block of rows, block of classes). ``out``: a ``Tensor[N, C·K]`` of
+    ``x_hat``'s dtype with unit stride along its columns (its rows may be padded) to write ``G``
+    into (default a new one). ``label_offset``: the class of ``weight``'s first row, subtracted
+    from the labels in the kernel (a class tile of a larger weight, without a shifted copy of
+    the labels). Other arguments as
     :func:`~marginface.executors.triton_kernels.kernel_embedding_gradient`."""
     _check(x_hat, weight, sub_centers)
     n, dim = x_hat.shape
@@ -165,20 +171,21 @@ def kernel_gradient_tile(
             kernel, x_hat, n, classes, dim, rule=inputs.rule, sub_centers=sub_centers
         )
     tiles = triton.cdiv(classes, blocks.c)
-    share = torch.empty(tiles, n, dtype=torch.float32, device=x_hat.device)
+    shares = torch.empty(tiles, n, dtype=torch.float32, device=x_hat.device)
     _gradient_tile_kernel[(triton.cdiv(n, blocks.n), tiles)](
-        x_hat, weight, inv_norms, labels, *inputs.pointers(grad), lse, grad, out, share,
-        n, classes, dim, x_hat.stride(0), weight.stride(0), out.stride(0),
+        x_hat, weight, inv_norms, labels, *inputs.pointers(grad), lse, grad, out, shares,
+        n, classes, dim, x_hat.stride(0), weight.stride(0), out.stride(0), label_offset,
         **inputs.arguments(), **_launch_options(x_hat.dtype, sub_centers, blocks),
     )  # fmt: skip
-    return out, share.sum(dim=0)
+    return out, shares.sum(dim=0) if share else None
 
 
 def gradient_tile(
     x_hat: Tensor, weight: Tensor, inv_norms: Tensor, labels: Tensor, scale: Tensor,
     rule: NonTargetRule, lse: Tensor, grad: Tensor, *, sub_centers: int,
-    out: Tensor | None = None, blocks: Blocks | None = None,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+    out: Tensor | None = None, blocks: Blocks | None = None, label_offset: int = 0,
+    share: bool = True,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """The softmax's gradient tile:
 
     .. math:: G_{i,jk} = [j \\ne y_i]\\,[k = k^*_{ij}]\\; r_{jk}\\,
@@ -190,8 +197,8 @@ def gradient_tile(
     ``Tensor[N]`` float32). Returns ``(G, share)`` as :func:`kernel_gradient_tile`."""
     labels, inputs = _softmax_inputs(labels, scale, rule)
     return kernel_gradient_tile(
-        x_hat, weight, inv_norms, labels, inputs, lse, grad,
-        sub_centers=sub_centers, out=out, blocks=blocks,
+        x_hat, weight, inv_norms, labels, inputs, lse, grad, sub_centers=sub_centers, out=out,
+        blocks=blocks, label_offset=label_offset, share=share,
     )  # fmt: skip
 
 
@@ -233,6 +240,30 @@ def project_weight_gradient(
 
 
 _MIXED_PRODUCT: list[bool] = []  # whether torch.mm takes out_dtype on CUDA (found at first use)
+
+
+def add_float32_product(total: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
+    """``total + a @ b`` in float32 (``total``: ``Tensor[M, P]`` float32, or None: ``a @ b``),
+    one GEMM with the addition in its epilogue: float32 inputs add into ``total`` in place;
+    bf16/fp16 on CUDA take the mixed product (``torch.addmm(..., out_dtype=torch.float32)``,
+    a new tensor); elsewhere the inputs are upcast (exact) and added in place. Returns the
+    sum (``total`` itself, or the new tensor)."""
+    if total is None:
+        return float32_product(a, b)
+    if a.dtype == torch.float32 and b.dtype == torch.float32:
+        return total.addmm_(a, b)
+    if a.is_cuda and a.dtype == b.dtype and _MIXED_SUM != [False]:
+        try:
+            added = torch.addmm(total, a, b, out_dtype=torch.float32)
+        except (RuntimeError, TypeError, NotImplementedError):
+            _MIXED_SUM[:] = [False]
+        else:
+            _MIXED_SUM[:] = [True]
+            return added
+    return total.addmm_(a.to(torch.float32), b.to(torch.float32))
+
+
+_MIXED_SUM: list[bool] = []  # whether torch.addmm takes out_dtype on CUDA (found at first use)
 
 
 def float32_product(a: Tensor, b: Tensor) -> Tensor:

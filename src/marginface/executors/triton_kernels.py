@@ -366,8 +366,20 @@ def _row_vectors(
 
     constants = rule.constants
     if constants is None:
-        constants = torch.zeros(2, dtype=torch.float32, device=scale.device)
+        constants = _zero_constants(scale.device)
     return labels, scale, given(rule.threshold), given(rule.t), given(constants)
+
+
+_ZERO_CONSTANTS: dict[torch.device, Tensor] = {}
+
+
+def _zero_constants(device: torch.device) -> Tensor:
+    """The constants of a rule without them, ``Tensor[2]`` float32 zeros on ``device``: made
+    once per device (the kernels only read it), not once per launch."""
+    zeros = _ZERO_CONSTANTS.get(device)
+    if zeros is None:
+        zeros = _ZERO_CONSTANTS[device] = torch.zeros(2, dtype=torch.float32, device=device)
+    return zeros
 
 
 def _softmax_inputs(labels: Tensor, scale: Tensor, rule: NonTargetRule) -> tuple[Tensor, RowInputs]:
