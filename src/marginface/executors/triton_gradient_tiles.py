@@ -29,6 +29,8 @@ per class tile) and ``P`` (float32) once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -239,9 +241,6 @@ def project_weight_gradient(
     return out
 
 
-_MIXED_PRODUCT: list[bool] = []  # whether torch.mm takes out_dtype on CUDA (found at first use)
-
-
 def add_float32_product(total: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
     """``total + a @ b`` in float32 (``total``: ``Tensor[M, P]`` float32, or None: ``a @ b``),
     one GEMM with the addition in its epilogue: float32 inputs add into ``total`` in place;
@@ -252,18 +251,11 @@ def add_float32_product(total: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
         return float32_product(a, b)
     if a.dtype == torch.float32 and b.dtype == torch.float32:
         return total.addmm_(a, b)
-    if a.is_cuda and a.dtype == b.dtype and _MIXED_SUM != [False]:
-        try:
-            added = torch.addmm(total, a, b, out_dtype=torch.float32)
-        except (RuntimeError, TypeError, NotImplementedError):
-            _MIXED_SUM[:] = [False]
-        else:
-            _MIXED_SUM[:] = [True]
+    if a.is_cuda and a.dtype == b.dtype:
+        added = _mixed("addmm", lambda: torch.addmm(total, a, b, out_dtype=torch.float32))
+        if added is not None:
             return added
     return total.addmm_(a.to(torch.float32), b.to(torch.float32))
-
-
-_MIXED_SUM: list[bool] = []  # whether torch.addmm takes out_dtype on CUDA (found at first use)
 
 
 def float32_product(a: Tensor, b: Tensor) -> Tensor:
@@ -275,12 +267,23 @@ def float32_product(a: Tensor, b: Tensor) -> Tensor:
     numbers is exact in float32)."""
     if a.dtype == torch.float32 and b.dtype == torch.float32:
         return torch.mm(a, b)
-    if a.is_cuda and a.dtype == b.dtype and _MIXED_PRODUCT != [False]:
-        try:
-            product = torch.mm(a, b, out_dtype=torch.float32)
-        except (RuntimeError, TypeError, NotImplementedError):
-            _MIXED_PRODUCT[:] = [False]
-        else:
-            _MIXED_PRODUCT[:] = [True]
+    if a.is_cuda and a.dtype == b.dtype:
+        product = _mixed("mm", lambda: torch.mm(a, b, out_dtype=torch.float32))
+        if product is not None:
             return product
     return torch.mm(a.to(torch.float32), b.to(torch.float32))
+
+
+_MIXED_MISSING: set[str] = set()  # the mixed-precision GEMMs this torch lacks (found at first use)
+
+
+def _mixed(name: str, gemm: Callable[[], Tensor]) -> Tensor | None:
+    """``gemm()`` (a GEMM ``name`` with ``out_dtype=torch.float32``), or None where this torch
+    lacks it (remembered: not tried again)."""
+    if name in _MIXED_MISSING:
+        return None
+    try:
+        return gemm()
+    except (RuntimeError, TypeError, NotImplementedError):
+        _MIXED_MISSING.add(name)
+        return None
