@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import importlib.util
 import json
 import math
@@ -60,6 +61,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -106,17 +108,38 @@ def kernels_from_environment(kernels: str) -> Iterator[None]:
             os.environ[KERNELS_ENV] = previous
 
 
-@contextlib.contextmanager
-def triton_backward(backward: str) -> Iterator[None]:
-    """The chunked executor's Triton backward (``triton_dispatch.TRITON_BACKWARD``) inside."""
-    from marginface.executors import triton_dispatch
+SETTINGS = {
+    "backward": ("triton_dispatch", "TRITON_BACKWARD"),
+    "wg_bytes": ("triton_dispatch", "WEIGHT_GRADIENT_WORKSPACE_BYTES"),
+    "tile_bytes": ("triton_dispatch", "GRADIENT_TILE_BYTES"),
+    "tuned": ("kernel_options", "TUNED_BLOCKS"),
+}
+"""The executor's module settings a step can run with: each key's module setting
+(``marginface.executors.<module>.<name>``)."""
 
-    previous = triton_dispatch.TRITON_BACKWARD
-    triton_dispatch.TRITON_BACKWARD = backward
+
+@contextlib.contextmanager
+def settings_applied(settings: dict[str, Any]) -> Iterator[None]:
+    """The executor's module settings (:data:`SETTINGS`) for the calls inside, restored after."""
+    saved = []
+    for key, value in settings.items():
+        module_name, name = SETTINGS[key]
+        module = importlib.import_module(f"marginface.executors.{module_name}")
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
     try:
         yield
     finally:
-        triton_dispatch.TRITON_BACKWARD = previous
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
+
+
+def blocks_of(spec: str) -> Any:
+    """``"128x128x64x8x3"`` -> ``Blocks(n=128, c=128, d=64, warps=8, stages=3)``."""
+    from marginface.executors.kernel_options import Blocks
+
+    n, c, d, warps, stages = (int(part) for part in spec.split("x"))
+    return Blocks(n=n, c=c, d=d, warps=warps, stages=stages)
 
 
 def set_tuned_blocks(path: str) -> dict[str, str]:
@@ -127,8 +150,7 @@ def set_tuned_blocks(path: str) -> dict[str, str]:
     with open(path) as handle:
         tuned = json.load(handle)
     for kernel, spec in tuned.items():
-        n, c, d, warps, stages = (int(part) for part in spec.split("x"))
-        kernel_options.TUNED_BLOCKS[kernel] = kernel_options.Blocks(n, c, d, warps, stages)
+        kernel_options.TUNED_BLOCKS[kernel] = blocks_of(spec)
     return tuned
 
 
@@ -175,7 +197,7 @@ def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
         backward = "fused" if method == "fused_kernels" else "tiles"
 
         def head_step() -> None:
-            with kernels_from_environment(kernels), triton_backward(backward):
+            with kernels_from_environment(kernels), settings_applied({"backward": backward}):
                 call(x, labels).backward()
 
         return Step(head_step, [head.weight, x])

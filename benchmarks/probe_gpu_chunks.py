@@ -23,13 +23,10 @@ Command (docs/gpu.md; ``--smoke`` runs the logic on tiny shapes, on the CPU with
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import json
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,38 +36,6 @@ import bench_gpu
 import marginface
 from bench_compile import MARGIN, SCALE
 from marginface.executors import kernel_options
-from marginface.executors.kernel_options import Blocks
-
-SETTINGS = {
-    "backward": ("triton_dispatch", "TRITON_BACKWARD"),
-    "wg_bytes": ("triton_dispatch", "WEIGHT_GRADIENT_WORKSPACE_BYTES"),
-    "tile_bytes": ("triton_dispatch", "GRADIENT_TILE_BYTES"),
-    "tuned": ("kernel_options", "TUNED_BLOCKS"),
-}
-"""A variant's settings: the module setting each one sets for the step
-(``marginface.executors.<module>.<name>``)."""
-
-
-def blocks_of(spec: str) -> Blocks:
-    """``"128x128x64x8x3"`` -> ``Blocks(n=128, c=128, d=64, warps=8, stages=3)``."""
-    n, c, d, warps, stages = (int(part) for part in spec.split("x"))
-    return Blocks(n=n, c=c, d=d, warps=warps, stages=stages)
-
-
-@contextlib.contextmanager
-def settings_applied(settings: dict[str, Any]) -> Iterator[None]:
-    """The executor's module settings of a variant (:data:`SETTINGS`) for the calls inside."""
-    saved = []
-    for key, value in settings.items():
-        module_name, name = SETTINGS[key]
-        module = importlib.import_module(f"marginface.executors.{module_name}")
-        saved.append((module, name, getattr(module, name)))
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for module, name, value in reversed(saved):
-            setattr(module, name, value)
 
 
 def fused_step(
@@ -79,7 +44,8 @@ def fused_step(
 ) -> bench_gpu.Step:  # fmt: skip
     """One forward + backward of ``ArcFaceLoss(impl="chunked", chunk_size=chunk)`` on the
     executor's ``kernels``, on seeded inputs (the same for every call), with the variant's
-    ``settings`` (:data:`SETTINGS`: the Triton backward, the workspace bounds, tuned tiles)."""
+    ``settings`` (``bench_gpu.SETTINGS``: the Triton backward, the workspace bounds, tuned
+    tiles)."""
     device = torch.device(bench_gpu.DEVICE)
     generator = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(n, d, generator=generator, device=device).to(dtype).requires_grad_(True)
@@ -90,7 +56,10 @@ def fused_step(
     )
 
     def run() -> None:
-        with settings_applied(settings or {}), bench_gpu.kernels_from_environment(kernels):
+        with (
+            bench_gpu.settings_applied(settings or {}),
+            bench_gpu.kernels_from_environment(kernels),
+        ):
             head(x, labels).backward()
 
     return bench_gpu.Step(run, [head.weight, x])
@@ -262,10 +231,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.tile_blocks or args.statistics_blocks:
             variants["triton:untuned"] = {"backward": "tiles", "tuned": {}}
         for spec in args.tile_blocks:
-            tuned = {**current, "gradient_tile": blocks_of(spec)}
+            tuned = {**current, "gradient_tile": bench_gpu.blocks_of(spec)}
             variants[f"triton:tiles:{spec}"] = {"backward": "tiles", "tuned": tuned}
         for spec in args.statistics_blocks:
-            tuned = {**current, "statistics": blocks_of(spec)}
+            tuned = {**current, "statistics": bench_gpu.blocks_of(spec)}
             variants[f"triton:statistics:{spec}"] = {"tuned": tuned}
         for bound in args.tile_bytes:
             variants[f"triton:tile_bytes={bound}"] = {"backward": "tiles", "tile_bytes": bound}

@@ -80,12 +80,19 @@ result``, the labels in the columns of those centers (outside: not among them); 
 and the ``∂x̂`` launchers take ``chunk_size=``, the ``∂W`` launcher ``start=, stop=, out=``."""
 
 
-def _chunk_inputs(chunks: ChunkWorkspace, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
-    """What a launch over the loop's classes ``[start, stop)`` of a sample reads: the chunk's
-    gathered centers, their inverse norms and the labels shifted to the chunk's columns."""
+def _chunk_rows(chunks: ChunkWorkspace, start: int, stop: int) -> tuple[Tensor, Tensor]:
+    """The centers of the loop's classes ``[start, stop)`` in the GEMM dtype (a sample's
+    gathered) and their inverse norms, ``(Tensor[c·K, D], Tensor[c·K])``."""
     k = chunks.k
     inv_norms = chunks.inv_norms[start * k : stop * k].contiguous()  # (c·K,)
-    return chunks.weight_rows(start, stop), inv_norms, chunks.labels - start
+    return chunks.weight_rows(start, stop), inv_norms
+
+
+def _chunk_inputs(chunks: ChunkWorkspace, start: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
+    """What a launch over the loop's classes ``[start, stop)`` of a sample reads: the chunk's
+    gathered centers, their inverse norms (:func:`_chunk_rows`) and the labels shifted to the
+    chunk's columns."""
+    return *_chunk_rows(chunks, start, stop), chunks.labels - start
 
 
 def kernel_reduce(
@@ -190,14 +197,12 @@ def tile_backward(
     )
 
     x_gemm, k = chunks.x_gemm, chunks.k
-    k_inv = chunks.inv_norms
     # float32 products add into a float32 ∂x̂ in place; the others through a float32 total
     in_place = x_gemm.dtype == grad_x_hat.dtype == torch.float32
     total: list[Tensor | None] = [grad_x_hat if in_place else None]
 
     def step(start: int, stop: int, state: None) -> None:
-        weight = chunks.weight_rows(start, stop)  # (c·K, D), the GEMM dtype
-        inv_norms = k_inv[start * k : stop * k]
+        weight, inv_norms = _chunk_rows(chunks, start, stop)  # (c·K, D), (c·K,)
         width = weight.shape[0]  # c·K; G's rows padded to a multiple of 8 elements
         padded = -(-width // 8) * 8
         out = chunks.scratch(x_gemm.shape[0], padded, x_gemm.dtype, "tile")[:, :width]
