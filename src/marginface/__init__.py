@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr__ loads them
     from . import functional, margins
+    from ._validation import set_value_checks
     from .head import MarginSoftmaxLoss, reshardable_state_dict
     from .losses import (
         AdaCosLoss,
@@ -94,6 +95,7 @@ __all__ = [
     "margins",
     "register_loss",
     "reshardable_state_dict",
+    "set_value_checks",
 ]
 
 _SUBMODULES = frozenset({"functional", "margins"})
@@ -108,6 +110,8 @@ def __getattr__(name: str) -> Any:
         module = importlib.import_module(f".{name}", __name__)
     elif name == "FaceModel":
         module = importlib.import_module(".inference", __name__).FaceModel
+    elif name == "set_value_checks":
+        module = importlib.import_module("._validation", __name__).set_value_checks
     elif name in __all__:
         importlib.import_module(".losses", __name__)  # every named loss, registered
         source = "losses"

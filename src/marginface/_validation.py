@@ -23,9 +23,47 @@ __all__ = [
     "check_labels",
     "check_real",
     "check_representable",
+    "check_values",
     "is_same_or_inside",
     "read_utf8_text",
+    "set_value_checks",
+    "value_checks_enabled",
 ]
+
+_value_checks = True  # the process-wide switch of set_value_checks
+
+
+def set_value_checks(enabled: bool) -> bool:
+    """Turn the value checks of the loss API on (the default) or off, for the whole process.
+
+    The value checks read tensors back to the host: the embeddings' finiteness
+    (``torch.isfinite``) and the labels' range ``[0, C)`` (their minimum and maximum), one read
+    per step (:func:`check_values`). On a GPU that read is a synchronization: the host waits for
+    every kernel already queued before it queues the next, so its work for a step (the launches)
+    cannot overlap the device's work for the previous one. ``set_value_checks(False)`` skips the
+    reads, as ``torch.compile`` always does (:func:`torch.compiler.is_compiling`); types and
+    shapes are still checked. Without them a label out of range indexes out of bounds in the
+    executor (on CUDA a device-side assert or an illegal memory access) and a NaN embedding
+    gives a NaN loss. The switch follows ``torch.distributions.Distribution.
+    set_default_validate_args``.
+
+    Args:
+        enabled: ``True`` to check values, ``False`` to skip the host reads.
+
+    Returns:
+        The previous setting, to restore it.
+    """
+    global _value_checks
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {enabled!r} ({type(enabled).__name__})")
+    previous, _value_checks = _value_checks, enabled
+    return previous
+
+
+def value_checks_enabled() -> bool:
+    """Whether :func:`set_value_checks` left the value checks on and the caller is not being
+    traced by ``torch.compile`` (where a read back to the host would break the graph)."""
+    return _value_checks and not torch.compiler.is_compiling()
 
 
 def check_real(
@@ -81,15 +119,19 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value
 
 
-def check_embeddings(embeddings: object, embedding_dim: int | None = None) -> torch.Tensor:
+def check_embeddings(
+    embeddings: object, embedding_dim: int | None = None, *, values: bool = True
+) -> torch.Tensor:
     """Check a batch of embeddings: a finite floating tensor of shape ``(N, D)`` with ``N >= 1``.
 
     Args:
         embeddings: the candidate tensor.
         embedding_dim: the expected ``D``, or ``None`` to accept any.
+        values: check finiteness too (a read back to the host); ``False`` when the caller
+            checks the values itself (:func:`check_values`, one read for a batch).
 
-    Under ``torch.compile`` (:func:`torch.compiler.is_compiling`) the finiteness check, which
-    reads the values back to the host, is skipped; types and shapes are still checked.
+    The finiteness check is skipped when :func:`value_checks_enabled` is false (under
+    ``torch.compile``, or after ``set_value_checks(False)``); types and shapes are still checked.
 
     Returns:
         ``embeddings`` unchanged.
@@ -110,16 +152,25 @@ def check_embeddings(embeddings: object, embedding_dim: int | None = None) -> to
             f"embeddings must have D = embedding_dim = {embedding_dim} columns, "
             f"got shape {tuple(embeddings.shape)}"
         )
-    if torch.compiler.is_compiling():  # a value check is a host sync: a graph break
-        return embeddings
-    if not bool(torch.isfinite(embeddings).all()):
-        bad = int((~torch.isfinite(embeddings)).any(dim=1).sum())
-        raise ValueError(f"embeddings contain non-finite values (NaN or inf) in {bad} row(s)")
+    if values and value_checks_enabled():
+        _raise_unless_finite(embeddings, bool(torch.isfinite(embeddings).all()))
     return embeddings
 
 
+def _raise_unless_finite(embeddings: torch.Tensor, finite: bool) -> None:
+    """The ``ValueError`` for non-finite embeddings (rows counted only once known to fail)."""
+    if not finite:
+        bad = int((~torch.isfinite(embeddings)).any(dim=1).sum())
+        raise ValueError(f"embeddings contain non-finite values (NaN or inf) in {bad} row(s)")
+
+
 def check_labels(
-    labels: object, batch_size: int, num_classes: int, *, allow_missing: bool = False
+    labels: object,
+    batch_size: int,
+    num_classes: int,
+    *,
+    allow_missing: bool = False,
+    values: bool = True,
 ) -> torch.Tensor:
     """Check class labels: an integer tensor of shape ``(N,)`` with values in ``[0, num_classes)``.
 
@@ -129,9 +180,11 @@ def check_labels(
         num_classes: ``C``; every label must be ``< C``.
         allow_missing: also accept ``-1``, meaning "this row's class is not among these C" (the
             convention of class-sharded executors).
+        values: check the range too (a read back to the host); ``False`` when the caller
+            checks the values itself (:func:`check_values`).
 
-    Under ``torch.compile`` the range check, which reads the values back to the host, is
-    skipped; type and shape are still checked.
+    The range check is skipped when :func:`value_checks_enabled` is false (under
+    ``torch.compile``, or after ``set_value_checks(False)``); type and shape are still checked.
 
     Returns:
         ``labels`` as ``int64`` (every integer dtype — int8, int16, int32, uint8... — is
@@ -147,16 +200,44 @@ def check_labels(
         raise ValueError(
             f"labels must have one entry per row: expected N = {batch_size}, got {labels.shape[0]}"
         )
-    low = -1 if allow_missing else 0
-    if labels.numel() > 0 and not torch.compiler.is_compiling():  # no host sync under compile
-        smallest, largest = int(labels.min()), int(labels.max())
-        if smallest < low or largest >= num_classes:
-            bad = smallest if smallest < low else largest
-            raise ValueError(
-                f"labels must lie in [{low}, {num_classes - 1}] for num_classes = {num_classes}, "
-                f"got {bad}"
-            )
+    if values and labels.numel() > 0 and value_checks_enabled():
+        smallest, largest = torch.stack(torch.aminmax(labels)).tolist()  # one read
+        _raise_unless_in_range(smallest, largest, num_classes, -1 if allow_missing else 0)
     return labels if labels.dtype == torch.int64 else labels.to(torch.int64)
+
+
+def _raise_unless_in_range(smallest: int, largest: int, num_classes: int, low: int) -> None:
+    """The ``ValueError`` for labels outside ``[low, num_classes)``, naming the bad one."""
+    if smallest < low or largest >= num_classes:
+        bad = smallest if smallest < low else largest
+        raise ValueError(
+            f"labels must lie in [{low}, {num_classes - 1}] for num_classes = {num_classes}, "
+            f"got {bad}"
+        )
+
+
+def check_values(embeddings: torch.Tensor, labels: torch.Tensor, num_classes: int) -> None:
+    """The value checks of a batch whose types and shapes are checked, in one read.
+
+    ``embeddings`` (``Tensor[N, D]``) must be finite and ``labels`` (``int[N]``) lie in
+    ``[0, num_classes)``: the same ``ValueError`` as :func:`check_embeddings` and
+    :func:`check_labels`, but the three values (all finite, smallest and largest label) come
+    back to the host together, one synchronization with a GPU instead of three. Nothing is read
+    when :func:`value_checks_enabled` is false.
+    """
+    if not value_checks_enabled():
+        return
+    finite = torch.isfinite(embeddings).all()
+    if labels.numel() == 0:
+        _raise_unless_finite(embeddings, bool(finite))
+        return
+    smallest, largest = torch.aminmax(labels)
+    if labels.device != embeddings.device:  # two devices: a read each
+        summary = [int(finite), int(smallest), int(largest)]
+    else:
+        summary = torch.stack((finite.to(torch.int64), smallest.long(), largest.long())).tolist()
+    _raise_unless_finite(embeddings, bool(summary[0]))
+    _raise_unless_in_range(summary[1], summary[2], num_classes, 0)
 
 
 def check_device(name: str, value: object) -> torch.device | None:

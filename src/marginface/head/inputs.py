@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_embeddings, check_labels
+from .._validation import check_embeddings, check_labels, check_values
 from ..executors.sharding import ClassShard
 
 
@@ -21,9 +21,12 @@ def checked_batch(
 ) -> Tensor:
     """Check ``embeddings`` (``Tensor[N, D]``, finite, ``D = embedding_dim``) and ``labels``
     (``Tensor[N]`` in ``[0, num_classes)``) locally; ``TypeError``/``ValueError`` naming the
-    argument. Returns the labels as ``int64[N]``."""
-    check_embeddings(embeddings, embedding_dim)
-    return check_labels(labels, embeddings.shape[0], num_classes)
+    argument. The values are read back to the host once (:func:`~marginface._validation.
+    check_values`). Returns the labels as ``int64[N]``."""
+    check_embeddings(embeddings, embedding_dim, values=False)
+    labels = check_labels(labels, embeddings.shape[0], num_classes, values=False)
+    check_values(embeddings, labels, num_classes)
+    return labels
 
 
 def step_labels(
