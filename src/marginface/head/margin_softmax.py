@@ -299,6 +299,8 @@ class MarginSoftmaxLoss(nn.Module):
         """Each row's target among this step's classes and Partial FC's sample
         (:func:`~marginface.head.sampling.classes_of_step`; every class in eval mode)."""
         rate = self.sample_rate if self.training else 1.0
+        if self.shard is None and rate >= 1.0:  # checked labels in [0, C): their own targets
+            return labels, None
         return classes_of_step(labels, self.class_range, rate, self.weight.device)
 
     # ------------------------------------------------------------ sub-center clean-up
