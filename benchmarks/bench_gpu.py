@@ -9,6 +9,9 @@ m = 0.5; forward + backward, gradients set to None before each step as ``zero_gr
 * ``fused``: ``impl="chunked"`` with the Triton kernels (``kernels="triton"``): the forward's
   statistics kernel, the backward as gradient tiles and GEMMs (the default ``TRITON_BACKWARD``,
   ``"tiles"``).
+* ``fused_unchecked``: ``fused`` with the value checks off (``marginface.set_value_checks(
+  False)``): no read back to the host in the step (the peers check no values either), so the
+  host can queue a step while the GPU runs the previous one.
 * ``fused_kernels``: the same with the backward on the fused ``∂x̂``/``∂W`` kernels
   (``TRITON_BACKWARD = "fused"``).
 * ``fused_torch``: ``impl="chunked"`` with PyTorch per chunk (``kernels="torch"``: cuBLAS does
@@ -74,6 +77,7 @@ METHODS = (
     "gemm4",
     "dense",
     "fused",
+    "fused_unchecked",
     "fused_kernels",
     "fused_torch",
     "fused_compiled",
@@ -109,22 +113,24 @@ def kernels_from_environment(kernels: str) -> Iterator[None]:
 
 
 SETTINGS = {
-    "backward": ("triton_dispatch", "TRITON_BACKWARD"),
-    "wg_bytes": ("triton_dispatch", "WEIGHT_GRADIENT_WORKSPACE_BYTES"),
-    "tile_bytes": ("triton_dispatch", "GRADIENT_TILE_BYTES"),
-    "tuned": ("kernel_options", "TUNED_BLOCKS"),
+    "backward": ("executors.triton_dispatch", "TRITON_BACKWARD"),
+    "wg_bytes": ("executors.triton_dispatch", "WEIGHT_GRADIENT_WORKSPACE_BYTES"),
+    "tile_bytes": ("executors.triton_dispatch", "GRADIENT_TILE_BYTES"),
+    "tuned": ("executors.kernel_options", "TUNED_BLOCKS"),
+    "value_checks": ("_validation", "_value_checks"),
 }
-"""The executor's module settings a step can run with: each key's module setting
-(``marginface.executors.<module>.<name>``)."""
+"""The module settings a step can run with: each key's ``marginface.<module>.<name>`` (the
+executor's Triton backward, workspace bounds and tuned tiles; the value checks of
+``marginface.set_value_checks``)."""
 
 
 @contextlib.contextmanager
 def settings_applied(settings: dict[str, Any]) -> Iterator[None]:
-    """The executor's module settings (:data:`SETTINGS`) for the calls inside, restored after."""
+    """The module settings (:data:`SETTINGS`) for the calls inside, restored after."""
     saved = []
     for key, value in settings.items():
         module_name, name = SETTINGS[key]
-        module = importlib.import_module(f"marginface.executors.{module_name}")
+        module = importlib.import_module(f"marginface.{module_name}")
         saved.append((module, name, getattr(module, name)))
         setattr(module, name, value)
     try:
@@ -189,15 +195,18 @@ def make_step(method: str, n: int, d: int, c: int, dtype: torch.dtype) -> Step:
             _ = logits.t() @ xd  # ∂W
 
         return Step(gemms, [])
-    if method in ("dense", "fused", "fused_kernels", "fused_torch", "fused_compiled"):
+    if method == "dense" or method.startswith("fused"):
         impl = "dense" if method == "dense" else "chunked"
         head = marginface.ArcFaceLoss(c, d, MARGIN, SCALE, impl=impl, dtype=dtype, device=device)
         call = torch.compile(head) if method == "fused_compiled" else head
         kernels = "torch" if method == "fused_torch" else "triton"
-        backward = "fused" if method == "fused_kernels" else "tiles"
+        settings = {
+            "backward": "fused" if method == "fused_kernels" else "tiles",
+            "value_checks": method != "fused_unchecked",
+        }
 
         def head_step() -> None:
-            with kernels_from_environment(kernels), settings_applied({"backward": backward}):
+            with kernels_from_environment(kernels), settings_applied(settings):
                 call(x, labels).backward()
 
         return Step(head_step, [head.weight, x])
@@ -339,7 +348,7 @@ def train_steps(n: int, d: int, c: int, dtype: torch.dtype, steps: int) -> dict:
     }
 
 
-CUDA_ONLY = {"fused", "fused_kernels", "fused_compiled", "liger", "cce"}
+CUDA_ONLY = {"fused", "fused_unchecked", "fused_kernels", "fused_compiled", "liger", "cce"}
 """Methods that run Triton kernels: timed on CUDA only (a ``--device cpu`` smoke run leaves
 them out with one line each)."""
 

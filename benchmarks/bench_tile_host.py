@@ -9,18 +9,23 @@ executor take the kernels' path on CPU tensors), so a step of ``ArcFaceLoss(impl
 dispatch around the kernels. With ``triton_dispatch.GRADIENT_TILE_BYTES`` set to tiles of 256
 classes, steps with ``--tiles`` class tiles are timed (median of ``--repeats``) and their
 PyTorch operations counted (``TorchDispatchMode``; views left out): the slope between the fewest
-and the most tiles is the host cost and the operations of one tile. A CUDA launch adds its own
+and the most tiles is the host cost and the operations of one tile. The step's reads of tensor
+values back to the host (``item``, ``tolist``, ``bool(t)``...: on a GPU each is a
+synchronization) are counted too; ``--unchecked`` runs the steps with
+``marginface.set_value_checks(False)``. A CUDA launch adds its own
 microseconds to each operation, which this does not see; on the CPU each float32 product of
 bf16 tiles also upcasts its two operands (two copies that ``torch.mm(out_dtype=)`` spares CUDA).
 
 Command (docs/benchmarks.md)::
 
     PYTHONPATH=src python benchmarks/bench_tile_host.py --tiles 4 16 --repeats 300
+    PYTHONPATH=src python benchmarks/bench_tile_host.py --tiles 4 16 --repeats 300 --unchecked
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -28,6 +33,8 @@ import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
 
 VIEWS = {
     "view", "slice", "detach", "unsqueeze", "squeeze", "t", "transpose", "as_strided", "alias",
@@ -54,6 +61,29 @@ class _Count(TorchDispatchMode):
         if func.overloadpacket.__name__ not in VIEWS:
             self.operations += 1
         return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def counted_reads():
+    """The names of the host's reads of tensor values inside (``torch.Tensor`` methods patched
+    for the block)."""
+    reads: list[str] = []
+    originals = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def counting(name: str):
+        def read(self, *args):
+            reads.append(name)
+            return originals[name](self, *args)
+
+        return read
+
+    for name in READS:
+        setattr(torch.Tensor, name, counting(name))
+    try:
+        yield reads
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
 
 
 def stub_kernels() -> None:
@@ -88,14 +118,15 @@ def measure(tiles: int, repeats: int, width: int = 256, n: int = 64, dim: int = 
     for _ in range(5):
         step()
     counter = _Count()
-    with counter:
+    with counter, counted_reads() as reads:
         step()
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
         step()
         times.append(time.perf_counter() - began)
-    return {"tiles": tiles, "median_ms": 1000 * statistics.median(times), "ops": counter.operations}
+    median_ms = 1000 * statistics.median(times)
+    return {"tiles": tiles, "median_ms": median_ms, "ops": counter.operations, "reads": len(reads)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,16 +134,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tiles", type=int, nargs=2, default=[4, 16])
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--unchecked", action="store_true", help="steps with set_value_checks(False)"
+    )
     args = parser.parse_args(argv)
     # the executor runs kernels="triton" on CPU tensors only under the interpreter; the
     # kernels themselves are stubbed out below
     os.environ["TRITON_INTERPRET"] = "1"
     torch.set_num_threads(1)
     stub_kernels()
+    if args.unchecked:
+        import marginface
+
+        marginface.set_value_checks(False)
     rows = [measure(tiles, args.repeats) for tiles in args.tiles]
     low, high = rows
     span = high["tiles"] - low["tiles"]
     result = {
+        "value_checks": not args.unchecked,
         "rows": rows,
         "ms_per_tile": (high["median_ms"] - low["median_ms"]) / span,
         "ops_per_tile": (high["ops"] - low["ops"]) / span,

@@ -45,7 +45,7 @@ def fused_step(
     """One forward + backward of ``ArcFaceLoss(impl="chunked", chunk_size=chunk)`` on the
     executor's ``kernels``, on seeded inputs (the same for every call), with the variant's
     ``settings`` (``bench_gpu.SETTINGS``: the Triton backward, the workspace bounds, tuned
-    tiles)."""
+    tiles, the value checks)."""
     device = torch.device(bench_gpu.DEVICE)
     generator = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(n, d, generator=generator, device=device).to(dtype).requires_grad_(True)
@@ -173,6 +173,12 @@ def main(argv: list[str] | None = None) -> None:
         help="also time the tiled backward with these class-tile workspace bounds",
     )
     parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="also time the Triton path with the value checks off (set_value_checks(False): "
+        "no read back to the host in the step)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="compare each Triton variant's loss gradients with those of the first one "
@@ -238,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
             variants[f"triton:statistics:{spec}"] = {"tuned": tuned}
         for bound in args.tile_bytes:
             variants[f"triton:tile_bytes={bound}"] = {"backward": "tiles", "tile_bytes": bound}
+        if args.unchecked:
+            variants["triton:unchecked"] = {"backward": "tiles", "value_checks": False}
     reference: tuple[torch.Tensor, torch.Tensor] | None = None
     for key, settings in variants.items():
         try:

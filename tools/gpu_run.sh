@@ -55,7 +55,8 @@ case "$stage" in
         # 1. correctness on CUDA: the Triton kernels, chunked == dense for every loss in
         #    bf16/fp32 (the precision matrix), torch.compile of the fused path; 8 workers (the
         #    second session's 734 tests did not finish in 170 s on 4)
-        checks=(tests/executors/test_triton.py tests/executors/test_triton_rules.py
+        checks=(tests/executors/test_triton.py tests/executors/test_triton_host_reads.py
+            tests/executors/test_triton_rules.py
             tests/executors/test_triton_row_statistics.py tests/executors/test_binary_triton.py
             tests/executors/test_precision_matrix.py tests/executors/test_compile.py
             tests/executors/test_triton_gradient_tiles.py)
@@ -76,13 +77,15 @@ case "$stage" in
         fi
         # 2. the backward probe, bf16, C = 1M: both Triton backwards, gradient-tile and
         #    statistics tiles (each checked against the first variant, the fused kernels), a
-        #    larger class tile, a profile of the tiled step; the fastest tiles -> tuned.json
+        #    larger class tile, the step without value checks (no host sync), a profile of the
+        #    tiled step with and without them; the fastest tiles -> tuned.json
         echo '{}' > "$OUT/tuned.json"
         timeout "$(cap 110)" python3 benchmarks/probe_gpu_chunks.py --classes 1000000 \
             --kernels triton --chunks 0 --backwards fused tiles \
             --tile-blocks 128x128x32x8x3 128x128x64x8x3 64x128x64x4x3 128x64x64x4x3 \
             64x256x32x8x3 --statistics-blocks 128x256x32x8x3 128x128x64x8x3 \
-            --tile-bytes 268435456 --check --profile triton:tiles --repeats 7 "${smoke[@]}" \
+            --tile-bytes 268435456 --unchecked --check --profile triton:tiles triton:unchecked \
+            --repeats 7 "${smoke[@]}" \
             --best "$OUT/tuned.json" --json "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log" \
             | tail -30
         # 3. the race, bf16, N = D = 512, C = 1M, with the probe's tiles
