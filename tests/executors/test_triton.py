@@ -394,7 +394,11 @@ def test_row_inputs_are_validated(kernels: ModuleType) -> None:
         kernels.RowInputs("logsumexp")
     with pytest.raises(ValueError, match=r"RowInputs.rule must be one of .* got 'acos'"):
         kernels.RowInputs("softmax", rule="acos")
-    assert kernels.RowInputs("softplus").arguments()["REDUCTION"] == "softplus"
+    with pytest.raises(ValueError, match=r"RowInputs.constants must hold the bias term .* None"):
+        kernels.RowInputs("softplus")
+    bias = torch.zeros(1)
+    assert kernels.RowInputs("softplus", constants=bias).arguments()["REDUCTION"] == "softplus"
+    assert "BIAS" not in kernels.RowInputs("softplus", constants=bias).arguments()
 
 
 def test_kernel_entry_points_check_their_inputs(kernels: ModuleType) -> None:

@@ -30,12 +30,13 @@ class BinaryRule:
     """A binary margin's non-target logit as the Triton kernels compute it
     (:mod:`~marginface.executors.triton_binary`): ``z = s(2u^t - 1 + μ) + βb`` with
     ``u = max((c + 1)/2, 0)``, clamped to ``[-clamp, clamp]`` if ``clamp``; ``negative_weight``
-    ``w_-``; ``straight_through``: ``∂z/∂c = s``."""
+    ``w_-``; ``straight_through``: ``∂z/∂c = s``. ``bias_term`` ``βb``: a 0-dim tensor on the
+    computation's device (the learned bias, never read back to the host) or a float."""
 
     scale: float
     power: float
     offset: float
-    bias_term: float
+    bias_term: Tensor | float
     negative_weight: float
     clamp: float | None = None
     straight_through: bool = False
@@ -50,7 +51,7 @@ def binary_rule_of(margin: Any, bias: Tensor) -> BinaryRule:
         scale=margin.scale,
         power=parameters["power"],
         offset=parameters["offset"],
-        bias_term=margin.bias_sign * float(bias),
+        bias_term=bias.detach() * margin.bias_sign,
         negative_weight=margin.negative_weight,
         clamp=margin.logit_clamp,
         straight_through=margin.gradient == "straight_through",

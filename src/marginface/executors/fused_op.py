@@ -466,7 +466,7 @@ def _binary_rule(parameters: tuple[Any, ...]) -> BinaryRule:
     operators return the plain sums)."""
     bias, scale, power, offset, sign, clamp, straight_through = parameters
     return BinaryRule(
-        scale=scale, power=power, offset=offset, bias_term=sign * float(bias),
+        scale=scale, power=power, offset=offset, bias_term=bias.detach() * sign,
         negative_weight=1.0, clamp=clamp if clamp > 0 else None,
         straight_through=straight_through,
     )  # fmt: skip

@@ -179,10 +179,12 @@ class RowInputs:
             (the one-vs-all ``Σ softplus``) or ``"above_threshold"`` (a row statistics pass).
         scale, threshold, t: ``Tensor[N]`` float32 per-row vectors, or None where the
             reduction does not read them.
-        constants: ``Tensor[2]`` float32, the non-target rule's scalars; None if not read.
+        constants: float32 scalars read on the device: the softmax's ``Tensor[2]``, the
+            non-target rule's; ``"softplus"``'s ``Tensor[1]``, the bias term ``βb`` (the
+            learned bias, so that no step reads it back to the host); None if not read.
         rule: the softmax's non-target rule, a name of
             :data:`~marginface.margins.rules.NONTARGET_RULES` (compile-time).
-        binary: the one-vs-all rule's ``(s, t, μ, βb, L)`` (runtime floats).
+        binary: the one-vs-all rule's ``(s, t, μ, L)`` (runtime floats).
         clamp, straight_through: the one-vs-all rule's compile-time flags.
     """
 
@@ -192,7 +194,7 @@ class RowInputs:
     t: Tensor | None = None
     constants: Tensor | None = None
     rule: str = "identity"
-    binary: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    binary: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     clamp: bool = False
     straight_through: bool = False
 
@@ -205,6 +207,8 @@ class RowInputs:
             raise ValueError(
                 f"RowInputs.rule must be one of {tuple(NONTARGET_RULES)}, got {self.rule!r}"
             )
+        if self.reduction == "softplus" and self.constants is None:
+            raise ValueError("RowInputs.constants must hold the bias term for 'softplus', got None")
 
     def pointers(self, stand_in: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``scale_ptr, threshold_ptr, t_ptr, const_ptr`` (float32 ``stand_in`` for None)."""
@@ -213,9 +217,9 @@ class RowInputs:
 
     def arguments(self) -> dict[str, Any]:
         """The kernels' runtime scalars and compile-time arguments of the reduction and rule."""
-        scale, power, offset, bias, limit = self.binary
+        scale, power, offset, limit = self.binary
         return {
-            "SCALE": scale, "POWER": power, "OFFSET": offset, "BIAS": bias, "LIMIT": limit,
+            "SCALE": scale, "POWER": power, "OFFSET": offset, "LIMIT": limit,
             "REDUCTION": self.reduction, "RULE": self.rule, "CLAMP": self.clamp,
             "ST": self.straight_through,
         }  # fmt: skip

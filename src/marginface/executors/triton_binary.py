@@ -45,11 +45,14 @@ __all__ = [
 ]
 
 
-def _inputs(rule: BinaryRule) -> RowInputs:
-    """The kernels' :class:`~marginface.executors.triton_kernels.RowInputs` of ``rule``."""
-    binary = (rule.scale, rule.power, rule.offset, rule.bias_term, rule.clamp or 0.0)
+def _inputs(rule: BinaryRule, device: torch.device) -> RowInputs:
+    """The kernels' :class:`~marginface.executors.triton_kernels.RowInputs` of ``rule``: its
+    bias term as a float32 ``Tensor[1]`` on ``device`` (read there, not by the host)."""
+    binary = (rule.scale, rule.power, rule.offset, rule.clamp or 0.0)
+    bias = torch.as_tensor(rule.bias_term, dtype=torch.float32, device=device).reshape(1)
     return RowInputs(
         "softplus",
+        constants=bias.contiguous(),
         binary=tuple(float(value) for value in binary),  # type: ignore[arg-type]
         clamp=rule.clamp is not None,
         straight_through=bool(rule.straight_through),
@@ -76,7 +79,7 @@ def binary_sums(
     rows and chunk of ``chunk_size`` classes; the chunks' sums added in PyTorch). Arguments as
     :func:`~marginface.executors.triton_kernels.nontarget_statistics`."""
     partial = kernel_partials(
-        x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule),
+        x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule, x_hat.device),
         sub_centers=sub_centers, chunk_size=chunk_size, blocks=blocks,
     )  # fmt: skip
     return partial[0].sum(dim=0)
@@ -92,9 +95,9 @@ def binary_embedding_gradient(
     Per-chunk partial sums are written to a buffer of at most
     :data:`~marginface.executors.triton_kernels.EMBEDDING_GRADIENT_WORKSPACE_BYTES` (the bound
     the softmax's gradient uses), launched in groups of chunks."""
-    row_grad = _row_grad(rule, grad)
+    row_grad, inputs = _row_grad(rule, grad), _inputs(rule, x_hat.device)
     return kernel_embedding_gradient(
-        x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule), row_grad, row_grad,
+        x_hat, weight, inv_norms, labels.contiguous(), inputs, row_grad, row_grad,
         sub_centers=sub_centers, chunk_size=chunk_size, blocks=blocks,
     )  # fmt: skip
 
@@ -107,9 +110,9 @@ def binary_weight_gradient(
     """The non-target part of ``r_{jk}·Σ_i (∂L/∂c_ijk) x̂_i`` for the classes ``[start, stop)``
     (before the projection through ``w/‖w‖``), float32 ``[(stop - start)·K, D]``, written into
     ``out`` (contiguous float32, zeroed here) if given."""
-    row_grad = _row_grad(rule, grad)
+    row_grad, inputs = _row_grad(rule, grad), _inputs(rule, x_hat.device)
     return kernel_weight_gradient(
-        x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule), row_grad, row_grad,
+        x_hat, weight, inv_norms, labels.contiguous(), inputs, row_grad, row_grad,
         sub_centers=sub_centers, start=start, stop=stop, out=out, blocks=blocks,
     )  # fmt: skip
 
@@ -123,9 +126,9 @@ def binary_gradient_tile(
     ∂z_ij/∂c_ij`` (``Tensor[N, C·K]`` in ``x_hat``'s dtype) and each row's
     ``Σ_{j≠y} γ_i w_- σ(z_ij)·[not clamped]`` (``Tensor[N]`` float32), as
     :func:`~marginface.executors.triton_gradient_tiles.kernel_gradient_tile`."""
-    row_grad = _row_grad(rule, grad)
+    row_grad, inputs = _row_grad(rule, grad), _inputs(rule, x_hat.device)
     return kernel_gradient_tile(
-        x_hat, weight, inv_norms, labels.contiguous(), _inputs(rule), row_grad, row_grad,
+        x_hat, weight, inv_norms, labels.contiguous(), inputs, row_grad, row_grad,
         sub_centers=sub_centers, out=out, blocks=blocks, label_offset=label_offset, share=share,
     )  # fmt: skip
 

@@ -70,7 +70,7 @@ once; a longer one is read twice, 128 elements at a time."""
 def _gradient_tile_kernel(
     x_ptr, w_ptr, inv_norm_ptr, label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, lse_ptr,
     grad_ptr, g_ptr, share_ptr, rows_total, classes, dim, stride_x, stride_w, stride_g,
-    label_offset, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    label_offset, SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
     K: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -91,7 +91,7 @@ def _gradient_tile_kernel(
     lse, grad = _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION)
     grad_cos, share, best = _tile_gradient(
         x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t,
-        p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
+        p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, LIMIT,
         REDUCTION, RULE, CLAMP, ST, K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
     )  # fmt: skip
     ok = row_ok[:, None] & col_ok[None, :]

@@ -119,9 +119,10 @@ def _row_inputs(
     label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, rows, row_ok,
     REDUCTION: tl.constexpr, RULE: tl.constexpr,
 ):  # fmt: skip
-    """Per-row label, scale, threshold and t of a block of rows, and the non-target rule's two
-    scalars (``const_ptr``), each loaded only where ``REDUCTION`` and ``RULE`` read it (the
-    softmax's scale, threshold and t; ``"above_threshold"``'s threshold), else a stand-in."""
+    """Per-row label, scale, threshold and t of a block of rows, and the two scalars of
+    ``const_ptr`` (the softmax: the non-target rule's; ``"softplus"``: ``p0``, the bias term
+    ``βb``), each loaded only where ``REDUCTION`` and ``RULE`` read it (the softmax's scale,
+    threshold and t; ``"above_threshold"``'s threshold), else a stand-in."""
     label = tl.load(label_ptr + rows, mask=row_ok, other=-1)
     scale = rows.to(tl.float32)  # a stand-in for what is not read
     threshold = scale
@@ -138,6 +139,8 @@ def _row_inputs(
             t = tl.load(t_ptr + rows, mask=row_ok, other=0.0)
         p0 = tl.load(const_ptr)
         p1 = tl.load(const_ptr + 1)
+    if REDUCTION == "softplus":  # the learned bias, read on the device
+        p0 = tl.load(const_ptr)
     if REDUCTION == "above_threshold":
         threshold = tl.load(threshold_ptr + rows, mask=row_ok, other=2.0)
     return label, scale, threshold, t, p0, p1
@@ -157,7 +160,7 @@ def _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION: tl.constexp
 @triton.jit
 def _tile_gradient(
     x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t, p0, p1,
-    lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
     K: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -169,7 +172,7 @@ def _tile_gradient(
         K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
     )  # fmt: skip
     grad_cos, share = _gradient_step(
-        cos, keep, scale, threshold, t, p0, p1, lse, grad, SCALE, POWER, OFFSET, BIAS, LIMIT,
+        cos, keep, scale, threshold, t, p0, p1, lse, grad, SCALE, POWER, OFFSET, LIMIT,
         REDUCTION, RULE, CLAMP, ST,
     )  # fmt: skip
     return grad_cos, share, best
@@ -199,7 +202,7 @@ def _add_product(out, out_ok, a, b, PRECISION: tl.constexpr, DOT_UPCAST: tl.cons
 @triton.jit
 def _reduce_kernel(
     x_ptr, w_ptr, inv_norm_ptr, label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, out_ptr,
-    rows_total, classes, dim, chunk, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    rows_total, classes, dim, chunk, stride_x, stride_w, SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
     K: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -225,8 +228,8 @@ def _reduce_kernel(
             stride_w, K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         first, second = _reduce_step(
-            cos, keep, first, second, scale, threshold, t, p0, p1, SCALE, POWER, OFFSET, BIAS,
-            LIMIT, REDUCTION, RULE, CLAMP, ST,
+            cos, keep, first, second, scale, threshold, t, p0, p1, SCALE, POWER, OFFSET, LIMIT,
+            REDUCTION, RULE, CLAMP, ST,
         )  # fmt: skip
     out = pid_c.to(tl.int64) * rows_total + rows
     tl.store(out_ptr + out, first, mask=row_ok)
@@ -238,7 +241,7 @@ def _reduce_kernel(
 def _embedding_gradient_kernel(
     x_ptr, w_ptr, inv_norm_ptr, label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, lse_ptr,
     grad_ptr, grad_x_ptr, share_ptr, rows_total, classes, dim, chunk, stride_x, stride_w,
-    SCALE, POWER, OFFSET, BIAS, LIMIT,
+    SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
     K: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -262,7 +265,7 @@ def _embedding_gradient_kernel(
         col_ok = cols < hi
         grad_cos, partial, best = _tile_gradient(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t,
-            p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
+            p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, LIMIT,
             REDUCTION, RULE, CLAMP, ST, K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         share += partial
@@ -286,7 +289,7 @@ def _embedding_gradient_kernel(
 def _weight_gradient_kernel(
     x_ptr, w_ptr, inv_norm_ptr, label_ptr, scale_ptr, threshold_ptr, t_ptr, const_ptr, lse_ptr,
     grad_ptr, out_ptr, rows_total, lo, hi, dim, stride_x, stride_w,
-    SCALE, POWER, OFFSET, BIAS, LIMIT,
+    SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
     K: tl.constexpr, PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -304,7 +307,7 @@ def _weight_gradient_kernel(
         lse, grad = _row_gradient_inputs(lse_ptr, grad_ptr, rows, row_ok, REDUCTION)
         grad_cos, _, best = _tile_gradient(
             x_ptr, w_ptr, inv_norm_ptr, rows, cols, row_ok, col_ok, label, scale, threshold, t,
-            p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, BIAS, LIMIT,
+            p0, p1, lse, grad, dim, stride_x, stride_w, SCALE, POWER, OFFSET, LIMIT,
             REDUCTION, RULE, CLAMP, ST, K, PRECISION, DOT_UPCAST, BLOCK_N, BLOCK_C, BLOCK_D,
         )  # fmt: skip
         for k in tl.static_range(K):

@@ -147,14 +147,14 @@ def _nontarget(cos, threshold, t, p0, p1, RULE: tl.constexpr):
 
 
 @triton.jit
-def _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP: tl.constexpr, ST: tl.constexpr):
+def _binary_logit(cos, SCALE, POWER, OFFSET, bias, LIMIT, CLAMP: tl.constexpr, ST: tl.constexpr):
     """The one-vs-all logit ``z = s(2u^t - 1 + μ) + βb``, ``u = max((c + 1)/2, 0)``, elementwise:
     ``(z, ∂z/∂c, inside)`` (``inside``: not clamped to ``[-L, L]``; ``ST``: ``∂z/∂c = s``)."""
     u = tl.maximum((cos + 1.0) * 0.5, 0.0)
     positive = u > 0.0
     log_u = tl.log(tl.where(positive, u, 1.0))
     power_u = tl.where(positive, tl.exp(POWER * log_u), 0.0)
-    z = SCALE * (2.0 * power_u - 1.0 + OFFSET) + BIAS
+    z = SCALE * (2.0 * power_u - 1.0 + OFFSET) + bias
     if ST:
         slope = tl.full(cos.shape, 1.0, tl.float32) * SCALE
     else:  # t·u^{t-1}: at u = 0 it is 1 for t = 1, else 0
@@ -169,7 +169,7 @@ def _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP: tl.constexpr, S
 
 @triton.jit
 def _reduce_step(
-    cos, keep, first, second, scale, threshold, t, p0, p1, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    cos, keep, first, second, scale, threshold, t, p0, p1, SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
 ):  # fmt: skip
     """The forward's reduction of a tile into its rows' ``(first, second)``: ``"softmax"``, the
@@ -183,7 +183,7 @@ def _reduce_step(
         second = second * tl.exp(first - shift) + tl.sum(tl.exp(logit - shift[:, None]), 1)
         first = new_max
     elif REDUCTION == "softplus":
-        z, _, _ = _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP, ST)
+        z, _, _ = _binary_logit(cos, SCALE, POWER, OFFSET, p0, LIMIT, CLAMP, ST)
         softplus = tl.maximum(z, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(z)))
         first += tl.sum(tl.where(keep, softplus, 0.0), axis=1)
     else:
@@ -196,7 +196,7 @@ def _reduce_step(
 
 @triton.jit
 def _gradient_step(
-    cos, keep, scale, threshold, t, p0, p1, lse, grad, SCALE, POWER, OFFSET, BIAS, LIMIT,
+    cos, keep, scale, threshold, t, p0, p1, lse, grad, SCALE, POWER, OFFSET, LIMIT,
     REDUCTION: tl.constexpr, RULE: tl.constexpr, CLAMP: tl.constexpr, ST: tl.constexpr,
 ):  # fmt: skip
     """``∂L/∂c`` of a tile (0 where not ``keep``) and its rows' share: ``"softmax"``,
@@ -211,7 +211,7 @@ def _gradient_step(
         grad_cos = grad_logit * scale[:, None] * tl.where(keep, slope, 0.0)
     else:
         tl.static_assert(REDUCTION == "softplus", "no gradient for this reduction")
-        z, slope, inside = _binary_logit(cos, SCALE, POWER, OFFSET, BIAS, LIMIT, CLAMP, ST)
+        z, slope, inside = _binary_logit(cos, SCALE, POWER, OFFSET, p0, LIMIT, CLAMP, ST)
         grad_z = tl.where(keep & inside, tl.sigmoid(z) * grad[:, None], 0.0)
         share = tl.sum(grad_z, axis=1)
         grad_cos = grad_z * slope
